@@ -1,0 +1,21 @@
+// Facts about processes read from /proc: identity across pid reuse.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <sys/types.h>
+
+namespace tjob::process {
+
+/// The process's start time in clock ticks since boot (field 22 of
+/// /proc/<pid>/stat); with the pid it names one process for the life of the
+/// machine. nullopt when the process does not exist (or is a zombie).
+std::optional<std::uint64_t> start_time(pid_t pid);
+
+/// True when `pid` runs and started at `start` (so it is the process we recorded).
+bool is_same_process(pid_t pid, std::uint64_t start);
+
+/// The pids of every live (non-zombie) process whose process group is `pgid`.
+std::size_t count_group_members(pid_t pgid);
+
+}  // namespace tjob::process

@@ -1,0 +1,97 @@
+// The process adapter: what the engine sees of child processes.
+//
+// Threading: a `child` belongs to the executor it was spawned on; call it only
+// from there. `find_executable` and `merge_environment` are pure.
+// Cancellation: `wait()` and `wait_output()` honour the coroutine's
+// cancellation slot (the awaited operation completes with operation_aborted).
+// Errors: spawn failures come back as an errno-category error_code.
+// Lifetime: destroying a `child` closes its descriptors but never signals or
+// reaps the process; shutting an engine down is not cancelling its jobs.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace tjob::process {
+
+struct spawn_spec {
+  std::string executable;          ///< absolute path (see find_executable)
+  std::vector<std::string> argv;   ///< argv[0] as the user gave it
+  std::vector<std::string> env;    ///< complete environment, "KEY=VALUE"
+  std::string cwd;                 ///< working directory of the child
+  bool new_session = false;        ///< setsid() instead of a new process group
+  int stdin_fd = -1;               ///< -1: /dev/null
+  int stdout_fd = -1;              ///< -1: a new pipe, read through the child
+};
+
+/// How a process ended: `code` is the exit status, or 128 + the signal number
+/// when a signal killed it (the shell's and Kubernetes' convention).
+struct exit_status {
+  int code = 0;
+  int signal = 0;
+};
+
+/// "exit code 3", "killed by signal 9 (SIGKILL)".
+std::string describe(const exit_status& s);
+
+/// Finds the program the child will execute, as execvp would in the child: a
+/// name with '/' is taken relative to `cwd`; otherwise PATH is searched.
+/// nullopt when no executable regular file is found.
+std::optional<std::string> find_executable(std::string_view name, std::string_view path_env,
+                                           std::string_view cwd);
+
+/// The environment `base` (as `environ`) with `overlay` laid on top.
+std::vector<std::string> merge_environment(char** base,
+                                           const std::map<std::string, std::string>& overlay);
+
+/// A running (or exited, not yet waited for) child process in its own process
+/// group, with its stdout and stderr on one pipe. Holds two descriptors: the
+/// pidfd and the pipe's read end.
+class child {
+ public:
+  child();
+  child(child&&) noexcept;
+  child& operator=(child&&) noexcept;
+  ~child();
+
+  static child spawn(boost::asio::any_io_executor ex, const spawn_spec& spec,
+                     boost::system::error_code& ec);
+
+  pid_t pid() const noexcept;
+  /// Start time in clock ticks since boot (see proc_info.hpp); 0 if unknown.
+  std::uint64_t start_time() const noexcept;
+
+  /// Waits for the process to exit (pidfd) and reaps it.
+  boost::asio::awaitable<exit_status> wait();
+
+  /// True while the output pipe is open.
+  bool has_output() const noexcept;
+  /// Waits until the pipe is readable (data or end of file).
+  boost::asio::awaitable<boost::system::error_code> wait_output();
+  /// Non-blocking read into `buf`: bytes read, 0 at end of file; sets
+  /// `would_block` when nothing is there now.
+  std::size_t read_output(std::span<char> buf, boost::system::error_code& ec);
+  /// Closes the pipe (and cancels a pending wait_output).
+  void close_output() noexcept;
+
+  /// Sends `sig` to the child's whole process group; false if none is left.
+  bool signal_group(int sig) noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace tjob::process

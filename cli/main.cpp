@@ -1,0 +1,313 @@
+// tjob — run TrainJobs from a shell.
+#include "cli/render.hpp"
+#include "cli/supervise.hpp"
+
+#include <tjob/client.hpp>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <unistd.h>
+
+namespace {
+
+using namespace tjob;
+using tjob::cli::output_format;
+
+constexpr int exit_ok = 0;
+constexpr int exit_failed = 1;
+constexpr int exit_usage = 2;
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+output_format parse_format(const std::string& s) {
+  if (s == "table") return output_format::table;
+  if (s == "json") return output_format::json;
+  if (s == "yaml") return output_format::yaml;
+  throw usage_error("-o " + s + ": unknown output format; use table, json or yaml");
+}
+
+void write_out(std::string_view s) {
+  while (!s.empty()) {
+    ssize_t n = ::write(STDOUT_FILENO, s.data(), s.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+std::map<std::string, std::string> parse_env(const std::vector<std::string>& entries) {
+  std::map<std::string, std::string> env;
+  for (const auto& e : entries) {
+    auto eq = e.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw usage_error("--env '" + e + "': expected NAME=VALUE (for example --env LR=0.1)");
+    env[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  return env;
+}
+
+std::set<job_status> parse_statuses(const std::string& list) {
+  std::set<job_status> out;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    auto end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    auto item = list.substr(start, end - start);
+    auto st = parse_job_status(item);
+    if (!st)
+      throw usage_error("--status '" + item +
+                        "': not a status; use a comma-separated list of Created, Running, "
+                        "Complete, Failed");
+    out.insert(*st);
+    start = end + 1;
+  }
+  return out;
+}
+
+struct common_options {
+  std::string home;
+  double grace_seconds = 10;
+};
+
+engine_config make_config(const common_options& o) {
+  engine_config cfg;
+  if (!o.home.empty()) cfg.home = o.home;
+  if (o.grace_seconds < 0) throw usage_error("--grace must be 0 or more seconds");
+  cfg.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000));
+  if (const char* t = std::getenv("TJOB_STORE_BUSY_TIMEOUT_MS"); t && *t)
+    cfg.store_busy_timeout = std::chrono::milliseconds(std::atoll(t));
+  return cfg;
+}
+
+struct job_options {
+  std::string name, runtime, workdir;
+  std::vector<std::string> env;
+  std::vector<std::string> command;
+};
+
+void add_job_options(CLI::App* cmd, job_options& o) {
+  cmd->add_option("--name", o.name, "Job name (an RFC 1035 label); default: generated");
+  cmd->add_option("--runtime", o.runtime, "Runtime name; default: torch-distributed");
+  cmd->add_option("--env", o.env, "Environment variable NAME=VALUE for the job (repeatable); "
+                                  "laid over tjob's own environment")
+      ->allow_extra_args(false);
+  cmd->add_option("--workdir", o.workdir,
+                  "Working directory of the job; default: the current directory");
+  cmd->add_option("command", o.command,
+                  "The program and its arguments, after `--` (nothing is run through a shell)")
+      ->required();
+}
+
+train_request make_request(const job_options& o) {
+  train_request req;
+  req.name = o.name;
+  req.runtime = o.runtime;
+  command_trainer t;
+  t.command = o.command;
+  t.env = parse_env(o.env);
+  std::error_code ec;
+  t.working_dir = o.workdir.empty() ? std::filesystem::current_path(ec).string()
+                                    : std::filesystem::absolute(o.workdir, ec).string();
+  req.job_trainer = std::move(t);
+  return req;
+}
+
+int cmd_run(const common_options& common, const job_options& jo) {
+  auto req = make_request(jo);
+  auto cfg = make_config(common);
+  std::atomic<trainer_client*> client_ptr{nullptr};
+  std::atomic<bool> cancelling{false}, named{false};
+  std::string name;
+  cli::handle_signals([&](int sig) {
+    if (cancelling.exchange(true)) return;
+    if (named && client_ptr) {
+      std::fprintf(stderr, "tjob: cancelling %s (SIGTERM to its processes, SIGKILL after %.0f s)\n",
+                   name.c_str(), common.grace_seconds);
+      try {
+        client_ptr.load()->cancel_job(name);
+      } catch (...) {
+      }
+    }
+  });
+  trainer_client client(cfg);
+  name = client.train(req);
+  client_ptr = &client;
+  named = true;
+  if (cancelling) client.cancel_job(name);
+  auto started = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "tjob: job %s started\n", name.c_str());
+  auto reader = client.get_job_logs(name, {.step = "node-0", .follow = true});
+  while (auto chunk = reader.read_some()) write_out(*chunk);
+  auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed},
+                                        std::chrono::hours(24 * 365));
+  client_ptr = nullptr;
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (job.status == job_status::complete) {
+    std::fprintf(stderr, "tjob: job %s Complete in %.2f s\n", name.c_str(), secs);
+    return exit_ok;
+  }
+  std::fprintf(stderr, "tjob: job %s Failed in %.2f s: %s\n", name.c_str(), secs,
+               job.reason.c_str());
+  return exit_failed;
+}
+
+int cmd_train(const common_options& common, const job_options& jo) {
+  auto req = make_request(jo);
+  auto cfg = make_config(common);
+  if (cfg.home.empty()) cfg.home = default_home();
+  cfg.home = std::filesystem::absolute(cfg.home);
+  auto r = cli::submit_detached(req, cfg);
+  if (!r.name.empty()) {
+    write_out(r.name + "\n");
+    return exit_ok;
+  }
+  std::fprintf(stderr, "tjob: error: %s\n", r.error.c_str());
+  return r.usage ? exit_usage : exit_failed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "__supervise") return tjob::cli::supervise_main();
+
+  CLI::App app{"tjob — run Kubeflow-style TrainJobs on this machine.\n"
+               "Jobs, events and logs live in $TJOB_HOME (default "
+               "${XDG_STATE_HOME:-$HOME/.local/state}/tjob); every tjob on the machine sees them."};
+  app.require_subcommand(1);
+  common_options common;
+  app.add_option("--home", common.home, "The store directory (overrides $TJOB_HOME)");
+
+  job_options run_opts, train_opts;
+  auto* run = app.add_subcommand(
+      "run", "Submit a job, stream its log and wait for it; exit 0 when it is Complete.\n"
+             "Ctrl-C cancels the job (SIGTERM, then SIGKILL after --grace) and records it as "
+             "Failed, reason cancelled.");
+  add_job_options(run, run_opts);
+  run->add_option("--grace", common.grace_seconds,
+                  "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
+
+  auto* train = app.add_subcommand(
+      "train",
+      "Submit a job and print its name. The job keeps running after this command exits: a "
+      "small supervising process (`tjob __supervise`, in its own session) owns it until it "
+      "ends. If that process is killed, the job is marked Failed (reason lost) and its "
+      "processes are stopped by the next tjob that opens the store.");
+  add_job_options(train, train_opts);
+  train->add_option("--grace", common.grace_seconds,
+                    "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
+
+  std::string format = "table";
+  auto* list = app.add_subcommand("list", "List jobs: NAME STATUS RUNTIME STEPS AGE");
+  list->add_option("-o,--output", format, "table, json or yaml");
+  std::string list_runtime;
+  list->add_option("--runtime", list_runtime, "Only jobs of this runtime");
+
+  std::string job_name;
+  auto* get = app.add_subcommand("get", "Show one job with its steps");
+  get->add_option("name", job_name, "Job name")->required();
+  get->add_option("-o,--output", format, "table, json or yaml");
+
+  bool follow = false;
+  std::string step = "node-0";
+  long long tail = -1;
+  bool tail_given = false;
+  auto* logs = app.add_subcommand("logs", "Print a step's log; with -f, follow it until the step ends");
+  logs->add_option("name", job_name, "Job name")->required();
+  logs->add_flag("-f,--follow", follow, "Stream new output until the step ends");
+  logs->add_option("--step", step, "Step (default node-0)");
+  auto* tail_opt = logs->add_option("--tail", tail, "Only the last N lines");
+
+  std::string statuses = "Complete";
+  double timeout = 600;
+  auto* wait = app.add_subcommand(
+      "wait", "Wait until the job reaches one of the statuses; exit 0 then. A job that fails "
+              "when Failed was not asked for exits 1 with its exit code and last log lines.");
+  wait->add_option("name", job_name, "Job name")->required();
+  wait->add_option("--status", statuses, "Comma-separated statuses (default Complete)");
+  wait->add_option("--timeout", timeout, "Seconds (default 600)");
+
+  auto* del = app.add_subcommand(
+      "delete", "Delete a job: cancel it if it runs (SIGTERM, SIGKILL after --grace), then "
+                "remove its record, events, logs and work dir");
+  del->add_option("name", job_name, "Job name")->required();
+  del->add_option("--grace", common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
+
+  auto* cancel = app.add_subcommand(
+      "cancel", "Cancel a running job (SIGTERM, SIGKILL after --grace); it stays, Failed");
+  cancel->add_option("name", job_name, "Job name")->required();
+  cancel->add_option("--grace", common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
+
+  auto* events = app.add_subcommand("events", "Show a job's event log");
+  events->add_option("name", job_name, "Job name")->required();
+  events->add_option("-o,--output", format, "table, json or yaml");
+
+  auto* runtimes = app.add_subcommand("runtimes", "List the training runtimes");
+  runtimes->add_option("-o,--output", format, "table, json or yaml");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::fprintf(stderr, "tjob: error: %s (see tjob --help)\n", what.c_str());
+    return exit_usage;
+  }
+  tail_given = tail_opt->count() > 0;
+
+  try {
+    if (*run) return cmd_run(common, run_opts);
+    if (*train) return cmd_train(common, train_opts);
+    auto fmt = parse_format(format);
+    if (*logs && tail_given && tail < 0)
+      throw usage_error(fmt::format("--tail {}: must be 0 or more lines", tail));
+    if (*wait && timeout <= 0)
+      throw usage_error(fmt::format("--timeout {}: must be more than 0 seconds", timeout));
+    std::set<job_status> wanted;
+    if (*wait) wanted = parse_statuses(statuses);
+    trainer_client client(make_config(common));
+    if (*list) {
+      write_out(cli::render_jobs(
+          client.list_jobs(list_runtime.empty() ? std::nullopt : std::optional(list_runtime)), fmt));
+    } else if (*get) {
+      write_out(cli::render_job(client.get_job(job_name), fmt));
+    } else if (*logs) {
+      log_options lo{.step = step, .follow = follow};
+      if (tail_given) lo.tail = static_cast<std::size_t>(tail);
+      auto reader = client.get_job_logs(job_name, lo);
+      while (auto chunk = reader.read_some()) write_out(*chunk);
+    } else if (*wait) {
+      auto job = client.wait_for_job_status(
+          job_name, wanted, std::chrono::milliseconds(static_cast<long long>(timeout * 1000)));
+      write_out(std::string(to_string(job.status)) + "\n");
+    } else if (*del) {
+      client.delete_job(job_name);
+      write_out("deleted " + job_name + "\n");
+    } else if (*cancel) {
+      client.cancel_job(job_name);
+      write_out(fmt::format("{} {}\n", job_name, to_string(client.get_job(job_name).status)));
+    } else if (*events) {
+      write_out(cli::render_events(client.get_job_events(job_name), fmt));
+    } else if (*runtimes) {
+      write_out(cli::render_runtimes(client.list_runtimes(), fmt));
+    }
+    return exit_ok;
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "tjob: error: %s\n", e.what());
+    return exit_usage;
+  } catch (const tjob::error& e) {
+    std::fprintf(stderr, "tjob: error: %s\n", e.what());
+    return is_usage_error(e.code()) ? exit_usage : exit_failed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tjob: error: %s\n", e.what());
+    return exit_failed;
+  }
+}

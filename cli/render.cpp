@@ -1,0 +1,196 @@
+#include "cli/render.hpp"
+
+#include <boost/json.hpp>
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+
+namespace tjob::cli {
+
+namespace json = boost::json;
+
+std::string format_time(clock::time_point t) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03d}Z", tm, static_cast<int>(ms % 1000));
+}
+
+std::string format_age(clock::time_point t, clock::time_point now) {
+  auto s = std::chrono::duration_cast<std::chrono::seconds>(now - t).count();
+  if (s < 0) s = 0;
+  if (s < 120) return fmt::format("{}s", s);
+  if (s < 120 * 60) return fmt::format("{}m", s / 60);
+  if (s < 48 * 3600) return fmt::format("{}h", s / 3600);
+  return fmt::format("{}d", s / 86400);
+}
+
+json::value to_json(const train_job& job) {
+  json::array steps;
+  for (const auto& s : job.steps) {
+    json::object o;
+    o["name"] = s.name;
+    o["status"] = std::string(to_string(s.status));
+    if (s.exit_code)
+      o["exit_code"] = *s.exit_code;
+    else
+      o["exit_code"] = nullptr;
+    o["reason"] = s.reason;
+    steps.push_back(std::move(o));
+  }
+  json::object o;
+  o["name"] = job.name;
+  o["status"] = std::string(to_string(job.status));
+  o["reason"] = job.reason;
+  o["runtime"] = job.runtime;
+  o["num_nodes"] = job.num_nodes;
+  o["creation_timestamp"] = format_time(job.creation_timestamp);
+  o["steps"] = std::move(steps);
+  return o;
+}
+
+json::value to_json(const event& ev) {
+  json::object o;
+  o["seq"] = ev.seq;
+  o["time"] = format_time(ev.time);
+  o["step"] = ev.step;
+  o["reason"] = ev.reason;
+  o["message"] = ev.message;
+  return o;
+}
+
+json::value to_json(const runtime& rt) {
+  json::object t;
+  t["trainer_type"] = rt.trainer.trainer_type;
+  t["framework"] = rt.trainer.framework;
+  t["image"] = rt.trainer.image;
+  t["num_nodes"] = rt.trainer.num_nodes;
+  t["device"] = rt.trainer.device;
+  t["device_count"] = rt.trainer.device_count;
+  json::array pk;
+  for (const auto& p : rt.trainer.packages) pk.emplace_back(p);
+  t["packages"] = std::move(pk);
+  json::object o;
+  o["name"] = rt.name;
+  o["kind"] = rt.kind;
+  o["trainer"] = std::move(t);
+  return o;
+}
+
+namespace {
+
+void emit(YAML::Emitter& out, const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::object:
+      out << YAML::BeginMap;
+      for (const auto& kv : v.get_object()) {
+        out << YAML::Key << std::string(kv.key());
+        out << YAML::Value;
+        emit(out, kv.value());
+      }
+      out << YAML::EndMap;
+      break;
+    case json::kind::array:
+      out << YAML::BeginSeq;
+      for (const auto& e : v.get_array()) emit(out, e);
+      out << YAML::EndSeq;
+      break;
+    case json::kind::string: out << YAML::DoubleQuoted << std::string(v.get_string()); break;
+    case json::kind::int64: out << v.get_int64(); break;
+    case json::kind::uint64: out << v.get_uint64(); break;
+    case json::kind::double_: out << v.get_double(); break;
+    case json::kind::bool_: out << v.get_bool(); break;
+    case json::kind::null: out << YAML::Null; break;
+  }
+}
+
+// Columns padded to their widest cell, as kubectl prints them.
+std::string table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width;
+  for (const auto& r : rows)
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 3, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string pretty_json(const json::value& v) { return json::serialize(v) + "\n"; }
+
+template <class T>
+std::string render_list(const std::vector<T>& items, output_format f, const char* key) {
+  json::array arr;
+  for (const auto& i : items) arr.push_back(to_json(i));
+  if (f == output_format::json) return pretty_json(arr);
+  json::object o;
+  o[key] = std::move(arr);
+  return to_yaml(o);
+}
+
+}  // namespace
+
+std::string to_yaml(const json::value& v) {
+  YAML::Emitter out;
+  emit(out, v);
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string render_jobs(const std::vector<train_job>& jobs, output_format f) {
+  if (f != output_format::table) return render_list(jobs, f, "jobs");
+  std::vector<std::vector<std::string>> rows{{"NAME", "STATUS", "RUNTIME", "STEPS", "AGE"}};
+  auto now = clock::now();
+  for (const auto& j : jobs) {
+    auto done = std::count_if(j.steps.begin(), j.steps.end(),
+                              [](const step& s) { return is_terminal(s.status); });
+    rows.push_back({j.name, std::string(to_string(j.status)), j.runtime,
+                    fmt::format("{}/{}", done, j.steps.size()),
+                    format_age(j.creation_timestamp, now)});
+  }
+  return table(rows);
+}
+
+std::string render_job(const train_job& job, output_format f) {
+  if (f == output_format::json) return pretty_json(to_json(job));
+  if (f == output_format::yaml) return to_yaml(to_json(job));
+  std::string out = table({{"NAME", "STATUS", "RUNTIME", "NODES", "CREATED"},
+                           {job.name, std::string(to_string(job.status)), job.runtime,
+                            std::to_string(job.num_nodes), format_time(job.creation_timestamp)}});
+  std::vector<std::vector<std::string>> rows{{"STEP", "STATUS", "EXIT CODE", "REASON"}};
+  for (const auto& s : job.steps)
+    rows.push_back({s.name, std::string(to_string(s.status)),
+                    s.exit_code ? std::to_string(*s.exit_code) : "-", s.reason});
+  return out + "\n" + table(rows);
+}
+
+std::string render_events(const std::vector<event>& events, output_format f) {
+  if (f != output_format::table) return render_list(events, f, "events");
+  std::vector<std::vector<std::string>> rows{{"TIME", "STEP", "REASON", "MESSAGE"}};
+  for (const auto& e : events)
+    rows.push_back({format_time(e.time), e.step.empty() ? "-" : e.step, e.reason, e.message});
+  return table(rows);
+}
+
+std::string render_runtimes(const std::vector<runtime>& runtimes, output_format f) {
+  if (f != output_format::table) return render_list(runtimes, f, "runtimes");
+  std::vector<std::vector<std::string>> rows{{"NAME", "FRAMEWORK", "TRAINER", "PACKAGES"}};
+  for (const auto& r : runtimes) {
+    std::string pk;
+    for (const auto& p : r.trainer.packages) pk += (pk.empty() ? "" : ",") + p;
+    rows.push_back({r.name, r.trainer.framework, r.trainer.trainer_type, pk.empty() ? "-" : pk});
+  }
+  return table(rows);
+}
+
+}  // namespace tjob::cli

@@ -1,0 +1,33 @@
+// How the CLI shows jobs, events and runtimes: tables for people, JSON and
+// YAML for programs.
+#pragma once
+
+#include <tjob/types.hpp>
+
+#include <boost/json/value.hpp>
+
+#include <string>
+#include <vector>
+
+namespace tjob::cli {
+
+enum class output_format { table, json, yaml };
+
+boost::json::value to_json(const train_job& job);
+boost::json::value to_json(const event& ev);
+boost::json::value to_json(const runtime& rt);
+
+/// RFC 3339, UTC, millisecond precision.
+std::string format_time(clock::time_point t);
+/// "5s", "3m", "2h", "4d", as kubectl.
+std::string format_age(clock::time_point t, clock::time_point now);
+
+std::string render_jobs(const std::vector<train_job>& jobs, output_format f);
+std::string render_job(const train_job& job, output_format f);
+std::string render_events(const std::vector<event>& events, output_format f);
+std::string render_runtimes(const std::vector<runtime>& runtimes, output_format f);
+
+/// JSON value as YAML (block style).
+std::string to_yaml(const boost::json::value& v);
+
+}  // namespace tjob::cli

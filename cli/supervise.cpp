@@ -1,0 +1,208 @@
+#include "cli/supervise.hpp"
+
+#include "adapters/process/process_adapter.hpp"
+
+#include <tjob/client.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/json.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fcntl.h>
+#include <thread>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace tjob::cli {
+
+namespace json = boost::json;
+
+json::value request_to_json(const train_request& req, const engine_config& cfg) {
+  const auto& t = std::get<command_trainer>(req.job_trainer);
+  json::object o;
+  o["name"] = req.name;
+  o["runtime"] = req.runtime;
+  o["num_nodes"] = req.num_nodes;
+  json::array cmd;
+  for (const auto& a : t.command) cmd.emplace_back(a);
+  o["command"] = std::move(cmd);
+  json::object env;
+  for (const auto& [k, v] : t.env) env[k] = v;
+  o["env"] = std::move(env);
+  o["working_dir"] = t.working_dir;
+  o["home"] = cfg.home.string();
+  o["grace_ms"] = cfg.grace_period.count();
+  return o;
+}
+
+void request_from_json(const json::value& v, train_request& req, engine_config& cfg) {
+  const auto& o = v.as_object();
+  req.name = json::value_to<std::string>(o.at("name"));
+  req.runtime = json::value_to<std::string>(o.at("runtime"));
+  req.num_nodes = static_cast<int>(o.at("num_nodes").to_number<std::int64_t>());
+  command_trainer t;
+  for (const auto& a : o.at("command").as_array()) t.command.push_back(json::value_to<std::string>(a));
+  for (const auto& kv : o.at("env").as_object())
+    t.env[std::string(kv.key())] = json::value_to<std::string>(kv.value());
+  t.working_dir = json::value_to<std::string>(o.at("working_dir"));
+  req.job_trainer = std::move(t);
+  cfg.home = json::value_to<std::string>(o.at("home"));
+  cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
+}
+
+namespace {
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "tjob";
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+void write_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    ssize_t n = ::write(fd, s.data(), s.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+void respond(const json::object& o) {
+  write_all(STDOUT_FILENO, json::serialize(o) + "\n");
+}
+
+}  // namespace
+
+void handle_signals(std::function<void(int)> on_signal) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set, on_signal = std::move(on_signal)] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) == 0) on_signal(sig);
+    }
+  }).detach();
+}
+
+submit_result submit_detached(const train_request& req, const engine_config& cfg) {
+  submit_result result;
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+    result.error = std::string("cannot create a pipe: ") + std::strerror(errno);
+    return result;
+  }
+  process::spawn_spec spec;
+  spec.executable = self_exe();
+  spec.argv = {"tjob", "__supervise"};
+  for (char** e = environ; e && *e; ++e) spec.env.emplace_back(*e);
+  spec.new_session = true;
+  spec.stdin_fd = in[0];
+  spec.stdout_fd = out[1];
+  boost::asio::io_context ctx;
+  boost::system::error_code ec;
+  auto child = process::child::spawn(ctx.get_executor(), spec, ec);
+  ::close(in[0]);
+  ::close(out[1]);
+  if (ec) {
+    ::close(in[1]);
+    ::close(out[0]);
+    result.error = "cannot start the supervisor " + spec.executable + ": " + ec.message();
+    return result;
+  }
+  write_all(in[1], json::serialize(request_to_json(req, cfg)));
+  ::close(in[1]);
+  std::string answer = read_all(out[0]);
+  ::close(out[0]);
+  try {
+    auto v = json::parse(answer).as_object();
+    if (auto* n = v.if_contains("name")) {
+      result.name = json::value_to<std::string>(*n);
+      return result;
+    }
+    result.error = json::value_to<std::string>(v.at("error"));
+    result.usage = v.at("usage").as_bool();
+  } catch (const std::exception&) {
+    result.error = "the supervisor (pid " + std::to_string(child.pid()) +
+                   ") ended before it accepted the job" +
+                   (answer.empty() ? std::string() : ": " + answer);
+  }
+  return result;
+}
+
+int supervise_main() {
+  std::atomic<trainer_client*> client_ptr{nullptr};
+  std::string name;
+  std::atomic<bool> named{false}, cancel_wanted{false};
+  handle_signals([&](int) {
+    cancel_wanted = true;
+    if (named && client_ptr) {
+      try {
+        client_ptr.load()->cancel_job(name);
+      } catch (...) {
+      }
+    }
+  });
+
+  train_request req;
+  engine_config cfg;
+  std::unique_ptr<trainer_client> client;
+  try {
+    request_from_json(json::parse(read_all(STDIN_FILENO)), req, cfg);
+    client = std::make_unique<trainer_client>(cfg);
+    name = client->train(req);
+  } catch (const error& e) {
+    respond({{"error", e.what()}, {"usage", is_usage_error(e.code())}});
+    return 2;
+  } catch (const std::exception& e) {
+    respond({{"error", e.what()}, {"usage", false}});
+    return 1;
+  }
+  client_ptr = client.get();
+  named = true;
+  respond({{"name", name}});
+  // From here on nobody reads our output: the supervisor's own messages go to
+  // the job directory.
+  int logfd = ::open((client->home() / "jobs" / name / "supervisor.log").c_str(),
+                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  ::dup2(null, STDIN_FILENO);
+  ::dup2(logfd >= 0 ? logfd : null, STDOUT_FILENO);
+  ::dup2(logfd >= 0 ? logfd : null, STDERR_FILENO);
+  if (cancel_wanted) {
+    try {
+      client->cancel_job(name);
+    } catch (...) {
+    }
+  }
+  try {
+    client->wait_for_job_status(name, {job_status::complete, job_status::failed},
+                                std::chrono::hours(24 * 365 * 10));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tjob supervisor: %s\n", e.what());
+  }
+  client_ptr = nullptr;
+  client.reset();
+  return 0;
+}
+
+}  // namespace tjob::cli

@@ -1,0 +1,106 @@
+#include <tjob/client.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <optional>
+#include <thread>
+
+namespace tjob {
+
+namespace asio = boost::asio;
+
+struct trainer_client::impl {
+  explicit impl(engine_config config)
+      : eng(std::in_place, ctx.get_executor(), std::move(config)),
+        work(ctx.get_executor()),
+        thread([this] { ctx.run(); }) {}
+
+  ~impl() {
+    try {
+      call(eng->shutdown());
+    } catch (...) {
+    }
+    work.reset();
+    ctx.stop();
+    thread.join();
+    eng.reset();
+  }
+
+  template <class T>
+  T call(asio::awaitable<T> op) {
+    return asio::co_spawn(ctx, std::move(op), asio::use_future).get();
+  }
+
+  asio::io_context ctx{1};
+  std::optional<engine> eng;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::thread thread;
+};
+
+struct log_reader::impl {
+  trainer_client::impl* client;
+  log_stream stream;
+};
+
+log_reader::log_reader(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+log_reader::log_reader(log_reader&&) noexcept = default;
+log_reader& log_reader::operator=(log_reader&&) noexcept = default;
+log_reader::~log_reader() = default;
+
+std::optional<std::string> log_reader::next() {
+  return impl_->client->call(impl_->stream.next());
+}
+
+std::optional<std::string> log_reader::read_some() {
+  return impl_->client->call(impl_->stream.read_some());
+}
+
+std::string log_reader::read_all() {
+  std::string out;
+  while (auto chunk = read_some()) out += *chunk;
+  return out;
+}
+
+trainer_client::trainer_client(engine_config config)
+    : impl_(std::make_unique<impl>(std::move(config))) {}
+trainer_client::~trainer_client() = default;
+
+std::string trainer_client::train(train_request request) {
+  return impl_->call(impl_->eng->train(std::move(request)));
+}
+train_job trainer_client::get_job(const std::string& name) {
+  return impl_->call(impl_->eng->get_job(name));
+}
+std::vector<train_job> trainer_client::list_jobs(std::optional<std::string> runtime) {
+  return impl_->call(impl_->eng->list_jobs(std::move(runtime)));
+}
+log_reader trainer_client::get_job_logs(const std::string& name, log_options options) {
+  auto stream = impl_->call(impl_->eng->get_job_logs(name, std::move(options)));
+  return log_reader(std::make_unique<log_reader::impl>(log_reader::impl{impl_.get(), std::move(stream)}));
+}
+train_job trainer_client::wait_for_job_status(const std::string& name,
+                                              std::set<job_status> statuses,
+                                              std::chrono::milliseconds timeout) {
+  return impl_->call(impl_->eng->wait_for_job_status(name, std::move(statuses), timeout));
+}
+void trainer_client::cancel_job(const std::string& name) {
+  impl_->call(impl_->eng->cancel_job(name));
+}
+void trainer_client::delete_job(const std::string& name) {
+  impl_->call(impl_->eng->delete_job(name));
+}
+std::vector<event> trainer_client::get_job_events(const std::string& name) {
+  return impl_->call(impl_->eng->get_job_events(name));
+}
+std::vector<runtime> trainer_client::list_runtimes() {
+  return impl_->call(impl_->eng->list_runtimes());
+}
+runtime trainer_client::get_runtime(const std::string& name) {
+  return impl_->call(impl_->eng->get_runtime(name));
+}
+const std::filesystem::path& trainer_client::home() const { return impl_->eng->home(); }
+
+}  // namespace tjob

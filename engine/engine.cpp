@@ -1,0 +1,1041 @@
+#include "engine/engine_impl.hpp"
+
+#include "adapters/process/proc_info.hpp"
+#include "engine/log_files.hpp"
+#include "engine/names.hpp"
+#include "engine/runtimes.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/json.hpp>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace tjob {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using boost::system::error_code;
+using detail::event_kind;
+using detail::job_event;
+using detail::printable;
+using steady = std::chrono::steady_clock;
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
+
+clock::time_point from_ms(std::int64_t ms) {
+  return clock::time_point(std::chrono::milliseconds(ms));
+}
+
+[[noreturn]] void fail(errc e, std::string message, std::string diagnostics = {}) {
+  throw error(e, std::move(message), std::move(diagnostics));
+}
+
+std::string quote(std::string_view s) { return "'" + printable(s) + "'"; }
+
+std::string join_argv(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) out.push_back(' ');
+    out += printable(a, 200);
+  }
+  return out;
+}
+
+// mkdir -p with mode 0700 for every directory it creates.
+void make_private_dirs(const std::filesystem::path& p) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(p, ec)) return;
+  if (p.has_parent_path() && p.parent_path() != p) make_private_dirs(p.parent_path());
+  if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST)
+    throw std::system_error(errno, std::generic_category(), "cannot create " + p.string());
+}
+
+std::string spec_json(const command_trainer& t, const std::string& executable) {
+  json::object trainer;
+  trainer["kind"] = "command";
+  json::array cmd;
+  for (const auto& a : t.command) cmd.emplace_back(a);
+  trainer["command"] = std::move(cmd);
+  json::object env;
+  for (const auto& [k, v] : t.env) env[k] = v;
+  trainer["env"] = std::move(env);
+  trainer["working_dir"] = t.working_dir;
+  json::object spec;
+  spec["trainer"] = std::move(trainer);
+  spec["executable"] = executable;
+  return json::serialize(spec);
+}
+
+void raise_open_file_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+std::shared_ptr<spdlog::logger> quiet_logger() {
+  auto l = std::make_shared<spdlog::logger>("tjob.engine",
+                                            std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  l->set_level(spdlog::level::warn);
+  return l;
+}
+
+bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+// Kills what is left of a step whose owner died: the leader if it is still
+// the process we recorded, else any members left in its process group.
+void kill_orphan_group(std::int64_t pid, std::uint64_t start) {
+  if (pid <= 0) return;
+  auto p = static_cast<pid_t>(pid);
+  if (process::is_same_process(p, start)) {
+    ::killpg(p, SIGKILL);
+  } else if (!process::start_time(p) && process::count_group_members(p) > 0) {
+    ::killpg(p, SIGKILL);  // the leader is gone; nobody else can own that group id
+  }
+}
+
+}  // namespace
+
+std::filesystem::path default_home() {
+  if (const char* h = std::getenv("TJOB_HOME"); h && *h) return h;
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x)
+    return std::filesystem::path(x) / "tjob";
+  const char* home = std::getenv("HOME");
+  return std::filesystem::path(home && *home ? home : "/tmp") / ".local" / "state" / "tjob";
+}
+
+train_job to_job(const detail::job_row& row) {
+  train_job j;
+  j.name = row.name;
+  j.runtime = row.runtime;
+  j.num_nodes = row.num_nodes;
+  j.creation_timestamp = from_ms(row.created_ms);
+  j.status = row.status;
+  j.reason = row.reason;
+  for (const auto& s : row.steps)
+    j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid});
+  return j;
+}
+
+// ---------------------------------------------------------------------------
+// construction, store writes
+
+engine::impl::impl(asio::any_io_executor executor, engine_config config)
+    : ex(executor),
+      cfg(std::move(config)),
+      log(cfg.logger ? cfg.logger : quiet_logger()),
+      watch(executor, log),
+      idle(executor) {
+  home = cfg.home.empty() ? default_home() : cfg.home;
+  home = std::filesystem::absolute(home);
+  jobs_dir = home / "jobs";
+  try {
+    make_private_dirs(jobs_dir);
+  } catch (const std::system_error& e) {
+    fail(errc::store_unavailable,
+         "cannot use " + home.string() + " as TJOB_HOME: " + e.code().message() +
+             "; set TJOB_HOME to a writable directory",
+         e.what());
+  }
+  if (::access(home.c_str(), W_OK | X_OK) != 0 || ::access(jobs_dir.c_str(), W_OK | X_OK) != 0)
+    fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " +
+                                      std::strerror(errno) +
+                                      "; set TJOB_HOME to a writable directory");
+  auto db_path = home / "tjob.db";
+  // Create the database file ourselves so it is 0600 from its first byte
+  // (SQLite gives its -wal and -shm files the same mode).
+  int fd = ::open(db_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    fail(errc::store_unavailable, "cannot open the store " + db_path.string() + ": " +
+                                      std::strerror(errno) +
+                                      "; set TJOB_HOME to a writable directory");
+  ::close(fd);
+  db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout);
+  self_pid = ::getpid();
+  self_start = process::start_time(self_pid).value_or(0);
+  raise_open_file_limit();
+  reconcile_all();
+}
+
+void engine::impl::queue_write(std::function<void(detail::store&)> w,
+                               std::function<void()> after) {
+  pending.push_back(std::move(w));
+  if (after) after_commit.push_back(std::move(after));
+  if (!flush_posted) {
+    flush_posted = true;
+    asio::post(ex, [self = shared_from_this()] {
+      if (self->flush_posted) self->flush();
+    });
+  }
+}
+
+// Group commit: every write queued during one reactor turn goes into one
+// transaction; the notifications that depend on it run after it commits.
+void engine::impl::flush() {
+  flush_posted = false;
+  if (pending.empty() && after_commit.empty()) return;
+  auto writes = std::move(pending);
+  auto afters = std::move(after_commit);
+  pending.clear();
+  after_commit.clear();
+  if (!writes.empty()) {
+    try {
+      db->begin();
+      for (auto& w : writes) {
+        try {
+          w(*db);
+        } catch (const std::exception& e) {
+          log->error("store write skipped: {}", e.what());
+        }
+      }
+      db->commit();
+    } catch (const std::exception& e) {
+      db->rollback();
+      log->error("store commit failed, {} writes will be retried: {}", writes.size(), e.what());
+      // Keep them, in order, ahead of anything queued since.
+      for (auto& w : pending) writes.push_back(std::move(w));
+      pending = std::move(writes);
+      for (auto& a : after_commit) afters.push_back(std::move(a));
+      after_commit = std::move(afters);
+      auto timer = std::make_shared<asio::steady_timer>(ex, std::chrono::milliseconds(200));
+      timer->async_wait([self = shared_from_this(), timer](error_code) { self->flush(); });
+      return;
+    }
+  }
+  for (auto& a : afters) a();
+}
+
+// ---------------------------------------------------------------------------
+// job records
+
+std::shared_ptr<job_rec> engine::impl::owned(std::string_view name) const {
+  auto it = jobs.find(name);
+  return it == jobs.end() ? nullptr : it->second;
+}
+
+train_job engine::impl::snapshot(const job_rec& j) const {
+  detail::job_row row = j.row;
+  row.steps.clear();
+  for (const auto& s : j.steps) row.steps.push_back(s.row);
+  return to_job(row);
+}
+
+bool engine::impl::owner_alive(const detail::job_row& row) const {
+  return process::is_same_process(static_cast<pid_t>(row.owner_pid), row.owner_start);
+}
+
+std::optional<detail::job_row> engine::impl::load_fresh(const std::string& name) {
+  auto row = db->load_job(name);
+  if (row && !is_terminal(row->status) && !owned(name) && !owner_alive(*row)) {
+    reconcile_row(*row);
+    row = db->load_job(name);
+  }
+  return row;
+}
+
+void engine::impl::throw_not_found(const std::string& name) const {
+  fail(errc::job_not_found, "No TrainJob with name " + quote(name) + " in " + home.string() +
+                                "; `tjob list` shows the jobs there");
+}
+
+void engine::impl::check_running() const {
+  if (stopping) fail(errc::shut_down, "the engine is shutting down");
+}
+
+bool engine::impl::apply(job_rec& j, step_rec& s, job_event ev, std::string message,
+                         std::string reason) {
+  auto to = detail::next(s.row.status, ev);
+  if (!to) {
+    log->debug("job {} step {}: {} rejected in {}", j.row.name, s.row.name,
+               detail::event_reason(ev.kind), to_string(s.row.status));
+    return false;
+  }
+  s.row.status = *to;
+  if (ev.kind == event_kind::exited) s.row.exit_code = ev.exit_code;
+  if (*to == job_status::failed) s.row.reason = std::move(reason);
+  std::vector<job_status> statuses;
+  for (const auto& st : j.steps) statuses.push_back(st.row.status);
+  j.row.status = detail::aggregate(statuses);
+  if (j.row.status == job_status::failed && j.row.reason.empty()) j.row.reason = s.row.reason;
+
+  queue_write(
+      [name = j.row.name, step = s.row, status = j.row.status, jreason = j.row.reason,
+       t = now_ms(), what = std::string(detail::event_reason(ev.kind)),
+       message = std::move(message)](detail::store& db) {
+        db.append_event(name, step.name, t, what, message);
+        db.update_step(name, step);
+        db.update_job_status(name, status, jreason);
+      },
+      [weak = std::weak_ptr<job_rec>(owned(j.row.name))] {
+        if (auto jr = weak.lock()) jr->watchers.notify_all();
+      });
+  return true;
+}
+
+void engine::impl::spawn_internal(asio::awaitable<void> op, const char* what) {
+  ++internal_coroutines;
+  asio::co_spawn(ex, std::move(op), [self = shared_from_this(), what](std::exception_ptr e) {
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        if (!self->stopping) self->log->error("{}: {}", what, x.what());
+      }
+    }
+    if (--self->internal_coroutines == 0) self->idle.notify();
+  });
+}
+
+void engine::impl::start_job(std::shared_ptr<job_rec> j) {
+  ++internal_coroutines;
+  auto& slot_owner = j->stop;
+  asio::co_spawn(ex, run_job(j),
+                 asio::bind_cancellation_slot(
+                     slot_owner.slot(), [self = shared_from_this(), j](std::exception_ptr e) {
+                       if (e && !self->stopping) {
+                         std::string why;
+                         try {
+                           std::rethrow_exception(e);
+                         } catch (const std::exception& x) {
+                           why = x.what();
+                         } catch (...) {
+                           why = "unknown error";
+                         }
+                         self->log->error("job {}: {}", j->row.name, why);
+                         self->fail_unfinished(*j, why);
+                       }
+                       if (--self->internal_coroutines == 0) self->idle.notify();
+                     }));
+}
+
+// The engine could not supervise a job any more: whatever still runs of it is
+// stopped, and the job is recorded as Failed rather than left Running.
+void engine::impl::fail_unfinished(job_rec& j, const std::string& why) {
+  for (auto& s : j.steps) {
+    if (is_terminal(s.row.status)) continue;
+    s.proc.signal_group(SIGKILL);
+    if (s.row.status == job_status::created)
+      apply(j, s, {event_kind::start_failed}, "engine error: " + why, "engine error: " + why);
+    else
+      apply(j, s, {event_kind::lost}, "engine error: " + why, "lost: " + why);
+  }
+}
+
+asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
+  for (std::size_t i = 0; i < j->steps.size(); ++i) co_await run_step(j, i);
+}
+
+asio::awaitable<void> engine::impl::run_step(std::shared_ptr<job_rec> j, std::size_t index) {
+  step_rec& s = j->steps[index];
+  if (j->cancel_requested) {
+    apply(*j, s, {event_kind::cancelled}, "cancelled before it started", "cancelled");
+    co_return;
+  }
+  process::spawn_spec spec;
+  spec.executable = j->executable;
+  spec.argv = j->trainer.command;
+  spec.env = process::merge_environment(environ, j->trainer.env);
+  spec.cwd = j->work_dir.string();
+  error_code ec;
+  auto child = process::child::spawn(ex, spec, ec);
+  if (ec) {
+    apply(*j, s, {event_kind::start_failed},
+          "cannot start " + quote(spec.executable) + ": " + ec.message(),
+          "start failed: " + ec.message());
+    co_return;
+  }
+  s.proc = std::move(child);
+  s.row.pid = s.proc.pid();
+  s.row.pid_start = s.proc.start_time();
+  s.drain_timer.emplace(ex);
+  apply(*j, s, {event_kind::started},
+        "process " + std::to_string(s.row.pid) + " started: " + join_argv(spec.argv), {});
+
+  using namespace asio::experimental::awaitable_operators;
+  process::exit_status st = co_await (wait_exit(*j, s) && pump_output(*j, s));
+  s.proc = process::child();  // the pidfd and pipe go now: two descriptors per running job
+
+  bool cancelled = j->cancel_requested || db->has_event(j->row.name, "CancelRequested");
+  if (cancelled)
+    apply(*j, s, {event_kind::cancelled}, "cancelled; the process ended: " + describe(st),
+          "cancelled");
+  else
+    apply(*j, s, {event_kind::exited, st.code},
+          "process " + std::to_string(s.row.pid) + " ended: " + describe(st), describe(st));
+}
+
+asio::awaitable<process::exit_status> engine::impl::wait_exit(job_rec& j, step_rec& s) {
+  auto st = co_await s.proc.wait();
+  // The step ends with its main process, as a container does: whatever it
+  // left behind in its process group goes with it.
+  s.proc.signal_group(SIGKILL);
+  if (!s.output_done) {
+    s.drain_timer->expires_after(cfg.drain_timeout);
+    error_code ec;
+    co_await s.drain_timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (!s.output_done) {
+      log->warn("job {} step {}: output still open {} ms after the process ended; closing it",
+                j.row.name, s.row.name, cfg.drain_timeout.count());
+      s.proc.close_output();
+    }
+  }
+  co_return st;
+}
+
+asio::awaitable<void> engine::impl::pump_output(job_rec& j, step_rec& s) {
+  bool write_failed = false;
+  while (s.proc.has_output()) {
+    error_code ec = co_await s.proc.wait_output();
+    if (ec) break;
+    bool eof = false;
+    std::size_t total = 0;
+    int fd = -1;
+    // At most 16 reads per wake-up, so one flooding job cannot starve the rest.
+    for (int i = 0; i < 16; ++i) {
+      std::size_t n = s.proc.read_output(read_buf, ec);
+      if (ec == asio::error::would_block) break;
+      if (ec || n == 0) {
+        eof = true;
+        break;
+      }
+      if (fd < 0)
+        fd = ::open(s.log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+      std::string_view data(read_buf.data(), n);
+      while (fd >= 0 && !data.empty()) {
+        ssize_t w = ::write(fd, data.data(), data.size());
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) break;
+        data.remove_prefix(static_cast<std::size_t>(w));
+      }
+      if ((fd < 0 || !data.empty()) && !write_failed) {
+        write_failed = true;
+        log->error("job {} step {}: cannot write {}: {}", j.row.name, s.row.name,
+                   s.log_path.string(), std::strerror(errno));
+      }
+      total += n;
+    }
+    if (fd >= 0) ::close(fd);
+    if (total) j.watchers.notify_all();
+    if (eof) {
+      s.proc.close_output();
+      break;
+    }
+  }
+  s.output_done = true;
+  if (s.drain_timer) s.drain_timer->cancel();
+}
+
+asio::awaitable<void> engine::impl::escalate(std::shared_ptr<job_rec> j) {
+  for (auto& s : j->steps)
+    if (s.row.status == job_status::running) s.proc.signal_group(SIGTERM);
+  detail::wake_signal w(ex);
+  detail::wake_registration reg(j->watchers, &w);
+  auto deadline = steady::now() + cfg.grace_period;
+  while (!stopping && !is_terminal(j->row.status) && steady::now() < deadline)
+    co_await w.wait_until(deadline);
+  if (stopping || is_terminal(j->row.status)) co_return;
+  for (auto& s : j->steps) {
+    if (s.row.status != job_status::running) continue;
+    log->info("job {} step {}: still running {} ms after SIGTERM; sending SIGKILL", j->row.name,
+              s.row.name, cfg.grace_period.count());
+    s.proc.signal_group(SIGKILL);
+  }
+}
+
+asio::awaitable<void> engine::impl::cancel_owned(std::shared_ptr<job_rec> j) {
+  if (is_terminal(j->row.status)) co_return;
+  if (!j->cancel_requested) {
+    j->cancel_requested = true;
+    queue_write([name = j->row.name, t = now_ms(),
+                 grace = cfg.grace_period.count()](detail::store& db) {
+      db.append_event(name, "", t, "CancelRequested",
+                      "cancel requested: SIGTERM to the process group, SIGKILL after " +
+                          std::to_string(grace) + " ms");
+    });
+  }
+  if (!j->escalating) {
+    j->escalating = true;
+    spawn_internal(escalate(j), "cancel");
+  }
+  detail::wake_signal w(ex);
+  detail::wake_registration reg(j->watchers, &w);
+  while (!is_terminal(j->row.status)) {
+    check_running();
+    co_await w.wait_until(steady::time_point::max());
+  }
+}
+
+asio::awaitable<void> engine::impl::cancel_foreign(const std::string& name) {
+  auto row = load_fresh(name);
+  if (!row) throw_not_found(name);
+  if (is_terminal(row->status)) co_return;
+  transact([&](detail::store& db) {
+    db.append_event(name, "", now_ms(), "CancelRequested",
+                    "cancel requested by process " + std::to_string(self_pid) +
+                        ": SIGTERM to the process group, SIGKILL after " +
+                        std::to_string(cfg.grace_period.count()) + " ms");
+  });
+  auto signal_steps = [&](const detail::job_row& r, int sig) {
+    for (const auto& s : r.steps)
+      if (s.status == job_status::running &&
+          process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start))
+        ::killpg(static_cast<pid_t>(s.pid), sig);
+  };
+  signal_steps(*row, SIGTERM);
+  foreign_watch fw(*this, *row, false);
+  auto wait_for_end = [&](steady::time_point deadline) -> asio::awaitable<bool> {
+    for (;;) {
+      check_running();
+      auto r = load_fresh(name);
+      if (!r || is_terminal(r->status)) co_return true;
+      if (!co_await fw.wait_until(deadline)) co_return false;
+    }
+  };
+  if (co_await wait_for_end(steady::now() + cfg.grace_period)) co_return;
+  if (auto r = db->load_job(name)) signal_steps(*r, SIGKILL);
+  if (!co_await wait_for_end(steady::now() + cfg.drain_timeout + std::chrono::seconds(30)))
+    fail(errc::timeout, "TrainJob " + quote(name) +
+                            " did not end after SIGKILL; its owner (pid " +
+                            std::to_string(row->owner_pid) + ") is not answering");
+}
+
+// ---------------------------------------------------------------------------
+// reconciliation
+
+void engine::impl::reconcile_all() {
+  for (const auto& row : db->load_unfinished()) reconcile_row(row);
+}
+
+// A job recorded as unfinished whose owner is gone is Failed, reason `lost`:
+// nobody saw how it ended. What is left of its processes is killed.
+bool engine::impl::reconcile_row(const detail::job_row& row) {
+  if (owner_alive(row)) return false;
+  for (const auto& s : row.steps)
+    if (!is_terminal(s.status)) kill_orphan_group(s.pid, s.pid_start);
+  return transact([&](detail::store& db) {
+    auto cur = db.load_job(row.name);
+    if (!cur || is_terminal(cur->status) || cur->owner_pid != row.owner_pid ||
+        cur->owner_start != row.owner_start)
+      return false;
+    std::vector<job_status> statuses;
+    for (auto& s : cur->steps) {
+      if (auto to = detail::next(s.status, {event_kind::lost})) {
+        std::string was(to_string(s.status));
+        s.status = *to;
+        s.reason = "lost";
+        db.update_step(cur->name, s);
+        db.append_event(cur->name, s.name, now_ms(), "Lost",
+                        "the process that supervised the job (pid " +
+                            std::to_string(cur->owner_pid) + ") ended while the step was " +
+                            was + "; nobody saw how it ended");
+      }
+      statuses.push_back(s.status);
+    }
+    db.update_job_status(cur->name, detail::aggregate(statuses), "lost");
+    return true;
+  });
+}
+
+// ---------------------------------------------------------------------------
+// foreign jobs
+
+foreign_watch::foreign_watch(engine::impl& e, const detail::job_row& row, bool logs)
+    : e_(e), name_(row.name), wake_(e.ex) {
+  store_wd_ = e_.watch.add(e_.home, &wake_);
+  if (logs) log_wd_ = e_.watch.add(e_.jobs_dir / row.name / "logs", &wake_);
+  if (row.owner_pid > 0) {
+    int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(row.owner_pid), 0));
+    if (fd >= 0) {
+      owner_.emplace(e_.ex, fd);
+      // The pid may have been reused between the check and the open.
+      if (!e_.owner_alive(row)) owner_.reset();
+    }
+  }
+}
+
+foreign_watch::~foreign_watch() {
+  e_.watch.remove(store_wd_, &wake_);
+  e_.watch.remove(log_wd_, &wake_);
+}
+
+asio::awaitable<bool> foreign_watch::wait_until(steady::time_point deadline) {
+  if (!owner_ || !owner_->is_open()) co_return co_await wake_.wait_until(deadline);
+  using namespace asio::experimental::awaitable_operators;
+  auto r = co_await (wake_.wait_until(deadline) ||
+                     owner_->async_wait(asio::posix::descriptor_base::wait_read,
+                                        asio::use_awaitable));
+  if (r.index() == 1) {
+    owner_.reset();
+    if (auto row = e_.db->load_job(name_)) e_.reconcile_row(*row);
+    co_return true;
+  }
+  co_return std::get<0>(r);
+}
+
+// ---------------------------------------------------------------------------
+// messages
+
+std::string engine::impl::failure_message(const train_job& job) {
+  std::string msg = "TrainJob " + job.name + " is Failed";
+  for (const auto& s : job.steps) {
+    if (s.status != job_status::failed) continue;
+    msg += "\n  " + s.name + ": status=Failed, exit_code=" +
+           (s.exit_code ? std::to_string(*s.exit_code) : std::string("none")) +
+           ", reason=" + s.reason;
+  }
+  msg += "\n  Last logs:";
+  for (const auto& s : job.steps) {
+    if (s.status != job_status::failed) continue;
+    auto path = jobs_dir / job.name / "logs" / (s.name + ".log");
+    detail::log_cursor cur(path, detail::tail_offset(path, cfg.failure_log_lines));
+    std::string text;
+    while (cur.read_more(text) > 0 && text.size() < (1u << 20)) {
+    }
+    std::size_t start = 0;
+    while (start < text.size()) {
+      auto nl = text.find('\n', start);
+      auto line = std::string_view(text).substr(start, nl == std::string::npos ? nl : nl - start);
+      msg += "\n    " + std::string(line.substr(0, 500));
+      if (nl == std::string::npos) break;
+      start = nl + 1;
+    }
+  }
+  return msg;
+}
+
+// ---------------------------------------------------------------------------
+// engine
+
+engine::engine(asio::any_io_executor ex, engine_config config)
+    : impl_(std::make_shared<impl>(ex, std::move(config))) {}
+
+engine::~engine() = default;
+
+asio::any_io_executor engine::get_executor() const { return impl_->ex; }
+const std::filesystem::path& engine::home() const { return impl_->home; }
+
+asio::awaitable<std::string> engine::train(train_request req) {
+  auto& e = *impl_;
+  e.check_running();
+  auto* ct = std::get_if<command_trainer>(&req.job_trainer);
+  const bool generated = req.name.empty();
+  std::string name = generated ? detail::generate_job_name() : req.name;
+  std::string who = "TrainJob " + quote(name);
+  if (!generated) {
+    if (auto problem = detail::name_problem(name))
+      fail(errc::invalid_name,
+           "Invalid job name " + quote(name) + ": " + *problem +
+               ". Use an RFC 1035 label: lowercase letters, digits and '-', starting with a "
+               "letter and ending with a letter or digit, at most 63 characters");
+  }
+  if (req.runtime.empty()) req.runtime = std::string(detail::default_runtime_name);
+  if (!detail::find_runtime(req.runtime))
+    fail(errc::runtime_not_found, who + ": " + detail::runtime_not_found_message(req.runtime));
+  if (req.num_nodes != 1)
+    fail(errc::invalid_argument, who + ": num_nodes=" + std::to_string(req.num_nodes) +
+                                     " is not supported by the local backend, which runs one "
+                                     "node; use num_nodes=1");
+  if (!ct) fail(errc::invalid_argument, who + ": the local backend runs command trainers only");
+  if (ct->command.empty())
+    fail(errc::invalid_argument,
+         who + ": the trainer's command is empty; give the program to run and its arguments");
+  for (const auto& a : ct->command)
+    if (has_nul(a))
+      fail(errc::invalid_argument, who + ": a command argument holds a NUL byte, which no "
+                                         "program can receive; remove it");
+  for (const auto& [k, v] : ct->env) {
+    if (k.empty() || k.find('=') != std::string::npos || has_nul(k))
+      fail(errc::invalid_argument, who + ": env name " + quote(k) +
+                                       " is not a valid variable name; use NAME=VALUE with a "
+                                       "non-empty NAME without '='");
+    if (has_nul(v))
+      fail(errc::invalid_argument,
+           who + ": the value of env " + quote(k) + " holds a NUL byte; remove it");
+  }
+  if (!ct->working_dir.empty()) {
+    std::error_code fec;
+    auto wd = std::filesystem::absolute(ct->working_dir, fec);
+    if (fec || !std::filesystem::is_directory(wd, fec))
+      fail(errc::invalid_argument,
+           who + ": working_dir " + quote(ct->working_dir) +
+               " is not a directory; create it, or leave working_dir empty to use the job's "
+               "own work dir");
+    ct->working_dir = wd.string();
+  }
+  std::string path_env;
+  if (auto it = ct->env.find("PATH"); it != ct->env.end())
+    path_env = it->second;
+  else if (const char* p = std::getenv("PATH"))
+    path_env = p;
+  auto exe = process::find_executable(ct->command.front(),
+                                      path_env, ct->working_dir.empty() ? "." : ct->working_dir);
+  if (!exe) {
+    const auto& prog = ct->command.front();
+    if (prog.find('/') != std::string::npos)
+      fail(errc::executable_not_found,
+           who + ": " + quote(prog) +
+               " is not an executable file; check the path (relative paths start from the "
+               "working dir) and its execute permission");
+    fail(errc::executable_not_found, who + ": cannot find executable " + quote(prog) +
+                                         " on PATH (" + printable(path_env, 300) +
+                                         "); give its full path or fix PATH");
+  }
+
+  auto j = std::make_shared<job_rec>();
+  j->trainer = *ct;
+  j->executable = *exe;
+  for (;;) {
+    j->row = {};
+    j->row.name = name;
+    j->row.runtime = req.runtime;
+    j->row.num_nodes = 1;
+    j->row.created_ms = now_ms();
+    j->row.spec = spec_json(*ct, *exe);
+    j->row.status = job_status::created;
+    j->row.owner_pid = e.self_pid;
+    j->row.owner_start = e.self_start;
+    j->row.steps = {detail::step_row{"node-0"}};
+    bool inserted = e.transact([&](detail::store& db) {
+      if (!db.insert_job(j->row)) return false;
+      db.append_event(name, "", j->row.created_ms, "Created",
+                      "created by process " + std::to_string(e.self_pid) + ": " +
+                          join_argv(ct->command));
+      return true;
+    });
+    if (inserted) break;
+    if (!generated)
+      fail(errc::duplicate_name, "TrainJob " + quote(name) +
+                                     " already exists; choose another name, or delete it first "
+                                     "(tjob delete " + name + ")");
+    name = detail::generate_job_name();
+  }
+  j->dir = e.jobs_dir / name;
+  try {
+    make_private_dirs(j->dir / "logs");
+    if (ct->working_dir.empty()) make_private_dirs(j->dir / "work");
+  } catch (const std::system_error& x) {
+    e.transact([&](detail::store& db) { db.delete_job(name); });
+    fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + x.what() +
+                                      "; check that " + e.jobs_dir.string() + " is writable");
+  }
+  j->work_dir = ct->working_dir.empty() ? j->dir / "work" : std::filesystem::path(ct->working_dir);
+  for (auto& s : j->row.steps) {
+    step_rec sr;
+    sr.row = s;
+    sr.log_path = j->dir / "logs" / (s.name + ".log");
+    j->steps.push_back(std::move(sr));
+  }
+  j->row.steps.clear();
+  e.jobs.emplace(name, j);
+  e.start_job(j);
+  co_return name;
+}
+
+asio::awaitable<train_job> engine::get_job(std::string name) {
+  auto& e = *impl_;
+  if (auto j = e.owned(name)) co_return e.snapshot(*j);
+  auto row = e.load_fresh(name);
+  if (!row) e.throw_not_found(name);
+  co_return to_job(*row);
+}
+
+asio::awaitable<std::vector<train_job>> engine::list_jobs(std::optional<std::string> runtime) {
+  auto& e = *impl_;
+  std::vector<train_job> out;
+  for (auto& row : e.db->load_jobs()) {
+    if (runtime && row.runtime != *runtime) continue;
+    if (auto j = e.owned(row.name)) {
+      out.push_back(e.snapshot(*j));
+      continue;
+    }
+    if (!is_terminal(row.status) && !e.owner_alive(row) && e.reconcile_row(row))
+      if (auto fresh = e.db->load_job(row.name)) row = std::move(*fresh);
+    out.push_back(to_job(row));
+  }
+  co_return out;
+}
+
+asio::awaitable<train_job> engine::wait_for_job_status(std::string name,
+                                                       std::set<job_status> statuses,
+                                                       std::chrono::milliseconds timeout) {
+  auto& e = *impl_;
+  if (timeout <= std::chrono::milliseconds::zero())
+    fail(errc::invalid_argument,
+         "Timeout must be a positive number, got timeout=" + std::to_string(timeout.count()) +
+             "ms (waiting for TrainJob " + quote(name) + ")");
+  if (statuses.empty())
+    fail(errc::invalid_argument, "waiting for TrainJob " + quote(name) +
+                                     ": the set of statuses to wait for is empty; give at "
+                                     "least one of Created, Running, Complete, Failed");
+  auto deadline = steady::now() + timeout;
+  auto settle = [&](const train_job& job) -> bool {
+    if (statuses.count(job.status)) return true;
+    if (job.status == job_status::failed) fail(errc::job_failed, e.failure_message(job));
+    if (is_terminal(job.status)) {
+      std::string wanted;
+      for (auto s : statuses) wanted += (wanted.empty() ? "" : ", ") + std::string(to_string(s));
+      fail(errc::unreachable_status, "TrainJob " + job.name + " is " +
+                                         std::string(to_string(job.status)) +
+                                         " and will not reach status: " + wanted);
+    }
+    return false;
+  };
+  auto timed_out = [&] {
+    std::string wanted;
+    for (auto s : statuses) wanted += (wanted.empty() ? "" : ", ") + std::string(to_string(s));
+    fail(errc::timeout, "Timeout waiting for TrainJob " + name + " to reach status: " + wanted);
+  };
+
+  if (auto j = e.owned(name)) {
+    detail::wake_signal w(e.ex);
+    detail::wake_registration reg(j->watchers, &w);
+    for (;;) {
+      if (j->removed) e.throw_not_found(name);
+      auto job = e.snapshot(*j);
+      if (settle(job)) co_return job;
+      e.check_running();
+      if (!co_await w.wait_until(deadline) && steady::now() >= deadline) timed_out();
+    }
+  }
+  auto row = e.load_fresh(name);
+  if (!row) e.throw_not_found(name);
+  foreign_watch fw(e, *row, false);
+  for (;;) {
+    auto job = to_job(*row);
+    if (settle(job)) co_return job;
+    e.check_running();
+    if (!co_await fw.wait_until(deadline) && steady::now() >= deadline) timed_out();
+    row = e.load_fresh(name);
+    if (!row) e.throw_not_found(name);
+  }
+}
+
+asio::awaitable<void> engine::cancel_job(std::string name) {
+  auto& e = *impl_;
+  e.check_running();
+  if (auto j = e.owned(name)) {
+    co_await e.cancel_owned(j);
+    co_return;
+  }
+  co_await e.cancel_foreign(name);
+}
+
+asio::awaitable<void> engine::delete_job(std::string name) {
+  auto& e = *impl_;
+  e.check_running();
+  auto self = impl_;
+  if (auto j = e.owned(name)) {
+    co_await e.cancel_owned(j);
+  } else {
+    auto row = e.load_fresh(name);
+    if (!row) e.throw_not_found(name);
+    if (!is_terminal(row->status)) co_await e.cancel_foreign(name);
+  }
+  // The job's last writes must land before its rows go.
+  e.transact([&](detail::store& db) { db.delete_job(name); });
+  if (auto j = e.owned(name)) {
+    j->removed = true;
+    e.jobs.erase(name);
+    j->watchers.notify_all();
+  }
+  auto dir = e.jobs_dir / name;
+  co_await asio::post(e.pool, asio::use_awaitable);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  co_await asio::post(self->ex, asio::use_awaitable);
+  if (ec) e.log->warn("job {}: could not remove {}: {}", name, dir.string(), ec.message());
+}
+
+asio::awaitable<std::vector<event>> engine::get_job_events(std::string name) {
+  auto& e = *impl_;
+  e.flush();
+  if (!e.owned(name) && !e.load_fresh(name)) e.throw_not_found(name);
+  std::vector<event> out;
+  for (auto& r : e.db->load_events(name))
+    out.push_back(event{r.seq, from_ms(r.time_ms), r.step, r.reason, r.message});
+  co_return out;
+}
+
+asio::awaitable<std::vector<runtime>> engine::list_runtimes() {
+  co_return detail::builtin_runtimes();
+}
+
+asio::awaitable<runtime> engine::get_runtime(std::string name) {
+  auto r = detail::find_runtime(name);
+  if (!r) fail(errc::runtime_not_found, detail::runtime_not_found_message(name));
+  co_return *r;
+}
+
+asio::awaitable<void> engine::shutdown() {
+  auto self = impl_;
+  auto& e = *impl_;
+  if (!e.stopping) {
+    e.stopping = true;
+    for (auto& [name, j] : e.jobs) {
+      j->stop.emit(asio::cancellation_type::terminal);
+      j->watchers.notify_all();
+    }
+    e.watch.close();
+  }
+  while (e.internal_coroutines > 0) co_await e.idle.wait_until(steady::time_point::max());
+  e.flush();
+  e.pool.join();
+}
+
+}  // namespace tjob
+
+// ---------------------------------------------------------------------------
+// logs
+
+namespace tjob {
+
+struct log_stream::impl {
+  std::shared_ptr<engine::impl> e;
+  std::string job, step;
+  bool follow = false;
+  std::shared_ptr<job_rec> owned;  // null when another process runs the job
+  detail::log_cursor cursor;
+  std::string buf;
+  bool ending = false;
+  std::unique_ptr<foreign_watch> foreign;
+  std::unique_ptr<detail::wake_signal> wake;
+  std::unique_ptr<detail::wake_registration> reg;
+
+  static constexpr std::size_t max_line = 1 << 20;  // longer lines come in pieces
+
+  impl(std::shared_ptr<engine::impl> eng, std::string j, std::string s, bool f,
+       std::filesystem::path path, std::uint64_t offset)
+      : e(std::move(eng)), job(std::move(j)), step(std::move(s)), follow(f),
+        cursor(std::move(path), offset) {}
+
+  // Whether the step has ended (or the job is gone): after that, what the file
+  // holds is all there will be, because output is written before the status.
+  bool step_ended() {
+    if (owned) {
+      if (owned->removed) return true;
+      for (const auto& s : owned->steps)
+        if (s.row.name == step) return is_terminal(s.row.status);
+      return true;
+    }
+    auto row = e->load_fresh(job);
+    if (!row) return true;
+    for (const auto& s : row->steps)
+      if (s.name == step) return is_terminal(s.status);
+    return true;
+  }
+
+  asio::awaitable<void> wait_for_more() {
+    if (owned) {
+      if (!wake) {
+        wake = std::make_unique<detail::wake_signal>(e->ex);
+        reg = std::make_unique<detail::wake_registration>(owned->watchers, wake.get());
+      }
+      co_await wake->wait_until(steady::time_point::max());
+      co_return;
+    }
+    if (!foreign) {
+      auto row = e->db->load_job(job);
+      if (!row) co_return;
+      foreign = std::make_unique<foreign_watch>(*e, *row, true);
+      co_return;  // re-check once the watch is in place: nothing can slip between
+    }
+    co_await foreign->wait_until(steady::time_point::max());
+  }
+
+  // Cuts what `buf` holds: one line (`whole_lines` false) or every complete
+  // line; nullopt when no complete line is there.
+  std::optional<std::string> take(bool whole_lines) {
+    auto nl = whole_lines ? buf.rfind('\n') : buf.find('\n');
+    if (nl == std::string::npos) return std::nullopt;
+    std::string out = buf.substr(0, nl + 1);
+    buf.erase(0, nl + 1);
+    return out;
+  }
+
+  asio::awaitable<std::optional<std::string>> next(bool whole_lines = false) {
+    for (;;) {
+      if (auto out = take(whole_lines)) co_return out;
+      if (buf.size() >= max_line) {
+        std::string piece = std::move(buf);
+        buf.clear();
+        co_return piece;
+      }
+      if (cursor.read_more(buf) > 0) continue;
+      if (ending || !follow) {
+        if (buf.empty()) co_return std::nullopt;
+        std::string rest = std::move(buf);
+        buf.clear();
+        co_return rest;
+      }
+      if (step_ended()) {
+        ending = true;  // one more read takes whatever was written before the end
+        continue;
+      }
+      if (e->stopping) fail(errc::shut_down, "the engine is shutting down");
+      co_await wait_for_more();
+    }
+  }
+};
+
+log_stream::log_stream() = default;
+log_stream::log_stream(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+log_stream::log_stream(log_stream&&) noexcept = default;
+log_stream& log_stream::operator=(log_stream&&) noexcept = default;
+log_stream::~log_stream() = default;
+
+asio::awaitable<std::optional<std::string>> log_stream::next() {
+  if (!impl_) co_return std::nullopt;
+  co_return co_await impl_->next(false);
+}
+asio::awaitable<std::optional<std::string>> log_stream::read_some() {
+  if (!impl_) co_return std::nullopt;
+  co_return co_await impl_->next(true);
+}
+
+asio::awaitable<log_stream> engine::get_job_logs(std::string name, log_options options) {
+  auto& e = *impl_;
+  std::vector<std::string> steps;
+  auto j = e.owned(name);
+  if (j) {
+    for (const auto& s : j->steps) steps.push_back(s.row.name);
+  } else {
+    auto row = e.load_fresh(name);
+    if (!row) e.throw_not_found(name);
+    for (const auto& s : row->steps) steps.push_back(s.name);
+  }
+  if (std::find(steps.begin(), steps.end(), options.step) == steps.end()) {
+    std::string known;
+    for (const auto& s : steps) known += (known.empty() ? "" : ", ") + s;
+    fail(errc::step_not_found, "TrainJob " + quote(name) + " has no step " + quote(options.step) +
+                                   "; its steps are: " + known);
+  }
+  auto path = e.jobs_dir / name / "logs" / (options.step + ".log");
+  std::uint64_t offset = options.tail ? detail::tail_offset(path, *options.tail) : 0;
+  auto p = std::make_unique<log_stream::impl>(impl_, name, options.step, options.follow, path,
+                                              offset);
+  p->owned = j;
+  co_return log_stream(std::move(p));
+}
+
+}  // namespace tjob

@@ -1,0 +1,137 @@
+// Internals of tjob::engine, shared by engine.cpp and its log stream.
+#pragma once
+
+#include <tjob/engine.hpp>
+
+#include "adapters/process/process_adapter.hpp"
+#include "engine/fs_watch.hpp"
+#include "engine/job_state.hpp"
+#include "engine/store.hpp"
+#include "engine/wake.hpp"
+
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <array>
+#include <functional>
+#include <map>
+
+namespace tjob {
+
+struct step_rec {
+  detail::step_row row;
+  std::filesystem::path log_path;
+  process::child proc;
+  bool output_done = false;
+  std::optional<boost::asio::steady_timer> drain_timer;
+};
+
+/// A job this engine runs. Jobs of other processes are read from the store.
+struct job_rec {
+  detail::job_row row;  // row.steps is unused: `steps` holds them
+  std::vector<step_rec> steps;
+  command_trainer trainer;
+  std::string executable;
+  std::filesystem::path dir, work_dir;
+  detail::wake_list watchers;  // woken by transitions (after commit) and new log bytes
+  boost::asio::cancellation_signal stop;  // ends the job's coroutine on shutdown
+  bool cancel_requested = false;
+  bool escalating = false;
+  bool removed = false;
+};
+
+struct engine::impl : std::enable_shared_from_this<engine::impl> {
+  impl(boost::asio::any_io_executor ex, engine_config cfg);
+
+  boost::asio::any_io_executor ex;
+  engine_config cfg;
+  std::shared_ptr<spdlog::logger> log;
+  std::filesystem::path home, jobs_dir;
+  std::unique_ptr<detail::store> db;
+  detail::fs_watch watch;
+  std::map<std::string, std::shared_ptr<job_rec>, std::less<>> jobs;
+  std::vector<std::function<void(detail::store&)>> pending;
+  std::vector<std::function<void()>> after_commit;
+  bool flush_posted = false;
+  bool stopping = false;
+  std::size_t internal_coroutines = 0;
+  detail::wake_signal idle;
+  std::array<char, 1 << 16> read_buf{};
+  boost::asio::thread_pool pool{1};
+  pid_t self_pid = 0;
+  std::uint64_t self_start = 0;
+
+  // store
+  void queue_write(std::function<void(detail::store&)> w, std::function<void()> after = {});
+  void flush();
+  template <class F>
+  auto transact(F&& f) {
+    flush();
+    db->begin();
+    try {
+      if constexpr (std::is_void_v<decltype(f(*db))>) {
+        f(*db);
+        db->commit();
+      } else {
+        auto r = f(*db);
+        db->commit();
+        return r;
+      }
+    } catch (...) {
+      db->rollback();
+      throw;
+    }
+  }
+
+  // jobs
+  std::shared_ptr<job_rec> owned(std::string_view name) const;
+  std::optional<detail::job_row> load_fresh(const std::string& name);
+  train_job snapshot(const job_rec& j) const;
+  bool apply(job_rec& j, step_rec& s, detail::job_event ev, std::string message, std::string reason);
+  void start_job(std::shared_ptr<job_rec> j);
+  void spawn_internal(boost::asio::awaitable<void> op, const char* what);
+  boost::asio::awaitable<void> run_job(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<void> run_step(std::shared_ptr<job_rec> j, std::size_t index);
+  boost::asio::awaitable<process::exit_status> wait_exit(job_rec& j, step_rec& s);
+  boost::asio::awaitable<void> pump_output(job_rec& j, step_rec& s);
+  boost::asio::awaitable<void> escalate(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<void> cancel_foreign(const std::string& name);
+  void fail_unfinished(job_rec& j, const std::string& why);
+
+  // reconciliation with what really runs
+  void reconcile_all();
+  bool reconcile_row(const detail::job_row& row);
+  bool owner_alive(const detail::job_row& row) const;
+
+  // messages
+  std::string failure_message(const train_job& job);
+  [[noreturn]] void throw_not_found(const std::string& name) const;
+  void check_running() const;
+};
+
+/// Waits on another process's job: store commits and log appends (inotify) and
+/// the owner's death (pidfd), each a wake-up; never a poll.
+class foreign_watch {
+ public:
+  foreign_watch(engine::impl& e, const detail::job_row& row, bool logs);
+  foreign_watch(const foreign_watch&) = delete;
+  foreign_watch& operator=(const foreign_watch&) = delete;
+  ~foreign_watch();
+  /// False when `deadline` passed with nothing new.
+  boost::asio::awaitable<bool> wait_until(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  engine::impl& e_;
+  std::string name_;
+  detail::wake_signal wake_;
+  int store_wd_ = -1, log_wd_ = -1;
+  std::optional<boost::asio::posix::stream_descriptor> owner_;
+};
+
+train_job to_job(const detail::job_row& row);
+std::int64_t now_ms();
+
+}  // namespace tjob

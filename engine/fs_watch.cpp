@@ -1,0 +1,113 @@
+#include "engine/fs_watch.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+namespace tjob::detail {
+
+namespace asio = boost::asio;
+
+struct fs_watch::impl : std::enable_shared_from_this<impl> {
+  impl(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> l)
+      : executor(ex), descriptor(ex), log(std::move(l)) {}
+
+  asio::any_io_executor executor;
+  asio::posix::stream_descriptor descriptor;
+  std::shared_ptr<spdlog::logger> log;
+  std::map<int, wake_list> subscribers;  // by watch descriptor
+  bool reading = false;
+  bool closed = false;
+
+  bool ensure_open() {
+    if (descriptor.is_open()) return true;
+    if (closed) return false;
+    int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) {
+      log->warn("inotify_init1 failed: {}", std::strerror(errno));
+      return false;
+    }
+    descriptor.assign(fd);
+    return true;
+  }
+
+  void start_reading() {
+    if (reading) return;
+    reading = true;
+    asio::co_spawn(executor, read_loop(shared_from_this()), [](std::exception_ptr e) {
+      if (e) std::rethrow_exception(e);  // read_loop catches everything itself
+    });
+  }
+
+  static asio::awaitable<void> read_loop(std::shared_ptr<impl> self) {
+    alignas(inotify_event) char buf[8192];
+    try {
+      while (self->descriptor.is_open()) {
+        boost::system::error_code ec;
+        co_await self->descriptor.async_wait(asio::posix::descriptor_base::wait_read,
+                                             asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) break;
+        for (;;) {
+          ssize_t n = ::read(self->descriptor.native_handle(), buf, sizeof buf);
+          if (n <= 0) break;
+          for (char* p = buf; p < buf + n;) {
+            auto* ev = reinterpret_cast<inotify_event*>(p);
+            if (ev->mask & IN_Q_OVERFLOW) {
+              for (auto& [wd, list] : self->subscribers) list.notify_all();
+            } else if (auto it = self->subscribers.find(ev->wd); it != self->subscribers.end()) {
+              it->second.notify_all();
+            }
+            p += sizeof(inotify_event) + ev->len;
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      self->log->error("inotify reader stopped: {}", e.what());
+    }
+    self->reading = false;
+    for (auto& [wd, list] : self->subscribers) list.notify_all();
+  }
+};
+
+fs_watch::fs_watch(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log)
+    : impl_(std::make_shared<impl>(ex, std::move(log))) {}
+
+fs_watch::~fs_watch() { close(); }
+
+int fs_watch::add(const std::filesystem::path& dir, wake_signal* w) {
+  if (!impl_->ensure_open()) return -1;
+  int wd = ::inotify_add_watch(impl_->descriptor.native_handle(), dir.c_str(),
+                               IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF |
+                                   IN_CLOSE_WRITE);
+  if (wd < 0) return -1;
+  impl_->subscribers[wd].add(w);
+  impl_->start_reading();
+  return wd;
+}
+
+void fs_watch::remove(int wd, wake_signal* w) {
+  if (wd < 0) return;
+  auto it = impl_->subscribers.find(wd);
+  if (it == impl_->subscribers.end()) return;
+  it->second.remove(w);
+  // The kernel returns the same wd for the same directory, so the watch stays
+  // while anybody listens and goes with the last subscriber.
+  if (it->second.empty()) {
+    impl_->subscribers.erase(it);
+    if (impl_->descriptor.is_open()) ::inotify_rm_watch(impl_->descriptor.native_handle(), wd);
+  }
+}
+
+void fs_watch::close() {
+  impl_->closed = true;
+  boost::system::error_code ignored;
+  impl_->descriptor.close(ignored);
+  for (auto& [wd, list] : impl_->subscribers) list.notify_all();
+}
+
+}  // namespace tjob::detail

@@ -1,0 +1,39 @@
+// Watches directories with inotify and wakes subscribers when a file in them
+// is written or created: how an engine follows jobs that another process owns
+// (their store commits and log appends) without polling. One descriptor per
+// engine, opened on first use.
+#pragma once
+
+#include "engine/wake.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+
+namespace spdlog {
+class logger;
+}
+
+namespace tjob::detail {
+
+class fs_watch {
+ public:
+  fs_watch(boost::asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log);
+  ~fs_watch();
+
+  /// Wakes `w` on changes in `dir` until `remove` is called with the result.
+  /// Returns -1 when the directory cannot be watched (the caller still has its
+  /// timeout).
+  int add(const std::filesystem::path& dir, wake_signal* w);
+  void remove(int wd, wake_signal* w);
+  /// Stops reading; pending subscribers are woken.
+  void close();
+
+ private:
+  struct impl;
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace tjob::detail

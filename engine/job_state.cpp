@@ -1,0 +1,61 @@
+#include "engine/job_state.hpp"
+
+namespace tjob::detail {
+
+std::optional<job_status> next(job_status from, const job_event& ev) noexcept {
+  switch (from) {
+    case job_status::created:
+      switch (ev.kind) {
+        case event_kind::started: return job_status::running;
+        case event_kind::start_failed:
+        case event_kind::cancelled:
+        case event_kind::lost: return job_status::failed;
+        case event_kind::exited: return std::nullopt;  // never started
+      }
+      break;
+    case job_status::running:
+      switch (ev.kind) {
+        case event_kind::exited:
+          return ev.exit_code == 0 ? job_status::complete : job_status::failed;
+        case event_kind::cancelled:
+        case event_kind::lost: return job_status::failed;
+        case event_kind::started:
+        case event_kind::start_failed: return std::nullopt;  // already started
+      }
+      break;
+    case job_status::complete:
+    case job_status::failed: return std::nullopt;  // terminal statuses are final
+  }
+  return std::nullopt;
+}
+
+std::string_view event_reason(event_kind k) noexcept {
+  switch (k) {
+    case event_kind::started: return "Started";
+    case event_kind::exited: return "Exited";
+    case event_kind::start_failed: return "StartFailed";
+    case event_kind::cancelled: return "Cancelled";
+    case event_kind::lost: return "Lost";
+  }
+  return "Unknown";
+}
+
+std::optional<event_kind> parse_event_reason(std::string_view s) noexcept {
+  for (auto k : all_event_kinds)
+    if (event_reason(k) == s) return k;
+  return std::nullopt;
+}
+
+job_status aggregate(std::span<const job_status> steps) noexcept {
+  bool running = false, created = steps.empty();
+  for (auto s : steps) {
+    if (s == job_status::failed) return job_status::failed;
+    if (s == job_status::running) running = true;
+    if (s == job_status::created) created = true;
+  }
+  if (running) return job_status::running;
+  if (created) return job_status::created;
+  return job_status::complete;
+}
+
+}  // namespace tjob::detail

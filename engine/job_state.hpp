@@ -1,0 +1,47 @@
+// The job state machine: four statuses, the events that move them, and one
+// pure, total transition function. No I/O, no clocks, no logging here; the
+// engine does the side effects and records each accepted event in the log.
+#pragma once
+
+#include <tjob/status.hpp>
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace tjob::detail {
+
+enum class event_kind : std::uint8_t {
+  started,       ///< the process is running
+  exited,        ///< the process ended with `exit_code`
+  start_failed,  ///< the process could not be started
+  cancelled,     ///< the user cancelled (or deleted) the job
+  lost,          ///< the owning engine died; nobody saw the end
+};
+
+inline constexpr event_kind all_event_kinds[] = {event_kind::started, event_kind::exited,
+                                                 event_kind::start_failed, event_kind::cancelled,
+                                                 event_kind::lost};
+inline constexpr job_status all_statuses[] = {job_status::created, job_status::running,
+                                              job_status::complete, job_status::failed};
+
+struct job_event {
+  event_kind kind;
+  int exit_code = 0;  ///< for `exited`
+};
+
+/// The status after `ev`, or nullopt when `ev` is illegal in `from` (and must
+/// not be applied). Terminal statuses accept nothing.
+std::optional<job_status> next(job_status from, const job_event& ev) noexcept;
+
+/// The event log's name for the kind: "Started", "Exited", "StartFailed", …
+std::string_view event_reason(event_kind k) noexcept;
+std::optional<event_kind> parse_event_reason(std::string_view s) noexcept;
+
+/// A job's status from its steps' statuses, as Kubeflow aggregates them: any
+/// Failed → Failed; else any Running → Running; else any Created (or none) →
+/// Created; else Complete.
+job_status aggregate(std::span<const job_status> steps) noexcept;
+
+}  // namespace tjob::detail

@@ -1,0 +1,370 @@
+#include "engine/store.hpp"
+
+#include <tjob/error.hpp>
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <system_error>
+
+namespace tjob::detail {
+namespace {
+
+constexpr int application_id = 0x746a6f62;  // "tjob"
+constexpr int schema_version = 1;
+
+constexpr const char* schema_sql = R"sql(
+CREATE TABLE jobs(
+  name        TEXT PRIMARY KEY,
+  runtime     TEXT NOT NULL,
+  num_nodes   INTEGER NOT NULL,
+  created_ms  INTEGER NOT NULL,
+  spec        TEXT NOT NULL,
+  status      TEXT NOT NULL,
+  reason      TEXT NOT NULL DEFAULT '',
+  owner_pid   INTEGER NOT NULL,
+  owner_start INTEGER NOT NULL
+);
+CREATE TABLE steps(
+  job       TEXT NOT NULL REFERENCES jobs(name) ON DELETE CASCADE,
+  name      TEXT NOT NULL,
+  status    TEXT NOT NULL,
+  exit_code INTEGER,
+  reason    TEXT NOT NULL DEFAULT '',
+  pid       INTEGER NOT NULL DEFAULT 0,
+  pid_start INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY(job, name)
+);
+CREATE TABLE events(
+  seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+  job     TEXT NOT NULL REFERENCES jobs(name) ON DELETE CASCADE,
+  step    TEXT NOT NULL,
+  time_ms INTEGER NOT NULL,
+  reason  TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX events_by_job ON events(job, seq);
+CREATE INDEX jobs_by_status ON jobs(status);
+)sql";
+
+errc classify(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return errc::store_locked;
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+    case SQLITE_SCHEMA: return errc::store_corrupt;
+    default: return errc::store_unavailable;
+  }
+}
+
+std::string fix_for(errc e, const std::filesystem::path& p) {
+  switch (e) {
+    case errc::store_locked:
+      return "another process holds the lock on " + p.string() +
+             "; wait for it or stop it, then try again";
+    case errc::store_corrupt:
+      return "move " + p.string() + " aside (nothing in it was changed) or point TJOB_HOME elsewhere";
+    default:
+      return "check that " + p.parent_path().string() +
+             " is a writable directory, or set TJOB_HOME to one";
+  }
+}
+
+job_status status_of(const unsigned char* text) {
+  if (!text) return job_status::failed;
+  return parse_job_status(reinterpret_cast<const char*>(text)).value_or(job_status::failed);
+}
+
+std::string text_of(sqlite3_stmt* s, int col) {
+  auto* t = sqlite3_column_text(s, col);
+  return t ? std::string(reinterpret_cast<const char*>(t),
+                         static_cast<std::size_t>(sqlite3_column_bytes(s, col)))
+           : std::string();
+}
+
+void bind_text(sqlite3_stmt* s, int i, std::string_view v) {
+  sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+}
+
+// Resets a cached statement when the scope ends, whatever happened.
+struct reset_guard {
+  sqlite3_stmt* s;
+  ~reset_guard() {
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+  }
+};
+
+}  // namespace
+
+store::store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout)
+    : path_(db_path) {
+  int rc = sqlite3_open_v2(path_.c_str(), &db_,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) fail(rc, "cannot open the store");
+  sqlite3_extended_result_codes(db_, 1);
+  sqlite3_busy_timeout(db_, static_cast<int>(busy_timeout.count()));
+
+  // Read the header first: a file that is not ours is reported, never touched.
+  sqlite3_stmt* s = nullptr;
+  rc = sqlite3_prepare_v2(db_, "PRAGMA application_id", -1, &s, nullptr);
+  if (rc != SQLITE_OK) fail(rc, "cannot read the store");
+  rc = sqlite3_step(s);
+  int app = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
+  sqlite3_finalize(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail(rc, "cannot read the store");
+
+  if (app != application_id) {
+    // A new, empty database gets the schema; anything else is not ours.
+    rc = sqlite3_prepare_v2(db_, "SELECT count(*) FROM sqlite_master", -1, &s, nullptr);
+    if (rc != SQLITE_OK) fail(rc, "cannot read the store");
+    rc = sqlite3_step(s);
+    int objects = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+    sqlite3_finalize(s);
+    if (rc != SQLITE_ROW) fail(rc, "cannot read the store");
+    if (objects != 0 || app != 0)
+      throw error(errc::store_corrupt,
+                  "store " + path_.string() + " is not a tjob store (it holds other data); " +
+                      fix_for(errc::store_corrupt, path_));
+    exec("PRAGMA journal_mode=WAL");
+    begin();
+    try {
+      exec(schema_sql);
+      exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
+      exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
+      commit();
+    } catch (...) {
+      rollback();
+      throw;
+    }
+  } else {
+    exec("PRAGMA journal_mode=WAL");
+    rc = sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &s, nullptr);
+    int version = (rc == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) ? sqlite3_column_int(s, 0) : -1;
+    sqlite3_finalize(s);
+    if (version != schema_version)
+      throw error(errc::store_corrupt, "store " + path_.string() + " has schema version " +
+                                           std::to_string(version) + ", this tjob reads version " +
+                                           std::to_string(schema_version) + "; " +
+                                           fix_for(errc::store_corrupt, path_));
+  }
+  exec("PRAGMA synchronous=NORMAL");
+  exec("PRAGMA foreign_keys=ON");
+}
+
+store::~store() {
+  for (auto& [sql, s] : cache_) sqlite3_finalize(s);
+  if (db_) sqlite3_close_v2(db_);
+}
+
+void store::fail(int rc, std::string_view what) {
+  errc e = classify(rc);
+  std::string peer = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  throw error(e, "store " + path_.string() + ": " + std::string(what) + " (" + peer + "); " +
+                     fix_for(e, path_),
+              peer);
+}
+
+void store::exec(const char* sql) {
+  char* msg = nullptr;
+  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &msg);
+  if (msg) sqlite3_free(msg);
+  if (rc != SQLITE_OK) fail(rc, "write failed");
+}
+
+sqlite3_stmt* store::prepare(std::string_view sql) {
+  for (auto& [text, s] : cache_)
+    if (text == sql) return s;
+  sqlite3_stmt* s = nullptr;
+  int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()),
+                              SQLITE_PREPARE_PERSISTENT, &s, nullptr);
+  if (rc != SQLITE_OK) fail(rc, "cannot prepare a statement");
+  cache_.emplace_back(std::string(sql), s);
+  return s;
+}
+
+void store::begin() { exec("BEGIN IMMEDIATE"); }
+void store::commit() { exec("COMMIT"); }
+void store::rollback() noexcept { sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr); }
+
+bool store::insert_job(const job_row& job) {
+  auto* s = prepare(
+      "INSERT INTO jobs(name, runtime, num_nodes, created_ms, spec, status, reason, owner_pid, "
+      "owner_start) VALUES(?,?,?,?,?,?,?,?,?)");
+  {
+    reset_guard g{s};
+    bind_text(s, 1, job.name);
+    bind_text(s, 2, job.runtime);
+    sqlite3_bind_int(s, 3, job.num_nodes);
+    sqlite3_bind_int64(s, 4, job.created_ms);
+    bind_text(s, 5, job.spec);
+    bind_text(s, 6, to_string(job.status));
+    bind_text(s, 7, job.reason);
+    sqlite3_bind_int64(s, 8, job.owner_pid);
+    sqlite3_bind_int64(s, 9, static_cast<std::int64_t>(job.owner_start));
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_CONSTRAINT_PRIMARYKEY) return false;
+    if (rc != SQLITE_DONE) fail(rc, "cannot record the job");
+  }
+  auto* st = prepare(
+      "INSERT INTO steps(job, name, status, exit_code, reason, pid, pid_start) "
+      "VALUES(?,?,?,?,?,?,?)");
+  for (const auto& step : job.steps) {
+    reset_guard g{st};
+    bind_text(st, 1, job.name);
+    bind_text(st, 2, step.name);
+    bind_text(st, 3, to_string(step.status));
+    if (step.exit_code) sqlite3_bind_int(st, 4, *step.exit_code);
+    bind_text(st, 5, step.reason);
+    sqlite3_bind_int64(st, 6, step.pid);
+    sqlite3_bind_int64(st, 7, static_cast<std::int64_t>(step.pid_start));
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE) fail(rc, "cannot record the job's steps");
+  }
+  return true;
+}
+
+void store::update_step(const std::string& job, const step_row& step) {
+  auto* s = prepare(
+      "UPDATE steps SET status=?, exit_code=?, reason=?, pid=?, pid_start=? WHERE job=? AND name=?");
+  reset_guard g{s};
+  bind_text(s, 1, to_string(step.status));
+  if (step.exit_code) sqlite3_bind_int(s, 2, *step.exit_code);
+  bind_text(s, 3, step.reason);
+  sqlite3_bind_int64(s, 4, step.pid);
+  sqlite3_bind_int64(s, 5, static_cast<std::int64_t>(step.pid_start));
+  bind_text(s, 6, job);
+  bind_text(s, 7, step.name);
+  int rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE) fail(rc, "cannot update a step");
+}
+
+void store::update_job_status(const std::string& job, job_status status,
+                              const std::string& reason) {
+  auto* s = prepare("UPDATE jobs SET status=?, reason=? WHERE name=?");
+  reset_guard g{s};
+  bind_text(s, 1, to_string(status));
+  bind_text(s, 2, reason);
+  bind_text(s, 3, job);
+  int rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE) fail(rc, "cannot update a job");
+}
+
+void store::append_event(const std::string& job, const std::string& step, std::int64_t time_ms,
+                         std::string_view reason, const std::string& message) {
+  auto* s = prepare("INSERT INTO events(job, step, time_ms, reason, message) VALUES(?,?,?,?,?)");
+  reset_guard g{s};
+  bind_text(s, 1, job);
+  bind_text(s, 2, step);
+  sqlite3_bind_int64(s, 3, time_ms);
+  bind_text(s, 4, reason);
+  bind_text(s, 5, message);
+  int rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE) fail(rc, "cannot append an event");
+}
+
+void store::delete_job(const std::string& job) {
+  auto* s = prepare("DELETE FROM jobs WHERE name=?");
+  reset_guard g{s};
+  bind_text(s, 1, job);
+  int rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE) fail(rc, "cannot delete the job");
+}
+
+void store::load_steps(job_row& job) {
+  auto* s = prepare(
+      "SELECT name, status, exit_code, reason, pid, pid_start FROM steps WHERE job=? ORDER BY "
+      "length(name), name");
+  reset_guard g{s};
+  bind_text(s, 1, job.name);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    step_row st;
+    st.name = text_of(s, 0);
+    st.status = status_of(sqlite3_column_text(s, 1));
+    if (sqlite3_column_type(s, 2) != SQLITE_NULL) st.exit_code = sqlite3_column_int(s, 2);
+    st.reason = text_of(s, 3);
+    st.pid = sqlite3_column_int64(s, 4);
+    st.pid_start = static_cast<std::uint64_t>(sqlite3_column_int64(s, 5));
+    job.steps.push_back(std::move(st));
+  }
+  if (rc != SQLITE_DONE) fail(rc, "cannot read steps");
+}
+
+std::vector<job_row> store::load_where(const char* where_sql, const std::string* arg) {
+  std::string sql =
+      "SELECT name, runtime, num_nodes, created_ms, spec, status, reason, owner_pid, owner_start "
+      "FROM jobs ";
+  sql += where_sql;
+  sql += " ORDER BY created_ms, name";
+  auto* s = prepare(sql);
+  std::vector<job_row> out;
+  {
+    reset_guard g{s};
+    if (arg) bind_text(s, 1, *arg);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+      job_row j;
+      j.name = text_of(s, 0);
+      j.runtime = text_of(s, 1);
+      j.num_nodes = sqlite3_column_int(s, 2);
+      j.created_ms = sqlite3_column_int64(s, 3);
+      j.spec = text_of(s, 4);
+      j.status = status_of(sqlite3_column_text(s, 5));
+      j.reason = text_of(s, 6);
+      j.owner_pid = sqlite3_column_int64(s, 7);
+      j.owner_start = static_cast<std::uint64_t>(sqlite3_column_int64(s, 8));
+      out.push_back(std::move(j));
+    }
+    if (rc != SQLITE_DONE) fail(rc, "cannot read jobs");
+  }
+  for (auto& j : out) load_steps(j);
+  return out;
+}
+
+std::optional<job_row> store::load_job(const std::string& name) {
+  auto rows = load_where("WHERE name=?", &name);
+  if (rows.empty()) return std::nullopt;
+  return std::move(rows.front());
+}
+
+std::vector<job_row> store::load_jobs() { return load_where("", nullptr); }
+
+std::vector<job_row> store::load_unfinished() {
+  return load_where("WHERE status IN ('Created','Running')", nullptr);
+}
+
+std::vector<event_row> store::load_events(const std::string& job) {
+  auto* s = prepare("SELECT seq, step, time_ms, reason, message FROM events WHERE job=? ORDER BY seq");
+  reset_guard g{s};
+  bind_text(s, 1, job);
+  std::vector<event_row> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    event_row e;
+    e.seq = sqlite3_column_int64(s, 0);
+    e.job = job;
+    e.step = text_of(s, 1);
+    e.time_ms = sqlite3_column_int64(s, 2);
+    e.reason = text_of(s, 3);
+    e.message = text_of(s, 4);
+    out.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) fail(rc, "cannot read events");
+  return out;
+}
+
+bool store::has_event(const std::string& job, std::string_view reason) {
+  auto* s = prepare("SELECT 1 FROM events WHERE job=? AND reason=? LIMIT 1");
+  reset_guard g{s};
+  bind_text(s, 1, job);
+  bind_text(s, 2, reason);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) return true;
+  if (rc != SQLITE_DONE) fail(rc, "cannot read events");
+  return false;
+}
+
+}  // namespace tjob::detail

@@ -1,0 +1,125 @@
+// tjob/engine.hpp — the asynchronous engine: TrainJobs as awaitable operations.
+//
+// Threading: the engine lives on one executor and owns all of its state there.
+//   Run that executor's io_context on one thread (the engine is a reactor, not
+//   a thread pool) and co_await the operations from coroutines on it.
+// Cancellation: `cancel_job` is graded: SIGTERM to the job's whole process
+//   group, SIGKILL after `grace_period`. Shutting the engine down is not
+//   cancelling its jobs: `shutdown()` stops supervising; a job still running
+//   is later found by any engine on the same $TJOB_HOME and marked Failed with
+//   reason `lost` (its process group is then killed).
+// Errors: operations throw tjob::error (see error.hpp). The constructor throws
+//   when $TJOB_HOME cannot be created or the store cannot be opened.
+// Lifetime: co_await `shutdown()` before destroying the engine, and destroy it
+//   before its io_context; every operation started must have completed.
+#pragma once
+
+#include <tjob/error.hpp>
+#include <tjob/types.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace tjob {
+
+struct engine_config {
+  /// Where the store, logs and work dirs live. Empty: $TJOB_HOME, else
+  /// ${XDG_STATE_HOME:-$HOME/.local/state}/tjob.
+  std::filesystem::path home;
+  /// Time between SIGTERM and SIGKILL when a job is cancelled or deleted.
+  std::chrono::milliseconds grace_period{10'000};
+  /// After a step's main process exits, its process group is killed; this is
+  /// how long its output pipe may stay open after that (a descendant that left
+  /// the group can hold it) before the engine stops reading.
+  std::chrono::milliseconds drain_timeout{2'000};
+  /// How long a store write waits for another process's lock.
+  std::chrono::milliseconds store_busy_timeout{5'000};
+  /// Log lines per failed step quoted in a wait_for_job_status failure.
+  std::size_t failure_log_lines = 10;
+  /// Logger for the engine's own messages; null: a quiet default.
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+/// $TJOB_HOME, else ${XDG_STATE_HOME:-$HOME/.local/state}/tjob.
+std::filesystem::path default_home();
+
+/// Reads a step's log line by line. Each line keeps its '\n' (a last line
+/// without one comes as it is), so the lines joined are the log byte for byte.
+/// With `follow`, it replays what is stored, then streams live, and ends when
+/// the step has ended and everything it wrote has been read.
+class log_stream {
+ public:
+  struct impl;
+  log_stream();  ///< an empty stream: next() ends at once
+  explicit log_stream(std::unique_ptr<impl> p);
+  log_stream(log_stream&&) noexcept;
+  log_stream& operator=(log_stream&&) noexcept;
+  ~log_stream();
+  /// The next line, or nullopt at the end.
+  boost::asio::awaitable<std::optional<std::string>> next();
+  /// Everything available now, up to about 64 KiB, ending at a line boundary
+  /// where it can (for copying a log through quickly); nullopt at the end.
+  boost::asio::awaitable<std::optional<std::string>> read_some();
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+class engine {
+ public:
+  /// An engine on `ex` (its io_context must be run by one thread).
+  engine(boost::asio::any_io_executor ex, engine_config config = {});
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+  ~engine();
+
+  boost::asio::any_io_executor get_executor() const;
+  const std::filesystem::path& home() const;
+
+  /// Validates the request, records the job (Created) and starts it; returns
+  /// its name. Bad input is rejected before anything is created.
+  boost::asio::awaitable<std::string> train(train_request request);
+  boost::asio::awaitable<train_job> get_job(std::string name);
+  /// All jobs of this $TJOB_HOME (any process's), oldest first; only those of
+  /// `runtime` when given.
+  boost::asio::awaitable<std::vector<train_job>> list_jobs(std::optional<std::string> runtime = {});
+  boost::asio::awaitable<log_stream> get_job_logs(std::string name, log_options options = {});
+  /// Waits, without polling, until the job's status is one of `statuses`.
+  /// Throws job_failed (with each failed step's exit code and last log lines)
+  /// when it fails and Failed was not asked for, unreachable_status when it
+  /// ends otherwise, timeout when `timeout` passes first.
+  boost::asio::awaitable<train_job> wait_for_job_status(
+      std::string name, std::set<job_status> statuses = {job_status::complete},
+      std::chrono::milliseconds timeout = std::chrono::seconds(600));
+  /// Cancels (graded) a job that has not ended; it ends Failed, reason
+  /// `cancelled`. A no-op for an ended job.
+  boost::asio::awaitable<void> cancel_job(std::string name);
+  /// Cancels the job if it runs, then removes it: its record, events, logs
+  /// and work dir.
+  boost::asio::awaitable<void> delete_job(std::string name);
+  boost::asio::awaitable<std::vector<event>> get_job_events(std::string name);
+  boost::asio::awaitable<std::vector<runtime>> list_runtimes();
+  boost::asio::awaitable<runtime> get_runtime(std::string name);
+
+  /// Flushes the store and stops supervising (see Cancellation above).
+  boost::asio::awaitable<void> shutdown();
+
+  struct impl;
+
+ private:
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace tjob
