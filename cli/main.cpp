@@ -250,6 +250,19 @@ int main(int argc, char** argv) {
   auto* runtimes = app.add_subcommand("runtimes", "List the training runtimes");
   runtimes->add_option("-o,--output", format, "table, json or yaml");
 
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      found = found || sub->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found) {
+      std::fprintf(stderr, "tjob: error: unknown command '%s'; the commands are: %s\n", argv[1],
+                   known.c_str());
+      return exit_usage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

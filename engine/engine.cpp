@@ -10,6 +10,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/json.hpp>
+#include <fmt/format.h>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -355,7 +356,9 @@ asio::awaitable<void> engine::impl::run_step(std::shared_ptr<job_rec> j, std::si
   process::spawn_spec spec;
   spec.executable = j->executable;
   spec.argv = j->trainer.command;
-  spec.env = process::merge_environment(environ, j->trainer.env);
+  auto env = j->trainer.env;
+  env.emplace(token_variable, job_token(j->row));
+  spec.env = process::merge_environment(environ, env);
   spec.cwd = j->work_dir.string();
   error_code ec;
   auto child = process::child::spawn(ex, spec, ec);
@@ -523,38 +526,61 @@ asio::awaitable<void> engine::impl::cancel_foreign(const std::string& name) {
 // ---------------------------------------------------------------------------
 // reconciliation
 
-void engine::impl::reconcile_all() {
-  for (const auto& row : db->load_unfinished()) reconcile_row(row);
+void engine::impl::reconcile_all() { reconcile_rows(db->load_unfinished()); }
+
+bool engine::impl::reconcile_row(const detail::job_row& row) { return reconcile_rows({row}) > 0; }
+
+std::string engine::impl::job_token(const detail::job_row& row) const {
+  return fmt::format("{:016x}-{}-{}", std::hash<std::string>{}(home.string()), row.name,
+                     row.created_ms);
 }
 
 // A job recorded as unfinished whose owner is gone is Failed, reason `lost`:
-// nobody saw how it ended. What is left of its processes is killed.
-bool engine::impl::reconcile_row(const detail::job_row& row) {
-  if (owner_alive(row)) return false;
-  for (const auto& s : row.steps)
-    if (!is_terminal(s.status)) kill_orphan_group(s.pid, s.pid_start);
-  return transact([&](detail::store& db) {
-    auto cur = db.load_job(row.name);
-    if (!cur || is_terminal(cur->status) || cur->owner_pid != row.owner_pid ||
-        cur->owner_start != row.owner_start)
-      return false;
-    std::vector<job_status> statuses;
-    for (auto& s : cur->steps) {
-      if (auto to = detail::next(s.status, {event_kind::lost})) {
-        std::string was(to_string(s.status));
-        s.status = *to;
-        s.reason = "lost";
-        db.update_step(cur->name, s);
-        db.append_event(cur->name, s.name, now_ms(), "Lost",
-                        "the process that supervised the job (pid " +
-                            std::to_string(cur->owner_pid) + ") ended while the step was " +
-                            was + "; nobody saw how it ended");
+// nobody saw how it ended. What is left of its processes is killed: the
+// process groups on record, and any process carrying the job's token in its
+// environment (that covers a child started just before its pid was committed).
+std::size_t engine::impl::reconcile_rows(const std::vector<detail::job_row>& rows) {
+  std::vector<const detail::job_row*> orphaned;
+  std::set<std::string> tokens;
+  for (const auto& row : rows) {
+    if (owner_alive(row)) continue;
+    orphaned.push_back(&row);
+    tokens.insert(std::string(token_variable) + "=" + job_token(row));
+    for (const auto& s : row.steps)
+      if (!is_terminal(s.status)) kill_orphan_group(s.pid, s.pid_start);
+  }
+  if (orphaned.empty()) return 0;
+  for (const auto& [pid, entry] : process::find_by_environment(tokens)) {
+    log->info("killing process {} left behind by a lost job ({})", pid, entry);
+    ::kill(pid, SIGKILL);
+  }
+  std::size_t marked = 0;
+  for (const auto* row : orphaned) {
+    bool done = transact([&](detail::store& db) {
+      auto cur = db.load_job(row->name);
+      if (!cur || is_terminal(cur->status) || cur->owner_pid != row->owner_pid ||
+          cur->owner_start != row->owner_start)
+        return false;
+      std::vector<job_status> statuses;
+      for (auto& s : cur->steps) {
+        if (auto to = detail::next(s.status, {event_kind::lost})) {
+          std::string was(to_string(s.status));
+          s.status = *to;
+          s.reason = "lost";
+          db.update_step(cur->name, s);
+          db.append_event(cur->name, s.name, now_ms(), "Lost",
+                          "the process that supervised the job (pid " +
+                              std::to_string(cur->owner_pid) + ") ended while the step was " +
+                              was + "; nobody saw how it ended");
+        }
+        statuses.push_back(s.status);
       }
-      statuses.push_back(s.status);
-    }
-    db.update_job_status(cur->name, detail::aggregate(statuses), "lost");
-    return true;
-  });
+      db.update_job_status(cur->name, detail::aggregate(statuses), "lost");
+      return true;
+    });
+    if (done) ++marked;
+  }
+  return marked;
 }
 
 // ---------------------------------------------------------------------------
@@ -715,7 +741,9 @@ asio::awaitable<std::string> engine::train(train_request req) {
     j->row.status = job_status::created;
     j->row.owner_pid = e.self_pid;
     j->row.owner_start = e.self_start;
-    j->row.steps = {detail::step_row{"node-0"}};
+    detail::step_row first;
+    first.name = "node-0";
+    j->row.steps = {first};
     bool inserted = e.transact([&](detail::store& db) {
       if (!db.insert_job(j->row)) return false;
       db.append_event(name, "", j->row.created_ms, "Created",

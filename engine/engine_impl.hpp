@@ -17,8 +17,13 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <set>
 
 namespace tjob {
+
+/// Set in every job process's environment: it lets a later engine find the
+/// processes of a job whose owner died before their pids were committed.
+inline constexpr const char* token_variable = "TJOB_JOB_TOKEN";
 
 struct step_rec {
   detail::step_row row;
@@ -104,6 +109,8 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   // reconciliation with what really runs
   void reconcile_all();
   bool reconcile_row(const detail::job_row& row);
+  std::size_t reconcile_rows(const std::vector<detail::job_row>& rows);
+  std::string job_token(const detail::job_row& row) const;
   bool owner_alive(const detail::job_row& row) const;
 
   // messages

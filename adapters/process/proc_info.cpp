@@ -79,4 +79,39 @@ std::size_t count_group_members(pid_t pgid) {
   return count;
 }
 
+std::vector<std::pair<pid_t, std::string>> find_by_environment(
+    const std::set<std::string>& entries) {
+  std::vector<std::pair<pid_t, std::string>> found;
+  if (entries.empty()) return found;
+  DIR* d = ::opendir("/proc");
+  if (!d) return found;
+  std::string env;
+  char buf[1 << 15];
+  while (auto* e = ::readdir(d)) {
+    auto pid = to_number<pid_t>(e->d_name);
+    if (!pid) continue;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/environ", static_cast<int>(*pid));
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    env.clear();
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) env.append(buf, static_cast<std::size_t>(n));
+    ::close(fd);
+    std::size_t start = 0;
+    while (start < env.size()) {
+      auto end = env.find('\0', start);
+      if (end == std::string::npos) end = env.size();
+      std::string entry = env.substr(start, end - start);
+      if (entries.count(entry)) {
+        found.emplace_back(*pid, std::move(entry));
+        break;
+      }
+      start = end + 1;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
 }  // namespace tjob::process

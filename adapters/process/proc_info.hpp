@@ -3,6 +3,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 #include <sys/types.h>
 
 namespace tjob::process {
@@ -15,7 +19,12 @@ std::optional<std::uint64_t> start_time(pid_t pid);
 /// True when `pid` runs and started at `start` (so it is the process we recorded).
 bool is_same_process(pid_t pid, std::uint64_t start);
 
-/// The pids of every live (non-zombie) process whose process group is `pgid`.
+/// The number of live (non-zombie) processes whose process group is `pgid`.
 std::size_t count_group_members(pid_t pgid);
+
+/// The live processes whose environment holds one of `entries` ("KEY=VALUE"),
+/// with the entry each holds. One pass over /proc, however many entries.
+std::vector<std::pair<pid_t, std::string>> find_by_environment(
+    const std::set<std::string>& entries);
 
 }  // namespace tjob::process

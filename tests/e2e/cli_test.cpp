@@ -1,0 +1,230 @@
+// The tjob command as a user runs it.
+#include "tests/support/test_support.hpp"
+
+#include <boost/json.hpp>
+#include <doctest/doctest.h>
+#include <sqlite3.h>
+
+#include <csignal>
+#include <fstream>
+
+using namespace std::chrono_literals;
+using tjob::test::helper_bin;
+using tjob::test::run;
+using tjob::test::tjob_bin;
+
+namespace {
+
+struct fixture {
+  tjob::test::temp_dir dir;
+  std::string home() const { return (dir.path() / "home").string(); }
+  std::map<std::string, std::string> env() const { return {{"TJOB_HOME", home()}}; }
+  tjob::test::result tjob(std::vector<std::string> args) const {
+    args.insert(args.begin(), tjob_bin());
+    return run(args, env());
+  }
+};
+
+bool one_line(const std::string& s) {
+  return !s.empty() && s.back() == '\n' && s.find('\n') == s.size() - 1;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "tjob run streams the job's output and exits with its outcome") {
+  auto ok = tjob({"run", "--name", "hello", "--", helper_bin(), "prefixed", "3", "hi ", "stderr", "warn\n"});
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.out == "hi 1\nhi 2\nhi 3\nwarn\n");
+  CHECK(ok.err.find("hello Complete") != std::string::npos);
+
+  auto bad = tjob({"run", "--", helper_bin(), "exit", "9"});
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.err.find("Failed") != std::string::npos);
+  CHECK(bad.err.find("exit code 9") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "arguments and env values reach the program as data and never through a shell") {
+  std::string nasty = "$(touch " + (dir.path() / "pwned").string() + "); `id` 'q' \"d\" \n;|&";
+  auto r = tjob({"run", "--env", "NASTY=" + nasty, "--", helper_bin(), "print", nasty, "env", "NASTY"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == nasty + nasty + "\n");
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "pwned"));
+}
+
+TEST_CASE_FIXTURE(fixture, "list and get and logs and events and wait and delete work on what run left") {
+  REQUIRE(tjob({"run", "--name", "one", "--", helper_bin(), "lines", "5"}).exit_code == 0);
+  REQUIRE(tjob({"run", "--name", "two", "--", helper_bin(), "exit", "2"}).exit_code == 1);
+
+  auto table = tjob({"list"});
+  CHECK(table.exit_code == 0);
+  CHECK(table.out.rfind("NAME", 0) == 0);
+  for (auto col : {"STATUS", "RUNTIME", "STEPS", "AGE"}) CHECK(table.out.find(col) != std::string::npos);
+  CHECK(table.out.find("one") != std::string::npos);
+
+  auto js = tjob({"get", "two", "-o", "json"});
+  REQUIRE(js.exit_code == 0);
+  auto o = boost::json::parse(js.out).as_object();
+  CHECK(o.at("name").as_string() == "two");
+  CHECK(o.at("status").as_string() == "Failed");
+  CHECK(o.at("runtime").as_string() == "torch-distributed");
+  CHECK(o.at("num_nodes").as_int64() == 1);
+  CHECK(o.at("creation_timestamp").as_string().size() > 10);
+  auto step = o.at("steps").as_array()[0].as_object();
+  CHECK(step.at("name").as_string() == "node-0");
+  CHECK(step.at("status").as_string() == "Failed");
+  CHECK(step.at("exit_code").as_int64() == 2);
+
+  auto yaml = tjob({"get", "one", "-o", "yaml"});
+  CHECK(yaml.exit_code == 0);
+  CHECK(yaml.out.find("status: \"Complete\"") != std::string::npos);
+  auto list_yaml = tjob({"list", "-o", "yaml"});
+  CHECK(list_yaml.out.find("jobs:") != std::string::npos);
+
+  CHECK(tjob({"logs", "one"}).out == "line 1\nline 2\nline 3\nline 4\nline 5\n");
+  CHECK(tjob({"logs", "one", "--tail", "2"}).out == "line 4\nline 5\n");
+  CHECK(tjob({"logs", "one", "-f"}).out == "line 1\nline 2\nline 3\nline 4\nline 5\n");
+
+  auto ev = tjob({"events", "one"});
+  CHECK(ev.exit_code == 0);
+  CHECK(ev.out.find("Started") != std::string::npos);
+  CHECK(ev.out.find("Exited") != std::string::npos);
+
+  CHECK(tjob({"wait", "one"}).out == "Complete\n");
+  auto w = tjob({"wait", "two", "--timeout", "5"});
+  CHECK(w.exit_code == 1);
+  CHECK(w.err.find("TrainJob two is Failed") != std::string::npos);
+  CHECK(w.err.find("exit_code=2") != std::string::npos);
+  CHECK(tjob({"wait", "two", "--status", "Complete,Failed"}).exit_code == 0);
+
+  CHECK(tjob({"delete", "one"}).exit_code == 0);
+  auto after = tjob({"get", "one"});
+  CHECK(after.exit_code == 2);
+  CHECK(after.err.find("No TrainJob with name 'one'") != std::string::npos);
+
+  auto rts = tjob({"runtimes", "-o", "json"});
+  CHECK(rts.exit_code == 0);
+  CHECK(boost::json::parse(rts.out).as_array()[0].at("name").as_string() == "torch-distributed");
+}
+
+TEST_CASE_FIXTURE(fixture, "every command has --help") {
+  CHECK(tjob({"--help"}).exit_code == 0);
+  for (std::string cmd : {"run", "train", "list", "get", "logs", "wait", "delete", "cancel", "events", "runtimes"}) {
+    auto r = tjob({cmd, "--help"});
+    CAPTURE(cmd);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("Usage") != std::string::npos);
+  }
+  CHECK(tjob({"train", "--help"}).out.find("supervising process") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "usage errors give one line that names the problem and exit 2 and change nothing") {
+  REQUIRE(tjob({"run", "--name", "kept", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  auto db_before = tjob({"get", "kept", "-o", "json"}).out;
+  struct bad_case {
+    std::vector<std::string> args;
+    std::string mention;
+  };
+  std::vector<bad_case> cases = {
+      {{"get", "ghost"}, "ghost"},
+      {{"logs", "kept", "--step", "node-9"}, "node-9"},
+      {{"logs", "kept", "--tail", "-3"}, "--tail"},
+      {{"run", "--name", "kept", "--", helper_bin()}, "already exists"},
+      {{"run", "--name", "Bad/Name", "--", helper_bin()}, "Invalid job name"},
+      {{"run", "--name", std::string(64, 'x'), "--", helper_bin()}, "63"},
+      {{"run", "--", "no-such-program-tjob-e2e"}, "no-such-program-tjob-e2e"},
+      {{"run", "--env", "NOEQUALS", "--", helper_bin()}, "NOEQUALS"},
+      {{"train", "--env", "NOEQUALS", "--", helper_bin()}, "NOEQUALS"},
+      {{"train", "--name", "kept", "--", helper_bin()}, "already exists"},
+      {{"wait", "kept", "--status", "Done"}, "Done"},
+      {{"list", "-o", "xml"}, "xml"},
+      {{"frobnicate"}, "frobnicate"},
+      {{"run", "--runtime", "nope", "--", helper_bin()}, "Runtime 'nope' not found"},
+  };
+  for (const auto& c : cases) {
+    auto r = tjob(c.args);
+    CAPTURE(c.args.front());
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(one_line(r.err));
+    CHECK(r.err.find(c.mention) != std::string::npos);
+  }
+  CHECK(tjob({"get", "kept", "-o", "json"}).out == db_before);
+  auto all = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
+  CHECK(all.size() == 1);
+}
+
+TEST_CASE_FIXTURE(fixture, "an unwritable and corrupt or locked store is reported and left as it was") {
+  std::ofstream(dir.path() / "plainfile") << "x";
+  auto r = run({tjob_bin(), "list"}, {{"TJOB_HOME", (dir.path() / "plainfile" / "sub").string()}});
+  CHECK(r.exit_code == 1);
+  CHECK(one_line(r.err));
+  CHECK(r.err.find("TJOB_HOME") != std::string::npos);
+
+  std::filesystem::create_directories(home());
+  auto db = std::filesystem::path(home()) / "tjob.db";
+  std::ofstream(db) << "garbage garbage garbage";
+  auto c = tjob({"list"});
+  CHECK(c.exit_code == 1);
+  CHECK(one_line(c.err));
+  CHECK(c.err.find("tjob.db") != std::string::npos);
+  CHECK(tjob::test::read_file(db) == "garbage garbage garbage");
+  std::filesystem::remove(db);
+
+  REQUIRE(tjob({"run", "--name", "before-lock", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  sqlite3* other = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &other) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK);
+  auto env = this->env();
+  env["TJOB_STORE_BUSY_TIMEOUT_MS"] = "200";
+  auto locked = run({tjob_bin(), "run", "--name", "during-lock", "--", helper_bin(), "exit", "0"}, env);
+  CHECK(locked.exit_code == 1);
+  CHECK(locked.err.find("lock") != std::string::npos);
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  auto all = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].at("name").as_string() == "before-lock");
+}
+
+TEST_CASE_FIXTURE(fixture, "Ctrl-C on tjob run cancels the job gracefully and records it Failed (cancelled)") {
+  tjob::test::background r({tjob_bin(), "run", "--name", "interrupted", "--", helper_bin(), "print",
+                            "working\n", "sleep", "60000"},
+                           env());
+  REQUIRE(r.wait_for_stdout("working\n"));
+  r.signal(SIGINT);
+  CHECK(r.wait(30s) == 1);
+  CHECK(r.err().find("cancelled") != std::string::npos);
+  auto o = boost::json::parse(tjob({"get", "interrupted", "-o", "json"}).out).as_object();
+  CHECK(o.at("status").as_string() == "Failed");
+  CHECK(o.at("steps").as_array()[0].at("reason").as_string() == "cancelled");
+}
+
+TEST_CASE_FIXTURE(fixture, "after tjob run is SIGKILLed no job is left Running") {
+  tjob::test::background r({tjob_bin(), "run", "--name", "killed", "--", helper_bin(), "print", "up\n",
+                            "sleep", "60000"},
+                           env());
+  REQUIRE(r.wait_for_stdout("up\n"));
+  r.signal(SIGKILL);
+  r.wait();
+  auto o = boost::json::parse(tjob({"get", "killed", "-o", "json"}).out).as_object();
+  CHECK(o.at("status").as_string() == "Failed");
+  CHECK(o.at("reason").as_string() == "lost");
+}
+
+TEST_CASE_FIXTURE(fixture, "tjob train returns at once and logs -f and wait and cancel work from other shells") {
+  auto t = tjob({"train", "--name", "bg", "--", helper_bin(), "print", "a\n", "sleep", "200", "print", "b\n"});
+  REQUIRE(t.exit_code == 0);
+  CHECK(t.out == "bg\n");
+  auto f = tjob({"logs", "-f", "bg"});
+  CHECK(f.exit_code == 0);
+  CHECK(f.out == "a\nb\n");
+  CHECK(tjob({"wait", "bg", "--timeout", "30"}).out == "Complete\n");
+
+  REQUIRE(tjob({"train", "--name", "long", "--", helper_bin(), "sleep", "60000"}).exit_code == 0);
+  CHECK(tjob({"wait", "long", "--status", "Running", "--timeout", "30"}).exit_code == 0);
+  auto c = tjob({"cancel", "long", "--grace", "5"});
+  CHECK(c.exit_code == 0);
+  CHECK(c.out == "long Failed\n");
+  auto o = boost::json::parse(tjob({"get", "long", "-o", "json"}).out).as_object();
+  CHECK(o.at("steps").as_array()[0].at("reason").as_string() == "cancelled");
+}

@@ -1,0 +1,134 @@
+// Several processes on one store: readers, followers, and an owner that dies.
+#include "tests/support/test_support.hpp"
+
+#include <tjob/client.hpp>
+
+#include <boost/json.hpp>
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <fstream>
+
+using namespace tjob;
+using namespace std::chrono_literals;
+using tjob::test::helper_bin;
+using tjob::test::tjob_bin;
+
+namespace {
+
+struct fixture {
+  tjob::test::temp_dir dir;
+  std::string home() const { return (dir.path() / "home").string(); }
+  engine_config config() const {
+    engine_config c;
+    c.home = home();
+    return c;
+  }
+  std::map<std::string, std::string> env() const { return {{"TJOB_HOME", home()}}; }
+};
+
+train_request helper_job(std::vector<std::string> args, std::string name = {}) {
+  train_request r;
+  r.name = std::move(name);
+  command_trainer t;
+  t.command = {helper_bin()};
+  for (auto& a : args) t.command.push_back(std::move(a));
+  r.job_trainer = std::move(t);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "another process lists and gets a job while it runs") {
+  trainer_client c(config());
+  auto name = c.train(helper_job({"print", "up\n", "sleep", "60000"}, "seen"));
+  c.wait_for_job_status(name, {job_status::running}, 30s);
+  auto listed = tjob::test::run({tjob_bin(), "list", "-o", "json"}, env());
+  REQUIRE(listed.exit_code == 0);
+  auto arr = boost::json::parse(listed.out).as_array();
+  REQUIRE(arr.size() == 1);
+  CHECK(arr[0].at("name").as_string() == "seen");
+  CHECK(arr[0].at("status").as_string() == "Running");
+  auto got = tjob::test::run({tjob_bin(), "get", "seen", "-o", "json"}, env());
+  REQUIRE(got.exit_code == 0);
+  auto obj = boost::json::parse(got.out).as_object();
+  CHECK(obj.at("steps").as_array()[0].at("status").as_string() == "Running");
+  CHECK(obj.at("steps").as_array()[0].at("exit_code").is_null());
+  c.cancel_job(name);
+}
+
+TEST_CASE_FIXTURE(fixture, "tjob logs -f in another process follows a running job live and returns when it ends") {
+  trainer_client c(config());
+  auto name = c.train(helper_job({"print", "first\n", "sleep", "500", "print", "second\n", "exit", "4"}));
+  tjob::test::background follower({tjob_bin(), "logs", "-f", name}, env());
+  CHECK(follower.wait_for_stdout("first\n"));
+  CHECK(follower.wait(30s) == 0);
+  CHECK(follower.out() == "first\nsecond\n");
+  CHECK(c.get_job(name).steps[0].exit_code == 4);
+}
+
+TEST_CASE_FIXTURE(fixture, "a job whose owner is SIGKILLed is Failed (lost) at the next start and its processes killed") {
+  auto pidfile = dir.path() / "pids";
+  tjob::test::background owner(
+      {tjob_bin(), "run", "--name", "orphan", "--", helper_bin(), "ignore-term", pidfile.string()}, env());
+  REQUIRE(owner.wait_for_stdout("ready\n"));
+  pid_t child = 0, grandchild = 0;
+  std::ifstream(pidfile) >> child >> grandchild;
+  REQUIRE(child > 0);
+  owner.signal(SIGKILL);
+  owner.wait();
+  CHECK_FALSE(tjob::test::process_gone(child));  // it outlived its owner ...
+  trainer_client c(config());                     // ... until an engine opens the store
+  auto job = c.get_job("orphan");
+  CHECK(job.status == job_status::failed);
+  CHECK(job.reason == "lost");
+  CHECK(job.steps[0].reason == "lost");
+  CHECK(c.get_job_events("orphan").back().reason == "Lost");
+  CHECK(tjob::test::wait_gone(child, 10s));
+  CHECK(tjob::test::wait_gone(grandchild, 10s));
+  for (const auto& j : c.list_jobs()) CHECK(j.status != job_status::running);
+}
+
+TEST_CASE_FIXTURE(fixture, "a waiter in another process is woken by the owner's death and without polling") {
+  tjob::test::background owner(
+      {tjob_bin(), "run", "--name", "doomed", "--", helper_bin(), "print", "ready\n", "sleep", "60000"}, env());
+  REQUIRE(owner.wait_for_stdout("ready\n"));
+  trainer_client c(config());
+  auto job = c.get_job("doomed");
+  REQUIRE(job.status == job_status::running);
+  owner.signal(SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  auto ended = c.wait_for_job_status("doomed", {job_status::failed}, 30s);
+  CHECK(ended.reason == "lost");
+  CHECK(std::chrono::steady_clock::now() - t0 < 20s);
+  owner.wait();
+}
+
+TEST_CASE_FIXTURE(fixture, "a job submitted with tjob train outlives the submitter and is waited for elsewhere") {
+  auto submitted = tjob::test::run({tjob_bin(), "train", "--name", "detached", "--", helper_bin(), "sleep",
+                                    "300", "print", "done\n"},
+                                   env());
+  REQUIRE(submitted.exit_code == 0);
+  CHECK(submitted.out == "detached\n");
+  trainer_client c(config());
+  auto job = c.wait_for_job_status("detached", {job_status::complete}, 30s);
+  CHECK(job.steps[0].exit_code == 0);
+  CHECK(c.get_job_logs("detached").read_all() == "done\n");
+}
+
+TEST_CASE_FIXTURE(fixture, "tjob delete from another process cancels a supervised job and removes it") {
+  auto pidfile = dir.path() / "pids";
+  auto submitted = tjob::test::run(
+      {tjob_bin(), "train", "--name", "victim", "--", helper_bin(), "ignore-term", pidfile.string()}, env());
+  REQUIRE(submitted.exit_code == 0);
+  trainer_client c(config());
+  auto reader = c.get_job_logs("victim", {.follow = true});
+  REQUIRE(reader.next() == std::optional<std::string>("ready\n"));
+  pid_t child = 0, grandchild = 0;
+  std::ifstream(pidfile) >> child >> grandchild;
+  auto deleted = tjob::test::run({tjob_bin(), "delete", "victim", "--grace", "0.3"}, env());
+  CHECK(deleted.exit_code == 0);
+  CHECK(tjob::test::wait_gone(child, 10s));
+  CHECK(tjob::test::wait_gone(grandchild, 10s));
+  CHECK(c.list_jobs().empty());
+}

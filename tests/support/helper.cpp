@@ -1,0 +1,110 @@
+// tjob-test-helper: a child process with the edge cases the engine must handle.
+//
+//   lines N                print N lines "line <i>\n" (i from 1)
+//   prefixed N PREFIX      print N lines "PREFIX<i>\n"
+//   exit CODE              exit with CODE
+//   print TEXT             write TEXT as given (no newline added)
+//   allbytes               write the bytes 0..255 once each
+//   env NAME               print the value of NAME ("<unset>" if unset)
+//   pwd                    print the working directory
+//   flood BYTES            write BYTES bytes as 100-byte lines, exit 0
+//   close-stdout MS        close stdout and stderr, keep running MS ms, exit 7
+//   ignore-term PIDFILE    ignore SIGTERM, leave a grandchild (also ignoring it)
+//                          behind, write "<child> <grandchild>" to PIDFILE, print
+//                          "ready", then wait forever
+//   sleep MS               sleep MS milliseconds, exit 0
+//   stderr TEXT            write TEXT to stderr
+// Commands run one after another: `lines 3 exit 2`.
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+namespace {
+
+void write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w <= 0) return;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void out(const std::string& s) { write_all(1, s.data(), s.size()); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string cmd = argv[i];
+    auto arg = [&](int k) -> std::string { return i + k < argc ? argv[i + k] : ""; };
+    if (cmd == "lines" || cmd == "prefixed") {
+      long n = std::atol(arg(1).c_str());
+      std::string prefix = cmd == "lines" ? "line " : arg(2);
+      for (long k = 1; k <= n; ++k) out(prefix + std::to_string(k) + "\n");
+      i += cmd == "lines" ? 1 : 2;
+    } else if (cmd == "exit") {
+      return std::atoi(arg(1).c_str());
+    } else if (cmd == "allbytes") {
+      std::string b;
+      for (int k = 0; k < 256; ++k) b.push_back(static_cast<char>(k));
+      out(b);
+    } else if (cmd == "print") {
+      out(arg(1));
+      i += 1;
+    } else if (cmd == "stderr") {
+      std::string s = arg(1);
+      write_all(2, s.data(), s.size());
+      i += 1;
+    } else if (cmd == "env") {
+      const char* v = std::getenv(arg(1).c_str());
+      out(std::string(v ? v : "<unset>") + "\n");
+      i += 1;
+    } else if (cmd == "pwd") {
+      char buf[4096];
+      out(std::string(getcwd(buf, sizeof buf) ? buf : "?") + "\n");
+    } else if (cmd == "flood") {
+      long long bytes = std::atoll(arg(1).c_str());
+      std::string line(99, 'x');
+      line.push_back('\n');
+      std::string block;
+      for (int k = 0; k < 640; ++k) block += line;  // 64000 bytes
+      while (bytes > 0) {
+        size_t n = static_cast<size_t>(std::min<long long>(bytes, static_cast<long long>(block.size())));
+        write_all(1, block.data(), n);
+        bytes -= static_cast<long long>(n);
+      }
+      i += 1;
+    } else if (cmd == "close-stdout") {
+      ::close(1);
+      ::close(2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(1).c_str())));
+      return 7;
+    } else if (cmd == "ignore-term") {
+      std::signal(SIGTERM, SIG_IGN);
+      pid_t g = ::fork();
+      if (g == 0) {
+        for (;;) ::pause();
+      }
+      FILE* f = std::fopen(arg(1).c_str(), "w");
+      if (f) {
+        std::fprintf(f, "%d %d\n", static_cast<int>(::getpid()), static_cast<int>(g));
+        std::fclose(f);
+      }
+      out("ready\n");
+      for (;;) ::pause();
+    } else if (cmd == "sleep") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(1).c_str())));
+      i += 1;
+    } else {
+      std::fprintf(stderr, "tjob-test-helper: unknown command %s\n", cmd.c_str());
+      return 100;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,240 @@
+#include "tests/support/test_support.hpp"
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <poll.h>
+#include <spawn.h>
+#include <sstream>
+#include <stdexcept>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace tjob::test {
+
+using steady = std::chrono::steady_clock;
+
+std::string tjob_bin() { return TJOB_TEST_TJOB_BIN; }
+std::string helper_bin() { return TJOB_TEST_HELPER_BIN; }
+
+temp_dir::temp_dir() {
+  char tmpl[] = "/tmp/tjob-test-XXXXXX";
+  if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+temp_dir::~temp_dir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+namespace {
+
+std::vector<std::string> make_env(const std::map<std::string, std::string>& overlay) {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string entry(*e);
+    if (!overlay.count(entry.substr(0, entry.find('=')))) env.push_back(entry);
+  }
+  for (const auto& [k, v] : overlay) env.push_back(k + "=" + v);
+  return env;
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+            int& out_fd, int& err_fd, int& in_fd) {
+  int o[2], e[2], in[2];
+  if (::pipe2(o, O_CLOEXEC) || ::pipe2(e, O_CLOEXEC) || ::pipe2(in, O_CLOEXEC))
+    throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, o[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, e[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> a;
+  for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+  a.push_back(nullptr);
+  auto envs = make_env(env);
+  std::vector<char*> ev;
+  for (auto& s : envs) ev.push_back(s.data());
+  ev.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, a[0], &fa, &attr, a.data(), ev.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(o[1]);
+  ::close(e[1]);
+  ::close(in[0]);
+  if (rc != 0) throw std::runtime_error("spawn " + argv[0] + ": " + std::strerror(rc));
+  out_fd = o[0];
+  err_fd = e[0];
+  in_fd = in[1];
+  return pid;
+}
+
+int decode(int status) {
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+// Reads what is available from fds into strings until both close or the deadline.
+bool drain(int& out_fd, int& err_fd, std::string& out, std::string& err, steady::time_point until,
+           const std::string* needle = nullptr, bool needle_in_err = false) {
+  int* fdp[2] = {&out_fd, &err_fd};
+  auto fds = [&](int i) -> int& { return *fdp[i]; };
+  std::string* bufs[2] = {&out, &err};
+  char buf[65536];
+  for (;;) {
+    if (needle && (needle_in_err ? err : out).find(*needle) != std::string::npos) return true;
+    pollfd p[2];
+    int n = 0;
+    int which[2];
+    for (int i = 0; i < 2; ++i)
+      if (fds(i) >= 0) {
+        p[n] = {fds(i), POLLIN, 0};
+        which[n++] = i;
+      }
+    if (n == 0) return needle == nullptr;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - steady::now()).count();
+    if (left <= 0) return false;
+    int r = ::poll(p, static_cast<nfds_t>(n), static_cast<int>(left));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    for (int k = 0; k < n; ++k) {
+      if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t got = ::read(p[k].fd, buf, sizeof buf);
+      if (got > 0)
+        bufs[which[k]]->append(buf, static_cast<size_t>(got));
+      else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        ::close(p[k].fd);
+        fds(which[k]) = -1;
+      }
+    }
+    if (!needle && fds(0) < 0 && fds(1) < 0) return true;
+    if (needle && fds(needle_in_err ? 1 : 0) < 0 &&
+        (needle_in_err ? err : out).find(*needle) == std::string::npos)
+      return false;
+  }
+}
+
+}  // namespace
+
+result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+           std::chrono::milliseconds deadline, const std::string& input) {
+  int out_fd, err_fd, in_fd;
+  pid_t pid = spawn(argv, env, out_fd, err_fd, in_fd);
+  if (!input.empty() && ::write(in_fd, input.data(), input.size()) < 0) {
+    // the child did not read its input; its output will say why
+  }
+  ::close(in_fd);
+  result r;
+  auto until = steady::now() + deadline;
+  if (!drain(out_fd, err_fd, r.out, r.err, until)) {
+    r.timed_out = true;
+    ::kill(pid, SIGKILL);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.exit_code = decode(status);
+  return r;
+}
+
+background::background(const std::vector<std::string>& argv,
+                       const std::map<std::string, std::string>& env) {
+  int in_fd;
+  pid_ = spawn(argv, env, out_fd_, err_fd_, in_fd);
+  ::close(in_fd);
+}
+
+background::~background() {
+  if (!status_) {
+    ::kill(pid_, SIGKILL);
+    int st;
+    ::waitpid(pid_, &st, 0);
+  }
+  if (out_fd_ >= 0) ::close(out_fd_);
+  if (err_fd_ >= 0) ::close(err_fd_);
+}
+
+bool background::pump(steady::time_point until, const std::string* needle, bool in_err) {
+  return drain(out_fd_, err_fd_, out_, err_, until, needle, in_err);
+}
+
+bool background::wait_for_stderr(const std::string& needle, std::chrono::milliseconds deadline) {
+  return pump(steady::now() + deadline, &needle, true);
+}
+
+bool background::wait_for_stdout(const std::string& needle, std::chrono::milliseconds deadline) {
+  return pump(steady::now() + deadline, &needle, false);
+}
+
+void background::signal(int sig) { ::kill(pid_, sig); }
+
+int background::wait(std::chrono::milliseconds deadline) {
+  if (status_) return *status_;
+  if (!drain(out_fd_, err_fd_, out_, err_, steady::now() + deadline)) {
+    ::kill(pid_, SIGKILL);
+    if (out_fd_ >= 0) ::close(out_fd_);
+    if (err_fd_ >= 0) ::close(err_fd_);
+    out_fd_ = err_fd_ = -1;
+  }
+  int st = 0;
+  ::waitpid(pid_, &st, 0);
+  status_ = decode(st);
+  return *status_;
+}
+
+bool process_gone(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  if (!f) return true;
+  std::string line;
+  std::getline(f, line);
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+bool wait_gone(pid_t pid, std::chrono::milliseconds deadline) {
+  auto until = steady::now() + deadline;
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return process_gone(pid);
+  while (!process_gone(pid)) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - steady::now()).count();
+    if (left <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(left));  // readable when the process exits
+  }
+  ::close(fd);
+  return process_gone(pid);
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::size_t open_fds() {
+  std::size_t n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  while (auto* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n - 1;  // the directory stream itself
+}
+
+}  // namespace tjob::test

@@ -1,0 +1,84 @@
+// What the test suites share: a private $TJOB_HOME per test, child processes
+// with captured output and hard deadlines, and the paths of the built programs.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace tjob::test {
+
+/// The built `tjob` and `tjob-test-helper`.
+std::string tjob_bin();
+std::string helper_bin();
+
+/// A fresh directory under /tmp, removed when the value goes.
+class temp_dir {
+ public:
+  temp_dir();
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir();
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct result {
+  int exit_code = -1;  ///< 128+signal when killed
+  std::string out, err;
+  bool timed_out = false;
+};
+
+/// Runs argv to completion (killing it at the deadline), with `env` laid over
+/// this process's environment.
+result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+           std::chrono::milliseconds deadline = std::chrono::seconds(60), const std::string& input = {});
+
+/// A child left running; its stdout and stderr are read on demand.
+class background {
+ public:
+  background(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+  background(const background&) = delete;
+  background& operator=(const background&) = delete;
+  ~background();  ///< kills it if still running
+
+  pid_t pid() const { return pid_; }
+  /// Reads stderr until a line containing `needle` arrives (true) or the deadline.
+  bool wait_for_stderr(const std::string& needle,
+                       std::chrono::milliseconds deadline = std::chrono::seconds(30));
+  /// Reads stdout until `needle` appears in it (true) or the deadline.
+  bool wait_for_stdout(const std::string& needle,
+                       std::chrono::milliseconds deadline = std::chrono::seconds(30));
+  void signal(int sig);
+  /// Waits for the exit (reading the rest of the output); the exit code.
+  int wait(std::chrono::milliseconds deadline = std::chrono::seconds(60));
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+
+ private:
+  bool pump(std::chrono::steady_clock::time_point until, const std::string* needle, bool in_err);
+  pid_t pid_ = -1;
+  int out_fd_ = -1, err_fd_ = -1;
+  std::string out_, err_;
+  std::optional<int> status_;
+};
+
+/// True when `pid` is gone (no such process, or a zombie nobody reaped yet).
+bool process_gone(pid_t pid);
+
+/// Waits until `pid` is gone, without sleeping: a pidfd where one can be had.
+bool wait_gone(pid_t pid, std::chrono::milliseconds deadline);
+
+std::string read_file(const std::filesystem::path& p);
+/// Number of open descriptors of this process.
+std::size_t open_fds();
+
+}  // namespace tjob::test

@@ -1,0 +1,47 @@
+#include "engine/names.hpp"
+
+#include <doctest/doctest.h>
+
+#include <set>
+#include <vector>
+
+using namespace tjob::detail;
+
+TEST_CASE("generated names are a letter and 11 hex characters and valid") {
+  std::set<std::string> seen;
+  for (int i = 0; i < 1000; ++i) {
+    auto n = generate_job_name();
+    REQUIRE(n.size() == 12);
+    CHECK(n[0] >= 'a');
+    CHECK(n[0] <= 'z');
+    for (std::size_t k = 1; k < n.size(); ++k)
+      CHECK(std::string("0123456789abcdef").find(n[k]) != std::string::npos);
+    CHECK_FALSE(name_problem(n).has_value());
+    seen.insert(n);
+  }
+  CHECK(seen.size() == 1000);
+}
+
+TEST_CASE("names are RFC 1035 labels of at most 63 characters") {
+  for (std::string ok : std::vector<std::string>{"a", "my-train-job", "a1b2c3d4e5f6", std::string(63, 'a'), "x-1"})
+    CHECK_MESSAGE(!name_problem(ok).has_value(), ok);
+  for (std::string bad : {std::string(), std::string(64, 'a'), std::string("1abc"),
+                          std::string("-abc"), std::string("abc-"), std::string("ABC"),
+                          std::string("a_b"), std::string("a.b"), std::string("../x"),
+                          std::string("a/b"), std::string("experiment\\run"), std::string("."),
+                          std::string(".."), std::string("a\0b", 3), std::string("a b"),
+                          std::string("caf\xc3\xa9")})
+    CHECK_MESSAGE(name_problem(bad).has_value(), printable(bad));
+}
+
+TEST_CASE("the length problem says the limit") {
+  auto p = name_problem(std::string(64, 'a'));
+  REQUIRE(p);
+  CHECK(p->find("63") != std::string::npos);
+}
+
+TEST_CASE("printable escapes control bytes and cuts long text") {
+  CHECK(printable("ab") == "ab");
+  CHECK(printable(std::string("a\nb\0", 4)) == "a\\x0ab\\x00");
+  CHECK(printable(std::string(100, 'x'), 10) == std::string(10, 'x') + "...");
+}

@@ -1,0 +1,122 @@
+#include "engine/store.hpp"
+#include "tests/support/test_support.hpp"
+
+#include <tjob/error.hpp>
+
+#include <doctest/doctest.h>
+#include <sqlite3.h>
+
+using namespace tjob;
+using namespace tjob::detail;
+
+namespace {
+
+job_row sample(const std::string& name) {
+  job_row j;
+  j.name = name;
+  j.runtime = "torch-distributed";
+  j.created_ms = 1700000000000;
+  j.spec = "{}";
+  j.owner_pid = 1;
+  j.owner_start = 2;
+  step_row s;
+  s.name = "node-0";
+  j.steps.push_back(s);
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("a new store holds what was written after it is reopened") {
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  {
+    store db(path, std::chrono::milliseconds(1000));
+    db.begin();
+    CHECK(db.insert_job(sample("a")));
+    CHECK_FALSE(db.insert_job(sample("a")));  // the name is taken
+    db.append_event("a", "", 1, "Created", "made");
+    step_row s;
+    s.name = "node-0";
+    s.status = job_status::failed;
+    s.exit_code = 3;
+    s.reason = "exit code 3";
+    db.update_step("a", s);
+    db.update_job_status("a", job_status::failed, "exit code 3");
+    db.append_event("a", "node-0", 2, "Exited", "ended");
+    db.commit();
+  }
+  store db(path, std::chrono::milliseconds(1000));
+  auto j = db.load_job("a");
+  REQUIRE(j);
+  CHECK(j->status == job_status::failed);
+  CHECK(j->reason == "exit code 3");
+  REQUIRE(j->steps.size() == 1);
+  CHECK(j->steps[0].exit_code == 3);
+  auto ev = db.load_events("a");
+  REQUIRE(ev.size() == 2);
+  CHECK(ev[0].reason == "Created");
+  CHECK(ev[1].reason == "Exited");
+  CHECK(ev[0].seq < ev[1].seq);
+  CHECK(db.has_event("a", "Exited"));
+  CHECK_FALSE(db.has_event("a", "CancelRequested"));
+  CHECK(db.load_unfinished().empty());
+  db.begin();
+  db.delete_job("a");
+  db.commit();
+  CHECK_FALSE(db.load_job("a"));
+  CHECK(db.load_events("a").empty());
+}
+
+TEST_CASE("a file that is not a database is reported corrupt and left untouched") {
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  std::string junk(8192, 'j');
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    std::fwrite(junk.data(), 1, junk.size(), f);
+    std::fclose(f);
+  }
+  try {
+    store db(path, std::chrono::milliseconds(100));
+    FAIL("opened a corrupt store");
+  } catch (const error& e) {
+    CHECK(e.code() == make_error_code(errc::store_corrupt));
+    CHECK(std::string(e.what()).find(path.string()) != std::string::npos);
+  }
+  CHECK(tjob::test::read_file(path) == junk);
+}
+
+TEST_CASE("somebody else's SQLite database is refused and not converted") {
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(raw, "CREATE TABLE precious(x); INSERT INTO precious VALUES(42);", nullptr,
+                       nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(raw);
+  auto before = tjob::test::read_file(path);
+  CHECK_THROWS_AS(store(path, std::chrono::milliseconds(100)), error);
+  CHECK(tjob::test::read_file(path) == before);
+}
+
+TEST_CASE("a write lock held elsewhere times out as store_locked and loses nothing") {
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  store db(path, std::chrono::milliseconds(100));
+  db.begin();
+  REQUIRE(db.insert_job(sample("kept")));
+  db.commit();
+  sqlite3* other = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &other) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK);
+  try {
+    db.begin();
+    FAIL("took the lock");
+  } catch (const error& e) {
+    CHECK(e.code() == make_error_code(errc::store_locked));
+  }
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  CHECK(db.load_job("kept"));
+}
