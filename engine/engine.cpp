@@ -51,7 +51,12 @@ clock::time_point from_ms(std::int64_t ms) {
   throw error(e, std::move(message), std::move(diagnostics));
 }
 
-std::string quote(std::string_view s) { return "'" + printable(s) + "'"; }
+std::string quote(std::string_view s) {
+  std::string out(1, '\'');
+  out += printable(s);
+  out.push_back('\'');
+  return out;
+}
 
 std::string join_argv(const std::vector<std::string>& argv) {
   std::string out;
@@ -288,8 +293,16 @@ bool engine::impl::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
         db.update_step(name, step);
         db.update_job_status(name, status, jreason);
       },
-      [weak = std::weak_ptr<job_rec>(owned(j.row.name))] {
-        if (auto jr = weak.lock()) jr->watchers.notify_all();
+      [self = shared_from_this(), weak = std::weak_ptr<job_rec>(owned(j.row.name))] {
+        auto jr = weak.lock();
+        if (!jr) return;
+        // An ended job is the store's from now on: the table holds running jobs only,
+        // so memory does not grow with the history. Holders of the record keep it.
+        if (is_terminal(jr->row.status)) {
+          auto it = self->jobs.find(jr->row.name);
+          if (it != self->jobs.end() && it->second == jr) self->jobs.erase(it);
+        }
+        jr->watchers.notify_all();
       });
   return true;
 }
@@ -380,9 +393,11 @@ asio::awaitable<void> engine::impl::run_step(std::shared_ptr<job_rec> j, std::si
   s.proc = process::child();  // the pidfd and pipe go now: two descriptors per running job
 
   bool cancelled = j->cancel_requested || db->has_event(j->row.name, "CancelRequested");
-  if (cancelled)
+  if (cancelled) {
+    s.row.exit_code = st.code;
     apply(*j, s, {event_kind::cancelled}, "cancelled; the process ended: " + describe(st),
           "cancelled");
+  }
   else
     apply(*j, s, {event_kind::exited, st.code},
           "process " + std::to_string(s.row.pid) + " ended: " + describe(st), describe(st));
@@ -587,7 +602,7 @@ std::size_t engine::impl::reconcile_rows(const std::vector<detail::job_row>& row
 // foreign jobs
 
 foreign_watch::foreign_watch(engine::impl& e, const detail::job_row& row, bool logs)
-    : e_(e), name_(row.name), wake_(e.ex) {
+    : e_(e), name_(row.name), logs_(logs), wake_(e.ex) {
   store_wd_ = e_.watch.add(e_.home, &wake_);
   if (logs) log_wd_ = e_.watch.add(e_.jobs_dir / row.name / "logs", &wake_);
   if (row.owner_pid > 0) {
@@ -606,6 +621,8 @@ foreign_watch::~foreign_watch() {
 }
 
 asio::awaitable<bool> foreign_watch::wait_until(steady::time_point deadline) {
+  // The log directory appears just after the job's row; watch it once it is there.
+  if (logs_ && log_wd_ < 0) log_wd_ = e_.watch.add(e_.jobs_dir / name_ / "logs", &wake_);
   if (!owner_ || !owner_->is_open()) co_return co_await wake_.wait_until(deadline);
   using namespace asio::experimental::awaitable_operators;
   auto r = co_await (wake_.wait_until(deadline) ||

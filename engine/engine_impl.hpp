@@ -133,6 +133,7 @@ class foreign_watch {
  private:
   engine::impl& e_;
   std::string name_;
+  bool logs_;
   detail::wake_signal wake_;
   int store_wd_ = -1, log_wd_ = -1;
   std::optional<boost::asio::posix::stream_descriptor> owner_;

@@ -228,3 +228,14 @@ TEST_CASE_FIXTURE(fixture, "tjob train returns at once and logs -f and wait and 
   auto o = boost::json::parse(tjob({"get", "long", "-o", "json"}).out).as_object();
   CHECK(o.at("steps").as_array()[0].at("reason").as_string() == "cancelled");
 }
+
+TEST_CASE_FIXTURE(fixture, "the README's main job trains to convergence under tjob run") {
+  auto r = run({tjob_bin(), "run", "--workdir", tjob::test::source_dir(), "--", "python3",
+                "examples/train_linear.py"},
+               env(), 300s);
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("epoch   1") != std::string::npos);
+  CHECK(r.out.find("converged") != std::string::npos);
+  CHECK(r.err.find("Complete") != std::string::npos);
+}

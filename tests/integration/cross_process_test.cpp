@@ -97,10 +97,10 @@ TEST_CASE_FIXTURE(fixture, "a waiter in another process is woken by the owner's 
   auto job = c.get_job("doomed");
   REQUIRE(job.status == job_status::running);
   owner.signal(SIGKILL);
-  auto t0 = std::chrono::steady_clock::now();
+  // Nobody writes the store when the owner dies: only the pidfd on the owner
+  // can wake this wait before its timeout (which would throw).
   auto ended = c.wait_for_job_status("doomed", {job_status::failed}, 30s);
   CHECK(ended.reason == "lost");
-  CHECK(std::chrono::steady_clock::now() - t0 < 20s);
   owner.wait();
 }
 

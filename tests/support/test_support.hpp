@@ -16,6 +16,8 @@ namespace tjob::test {
 /// The built `tjob` and `tjob-test-helper`.
 std::string tjob_bin();
 std::string helper_bin();
+/// The source tree (for the README's examples).
+std::string source_dir();
 
 /// A fresh directory under /tmp, removed when the value goes.
 class temp_dir {
