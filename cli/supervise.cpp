@@ -1,6 +1,7 @@
 #include "cli/supervise.hpp"
 
 #include "adapters/process/process_adapter.hpp"
+#include "engine/spec_json.hpp"
 
 #include <tjob/client.hpp>
 
@@ -26,13 +27,7 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   o["name"] = req.name;
   o["runtime"] = req.runtime;
   o["num_nodes"] = req.num_nodes;
-  json::array cmd;
-  for (const auto& a : t.command) cmd.emplace_back(a);
-  o["command"] = std::move(cmd);
-  json::object env;
-  for (const auto& [k, v] : t.env) env[k] = v;
-  o["env"] = std::move(env);
-  o["working_dir"] = t.working_dir;
+  o["trainer"] = detail::to_json(t);
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
   return o;
@@ -43,12 +38,7 @@ void request_from_json(const json::value& v, train_request& req, engine_config& 
   req.name = json::value_to<std::string>(o.at("name"));
   req.runtime = json::value_to<std::string>(o.at("runtime"));
   req.num_nodes = static_cast<int>(o.at("num_nodes").to_number<std::int64_t>());
-  command_trainer t;
-  for (const auto& a : o.at("command").as_array()) t.command.push_back(json::value_to<std::string>(a));
-  for (const auto& kv : o.at("env").as_object())
-    t.env[std::string(kv.key())] = json::value_to<std::string>(kv.value());
-  t.working_dir = json::value_to<std::string>(o.at("working_dir"));
-  req.job_trainer = std::move(t);
+  req.job_trainer = detail::command_trainer_from_json(o.at("trainer").as_object());
   cfg.home = json::value_to<std::string>(o.at("home"));
   cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
 }

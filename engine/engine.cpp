@@ -4,6 +4,7 @@
 #include "engine/log_files.hpp"
 #include "engine/names.hpp"
 #include "engine/runtimes.hpp"
+#include "engine/spec_json.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -77,17 +78,8 @@ void make_private_dirs(const std::filesystem::path& p) {
 }
 
 std::string spec_json(const command_trainer& t, const std::string& executable) {
-  json::object trainer;
-  trainer["kind"] = "command";
-  json::array cmd;
-  for (const auto& a : t.command) cmd.emplace_back(a);
-  trainer["command"] = std::move(cmd);
-  json::object env;
-  for (const auto& [k, v] : t.env) env[k] = v;
-  trainer["env"] = std::move(env);
-  trainer["working_dir"] = t.working_dir;
   json::object spec;
-  spec["trainer"] = std::move(trainer);
+  spec["trainer"] = detail::to_json(t);
   spec["executable"] = executable;
   return json::serialize(spec);
 }

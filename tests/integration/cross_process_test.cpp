@@ -12,6 +12,7 @@
 using namespace tjob;
 using namespace std::chrono_literals;
 using tjob::test::helper_bin;
+using tjob::test::helper_job;
 using tjob::test::tjob_bin;
 
 namespace {
@@ -27,15 +28,6 @@ struct fixture {
   std::map<std::string, std::string> env() const { return {{"TJOB_HOME", home()}}; }
 };
 
-train_request helper_job(std::vector<std::string> args, std::string name = {}) {
-  train_request r;
-  r.name = std::move(name);
-  command_trainer t;
-  t.command = {helper_bin()};
-  for (auto& a : args) t.command.push_back(std::move(a));
-  r.job_trainer = std::move(t);
-  return r;
-}
 
 }  // namespace
 

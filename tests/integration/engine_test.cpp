@@ -12,6 +12,7 @@
 using namespace tjob;
 using namespace std::chrono_literals;
 using tjob::test::helper_bin;
+using tjob::test::helper_job;
 
 namespace {
 
@@ -25,17 +26,6 @@ struct fixture {
   }
 };
 
-train_request helper_job(std::vector<std::string> args, std::string name = {},
-                         std::map<std::string, std::string> env = {}) {
-  train_request r;
-  r.name = std::move(name);
-  command_trainer t;
-  t.command = {helper_bin()};
-  for (auto& a : args) t.command.push_back(std::move(a));
-  t.env = std::move(env);
-  r.job_trainer = std::move(t);
-  return r;
-}
 
 errc code_of(const std::function<void()>& f) {
   try {

@@ -222,6 +222,18 @@ bool wait_gone(pid_t pid, std::chrono::milliseconds deadline) {
   return process_gone(pid);
 }
 
+train_request helper_job(std::vector<std::string> args, std::string name,
+                         std::map<std::string, std::string> env) {
+  train_request r;
+  r.name = std::move(name);
+  command_trainer t;
+  t.command = {helper_bin()};
+  for (auto& a : args) t.command.push_back(std::move(a));
+  t.env = std::move(env);
+  r.job_trainer = std::move(t);
+  return r;
+}
+
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <tjob/types.hpp>
+
 #include <sys/types.h>
 
 namespace tjob::test {
@@ -78,6 +80,10 @@ bool process_gone(pid_t pid);
 
 /// Waits until `pid` is gone, without sleeping: a pidfd where one can be had.
 bool wait_gone(pid_t pid, std::chrono::milliseconds deadline);
+
+/// A request for a job that runs tjob-test-helper with `args`.
+train_request helper_job(std::vector<std::string> args, std::string name = {},
+                         std::map<std::string, std::string> env = {});
 
 std::string read_file(const std::filesystem::path& p);
 /// Number of open descriptors of this process.
