@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <unistd.h>
@@ -32,13 +33,15 @@ output_format parse_format(const std::string& s) {
   throw usage_error("-o " + s + ": unknown output format; use table, json or yaml");
 }
 
-void write_out(std::string_view s) {
+// False when stdout is gone (a closed pipe: `tjob run ... | head`).
+bool write_out(std::string_view s) {
   while (!s.empty()) {
     ssize_t n = ::write(STDOUT_FILENO, s.data(), s.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n <= 0) return false;
     s.remove_prefix(static_cast<std::size_t>(n));
   }
+  return true;
 }
 
 std::map<std::string, std::string> parse_env(const std::vector<std::string>& entries) {
@@ -119,6 +122,8 @@ train_request make_request(const job_options& o) {
 }
 
 int cmd_run(const common_options& common, const job_options& jo) {
+  // A reader that goes away (`| head`) must not kill the job's owner.
+  std::signal(SIGPIPE, SIG_IGN);
   auto req = make_request(jo);
   auto cfg = make_config(common);
   std::atomic<trainer_client*> client_ptr{nullptr};
@@ -143,7 +148,8 @@ int cmd_run(const common_options& common, const job_options& jo) {
   auto started = std::chrono::steady_clock::now();
   std::fprintf(stderr, "tjob: job %s started\n", name.c_str());
   auto reader = client.get_job_logs(name, {.step = "node-0", .follow = true});
-  while (auto chunk = reader.read_some()) write_out(*chunk);
+  while (auto chunk = reader.read_some())
+    if (!write_out(*chunk)) break;  // nobody reads our output; the job goes on, and we wait for it
   auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed},
                                         std::chrono::hours(24 * 365));
   client_ptr = nullptr;

@@ -239,3 +239,14 @@ TEST_CASE_FIXTURE(fixture, "the README's main job trains to convergence under tj
   CHECK(r.out.find("converged") != std::string::npos);
   CHECK(r.err.find("Complete") != std::string::npos);
 }
+
+TEST_CASE_FIXTURE(fixture, "tjob run whose reader goes away keeps owning its job to the end") {
+  // `tjob run ... | head -1`: the pipe closes after the first line.
+  auto r = run({"sh", "-c", "\"$0\" run --name piped -- \"$1\" lines 1000 sleep 300 lines 1000 | head -1",
+                tjob_bin(), helper_bin()},
+               env());
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "line 1\n");
+  auto o = boost::json::parse(tjob({"get", "piped", "-o", "json"}).out).as_object();
+  CHECK(o.at("status").as_string() == "Complete");
+}
