@@ -75,12 +75,18 @@ std::set<job_status> parse_statuses(const std::string& list) {
 
 struct common_options {
   std::string home;
+  std::vector<std::string> runtime_dirs;
   double grace_seconds = 10;
 };
 
 engine_config make_config(const common_options& o) {
   engine_config cfg;
   if (!o.home.empty()) cfg.home = o.home;
+  if (!o.runtime_dirs.empty()) {
+    cfg.runtime_dirs.push_back(std::filesystem::path(cfg.home.empty() ? default_home() : cfg.home) /
+                               "runtimes");
+    for (const auto& d : o.runtime_dirs) cfg.runtime_dirs.push_back(std::filesystem::absolute(d));
+  }
   if (o.grace_seconds < 0) throw usage_error("--grace must be 0 or more seconds");
   cfg.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000));
   if (const char* t = std::getenv("TJOB_STORE_BUSY_TIMEOUT_MS"); t && *t)
@@ -188,6 +194,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   common_options common;
   app.add_option("--home", common.home, "The store directory (overrides $TJOB_HOME)");
+  app.add_option("--runtime-dir", common.runtime_dirs,
+                 "A directory of runtime manifests (ClusterTrainingRuntime YAML) that override "
+                 "the built-in ones and $TJOB_HOME/runtimes by name (repeatable)");
 
   job_options run_opts, train_opts;
   auto* run = app.add_subcommand(

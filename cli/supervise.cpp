@@ -30,6 +30,9 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   o["trainer"] = detail::to_json(t);
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
+  json::array dirs;
+  for (const auto& d : cfg.runtime_dirs) dirs.emplace_back(d.string());
+  o["runtime_dirs"] = std::move(dirs);
   return o;
 }
 
@@ -41,6 +44,8 @@ void request_from_json(const json::value& v, train_request& req, engine_config& 
   req.job_trainer = detail::command_trainer_from_json(o.at("trainer").as_object());
   cfg.home = json::value_to<std::string>(o.at("home"));
   cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
+  for (const auto& d : o.at("runtime_dirs").as_array())
+    cfg.runtime_dirs.emplace_back(json::value_to<std::string>(d));
 }
 
 namespace {

@@ -98,6 +98,9 @@ std::vector<event> trainer_client::get_job_events(const std::string& name) {
 std::vector<runtime> trainer_client::list_runtimes() {
   return impl_->call(impl_->eng->list_runtimes());
 }
+std::vector<std::string> trainer_client::runtime_problems() {
+  return impl_->call(impl_->eng->runtime_problems());
+}
 runtime trainer_client::get_runtime(const std::string& name) {
   return impl_->call(impl_->eng->get_runtime(name));
 }

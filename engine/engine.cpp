@@ -685,8 +685,9 @@ asio::awaitable<std::string> engine::train(train_request req) {
                "letter and ending with a letter or digit, at most 63 characters");
   }
   if (req.runtime.empty()) req.runtime = std::string(detail::default_runtime_name);
-  if (!detail::find_runtime(req.runtime))
-    fail(errc::runtime_not_found, who + ": " + detail::runtime_not_found_message(req.runtime));
+  auto catalog = e.runtimes();
+  if (!catalog.find(req.runtime))
+    fail(errc::runtime_not_found, who + ": " + catalog.not_found_message(req.runtime));
   if (req.num_nodes != 1)
     fail(errc::invalid_argument, who + ": num_nodes=" + std::to_string(req.num_nodes) +
                                      " is not supported by the local backend, which runs one "
@@ -914,13 +915,29 @@ asio::awaitable<std::vector<event>> engine::get_job_events(std::string name) {
   co_return out;
 }
 
+detail::runtime_catalog engine::impl::runtimes() const {
+  auto dirs = cfg.runtime_dirs;
+  if (dirs.empty()) dirs.push_back(home / "runtimes");
+  auto cat = detail::load_runtimes(dirs);
+  for (const auto& p : cat.problems) log->warn("runtime skipped: {}", p);
+  return cat;
+}
+
 asio::awaitable<std::vector<runtime>> engine::list_runtimes() {
-  co_return detail::builtin_runtimes();
+  co_return impl_->runtimes().runtimes;
+}
+
+asio::awaitable<std::vector<std::string>> engine::runtime_problems() {
+  co_return detail::load_runtimes(impl_->cfg.runtime_dirs.empty()
+                                      ? std::vector{impl_->home / "runtimes"}
+                                      : impl_->cfg.runtime_dirs)
+      .problems;
 }
 
 asio::awaitable<runtime> engine::get_runtime(std::string name) {
-  auto r = detail::find_runtime(name);
-  if (!r) fail(errc::runtime_not_found, detail::runtime_not_found_message(name));
+  auto cat = impl_->runtimes();
+  auto* r = cat.find(name);
+  if (!r) fail(errc::runtime_not_found, cat.not_found_message(name));
   co_return *r;
 }
 

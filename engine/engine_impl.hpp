@@ -6,6 +6,7 @@
 #include "adapters/process/process_adapter.hpp"
 #include "engine/fs_watch.hpp"
 #include "engine/job_state.hpp"
+#include "engine/runtimes.hpp"
 #include "engine/store.hpp"
 #include "engine/wake.hpp"
 
@@ -112,6 +113,10 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   std::size_t reconcile_rows(const std::vector<detail::job_row>& rows);
   std::string job_token(const detail::job_row& row) const;
   bool owner_alive(const detail::job_row& row) const;
+
+  /// The runtimes as the manifests say now (re-read on each call: a manifest
+  /// dropped into a runtime directory is seen by the next call).
+  detail::runtime_catalog runtimes() const;
 
   // messages
   std::string failure_message(const train_job& job);

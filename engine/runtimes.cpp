@@ -2,28 +2,222 @@
 
 #include "engine/names.hpp"
 
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
 namespace tjob::detail {
 
-std::vector<runtime> builtin_runtimes() {
-  runtime torch;
-  torch.name = std::string(default_runtime_name);
-  torch.trainer.framework = "torch";
-  torch.trainer.image = "local";
-  torch.trainer.packages = {"torch"};
-  return {torch};
+// Generated from runtimes/*.yaml by CMake.
+extern const char* const builtin_runtime_files[][2];
+extern const std::size_t builtin_runtime_file_count;
+
+namespace {
+
+constexpr std::size_t max_manifest_bytes = 1 << 20;
+
+std::string problem(const std::string& source, std::size_t doc, const std::string& name,
+                    const std::string& what) {
+  std::string where = source;
+  if (doc > 0) where += ": document " + std::to_string(doc);
+  if (!name.empty()) where += " (runtime '" + printable(name) + "')";
+  return where + ": " + what;
 }
 
-std::optional<runtime> find_runtime(std::string_view name) {
-  for (auto& r : builtin_runtimes())
-    if (r.name == name) return r;
-  return std::nullopt;
+std::optional<std::string> scalar(const YAML::Node& n) {
+  if (!n || !n.IsScalar()) return std::nullopt;
+  return n.as<std::string>();
 }
 
-std::string runtime_not_found_message(std::string_view name) {
+void insert(runtime_catalog& cat, runtime rt, std::string source) {
+  for (std::size_t i = 0; i < cat.runtimes.size(); ++i)
+    if (cat.runtimes[i].name == rt.name) {
+      cat.runtimes[i] = std::move(rt);
+      cat.sources[i] = std::move(source);
+      return;
+    }
+  cat.runtimes.push_back(std::move(rt));
+  cat.sources.push_back(std::move(source));
+}
+
+}  // namespace
+
+void parse_runtime_documents(std::string_view text, const std::string& source,
+                             std::vector<runtime>& out, std::vector<std::string>& sources,
+                             std::vector<std::string>& problems) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(std::string(text));
+  } catch (const YAML::Exception& e) {
+    problems.push_back(problem(source, 0, "", "not valid YAML: " + e.msg + " at line " +
+                                                  std::to_string(e.mark.line + 1)));
+    return;
+  }
+  std::size_t index = 0;
+  for (const auto& doc : docs) {
+    ++index;
+    if (!doc || doc.IsNull()) continue;
+    std::string name;
+    try {
+      if (!doc.IsMap()) {
+        problems.push_back(problem(source, index, "", "a manifest must be a mapping"));
+        continue;
+      }
+      auto kind = scalar(doc["kind"]);
+      if (!kind) {
+        problems.push_back(problem(source, index, "", "kind is missing; use ClusterTrainingRuntime"));
+        continue;
+      }
+      if (*kind != "ClusterTrainingRuntime" && *kind != "TrainingRuntime") continue;
+      auto meta = doc["metadata"];
+      if (!meta || !meta.IsMap()) {
+        problems.push_back(problem(source, index, "", "metadata is missing"));
+        continue;
+      }
+      auto n = scalar(meta["name"]);
+      if (!n || n->empty()) {
+        problems.push_back(problem(source, index, "", "metadata.name is missing"));
+        continue;
+      }
+      name = *n;
+      std::optional<std::string> framework;
+      if (auto labels = meta["labels"]; labels && labels.IsMap())
+        framework = scalar(labels[std::string(framework_label)]);
+      if (!framework || framework->empty()) {
+        problems.push_back(problem(source, index, name,
+                                   "metadata.labels." + std::string(framework_label) +
+                                       " is missing; add the label naming the framework "
+                                       "(torch, python, ...)"));
+        continue;
+      }
+      auto spec = doc["spec"];
+      if (!spec || !spec.IsMap()) {
+        problems.push_back(problem(source, index, name, "spec is missing"));
+        continue;
+      }
+      runtime rt;
+      rt.name = name;
+      rt.kind = *kind;
+      rt.trainer.framework = *framework;
+      if (auto ml = spec["mlPolicy"]; ml && ml.IsMap() && ml["numNodes"]) {
+        try {
+          rt.trainer.num_nodes = ml["numNodes"].as<int>();
+        } catch (const YAML::Exception&) {
+          problems.push_back(problem(source, index, name, "spec.mlPolicy.numNodes is not an integer"));
+          continue;
+        }
+        if (rt.trainer.num_nodes < 1) {
+          problems.push_back(problem(source, index, name, "spec.mlPolicy.numNodes must be 1 or more"));
+          continue;
+        }
+      }
+      auto jobs = spec["template"]["spec"]["replicatedJobs"];
+      if (!jobs || !jobs.IsSequence()) {
+        problems.push_back(problem(source, index, name,
+                                   "spec.template.spec.replicatedJobs is missing or not a list"));
+        continue;
+      }
+      YAML::Node node_job;
+      bool has_node_job = false;
+      for (const auto& j : jobs)
+        if (j.IsMap() && scalar(j["name"]) == std::string("node")) {
+          node_job.reset(j);
+          has_node_job = true;
+        }
+      if (!has_node_job) {
+        problems.push_back(problem(source, index, name,
+                                   "spec.template.spec.replicatedJobs has no job named 'node'"));
+        continue;
+      }
+      auto containers = node_job["template"]["spec"]["template"]["spec"]["containers"];
+      if (containers && containers.IsSequence()) {
+        for (const auto& c : containers)
+          if (c.IsMap() && scalar(c["name"]) == std::string("node") && scalar(c["image"]))
+            rt.trainer.image = *scalar(c["image"]);
+        if (rt.trainer.image.empty())
+          for (const auto& c : containers)
+            if (c.IsMap() && scalar(c["image"])) {
+              rt.trainer.image = *scalar(c["image"]);
+              break;
+            }
+      }
+      if (auto ann = meta["annotations"]; ann && ann.IsMap()) {
+        if (auto pk = scalar(ann[std::string(packages_annotation)])) {
+          std::stringstream ss(*pk);
+          std::string item;
+          while (std::getline(ss, item, ',')) {
+            item.erase(0, item.find_first_not_of(" \t\n"));
+            item.erase(item.find_last_not_of(" \t\n") + 1);
+            if (!item.empty()) rt.trainer.packages.push_back(item);
+          }
+        }
+      }
+      out.push_back(std::move(rt));
+      sources.push_back(source);
+    } catch (const YAML::Exception& e) {
+      problems.push_back(problem(source, index, name, "unreadable: " + e.msg));
+    }
+  }
+}
+
+runtime_catalog load_runtimes(const std::vector<std::filesystem::path>& dirs) {
+  runtime_catalog cat;
+  auto add_text = [&](std::string_view text, const std::string& source) {
+    std::vector<runtime> found;
+    std::vector<std::string> srcs;
+    parse_runtime_documents(text, source, found, srcs, cat.problems);
+    for (std::size_t i = 0; i < found.size(); ++i) insert(cat, std::move(found[i]), srcs[i]);
+  };
+  for (std::size_t i = 0; i < builtin_runtime_file_count; ++i)
+    add_text(builtin_runtime_files[i][1], std::string("built-in ") + builtin_runtime_files[i][0]);
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) continue;
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      auto ext = e.path().extension();
+      if ((ext == ".yaml" || ext == ".yml") && e.is_regular_file(ec)) files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      auto size = std::filesystem::file_size(f, ec);
+      if (ec || size > max_manifest_bytes) {
+        cat.problems.push_back(f.string() + ": larger than 1 MiB; a runtime manifest is a few KiB");
+        continue;
+      }
+      std::ifstream in(f, std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      add_text(ss.str(), f.string());
+    }
+  }
+  std::vector<std::size_t> order(cat.runtimes.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](auto a, auto b) { return cat.runtimes[a].name < cat.runtimes[b].name; });
+  runtime_catalog sorted;
+  for (auto i : order) {
+    sorted.runtimes.push_back(cat.runtimes[i]);
+    sorted.sources.push_back(cat.sources[i]);
+  }
+  sorted.problems = std::move(cat.problems);
+  return sorted;
+}
+
+const runtime* runtime_catalog::find(std::string_view name) const {
+  for (const auto& r : runtimes)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+std::string runtime_catalog::not_found_message(std::string_view name) const {
   std::string known;
-  for (auto& r : builtin_runtimes()) known += (known.empty() ? "" : ", ") + r.name;
+  for (const auto& r : runtimes) known += (known.empty() ? "" : ", ") + r.name;
+  if (known.empty()) known = "none";
   return "Runtime '" + printable(name) + "' not found. Known runtimes: " + known +
-         ". Pass one of them as the runtime.";
+         ". Pass one of them, or add a ClusterTrainingRuntime manifest to a runtime directory.";
 }
 
 }  // namespace tjob::detail

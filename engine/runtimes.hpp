@@ -1,9 +1,11 @@
-// The runtimes the local backend knows. Built in for now; loading Kubeflow's
-// ClusterTrainingRuntime manifests from runtimes/ replaces this table.
+// Training runtimes: Kubeflow's ClusterTrainingRuntime / TrainingRuntime
+// manifests, built in (runtimes/*.yaml, compiled into the binary) and from
+// user directories, which override built-ins by name.
 #pragma once
 
 #include <tjob/types.hpp>
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,10 +14,30 @@
 namespace tjob::detail {
 
 inline constexpr std::string_view default_runtime_name = "torch-distributed";
+/// Annotation with the packages a local job of the runtime installs (comma-separated).
+inline constexpr std::string_view packages_annotation = "tjob/packages";
+inline constexpr std::string_view framework_label = "trainer.kubeflow.org/framework";
 
-std::vector<runtime> builtin_runtimes();
-std::optional<runtime> find_runtime(std::string_view name);
-/// "Runtime 'x' not found. Known runtimes: a, b."
-std::string runtime_not_found_message(std::string_view name);
+struct runtime_catalog {
+  std::vector<runtime> runtimes;       ///< by name
+  std::vector<std::string> sources;    ///< where each came from, same order
+  std::vector<std::string> problems;   ///< one line per manifest that could not be used
+
+  const runtime* find(std::string_view name) const;
+  /// "Runtime 'x' not found. Known runtimes: a, b. ..."
+  std::string not_found_message(std::string_view name) const;
+};
+
+/// Parses every runtime document in `text` (a file may hold several, as a
+/// kustomize bundle does; documents of other kinds are ignored). Appends one
+/// problem per unusable document, naming `source`, the document and the field.
+void parse_runtime_documents(std::string_view text, const std::string& source,
+                             std::vector<runtime>& out, std::vector<std::string>& sources,
+                             std::vector<std::string>& problems);
+
+/// The built-in runtimes, then each directory's `*.yaml` / `*.yml` files in
+/// name order; a later runtime of the same name replaces an earlier one.
+/// Directories that do not exist are skipped.
+runtime_catalog load_runtimes(const std::vector<std::filesystem::path>& dirs);
 
 }  // namespace tjob::detail

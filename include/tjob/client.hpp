@@ -60,6 +60,7 @@ class trainer_client {
   void delete_job(const std::string& name);
   std::vector<event> get_job_events(const std::string& name);
   std::vector<runtime> list_runtimes();
+  std::vector<std::string> runtime_problems();
   runtime get_runtime(const std::string& name);
 
   const std::filesystem::path& home() const;

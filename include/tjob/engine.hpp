@@ -46,6 +46,10 @@ struct engine_config {
   std::chrono::milliseconds drain_timeout{2'000};
   /// How long a store write waits for another process's lock.
   std::chrono::milliseconds store_busy_timeout{5'000};
+  /// Directories of runtime manifests (ClusterTrainingRuntime YAML) that
+  /// override the built-in runtimes by name, later ones winning. Empty:
+  /// $TJOB_HOME/runtimes.
+  std::vector<std::filesystem::path> runtime_dirs;
   /// Log lines per failed step quoted in a wait_for_job_status failure.
   std::size_t failure_log_lines = 10;
   /// Logger for the engine's own messages; null: a quiet default.
@@ -110,7 +114,10 @@ class engine {
   /// and work dir.
   boost::asio::awaitable<void> delete_job(std::string name);
   boost::asio::awaitable<std::vector<event>> get_job_events(std::string name);
+  /// The runtimes, by name. Manifests that cannot be used are skipped and
+  /// reported (file, document, field) through the logger and runtime_problems().
   boost::asio::awaitable<std::vector<runtime>> list_runtimes();
+  boost::asio::awaitable<std::vector<std::string>> runtime_problems();
   boost::asio::awaitable<runtime> get_runtime(std::string name);
 
   /// Flushes the store and stops supervising (see Cancellation above).

@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <fstream>
+#include <set>
 
 using namespace std::chrono_literals;
 using tjob::test::helper_bin;
@@ -103,7 +104,12 @@ TEST_CASE_FIXTURE(fixture, "list and get and logs and events and wait and delete
 
   auto rts = tjob({"runtimes", "-o", "json"});
   CHECK(rts.exit_code == 0);
-  CHECK(boost::json::parse(rts.out).as_array()[0].at("name").as_string() == "torch-distributed");
+  std::set<std::string> names;
+  auto parsed = boost::json::parse(rts.out);
+  for (const auto& r : parsed.as_array())
+    names.insert(std::string(r.at("name").as_string()));
+  CHECK(names == std::set<std::string>{"python", "torch-distributed"});
+  CHECK(tjob({"runtimes"}).out.find("torch-distributed   torch") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(fixture, "every command has --help") {

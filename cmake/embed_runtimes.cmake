@@ -1,0 +1,15 @@
+# Writes OUT: a C++ file holding every runtimes/*.yaml as a string, so the
+# built-in runtimes travel inside the binary.
+file(GLOB manifests "${SRC}/runtimes/*.yaml")
+list(SORT manifests)
+set(body "// Generated from runtimes/*.yaml; do not edit.\n#include <cstddef>\nnamespace tjob::detail {\nextern const char* const builtin_runtime_files[][2];\nextern const std::size_t builtin_runtime_file_count;\nconst char* const builtin_runtime_files[][2] = {\n")
+set(count 0)
+foreach(m IN LISTS manifests)
+  file(READ "${m}" text)
+  get_filename_component(fname "${m}" NAME)
+  string(APPEND body "  {\"runtimes/${fname}\", R\"tjob_manifest(${text})tjob_manifest\"},\n")
+  math(EXPR count "${count} + 1")
+endforeach()
+string(APPEND body "};\nconst std::size_t builtin_runtime_file_count = ${count};\n}  // namespace tjob::detail\n")
+file(WRITE "${OUT}.tmp" "${body}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")
