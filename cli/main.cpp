@@ -98,6 +98,10 @@ struct job_options {
   std::string name, runtime, workdir;
   std::vector<std::string> env;
   std::vector<std::string> command;
+  bool command_mode = false;  // `--` was given: run a program, not Python
+  std::vector<std::string> packages, index_urls;
+  std::string func, args, python, resources;
+  bool system_site_packages = false, keep_venv = false;
 };
 
 void add_job_options(CLI::App* cmd, job_options& o) {
@@ -108,21 +112,93 @@ void add_job_options(CLI::App* cmd, job_options& o) {
       ->allow_extra_args(false);
   cmd->add_option("--workdir", o.workdir,
                   "Working directory of the job; default: the current directory");
+  cmd->add_option("--package", o.packages,
+                  "A package to pip-install into the job's venv (repeatable), after the runtime's");
+  cmd->add_option("--index-url", o.index_urls,
+                  "Package index (repeatable): the first is pip's --index-url, the rest "
+                  "--extra-index-url; default $DEFAULT_PIP_INDEX_URLS, else PyPI");
+  cmd->add_option("--func", o.func, "Run this function of FILE.py (called with --args) "
+                                    "instead of running the file as a script");
+  cmd->add_option("--args", o.args, "Keyword arguments of --func, as a JSON object");
+  cmd->add_option("--python", o.python, "The interpreter for the venv; default: python3 on PATH");
+  cmd->add_flag("--system-site-packages", o.system_site_packages,
+                "Let the venv see the interpreter's packages (a system torch, numpy, ...)");
+  cmd->add_flag("--keep-venv", o.keep_venv, "Keep the job's venv after it ends (for debugging)");
+  cmd->add_option("--resources", o.resources,
+                  "Per node, as cpu=N: N processes per node (torchrun --nproc_per_node)");
   cmd->add_option("command", o.command,
-                  "The program and its arguments, after `--` (nothing is run through a shell)")
+                  "FILE.py [ARGS...] to run Python training code in a venv, or `-- CMD [ARGS...]` "
+                  "to run a program (nothing is run through a shell)")
       ->required();
+}
+
+int parse_resources(const std::string& spec) {
+  int procs = 1;
+  std::size_t start = 0;
+  while (!spec.empty() && start <= spec.size()) {
+    auto end = spec.find(',', start);
+    if (end == std::string::npos) end = spec.size();
+    auto item = spec.substr(start, end - start);
+    auto eq = item.find('=');
+    auto key = item.substr(0, eq);
+    auto value = eq == std::string::npos ? std::string() : item.substr(eq + 1);
+    if (key == "cpu") {
+      char* rest = nullptr;
+      long n = std::strtol(value.c_str(), &rest, 10);
+      if (value.empty() || *rest || n < 1 || n > 1024)
+        throw usage_error("--resources cpu=" + value + ": give a whole number of processes, 1 or more");
+      procs = static_cast<int>(n);
+    } else if (key == "memory" || key == "gpu") {
+      throw usage_error("--resources " + key + ": not supported by the local backend yet; only cpu is");
+    } else {
+      throw usage_error("--resources '" + key + "': unknown key; the accepted keys are cpu (memory "
+                        "and gpu are not supported by the local backend yet)");
+    }
+    start = end + 1;
+  }
+  return procs;
 }
 
 train_request make_request(const job_options& o) {
   train_request req;
   req.name = o.name;
   req.runtime = o.runtime;
-  command_trainer t;
-  t.command = o.command;
-  t.env = parse_env(o.env);
   std::error_code ec;
-  t.working_dir = o.workdir.empty() ? std::filesystem::current_path(ec).string()
-                                    : std::filesystem::absolute(o.workdir, ec).string();
+  std::string workdir = o.workdir.empty() ? std::filesystem::current_path(ec).string()
+                                          : std::filesystem::absolute(o.workdir, ec).string();
+  bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() ||
+                        !o.args.empty() || !o.python.empty() || o.system_site_packages ||
+                        o.keep_venv || !o.resources.empty();
+  if (o.command_mode) {
+    if (python_options)
+      throw usage_error("--package, --index-url, --func, --args, --python, --system-site-packages, "
+                        "--keep-venv and --resources are for Python jobs (FILE.py), not commands after `--`");
+    command_trainer t;
+    t.command = o.command;
+    t.env = parse_env(o.env);
+    t.working_dir = workdir;
+    req.job_trainer = std::move(t);
+    return req;
+  }
+  const auto& file = o.command.front();
+  if (file.size() < 4 || file.compare(file.size() - 3, 3, ".py") != 0)
+    throw usage_error("'" + file + "': give a Python file (FILE.py) to train, or a command after "
+                      "`--` (for example: tjob run -- " + file + " ...)");
+  python_trainer t;
+  t.source_file = std::filesystem::absolute(file, ec).string();
+  t.function = o.func;
+  t.function_args = o.args;
+  t.args.assign(o.command.begin() + 1, o.command.end());
+  if (!o.func.empty() && !t.args.empty())
+    throw usage_error("arguments after FILE.py are for scripts; pass a function's arguments with --args");
+  t.packages_to_install = o.packages;
+  t.pip_index_urls = o.index_urls;
+  t.env = parse_env(o.env);
+  t.working_dir = workdir;
+  t.python = o.python;
+  t.system_site_packages = o.system_site_packages;
+  t.keep_venv = o.keep_venv;
+  t.procs_per_node = parse_resources(o.resources);
   req.job_trainer = std::move(t);
   return req;
 }
@@ -290,6 +366,8 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
   tail_given = tail_opt->count() > 0;
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--") run_opts.command_mode = train_opts.command_mode = true;
 
   try {
     if (*run) return cmd_run(common, run_opts);

@@ -22,12 +22,11 @@ namespace tjob::cli {
 namespace json = boost::json;
 
 json::value request_to_json(const train_request& req, const engine_config& cfg) {
-  const auto& t = std::get<command_trainer>(req.job_trainer);
   json::object o;
   o["name"] = req.name;
   o["runtime"] = req.runtime;
   o["num_nodes"] = req.num_nodes;
-  o["trainer"] = detail::to_json(t);
+  o["trainer"] = detail::to_json(req.job_trainer);
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
   json::array dirs;
@@ -41,7 +40,7 @@ void request_from_json(const json::value& v, train_request& req, engine_config& 
   req.name = json::value_to<std::string>(o.at("name"));
   req.runtime = json::value_to<std::string>(o.at("runtime"));
   req.num_nodes = static_cast<int>(o.at("num_nodes").to_number<std::int64_t>());
-  req.job_trainer = detail::command_trainer_from_json(o.at("trainer").as_object());
+  req.job_trainer = detail::trainer_from_json(o.at("trainer").as_object());
   cfg.home = json::value_to<std::string>(o.at("home"));
   cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
   for (const auto& d : o.at("runtime_dirs").as_array())

@@ -1,6 +1,7 @@
 #include "engine/engine_impl.hpp"
 
 #include "adapters/process/proc_info.hpp"
+#include "adapters/process/python_setup.hpp"
 #include "engine/log_files.hpp"
 #include "engine/names.hpp"
 #include "engine/runtimes.hpp"
@@ -19,6 +20,10 @@
 #include <csignal>
 #include <cstdlib>
 #include <fcntl.h>
+#include <fstream>
+#include <netinet/in.h>
+#include <sstream>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -100,6 +105,23 @@ std::shared_ptr<spdlog::logger> quiet_logger() {
 }
 
 bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+// A TCP port nobody listens on now, for a job's torch rendezvous: the kernel
+// picks it, so concurrent jobs do not collide on 29500.
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 29500;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
 
 // Kills what is left of a step whose owner died: the leader if it is still
 // the process we recorded, else any members left in its process group.
@@ -352,47 +374,115 @@ asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
   for (std::size_t i = 0; i < j->steps.size(); ++i) co_await run_step(j, i);
 }
 
+// A step runs its phases one after another: for a Python job the venv, pip
+// and the training code; for a command job just the command. The step is
+// Running from the first phase on; a setup phase that fails fails the step
+// with that phase named, and the training code's exit decides the rest.
 asio::awaitable<void> engine::impl::run_step(std::shared_ptr<job_rec> j, std::size_t index) {
   step_rec& s = j->steps[index];
-  if (j->cancel_requested) {
-    apply(*j, s, {event_kind::cancelled}, "cancelled before it started", "cancelled");
-    co_return;
-  }
-  process::spawn_spec spec;
-  spec.executable = j->executable;
-  spec.argv = j->trainer.command;
-  auto env = j->trainer.env;
-  env.emplace(token_variable, job_token(j->row));
-  spec.env = process::merge_environment(environ, env);
-  spec.cwd = j->work_dir.string();
-  error_code ec;
-  auto child = process::child::spawn(ex, spec, ec);
-  if (ec) {
-    apply(*j, s, {event_kind::start_failed},
-          "cannot start " + quote(spec.executable) + ": " + ec.message(),
-          "start failed: " + ec.message());
-    co_return;
-  }
-  s.proc = std::move(child);
-  s.row.pid = s.proc.pid();
-  s.row.pid_start = s.proc.start_time();
-  s.drain_timer.emplace(ex);
-  apply(*j, s, {event_kind::started},
-        "process " + std::to_string(s.row.pid) + " started: " + join_argv(spec.argv), {});
+  bool started = false;
+  job_event outcome{event_kind::cancelled};
+  std::string message = "cancelled before it started", reason = "cancelled";
+  for (auto& ph : j->phases) {
+    if (j->cancel_requested) break;
+    process::spawn_spec spec;
+    spec.executable = ph.executable;
+    spec.argv = ph.argv;
+    if (ph.torch_port) spec.argv.insert(spec.argv.begin() + 3, "--master_port=" + std::to_string(free_port()));
+    auto env = ph.env;
+    env.emplace(token_variable, job_token(j->row));
+    spec.env = process::merge_environment(environ, env);
+    spec.cwd = ph.cwd;
+    if (!ph.title.empty()) log_progress(*j, s, "[tjob] " + ph.title + "\n");
+    auto t0 = steady::now();
+    error_code ec;
+    auto child = process::child::spawn(ex, spec, ec);
+    if (ec) {
+      message = "cannot start " + quote(spec.executable) + " (" + ph.name + "): " + ec.message();
+      if (!started) {
+        outcome = {event_kind::start_failed};
+        reason = "start failed: " + ec.message();
+      } else {
+        outcome = {event_kind::exited, 127};
+        reason = "setup failed: " + ph.name + ": " + ec.message();
+        log_progress(*j, s, "[tjob] " + message + "\n");
+      }
+      break;
+    }
+    s.proc = std::move(child);
+    s.row.pid = s.proc.pid();
+    s.row.pid_start = s.proc.start_time();
+    s.output_done = false;
+    s.drain_timer.emplace(ex);
+    std::string what = "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " +
+                       join_argv(ph.argv);
+    if (!started) {
+      apply(*j, s, {event_kind::started}, what, {});
+      started = true;
+    } else {
+      queue_write([name = j->row.name, row = s.row, t = now_ms(), what](detail::store& db) {
+        db.update_step(name, row);  // the pid that a crash recovery must kill
+        db.append_event(name, row.name, t, "Setup", what);
+      });
+    }
 
-  using namespace asio::experimental::awaitable_operators;
-  process::exit_status st = co_await (wait_exit(*j, s) && pump_output(*j, s));
-  s.proc = process::child();  // the pidfd and pipe go now: two descriptors per running job
+    using namespace asio::experimental::awaitable_operators;
+    process::exit_status st = co_await (wait_exit(*j, s) && pump_output(*j, s));
+    s.proc = process::child();  // the pidfd and pipe go now: two descriptors per running job
+    double secs = std::chrono::duration<double>(steady::now() - t0).count();
 
-  bool cancelled = j->cancel_requested || db->has_event(j->row.name, "CancelRequested");
-  if (cancelled) {
-    s.row.exit_code = st.code;
-    apply(*j, s, {event_kind::cancelled}, "cancelled; the process ended: " + describe(st),
-          "cancelled");
+    if (j->cancel_requested || db->has_event(j->row.name, "CancelRequested")) {
+      j->cancel_requested = true;
+      s.row.exit_code = st.code;
+      outcome = {event_kind::cancelled};
+      message = "cancelled; the process ended: " + describe(st);
+      reason = "cancelled";
+      break;
+    }
+    if (!ph.final) {
+      if (st.code != 0) {
+        log_progress(*j, s, fmt::format("[tjob] {} failed after {:.2f} s: {}\n", ph.name, secs, describe(st)));
+        outcome = {event_kind::exited, st.code};
+        message = ph.name + " failed: " + describe(st) + " (its output is in the step's log)";
+        reason = "setup failed: " + ph.name + " " + describe(st);
+        break;
+      }
+      log_progress(*j, s, fmt::format("[tjob] {} done in {:.2f} s\n", ph.name, secs));
+      queue_write([name = j->row.name, step = s.row.name, t = now_ms(),
+                   text = fmt::format("{} done in {:.2f} s", ph.name, secs)](detail::store& db) {
+        db.append_event(name, step, t, "Setup", text);
+      });
+      continue;
+    }
+    outcome = {event_kind::exited, st.code};
+    message = "process " + std::to_string(s.row.pid) + " ended: " + describe(st);
+    reason = describe(st);
   }
-  else
-    apply(*j, s, {event_kind::exited, st.code},
-          "process " + std::to_string(s.row.pid) + " ended: " + describe(st), describe(st));
+  if (j->cancel_requested && outcome.kind != event_kind::cancelled && !started) {
+    outcome = {event_kind::cancelled};
+    message = "cancelled before it started";
+    reason = "cancelled";
+  }
+  // The venv goes before the end is recorded: whoever waits for the end finds it gone.
+  if (!j->venv.empty()) {
+    if (j->remove_venv) {
+      auto venv = j->venv;
+      co_await asio::post(pool, asio::use_awaitable);
+      std::error_code rec;
+      std::filesystem::remove_all(venv, rec);
+      co_await asio::post(ex, asio::use_awaitable);
+      if (rec) log->warn("job {}: could not remove {}: {}", j->row.name, venv.string(), rec.message());
+    } else if (std::filesystem::exists(j->venv)) {
+      log_progress(*j, s, "[tjob] venv kept at " + j->venv.string() + "\n");
+    }
+  }
+  apply(*j, s, outcome, message, reason);
+}
+
+void engine::impl::log_progress(job_rec& j, step_rec& s, const std::string& line) {
+  if (auto ec = detail::append_file(s.log_path, line))
+    log->warn("job {}: cannot write {}: {}", j.row.name, s.log_path.string(), ec.message());
+  j.watchers.notify_all();
 }
 
 asio::awaitable<process::exit_status> engine::impl::wait_exit(job_rec& j, step_rec& s) {
@@ -670,10 +760,213 @@ engine::~engine() = default;
 asio::any_io_executor engine::get_executor() const { return impl_->ex; }
 const std::filesystem::path& engine::home() const { return impl_->home; }
 
+namespace {
+
+void check_env(const std::string& who, const std::map<std::string, std::string>& env) {
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.find('=') != std::string::npos || has_nul(k))
+      fail(errc::invalid_argument, who + ": env name " + quote(k) +
+                                       " is not a valid variable name; use NAME=VALUE with a "
+                                       "non-empty NAME without '='");
+    if (has_nul(v))
+      fail(errc::invalid_argument,
+           who + ": the value of env " + quote(k) + " holds a NUL byte; remove it");
+  }
+}
+
+std::string check_working_dir(const std::string& who, const std::string& dir) {
+  if (dir.empty()) return dir;
+  std::error_code fec;
+  auto wd = std::filesystem::absolute(dir, fec);
+  if (fec || !std::filesystem::is_directory(wd, fec))
+    fail(errc::invalid_argument, who + ": working_dir " + quote(dir) +
+                                     " is not a directory; create it, or leave working_dir "
+                                     "empty to use the job's own work dir");
+  return wd.string();
+}
+
+std::string path_of(const std::map<std::string, std::string>& env) {
+  if (auto it = env.find("PATH"); it != env.end()) return it->second;
+  if (const char* p = std::getenv("PATH")) return p;
+  return {};
+}
+
+std::string find_program(const std::string& who, const std::string& prog,
+                         const std::map<std::string, std::string>& env, const std::string& cwd,
+                         const char* hint) {
+  auto path = path_of(env);
+  auto exe = process::find_executable(prog, path, cwd.empty() ? "." : cwd);
+  if (!exe) {
+    if (prog.find('/') != std::string::npos)
+      fail(errc::executable_not_found,
+           who + ": " + quote(prog) +
+               " is not an executable file; check the path (relative paths start from the "
+               "working dir) and its execute permission");
+    fail(errc::executable_not_found, who + ": cannot find executable " + quote(prog) +
+                                         " on PATH (" + printable(path, 300) + "); " + hint);
+  }
+  std::error_code ec;
+  return std::filesystem::absolute(*exe, ec).string();
+}
+
+std::string read_source(const std::string& who, const std::string& file) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(file, ec);
+  if (ec)
+    fail(errc::invalid_argument, who + ": cannot read the training file " + quote(file) + ": " +
+                                     ec.message() + "; check the path");
+  if (size > (16u << 20))
+    fail(errc::invalid_argument, who + ": the training file " + quote(file) +
+                                     " is larger than 16 MiB; pass a script, not data");
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+// The phases of a command job: the command itself.
+void engine::impl::plan_command(job_rec& j, const std::string& who, command_trainer& ct) {
+  if (ct.command.empty())
+    fail(errc::invalid_argument,
+         who + ": the trainer's command is empty; give the program to run and its arguments");
+  for (const auto& a : ct.command)
+    if (has_nul(a))
+      fail(errc::invalid_argument, who + ": a command argument holds a NUL byte, which no "
+                                         "program can receive; remove it");
+  check_env(who, ct.env);
+  ct.working_dir = check_working_dir(who, ct.working_dir);
+  phase ph;
+  ph.name = "command";
+  ph.final = true;
+  ph.executable = find_program(who, ct.command.front(), ct.env, ct.working_dir,
+                               "give its full path or fix PATH");
+  ph.argv = ct.command;
+  ph.env = ct.env;
+  ph.cwd = ct.working_dir;
+  j.phases.push_back(std::move(ph));
+  j.spec = spec_json(ct, j.phases.back().executable);
+}
+
+// The phases of a Python job, as Kubeflow's local backend runs them, done
+// right: venv, pip (only when there is something to install), the code.
+void engine::impl::plan_python(job_rec& j, const std::string& who, python_trainer& pt,
+                               const runtime& rt) {
+  if (pt.source.empty() == pt.source_file.empty())
+    fail(errc::invalid_argument, who + ": give the training code either as source text or as a "
+                                       "file (source or source_file), not both or neither");
+  if (!pt.source_file.empty()) {
+    std::error_code ec;
+    pt.source_file = std::filesystem::absolute(pt.source_file, ec).string();
+    if (pt.function.empty() && !std::filesystem::is_regular_file(pt.source_file, ec))
+      fail(errc::invalid_argument, who + ": the training file " + quote(pt.source_file) +
+                                       " does not exist; check the path");
+  }
+  std::string source = !pt.source.empty() ? pt.source
+                       : pt.function.empty() ? std::string()
+                                             : read_source(who, pt.source_file);
+  std::string where = pt.source_file.empty() ? "the source" : quote(pt.source_file);
+  if (!pt.function.empty() && !process::defines_function(source, pt.function))
+    fail(errc::invalid_argument, who + ": function " + quote(pt.function) +
+                                     " is not defined at the top level of " + where +
+                                     "; give the name of a top-level `def`");
+  if (!pt.function_args.empty()) {
+    if (pt.function.empty())
+      fail(errc::invalid_argument,
+           who + ": function_args (--args) needs a function (--func); a script takes args");
+    boost::system::error_code jec;
+    auto v = json::parse(pt.function_args, jec);
+    if (jec || !v.is_object())
+      fail(errc::invalid_argument,
+           who + ": function_args (--args) must be a JSON object of keyword arguments, such as "
+                 "{\"lr\": 0.1}; got " + printable(pt.function_args, 60));
+  }
+  if (pt.procs_per_node < 1)
+    fail(errc::invalid_argument, who + ": procs_per_node must be 1 or more");
+  for (const auto& a : pt.args)
+    if (has_nul(a)) fail(errc::invalid_argument, who + ": a script argument holds a NUL byte");
+  for (const auto& p : pt.packages_to_install)
+    if (has_nul(p)) fail(errc::invalid_argument, who + ": a package name holds a NUL byte");
+  check_env(who, pt.env);
+  pt.working_dir = check_working_dir(who, pt.working_dir);
+  std::vector<std::string> packages;
+  try {
+    packages = process::merge_packages(rt.trainer.packages, pt.packages_to_install);
+  } catch (const error& e) {
+    fail(errc::invalid_argument, who + ": " + e.what());
+  }
+  auto python = find_program(who, pt.python.empty() ? "python3" : pt.python, pt.env, {},
+                             "install python3 or pass the interpreter (--python)");
+
+  j.venv = j.dir / "venv";
+  j.remove_venv = cfg.cleanup_venv && !pt.keep_venv;
+  auto work = j.dir / "work";
+  auto cwd = pt.working_dir.empty() ? work.string() : pt.working_dir;
+  auto venv_python = (j.venv / "bin" / "python").string();
+  std::map<std::string, std::string> env = pt.env;
+  env.emplace("PIP_DISABLE_PIP_VERSION_CHECK", "1");
+  env.emplace("PYTHONUNBUFFERED", "1");  // progress reaches the log as it is printed
+
+  phase venv;
+  venv.name = "venv";
+  venv.title = "creating a virtual environment with " + python +
+               (pt.system_site_packages ? " (with system site packages)" : "");
+  venv.executable = python;
+  venv.argv = {python, "-m", "venv", "--without-pip"};
+  if (pt.system_site_packages) venv.argv.push_back("--system-site-packages");
+  venv.argv.push_back(j.venv.string());
+  venv.env = env;
+  venv.cwd = cwd;
+  j.phases.push_back(venv);
+
+  if (!packages.empty()) {
+    phase pip;
+    pip.name = "pip install";
+    pip.title = "installing " + std::to_string(packages.size()) + " package(s): " + join_argv(packages);
+    pip.executable = venv_python;
+    pip.argv = {venv_python, "-c", std::string(process::pip_bootstrap_code())};
+    for (auto& a : process::pip_install_args(packages, process::index_urls(pt.pip_index_urls)))
+      pip.argv.push_back(std::move(a));
+    pip.env = env;
+    pip.cwd = cwd;
+    j.phases.push_back(pip);
+  }
+
+  std::string file = pt.source_file;
+  if (!pt.function.empty()) {
+    file = (work / ("train_" + j.row.name + ".py")).string();
+    j.files.emplace_back(file, process::training_file(source, pt.function, !pt.function_args.empty()));
+    if (!pt.function_args.empty())
+      j.files.emplace_back((work / ("train_" + j.row.name + ".kwargs.json")).string(), pt.function_args);
+  }
+  phase code;
+  code.name = rt.trainer.framework == "torch" ? "torchrun" : "python";
+  code.final = true;
+  code.executable = venv_python;
+  if (rt.trainer.framework == "torch") {
+    // Inside a venv there may be no torchrun script; the module is the same
+    // program. `--redirects 9:1 --tee 9:1` works around the Python 3.11 crash
+    // of Debian's torch 1.13 (see docs/kubeflow-differences.md) and changes
+    // nothing for ranks below 9. The master port is chosen free at start.
+    code.argv = {venv_python, "-m", "torch.distributed.run", "--nnodes=1", "--node_rank=0",
+                 "--nproc_per_node=" + std::to_string(pt.procs_per_node),
+                 "--master_addr=127.0.0.1", "--monitor_interval=0.2", "--redirects", "9:1", "--tee", "9:1"};
+    code.torch_port = true;
+  } else {
+    code.argv = {venv_python, "-u"};
+  }
+  code.argv.push_back(file);
+  code.argv.insert(code.argv.end(), pt.args.begin(), pt.args.end());
+  code.env = env;
+  code.cwd = cwd;
+  j.phases.push_back(code);
+  j.spec = json::serialize(json::object{{"trainer", detail::to_json(pt)}, {"python", python}});
+}
+
 asio::awaitable<std::string> engine::train(train_request req) {
   auto& e = *impl_;
   e.check_running();
-  auto* ct = std::get_if<command_trainer>(&req.job_trainer);
   const bool generated = req.name.empty();
   std::string name = generated ? detail::generate_job_name() : req.name;
   std::string who = "TrainJob " + quote(name);
@@ -686,79 +979,44 @@ asio::awaitable<std::string> engine::train(train_request req) {
   }
   if (req.runtime.empty()) req.runtime = std::string(detail::default_runtime_name);
   auto catalog = e.runtimes();
-  if (!catalog.find(req.runtime))
-    fail(errc::runtime_not_found, who + ": " + catalog.not_found_message(req.runtime));
+  const runtime* rt = catalog.find(req.runtime);
+  if (!rt) fail(errc::runtime_not_found, who + ": " + catalog.not_found_message(req.runtime));
   if (req.num_nodes != 1)
     fail(errc::invalid_argument, who + ": num_nodes=" + std::to_string(req.num_nodes) +
-                                     " is not supported by the local backend, which runs one "
+                                     " is not supported by the local backend yet, which runs one "
                                      "node; use num_nodes=1");
-  if (!ct) fail(errc::invalid_argument, who + ": the local backend runs command trainers only");
-  if (ct->command.empty())
-    fail(errc::invalid_argument,
-         who + ": the trainer's command is empty; give the program to run and its arguments");
-  for (const auto& a : ct->command)
-    if (has_nul(a))
-      fail(errc::invalid_argument, who + ": a command argument holds a NUL byte, which no "
-                                         "program can receive; remove it");
-  for (const auto& [k, v] : ct->env) {
-    if (k.empty() || k.find('=') != std::string::npos || has_nul(k))
-      fail(errc::invalid_argument, who + ": env name " + quote(k) +
-                                       " is not a valid variable name; use NAME=VALUE with a "
-                                       "non-empty NAME without '='");
-    if (has_nul(v))
-      fail(errc::invalid_argument,
-           who + ": the value of env " + quote(k) + " holds a NUL byte; remove it");
-  }
-  if (!ct->working_dir.empty()) {
-    std::error_code fec;
-    auto wd = std::filesystem::absolute(ct->working_dir, fec);
-    if (fec || !std::filesystem::is_directory(wd, fec))
-      fail(errc::invalid_argument,
-           who + ": working_dir " + quote(ct->working_dir) +
-               " is not a directory; create it, or leave working_dir empty to use the job's "
-               "own work dir");
-    ct->working_dir = wd.string();
-  }
-  std::string path_env;
-  if (auto it = ct->env.find("PATH"); it != ct->env.end())
-    path_env = it->second;
-  else if (const char* p = std::getenv("PATH"))
-    path_env = p;
-  auto exe = process::find_executable(ct->command.front(),
-                                      path_env, ct->working_dir.empty() ? "." : ct->working_dir);
-  if (!exe) {
-    const auto& prog = ct->command.front();
-    if (prog.find('/') != std::string::npos)
-      fail(errc::executable_not_found,
-           who + ": " + quote(prog) +
-               " is not an executable file; check the path (relative paths start from the "
-               "working dir) and its execute permission");
-    fail(errc::executable_not_found, who + ": cannot find executable " + quote(prog) +
-                                         " on PATH (" + printable(path_env, 300) +
-                                         "); give its full path or fix PATH");
-  }
 
   auto j = std::make_shared<job_rec>();
-  j->trainer = *ct;
-  j->executable = *exe;
+  auto plan = [&] {
+    j->phases.clear();
+    j->files.clear();
+    j->dir = e.jobs_dir / name;
+    j->row.name = name;
+    if (auto* ct = std::get_if<command_trainer>(&req.job_trainer))
+      e.plan_command(*j, who, *ct);
+    else
+      e.plan_python(*j, who, std::get<python_trainer>(req.job_trainer), *rt);
+  };
+  plan();
   for (;;) {
+    std::string spec = j->spec;
     j->row = {};
     j->row.name = name;
     j->row.runtime = req.runtime;
     j->row.num_nodes = 1;
     j->row.created_ms = now_ms();
-    j->row.spec = spec_json(*ct, *exe);
+    j->row.spec = spec;
     j->row.status = job_status::created;
     j->row.owner_pid = e.self_pid;
     j->row.owner_start = e.self_start;
     detail::step_row first;
     first.name = "node-0";
     j->row.steps = {first};
+    std::string summary = join_argv(j->phases.back().argv);
     bool inserted = e.transact([&](detail::store& db) {
       if (!db.insert_job(j->row)) return false;
       db.append_event(name, "", j->row.created_ms, "Created",
-                      "created by process " + std::to_string(e.self_pid) + ": " +
-                          join_argv(ct->command));
+                      "created by process " + std::to_string(e.self_pid) + ": " + summary);
       return true;
     });
     if (inserted) break;
@@ -767,17 +1025,25 @@ asio::awaitable<std::string> engine::train(train_request req) {
                                      " already exists; choose another name, or delete it first "
                                      "(tjob delete " + name + ")");
     name = detail::generate_job_name();
+    who = "TrainJob " + quote(name);
+    plan();  // the paths in the plan hold the name
   }
-  j->dir = e.jobs_dir / name;
   try {
     make_private_dirs(j->dir / "logs");
-    if (ct->working_dir.empty()) make_private_dirs(j->dir / "work");
+    make_private_dirs(j->dir / "work");
+    for (const auto& [path, text] : j->files) {
+      if (auto ec = detail::append_file(path, text))
+        throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
+    }
   } catch (const std::system_error& x) {
     e.transact([&](detail::store& db) { db.delete_job(name); });
+    std::error_code rec;
+    std::filesystem::remove_all(j->dir, rec);
     fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + x.what() +
                                       "; check that " + e.jobs_dir.string() + " is writable");
   }
-  j->work_dir = ct->working_dir.empty() ? j->dir / "work" : std::filesystem::path(ct->working_dir);
+  for (auto& ph : j->phases)
+    if (ph.cwd.empty()) ph.cwd = (j->dir / "work").string();
   for (auto& s : j->row.steps) {
     step_rec sr;
     sr.row = s;

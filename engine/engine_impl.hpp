@@ -34,13 +34,28 @@ struct step_rec {
   std::optional<boost::asio::steady_timer> drain_timer;
 };
 
+/// One process a step runs: a setup phase (venv, pip) or the job's own code.
+struct phase {
+  std::string name;   ///< "venv", "pip install", "torchrun", "python", "command"
+  std::string title;  ///< progress line before it starts; empty: none
+  std::string executable;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  ///< over the engine's environment
+  std::string cwd;
+  bool final = false;       ///< the job's own code: its exit decides the step
+  bool torch_port = false;  ///< add --master_port with a free port at start
+};
+
 /// A job this engine runs. Jobs of other processes are read from the store.
 struct job_rec {
   detail::job_row row;  // row.steps is unused: `steps` holds them
   std::vector<step_rec> steps;
-  command_trainer trainer;
-  std::string executable;
-  std::filesystem::path dir, work_dir;
+  std::vector<phase> phases;
+  std::vector<std::pair<std::string, std::string>> files;  // written into the job dir at creation
+  std::string spec;
+  std::filesystem::path dir;
+  std::filesystem::path venv;  // empty for command jobs
+  bool remove_venv = false;
   detail::wake_list watchers;  // woken by transitions (after commit) and new log bytes
   boost::asio::cancellation_signal stop;  // ends the job's coroutine on shutdown
   bool cancel_requested = false;
@@ -100,6 +115,9 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   void spawn_internal(boost::asio::awaitable<void> op, const char* what);
   boost::asio::awaitable<void> run_job(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<void> run_step(std::shared_ptr<job_rec> j, std::size_t index);
+  void plan_command(job_rec& j, const std::string& who, command_trainer& ct);
+  void plan_python(job_rec& j, const std::string& who, python_trainer& pt, const runtime& rt);
+  void log_progress(job_rec& j, step_rec& s, const std::string& line);
   boost::asio::awaitable<process::exit_status> wait_exit(job_rec& j, step_rec& s);
   boost::asio::awaitable<void> pump_output(job_rec& j, step_rec& s);
   boost::asio::awaitable<void> escalate(std::shared_ptr<job_rec> j);

@@ -6,24 +6,88 @@ namespace tjob::detail {
 
 namespace json = boost::json;
 
+namespace {
+
+json::array to_array(const std::vector<std::string>& v) {
+  json::array a;
+  for (const auto& s : v) a.emplace_back(s);
+  return a;
+}
+
+std::vector<std::string> strings(const json::value& v) {
+  std::vector<std::string> out;
+  for (const auto& a : v.as_array()) out.push_back(json::value_to<std::string>(a));
+  return out;
+}
+
+std::map<std::string, std::string> string_map(const json::value& v) {
+  std::map<std::string, std::string> out;
+  for (const auto& kv : v.as_object()) out[std::string(kv.key())] = json::value_to<std::string>(kv.value());
+  return out;
+}
+
+json::object to_object(const std::map<std::string, std::string>& m) {
+  json::object o;
+  for (const auto& [k, v] : m) o[k] = v;
+  return o;
+}
+
+}  // namespace
+
 json::object to_json(const command_trainer& t) {
   json::object o;
   o["kind"] = "command";
-  json::array cmd;
-  for (const auto& a : t.command) cmd.emplace_back(a);
-  o["command"] = std::move(cmd);
-  json::object env;
-  for (const auto& [k, v] : t.env) env[k] = v;
-  o["env"] = std::move(env);
+  o["command"] = to_array(t.command);
+  o["env"] = to_object(t.env);
   o["working_dir"] = t.working_dir;
   return o;
 }
 
-command_trainer command_trainer_from_json(const json::object& o) {
+
+json::object to_json(const python_trainer& t) {
+  json::object o;
+  o["kind"] = "python";
+  o["source"] = t.source;
+  o["source_file"] = t.source_file;
+  o["function"] = t.function;
+  o["function_args"] = t.function_args;
+  o["args"] = to_array(t.args);
+  o["packages_to_install"] = to_array(t.packages_to_install);
+  o["pip_index_urls"] = to_array(t.pip_index_urls);
+  o["env"] = to_object(t.env);
+  o["working_dir"] = t.working_dir;
+  o["python"] = t.python;
+  o["system_site_packages"] = t.system_site_packages;
+  o["keep_venv"] = t.keep_venv;
+  o["procs_per_node"] = t.procs_per_node;
+  return o;
+}
+
+json::object to_json(const trainer& t) {
+  return std::visit([](const auto& x) { return to_json(x); }, t);
+}
+
+trainer trainer_from_json(const json::object& o) {
+  if (o.at("kind").as_string() == "python") {
+    python_trainer t;
+    t.source = json::value_to<std::string>(o.at("source"));
+    t.source_file = json::value_to<std::string>(o.at("source_file"));
+    t.function = json::value_to<std::string>(o.at("function"));
+    t.function_args = json::value_to<std::string>(o.at("function_args"));
+    t.args = strings(o.at("args"));
+    t.packages_to_install = strings(o.at("packages_to_install"));
+    t.pip_index_urls = strings(o.at("pip_index_urls"));
+    t.env = string_map(o.at("env"));
+    t.working_dir = json::value_to<std::string>(o.at("working_dir"));
+    t.python = json::value_to<std::string>(o.at("python"));
+    t.system_site_packages = o.at("system_site_packages").as_bool();
+    t.keep_venv = o.at("keep_venv").as_bool();
+    t.procs_per_node = static_cast<int>(o.at("procs_per_node").to_number<std::int64_t>());
+    return t;
+  }
   command_trainer t;
-  for (const auto& a : o.at("command").as_array()) t.command.push_back(json::value_to<std::string>(a));
-  for (const auto& kv : o.at("env").as_object())
-    t.env[std::string(kv.key())] = json::value_to<std::string>(kv.value());
+  t.command = strings(o.at("command"));
+  t.env = string_map(o.at("env"));
   t.working_dir = json::value_to<std::string>(o.at("working_dir"));
   return t;
 }

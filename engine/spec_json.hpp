@@ -10,7 +10,10 @@ namespace tjob::detail {
 
 /// {"kind":"command","command":[...],"env":{...},"working_dir":"..."}
 boost::json::object to_json(const command_trainer& t);
+/// {"kind":"python","source":...,"function":...,...}
+boost::json::object to_json(const python_trainer& t);
+boost::json::object to_json(const trainer& t);
 /// The inverse of to_json; throws std::exception on a malformed object.
-command_trainer command_trainer_from_json(const boost::json::object& o);
+trainer trainer_from_json(const boost::json::object& o);
 
 }  // namespace tjob::detail

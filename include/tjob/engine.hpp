@@ -50,6 +50,10 @@ struct engine_config {
   /// override the built-in runtimes by name, later ones winning. Empty:
   /// $TJOB_HOME/runtimes.
   std::vector<std::filesystem::path> runtime_dirs;
+  /// Remove a Python job's venv when the job ends, whatever its outcome
+  /// (Kubeflow's LocalProcessBackendConfig.cleanup_venv; a trainer's
+  /// keep_venv overrides it for one job).
+  bool cleanup_venv = true;
   /// Log lines per failed step quoted in a wait_for_job_status failure.
   std::size_t failure_log_lines = 10;
   /// Logger for the engine's own messages; null: a quiet default.

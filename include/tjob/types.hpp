@@ -27,9 +27,29 @@ struct command_trainer {
   std::string working_dir;                   ///< empty: the job's own `jobs/<name>/work/`
 };
 
-/// The kinds of trainer a job can have. Python function and script trainers
-/// (venv, pip, torchrun) join this variant; the engine dispatches on it.
-using trainer = std::variant<command_trainer>;
+/// Runs Python training code in a virtual environment of its own, as
+/// Kubeflow's CustomTrainer: a function (its source and name, called with
+/// keyword arguments) or a script (run as it is). The packages are installed
+/// with pip after the runtime's, merged by Kubeflow's rules; the code runs
+/// under torchrun when the runtime's framework is torch, else under python.
+struct python_trainer {
+  std::string source;                 ///< Python source text (API); or
+  std::string source_file;            ///< a .py file: its text is the source
+  std::string function;               ///< empty: run the source as a script
+  std::string function_args;          ///< a JSON object of keyword arguments; empty: none
+  std::vector<std::string> args;      ///< command-line arguments of a script
+  std::vector<std::string> packages_to_install;
+  std::vector<std::string> pip_index_urls;  ///< empty: $DEFAULT_PIP_INDEX_URLS or PyPI
+  std::map<std::string, std::string> env;   ///< laid over the engine's environment
+  std::string working_dir;            ///< empty: the job's own work dir
+  std::string python;                 ///< interpreter; empty: the first python3 on PATH
+  bool system_site_packages = false;  ///< the venv sees the interpreter's packages (a system torch)
+  bool keep_venv = false;             ///< keep the venv after the job, whatever the config says
+  int procs_per_node = 1;             ///< torchrun --nproc_per_node (resources_per_node cpu)
+};
+
+/// The kinds of trainer a job can have; the engine dispatches on it.
+using trainer = std::variant<command_trainer, python_trainer>;
 
 /// Everything `train` needs. The runtime defaults to Kubeflow's
 /// `torch-distributed` when empty.

@@ -1,0 +1,161 @@
+#include "adapters/process/python_setup.hpp"
+
+#include <tjob/error.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <map>
+
+namespace tjob::process {
+
+std::optional<std::string> requirement_name(std::string_view r) {
+  std::size_t i = 0;
+  while (i < r.size() && std::isspace(static_cast<unsigned char>(r[i]))) ++i;
+  auto is_alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  if (i >= r.size() || !is_alnum(r[i])) return std::nullopt;
+  std::size_t start = i;
+  while (i < r.size() && (is_alnum(r[i]) || r[i] == '.' || r[i] == '_' || r[i] == '-')) ++i;
+  return std::string(r.substr(start, i - start));
+}
+
+std::string canonical_name(std::string_view name) {
+  std::string out;
+  bool in_sep = false;
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == '.') {
+      if (!in_sep) out.push_back('-');
+      in_sep = true;
+    } else {
+      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+      in_sep = false;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::string canonical_of(const std::string& requirement) {
+  auto name = requirement_name(requirement);
+  if (!name)
+    throw error(errc::invalid_argument,
+                "Could not parse package name from requirement: '" + requirement +
+                    "'; a requirement starts with a distribution name, as in 'numpy>=1.26'");
+  return canonical_name(*name);
+}
+
+}  // namespace
+
+std::vector<std::string> merge_packages(const std::vector<std::string>& runtime_packages,
+                                        const std::vector<std::string>& trainer_packages) {
+  if (trainer_packages.empty()) return runtime_packages;
+  std::map<std::string, std::string> trainer_names;  // canonical -> as given
+  for (const auto& p : trainer_packages) {
+    auto c = canonical_of(p);
+    if (auto it = trainer_names.find(c); it != trainer_names.end())
+      throw error(errc::invalid_argument, "Duplicate dependency in trainer_packages: '" + p +
+                                              "' (canonical: '" + c + "'); list each package once");
+    trainer_names.emplace(c, p);
+  }
+  // Runtime packages by their last mention, in that order.
+  std::map<std::string, std::size_t> last;
+  for (std::size_t i = 0; i < runtime_packages.size(); ++i) last[canonical_of(runtime_packages[i])] = i;
+  std::vector<std::size_t> keep;
+  for (const auto& [c, i] : last)
+    if (!trainer_names.count(c)) keep.push_back(i);
+  std::sort(keep.begin(), keep.end());
+  std::vector<std::string> out;
+  for (auto i : keep) out.push_back(runtime_packages[i]);
+  out.insert(out.end(), trainer_packages.begin(), trainer_packages.end());
+  return out;
+}
+
+std::vector<std::string> index_urls(const std::vector<std::string>& trainer_urls) {
+  if (!trainer_urls.empty()) return trainer_urls;
+  std::vector<std::string> out;
+  if (const char* env = std::getenv("DEFAULT_PIP_INDEX_URLS"); env && *env) {
+    std::string_view s(env);
+    std::size_t start = 0;
+    while (start <= s.size()) {
+      auto end = s.find(',', start);
+      if (end == std::string_view::npos) end = s.size();
+      auto item = s.substr(start, end - start);
+      while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.remove_prefix(1);
+      while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.remove_suffix(1);
+      if (!item.empty()) out.emplace_back(item);
+      start = end + 1;
+    }
+  }
+  if (out.empty()) out.push_back("https://pypi.org/simple");
+  return out;
+}
+
+std::vector<std::string> pip_install_args(const std::vector<std::string>& packages,
+                                          const std::vector<std::string>& urls) {
+  std::vector<std::string> args = {"install", "--no-input", "--disable-pip-version-check",
+                                   "--no-warn-script-location", "--progress-bar", "off"};
+  for (std::size_t i = 0; i < urls.size(); ++i) {
+    args.push_back(i == 0 ? "--index-url" : "--extra-index-url");
+    args.push_back(urls[i]);
+  }
+  args.insert(args.end(), packages.begin(), packages.end());
+  return args;
+}
+
+std::string_view pip_bootstrap_code() {
+  return R"py(import glob, os, runpy, sys
+try:
+    import pip  # the interpreter's own (or the system's, with system site packages)
+except ImportError:
+    import ensurepip
+    dirs = [os.path.join(os.path.dirname(ensurepip.__file__), "_bundled"), "/usr/share/python-wheels"]
+    wheels = sorted(w for d in dirs for w in glob.glob(os.path.join(d, "pip-*.whl")))
+    if not wheels:
+        sys.exit("tjob: this interpreter has no pip and no bundled pip wheel; "
+                 "install python3-pip or use the system site packages")
+    sys.path.insert(0, wheels[-1])
+sys.argv[0] = "pip"
+runpy.run_module("pip", run_name="__main__", alter_sys=True)
+)py";
+}
+
+bool defines_function(std::string_view source, std::string_view function) {
+  std::size_t pos = 0;
+  while (pos < source.size()) {
+    auto end = source.find('\n', pos);
+    if (end == std::string_view::npos) end = source.size();
+    std::string_view line = source.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind("async ", 0) == 0) {
+      line.remove_prefix(6);
+      while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    }
+    if (line.rfind("def ", 0) != 0) continue;
+    line.remove_prefix(4);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    if (line.rfind(function, 0) != 0) continue;
+    line.remove_prefix(function.size());
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    if (!line.empty() && line.front() == '(') return true;
+  }
+  return false;
+}
+
+std::string training_file(std::string_view source, std::string_view function, bool with_kwargs) {
+  std::string out(source);
+  if (!out.empty() && out.back() != '\n') out.push_back('\n');
+  out += "\n\n# Added by tjob: call the training function";
+  if (!with_kwargs) {
+    out += ".\n" + std::string(function) + "()\n";
+  } else {
+    // The arguments travel in a JSON file beside this one, never as code.
+    out += " with its keyword arguments.\nimport json as _tjob_json\n";
+    out += "with open(__file__[:-3] + \".kwargs.json\", encoding=\"utf-8\") as _tjob_f:\n";
+    out += "    _tjob_kwargs = _tjob_json.load(_tjob_f)\n";
+    out += std::string(function) + "(**_tjob_kwargs)\n";
+  }
+  return out;
+}
+
+}  // namespace tjob::process

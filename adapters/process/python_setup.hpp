@@ -1,0 +1,54 @@
+// What a local Python job needs before its code runs: the package list merged
+// by Kubeflow's rules, pip's command line, the training file, the entrypoint.
+// Pure functions; the engine runs the commands they describe.
+#pragma once
+
+#include <tjob/types.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tjob::process {
+
+/// The distribution name a requirement starts with (`^\s*([A-Za-z0-9][A-Za-z0-9._-]*)`),
+/// or nullopt when it starts with none.
+std::optional<std::string> requirement_name(std::string_view requirement);
+
+/// PEP 503: runs of '-', '_' and '.' become one '-', lowercased.
+std::string canonical_name(std::string_view name);
+
+/// Kubeflow's merge of runtime and trainer packages: an empty trainer list
+/// leaves the runtime list as it is; a trainer package replaces the runtime
+/// package of the same canonical name; the runtime's own duplicates keep the
+/// last; runtime-only packages come first (in order of their last mention),
+/// then the trainer's, verbatim. Throws tjob::error (invalid_argument) for an
+/// unparsable requirement or a name given twice in the trainer list.
+std::vector<std::string> merge_packages(const std::vector<std::string>& runtime_packages,
+                                        const std::vector<std::string>& trainer_packages);
+
+/// The index URLs of a job: the trainer's, else $DEFAULT_PIP_INDEX_URLS
+/// (comma-separated), else PyPI's simple index.
+std::vector<std::string> index_urls(const std::vector<std::string>& trainer_urls);
+
+/// pip's arguments after `pip`: install, quiet flags, --index-url for the
+/// first URL and --extra-index-url for the rest, then each package as one
+/// argument.
+std::vector<std::string> pip_install_args(const std::vector<std::string>& packages,
+                                          const std::vector<std::string>& urls);
+
+/// Python code, run as `python -c CODE ARGS...`, that runs pip with ARGS: the
+/// interpreter's own pip if it has one, else pip straight from the wheel its
+/// ensurepip bundles (no ensurepip run, which is most of a venv's cost).
+std::string_view pip_bootstrap_code();
+
+/// True when `source` defines `function` at top level (`def f(` or `async def f(`).
+bool defines_function(std::string_view source, std::string_view function);
+
+/// The training file for a function trainer: the source, then a call of the
+/// function, with the keyword arguments read from the JSON file beside it
+/// (`<file without .py>.kwargs.json`) when `with_kwargs`.
+std::string training_file(std::string_view source, std::string_view function, bool with_kwargs);
+
+}  // namespace tjob::process
