@@ -1,0 +1,256 @@
+// Python training jobs: venv, pip against a real index on 127.0.0.1, the
+// training code under python or torchrun.
+#include "tests/support/test_support.hpp"
+
+#include <tjob/client.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+using namespace tjob;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A PEP 503 index of tiny wheels (tests/support/make_index.py), served by
+// Python's http.server on a port the kernel picks.
+struct package_index {
+  tjob::test::temp_dir dir;
+  std::unique_ptr<tjob::test::background> server;
+  std::string url;
+
+  package_index() {
+    auto made = tjob::test::run(
+        {"python3", tjob::test::source_dir() + "/tests/support/make_index.py", dir.str()});
+    REQUIRE(made.exit_code == 0);
+    server = std::make_unique<tjob::test::background>(std::vector<std::string>{
+        "python3", "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", dir.str(), "0"});
+    REQUIRE(server->wait_for_stdout(") ..."));
+    auto& out = server->out();
+    auto at = out.find("port ");
+    REQUIRE(at != std::string::npos);
+    url = "http://127.0.0.1:" + std::to_string(std::atoi(out.c_str() + at + 5)) + "/simple/";
+  }
+};
+
+struct fixture {
+  tjob::test::temp_dir dir;
+  fixture() {
+    // Hermetic pip: no user or machine pip.conf (find-links, other indexes).
+    ::setenv("PIP_CONFIG_FILE", "/dev/null", 1);
+    ::unsetenv("DEFAULT_PIP_INDEX_URLS");
+  }
+  engine_config config() const {
+    engine_config c;
+    c.home = dir.path() / "home";
+    c.grace_period = 2s;
+    return c;
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    auto p = dir.path() / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+};
+
+train_request python_job(python_trainer t, std::string runtime = "python", std::string name = {}) {
+  train_request r;
+  r.name = std::move(name);
+  r.runtime = std::move(runtime);
+  r.job_trainer = std::move(t);
+  return r;
+}
+
+errc code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return static_cast<errc>(e.code().value());
+  }
+  FAIL("no tjob::error was thrown");
+  return {};
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+bool system_torch() {
+  return tjob::test::run({"/usr/bin/python3", "-c", "import torch.distributed"}).exit_code == 0;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "a function job installs its packages from the index and runs with its keyword arguments") {
+  package_index index;
+  trainer_client c(config());
+  python_trainer t;
+  t.source =
+      "def train_model(lr, epochs=1, note=''):\n"
+      "    import sys, tinyjob\n"
+      "    print(tinyjob.hello())\n"
+      "    print('lr', lr, 'epochs', epochs, 'note', note)\n"
+      "    print('in venv', sys.prefix != sys.base_prefix)\n";
+  t.function = "train_model";
+  t.function_args = R"js({"lr": 0.5, "epochs": 3, "note": "a'b\"c $(x)"})js";
+  t.packages_to_install = {"tinyjob"};
+  t.pip_index_urls = {index.url};
+  auto name = c.train(python_job(t));
+  auto job = c.wait_for_job_status(name, {job_status::complete}, 120s);
+  CHECK(job.steps[0].exit_code == 0);
+  auto log = c.get_job_logs(name).read_all();
+  CAPTURE(log);
+  CHECK(log.find("hi from tinyjob 1.2.0 on tinydep 0.1.0\n") != std::string::npos);
+  CHECK(log.find("lr 0.5 epochs 3 note a'b\"c $(x)\n") != std::string::npos);
+  CHECK(log.find("in venv True\n") != std::string::npos);
+  CHECK(log.find("[tjob] venv done in ") != std::string::npos);
+  CHECK(log.find("[tjob] installing 1 package(s): tinyjob") != std::string::npos);
+  CHECK(log.find("[tjob] pip install done in ") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(c.home() / "jobs" / name / "venv"));  // cleaned up after success
+  int setup_events = 0;
+  for (const auto& e : c.get_job_events(name)) setup_events += e.reason == "Setup";
+  CHECK(setup_events >= 3);  // venv done, pip started, pip done
+}
+
+TEST_CASE_FIXTURE(fixture, "a package that does not exist fails the job with pip's message and removes the venv") {
+  package_index index;
+  trainer_client c(config());
+  python_trainer t;
+  t.source = "def main():\n    print('never')\n";
+  t.function = "main";
+  t.packages_to_install = {"nosuchpkg-tjob"};
+  t.pip_index_urls = {index.url};
+  auto name = c.train(python_job(t));
+  std::string msg = message_of([&] { c.wait_for_job_status(name, {job_status::complete}, 120s); });
+  CHECK(msg.find("TrainJob " + name + " is Failed") != std::string::npos);
+  CHECK(msg.find("No matching distribution found for nosuchpkg-tjob") != std::string::npos);
+  auto job = c.get_job(name);
+  CHECK(job.steps[0].reason == "setup failed: pip install exit code 1");
+  CHECK(c.get_job_logs(name).read_all().find("never") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(c.home() / "jobs" / name / "venv"));
+}
+
+TEST_CASE_FIXTURE(fixture, "package names with shell syntax reach pip as inert data") {
+  package_index index;
+  trainer_client c(config());
+  auto marker = dir.path() / "pwned";
+  python_trainer t;
+  t.source = "def main():\n    pass\n";
+  t.function = "main";
+  t.packages_to_install = {"tinyjob; $(touch " + marker.string() + ")", "x\"; touch " + marker.string() + "; \""};
+  t.pip_index_urls = {index.url};
+  auto name = c.train(python_job(t));
+  auto job = c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 120s);
+  CHECK(job.status == job_status::failed);
+  CHECK_FALSE(std::filesystem::exists(marker));
+}
+
+TEST_CASE_FIXTURE(fixture, "a script runs as it is with its arguments and the engine's environment") {
+  ::setenv("TJOB_TEST_FROM_ENGINE", "yes", 1);
+  trainer_client c(config());
+  python_trainer t;
+  t.source_file = write("script.py",
+                        "import os, sys\nprint('argv', sys.argv[1:])\nprint('engine', os.environ.get('TJOB_TEST_FROM_ENGINE'))\n"
+                        "print('job', os.environ.get('MY_VAR'))\nsys.exit(3)\n");
+  t.args = {"--epochs", "2", "it's"};
+  t.env = {{"MY_VAR", "v1"}};
+  auto name = c.train(python_job(t));
+  auto job = c.wait_for_job_status(name, {job_status::failed}, 120s);
+  CHECK(job.steps[0].exit_code == 3);
+  auto log = c.get_job_logs(name).read_all();
+  CHECK(log.find("argv ['--epochs', '2', \"it's\"]\n") != std::string::npos);
+  CHECK(log.find("engine yes\n") != std::string::npos);
+  CHECK(log.find("job v1\n") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "a syntax error fails the job with Python's traceback in the log") {
+  trainer_client c(config());
+  python_trainer t;
+  t.source = "def main():\n    print('x'\n";
+  t.function = "main";
+  auto name = c.train(python_job(t));
+  c.wait_for_job_status(name, {job_status::failed}, 120s);
+  CHECK(c.get_job_logs(name).read_all().find("SyntaxError") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "bad Python requests are rejected before anything is created") {
+  trainer_client c(config());
+  python_trainer t;
+  t.source = "def train_model():\n    pass\n";
+  t.function = "nope";
+  CHECK(message_of([&] { c.train(python_job(t)); }).find("function 'nope' is not defined") != std::string::npos);
+  t.function = "train_model";
+  t.function_args = "[1, 2]";
+  CHECK(message_of([&] { c.train(python_job(t)); }).find("function_args") != std::string::npos);
+  t.function_args = "{not json";
+  CHECK(code_of([&] { c.train(python_job(t)); }) == errc::invalid_argument);
+  t.function_args = {};
+  t.packages_to_install = {"numpy", "NumPy"};
+  CHECK(message_of([&] { c.train(python_job(t)); }).find("Duplicate dependency") != std::string::npos);
+  t.packages_to_install = {};
+  t.python = "no-such-python-tjob";
+  CHECK(code_of([&] { c.train(python_job(t)); }) == errc::executable_not_found);
+  t.python = {};
+  t.source_file = write("f.py", "def train_model(): pass\n");
+  CHECK(code_of([&] { c.train(python_job(t)); }) == errc::invalid_argument);  // both source and file
+  t.source = {};
+  t.source_file = (dir.path() / "missing.py").string();
+  t.function = {};
+  CHECK(code_of([&] { c.train(python_job(t)); }) == errc::invalid_argument);
+  CHECK(c.list_jobs().empty());
+}
+
+TEST_CASE_FIXTURE(fixture, "keep_venv keeps the venv and says where it is") {
+  trainer_client c(config());
+  python_trainer t;
+  t.source = "def main():\n    print('ok')\n";
+  t.function = "main";
+  t.keep_venv = true;
+  auto name = c.train(python_job(t));
+  c.wait_for_job_status(name, {job_status::complete}, 120s);
+  auto venv = c.home() / "jobs" / name / "venv";
+  CHECK(std::filesystem::exists(venv / "bin" / "python"));
+  CHECK(c.get_job_logs(name).read_all().find("[tjob] venv kept at " + venv.string()) != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "a torch job runs two processes under torchrun with gloo all_reduce") {
+  if (!system_torch()) {
+    // CI installs python3-torch; a developer machine without it cannot run this.
+    REQUIRE_MESSAGE(std::getenv("CI") == nullptr, "python3-torch is missing on a CI machine");
+    MESSAGE("skipped: /usr/bin/python3 cannot import torch (apt-get install python3-torch)");
+    return;
+  }
+  trainer_client c(config());
+  python_trainer t;
+  t.source =
+      "def allreduce():\n"
+      "    import os, torch, torch.distributed as dist\n"
+      "    dist.init_process_group('gloo')\n"
+      "    r = dist.get_rank()\n"
+      "    x = torch.tensor([float(r + 1)])\n"
+      "    dist.all_reduce(x)\n"
+      "    print(f\"rank={r} world={os.environ['WORLD_SIZE']} sum={x.item()}\", flush=True)\n"
+      "    dist.destroy_process_group()\n";
+  t.function = "allreduce";
+  t.python = "/usr/bin/python3";
+  t.system_site_packages = true;
+  t.procs_per_node = 2;
+  // Two at once: each gets its own rendezvous port.
+  auto a = c.train(python_job(t, "torch-distributed"));
+  auto b = c.train(python_job(t, "torch-distributed"));
+  for (const auto& name : {a, b}) {
+    auto job = c.wait_for_job_status(name, {job_status::complete}, 300s);
+    CHECK(job.steps[0].exit_code == 0);
+    auto log = c.get_job_logs(name).read_all();
+    CAPTURE(log);
+    CHECK(log.find("rank=0 world=2 sum=3.0") != std::string::npos);
+    CHECK(log.find("rank=1 world=2 sum=3.0") != std::string::npos);
+  }
+}
