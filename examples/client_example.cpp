@@ -1,5 +1,6 @@
-// The README's C++ example: submit a job, follow its log, wait for it.
-// Build: part of the default build (build/tjob-client-example).
+// The README's C++ example: submit a Python training function, follow its
+// log, wait for it. Built as build/tjob-client-example; run it from the
+// source tree (it reads examples/train_linear.py).
 #include <tjob/client.hpp>
 
 #include <iostream>
@@ -7,12 +8,15 @@
 int main() {
   tjob::trainer_client client;  // $TJOB_HOME, as the CLI uses
 
+  tjob::python_trainer trainer;
+  trainer.source_file = "examples/train_linear.py";
+  trainer.function = "train_model";
+  trainer.function_args = R"({"epochs": 3})";
+  trainer.python = "/usr/bin/python3";   // Debian's python, which has torch
+  trainer.system_site_packages = true;
   tjob::train_request request;
-  request.job_trainer = tjob::command_trainer{
-      .command = {"python3", "examples/train_linear.py"},
-      .env = {{"EPOCHS", "20"}},
-      .working_dir = ".",
-  };
+  request.runtime = "torch-distributed";
+  request.job_trainer = trainer;
   std::string name = client.train(request);
   std::cout << "submitted " << name << "\n";
 

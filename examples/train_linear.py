@@ -1,33 +1,34 @@
-"""A small but real training job: fit y = w*x + b by stochastic gradient descent.
+"""The main example: train a linear model with SGD on the embedded default.
 
-Standard library only, so it runs on any Python 3. Hyperparameters come from
-the environment (as a scheduler would pass them): LR, EPOCHS, SEED.
-Exits 0 when the fit converged, 1 otherwise.
+    build/tjob run --python /usr/bin/python3 --system-site-packages \
+        --func train_model examples/train_linear.py
+
+tjob creates a virtual environment that sees Debian's torch, writes this file
+with a call of train_model appended, and runs it under torchrun (the default
+runtime is torch-distributed). Pass keyword arguments with --args '{"epochs": 10}'.
 """
-import os
-import random
-import sys
 
-lr = float(os.environ.get("LR", "0.02"))
-epochs = int(os.environ.get("EPOCHS", "40"))
-rng = random.Random(int(os.environ.get("SEED", "7")))
 
-true_w, true_b = 3.0, 2.0
-data = [(x, true_w * x + true_b + rng.gauss(0, 0.1)) for x in (rng.uniform(-1, 1) for _ in range(512))]
+def train_model(epochs: int = 5, lr: float = 0.05, seed: int = 0):
+    import torch
+    from torch import nn
 
-w, b = 0.0, 0.0
-for epoch in range(1, epochs + 1):
-    rng.shuffle(data)
-    total = 0.0
-    for x, y in data:
-        err = (w * x + b) - y
-        total += err * err
-        w -= lr * 2 * err * x
-        b -= lr * 2 * err
-    loss = total / len(data)
-    if epoch == 1 or epoch % 5 == 0 or epoch == epochs:
-        print(f"epoch {epoch:3d}  loss {loss:.5f}  w {w:.4f}  b {b:.4f}", flush=True)
+    torch.manual_seed(seed)
+    # Synthetic regression data: y = X w + b + noise.
+    true_w = torch.randn(10, 1)
+    X = torch.randn(256, 10)
+    y = X @ true_w + 0.5 + 0.01 * torch.randn(256, 1)
 
-converged = abs(w - true_w) < 0.05 and abs(b - true_b) < 0.05
-print(f"final w={w:.4f} b={b:.4f} ({'converged' if converged else 'did not converge'})")
-sys.exit(0 if converged else 1)
+    model = nn.Linear(10, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    loss_fn = nn.MSELoss()
+    for epoch in range(1, epochs + 1):
+        for i in range(0, len(X), 32):
+            optimizer.zero_grad()
+            loss = loss_fn(model(X[i:i + 32]), y[i:i + 32])
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            full = loss_fn(model(X), y).item()
+        print(f"Epoch {epoch}/{epochs}, Loss: {full:.4f}", flush=True)
+    print("Training completed!")

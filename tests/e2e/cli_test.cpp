@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 
@@ -235,15 +236,61 @@ TEST_CASE_FIXTURE(fixture, "tjob train returns at once and logs -f and wait and 
   CHECK(o.at("steps").as_array()[0].at("reason").as_string() == "cancelled");
 }
 
-TEST_CASE_FIXTURE(fixture, "the README's main job trains to convergence under tjob run") {
-  auto r = run({tjob_bin(), "run", "--workdir", tjob::test::source_dir(), "--", "python3",
-                "examples/train_linear.py"},
+TEST_CASE_FIXTURE(fixture, "the README's main job trains the linear model under torchrun") {
+  if (run({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0) {
+    REQUIRE_MESSAGE(std::getenv("CI") == nullptr, "python3-torch is missing on a CI machine");
+    MESSAGE("skipped: /usr/bin/python3 cannot import torch (scripts/setup installs python3-torch)");
+    return;
+  }
+  // The README's command, word for word after build/tjob.
+  auto r = run({tjob_bin(), "run", "--python", "/usr/bin/python3", "--system-site-packages", "--func",
+                "train_model", tjob::test::source_dir() + "/examples/train_linear.py"},
                env(), 300s);
   CAPTURE(r.err);
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("epoch   1") != std::string::npos);
-  CHECK(r.out.find("converged") != std::string::npos);
-  CHECK(r.err.find("Complete") != std::string::npos);
+  for (int i = 1; i <= 5; ++i) CHECK(r.out.find("Epoch " + std::to_string(i) + "/5, Loss: ") != std::string::npos);
+  CHECK(r.out.find("Training completed!\n") != std::string::npos);
+  CHECK(r.out.find("[tjob] venv done in ") != std::string::npos);
+  CHECK(r.err.find("Complete in") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "tjob run FILE.py runs Python code and rejects bad Python options by name") {
+  auto file = dir.path() / "job.py";
+  std::ofstream(file) << "import sys\ndef go(n):\n    print('n =', n)\nif __name__ == '__main__':\n"
+                         "    print('script', sys.argv[1:])\n";
+  auto env = this->env();
+  env["PIP_CONFIG_FILE"] = "/dev/null";
+  auto func = run({tjob_bin(), "run", "--runtime", "python", "--func", "go", "--args", "{\"n\": 7}", file.string()}, env);
+  CHECK(func.exit_code == 0);
+  CHECK(func.out.find("n = 7\n") != std::string::npos);
+  auto script = run({tjob_bin(), "run", "--runtime", "python", file.string(), "a", "b"}, env);
+  CHECK(script.exit_code == 0);
+  CHECK(script.out.find("script ['a', 'b']\n") != std::string::npos);
+
+  struct bad_case {
+    std::vector<std::string> args;
+    std::string mention;
+  };
+  std::vector<bad_case> cases = {
+      {{"run", "--func", "go", "--args", "[1]", file.string()}, "function_args"},
+      {{"run", "--func", "missing", file.string()}, "'missing' is not defined"},
+      {{"run", "--resources", "gpu=1", file.string()}, "gpu"},
+      {{"run", "--resources", "disk=1", file.string()}, "accepted keys are cpu"},
+      {{"run", "--resources", "cpu=0", file.string()}, "cpu=0"},
+      {{"run", "--package", "x", "--", helper_bin()}, "Python jobs"},
+      {{"run", "train.txt"}, "Python file"},
+      {{"run", "--package", "a", "--package", "A", file.string()}, "Duplicate dependency"},
+  };
+  for (const auto& c : cases) {
+    auto r = tjob(c.args);
+    CAPTURE(c.args);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(one_line(r.err));
+    CHECK(r.err.find(c.mention) != std::string::npos);
+  }
+  auto all = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
+  CHECK(all.size() == 2);
 }
 
 TEST_CASE_FIXTURE(fixture, "tjob run whose reader goes away keeps owning its job to the end") {
