@@ -101,6 +101,7 @@ struct job_options {
   bool command_mode = false;  // `--` was given: run a program, not Python
   std::vector<std::string> packages, index_urls;
   std::string func, args, python, resources;
+  int num_nodes = 1;
   bool system_site_packages = false, keep_venv = false;
 };
 
@@ -124,6 +125,8 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_flag("--system-site-packages", o.system_site_packages,
                 "Let the venv see the interpreter's packages (a system torch, numpy, ...)");
   cmd->add_flag("--keep-venv", o.keep_venv, "Keep the job's venv after it ends (for debugging)");
+  cmd->add_option("--num-nodes", o.num_nodes,
+                  "Nodes of a torch job, each a torchrun (steps node-0 ... node-N-1), default 1");
   cmd->add_option("--resources", o.resources,
                   "Per node, as cpu=N: N processes per node (torchrun --nproc_per_node)");
   cmd->add_option("command", o.command,
@@ -166,6 +169,7 @@ train_request make_request(const job_options& o) {
   std::error_code ec;
   std::string workdir = o.workdir.empty() ? std::filesystem::current_path(ec).string()
                                           : std::filesystem::absolute(o.workdir, ec).string();
+  req.num_nodes = o.num_nodes;
   bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() ||
                         !o.args.empty() || !o.python.empty() || o.system_site_packages ||
                         o.keep_venv || !o.resources.empty();

@@ -370,25 +370,108 @@ void engine::impl::fail_unfinished(job_rec& j, const std::string& why) {
   }
 }
 
+// A job runs its phases (engine_impl.hpp): the setup phases once, in node-0
+// (a venv serves every node of the job), then each node's own code at the
+// same time. One node failing stops the others (JobSet's default policy).
 asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
-  for (std::size_t i = 0; i < j->steps.size(); ++i) co_await run_step(j, i);
+  std::size_t nodes = j->steps.size();
+  if (j->torch_port) j->master_port = free_port();
+  std::vector<phase*> setup;
+  for (auto& ph : j->phases) setup.push_back(&ph);
+  // Shared with the node coroutines, which may outlive this frame on shutdown.
+  struct node_group {
+    explicit node_group(const asio::any_io_executor& ex, std::size_t n) : outcomes(n), done(ex) {}
+    std::vector<step_outcome> outcomes;
+    std::size_t remaining = 0;
+    detail::wake_signal done;
+  };
+  auto group = std::make_shared<node_group>(ex, nodes);
+  auto& outcomes = group->outcomes;
+  auto& first = outcomes[0];
+  if (!setup.empty()) first = co_await run_phases(j, 0, setup, false);
+  bool setup_ok = setup.empty() || (first.ev.kind == event_kind::exited && first.ev.exit_code == 0 &&
+                                    !j->cancel_requested);
+  if (setup_ok) {
+    group->remaining = nodes;
+    for (std::size_t i = 0; i < nodes; ++i) {
+      std::vector<phase*> code{&j->node_phases[i]};
+      bool started = i == 0 && !setup.empty();
+      ++internal_coroutines;
+      asio::co_spawn(
+          ex,
+          [](std::shared_ptr<engine::impl> self, std::shared_ptr<job_rec> j, std::size_t i,
+             std::vector<phase*> code, bool started,
+             std::shared_ptr<node_group> g) -> asio::awaitable<void> {
+            auto out = co_await self->run_phases(j, i, code, started);
+            g->outcomes[i] = out;
+            bool failed = !(out.ev.kind == event_kind::exited && out.ev.exit_code == 0);
+            if (failed && !j->failed_node && !j->cancel_requested) {
+              j->failed_node = j->steps[i].row.name;
+              self->stop_other_nodes(j, i);
+            }
+          }(shared_from_this(), j, i, std::move(code), started, group),
+          asio::bind_cancellation_slot(j->steps[i].stop->slot(),
+                                       [self = shared_from_this(), group](std::exception_ptr) {
+                                         --group->remaining;
+                                         group->done.notify();
+                                         if (--self->internal_coroutines == 0) self->idle.notify();
+                                       }));
+    }
+    while (group->remaining > 0) co_await group->done.wait_until(steady::time_point::max());
+  } else {
+    for (std::size_t i = 1; i < nodes; ++i)
+      outcomes[i] = {{event_kind::start_failed}, "not started: node-0's setup did not succeed",
+                     j->cancel_requested ? "cancelled" : "setup failed in node-0", false};
+  }
+  // The venv goes before the end is recorded: whoever waits for the end finds it gone.
+  if (!j->venv.empty()) {
+    if (j->remove_venv) {
+      auto venv = j->venv;
+      co_await asio::post(pool, asio::use_awaitable);
+      std::error_code rec;
+      std::filesystem::remove_all(venv, rec);
+      co_await asio::post(ex, asio::use_awaitable);
+      if (rec) log->warn("job {}: could not remove {}: {}", j->row.name, venv.string(), rec.message());
+    } else if (std::filesystem::exists(j->venv)) {
+      log_progress(*j, j->steps[0], "[tjob] venv kept at " + j->venv.string() + "\n");
+    }
+  }
+  for (std::size_t i = 0; i < nodes; ++i) {
+    auto& o = outcomes[i];
+    if (j->cancel_requested && !o.started && o.ev.kind != event_kind::cancelled)
+      o = {{event_kind::cancelled}, "cancelled before it started", "cancelled", false};
+    if (j->steps[i].stopped && j->failed_node && o.ev.kind == event_kind::exited &&
+        o.ev.exit_code != 0)
+      o.reason = "stopped: " + *j->failed_node + " failed (" + o.reason + ")";
+    apply(*j, j->steps[i], o.ev, o.message, o.reason);
+  }
 }
 
-// A step runs its phases one after another: for a Python job the venv, pip
-// and the training code; for a command job just the command. The step is
-// Running from the first phase on; a setup phase that fails fails the step
-// with that phase named, and the training code's exit decides the rest.
-asio::awaitable<void> engine::impl::run_step(std::shared_ptr<job_rec> j, std::size_t index) {
+void engine::impl::stop_other_nodes(std::shared_ptr<job_rec> j, std::size_t failed) {
+  bool any = false;
+  for (std::size_t i = 0; i < j->steps.size(); ++i)
+    if (i != failed && j->steps[i].row.status == job_status::running) {
+      j->steps[i].stopped = true;
+      j->steps[i].proc.signal_group(SIGTERM);
+      any = true;
+    }
+  if (any) spawn_internal(escalate(j, /*terminated=*/true), "stopping the other nodes");
+}
+
+// Runs `phases` as step `index`, one after another; the outcome says how
+// the last one that ran ended. The step is Running from its first phase.
+asio::awaitable<step_outcome> engine::impl::run_phases(std::shared_ptr<job_rec> j, std::size_t index,
+                                                       std::vector<phase*> phases, bool started) {
   step_rec& s = j->steps[index];
-  bool started = false;
-  job_event outcome{event_kind::cancelled};
-  std::string message = "cancelled before it started", reason = "cancelled";
-  for (auto& ph : j->phases) {
-    if (j->cancel_requested) break;
+  step_outcome out{{event_kind::cancelled}, "cancelled before it started", "cancelled", started};
+  for (auto* php : phases) {
+    auto& ph = *php;
+    if (j->cancel_requested || s.stopped) break;
     process::spawn_spec spec;
     spec.executable = ph.executable;
     spec.argv = ph.argv;
-    if (ph.torch_port) spec.argv.insert(spec.argv.begin() + 3, "--master_port=" + std::to_string(free_port()));
+    if (ph.torch_port)
+      spec.argv.insert(spec.argv.begin() + 3, "--master_port=" + std::to_string(j->master_port));
     auto env = ph.env;
     env.emplace(token_variable, job_token(j->row));
     spec.env = process::merge_environment(environ, env);
@@ -398,16 +481,16 @@ asio::awaitable<void> engine::impl::run_step(std::shared_ptr<job_rec> j, std::si
     error_code ec;
     auto child = process::child::spawn(ex, spec, ec);
     if (ec) {
-      message = "cannot start " + quote(spec.executable) + " (" + ph.name + "): " + ec.message();
-      if (!started) {
-        outcome = {event_kind::start_failed};
-        reason = "start failed: " + ec.message();
+      out.message = "cannot start " + quote(spec.executable) + " (" + ph.name + "): " + ec.message();
+      if (!out.started) {
+        out.ev = {event_kind::start_failed};
+        out.reason = "start failed: " + ec.message();
       } else {
-        outcome = {event_kind::exited, 127};
-        reason = "setup failed: " + ph.name + ": " + ec.message();
-        log_progress(*j, s, "[tjob] " + message + "\n");
+        out.ev = {event_kind::exited, 127};
+        out.reason = "setup failed: " + ph.name + ": " + ec.message();
+        log_progress(*j, s, "[tjob] " + out.message + "\n");
       }
-      break;
+      co_return out;
     }
     s.proc = std::move(child);
     s.row.pid = s.proc.pid();
@@ -416,9 +499,9 @@ asio::awaitable<void> engine::impl::run_step(std::shared_ptr<job_rec> j, std::si
     s.drain_timer.emplace(ex);
     std::string what = "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " +
                        join_argv(ph.argv);
-    if (!started) {
+    if (!out.started) {
       apply(*j, s, {event_kind::started}, what, {});
-      started = true;
+      out.started = true;
     } else {
       queue_write([name = j->row.name, row = s.row, t = now_ms(), what](detail::store& db) {
         db.update_step(name, row);  // the pid that a crash recovery must kill
@@ -434,18 +517,18 @@ asio::awaitable<void> engine::impl::run_step(std::shared_ptr<job_rec> j, std::si
     if (j->cancel_requested || db->has_event(j->row.name, "CancelRequested")) {
       j->cancel_requested = true;
       s.row.exit_code = st.code;
-      outcome = {event_kind::cancelled};
-      message = "cancelled; the process ended: " + describe(st);
-      reason = "cancelled";
-      break;
+      out.ev = {event_kind::cancelled};
+      out.message = "cancelled; the process ended: " + describe(st);
+      out.reason = "cancelled";
+      co_return out;
     }
+    out.ev = {event_kind::exited, st.code};
     if (!ph.final) {
       if (st.code != 0) {
         log_progress(*j, s, fmt::format("[tjob] {} failed after {:.2f} s: {}\n", ph.name, secs, describe(st)));
-        outcome = {event_kind::exited, st.code};
-        message = ph.name + " failed: " + describe(st) + " (its output is in the step's log)";
-        reason = "setup failed: " + ph.name + " " + describe(st);
-        break;
+        out.message = ph.name + " failed: " + describe(st) + " (its output is in the step's log)";
+        out.reason = "setup failed: " + ph.name + " " + describe(st);
+        co_return out;
       }
       log_progress(*j, s, fmt::format("[tjob] {} done in {:.2f} s\n", ph.name, secs));
       queue_write([name = j->row.name, step = s.row.name, t = now_ms(),
@@ -454,29 +537,10 @@ asio::awaitable<void> engine::impl::run_step(std::shared_ptr<job_rec> j, std::si
       });
       continue;
     }
-    outcome = {event_kind::exited, st.code};
-    message = "process " + std::to_string(s.row.pid) + " ended: " + describe(st);
-    reason = describe(st);
+    out.message = "process " + std::to_string(s.row.pid) + " ended: " + describe(st);
+    out.reason = describe(st);
   }
-  if (j->cancel_requested && outcome.kind != event_kind::cancelled && !started) {
-    outcome = {event_kind::cancelled};
-    message = "cancelled before it started";
-    reason = "cancelled";
-  }
-  // The venv goes before the end is recorded: whoever waits for the end finds it gone.
-  if (!j->venv.empty()) {
-    if (j->remove_venv) {
-      auto venv = j->venv;
-      co_await asio::post(pool, asio::use_awaitable);
-      std::error_code rec;
-      std::filesystem::remove_all(venv, rec);
-      co_await asio::post(ex, asio::use_awaitable);
-      if (rec) log->warn("job {}: could not remove {}: {}", j->row.name, venv.string(), rec.message());
-    } else if (std::filesystem::exists(j->venv)) {
-      log_progress(*j, s, "[tjob] venv kept at " + j->venv.string() + "\n");
-    }
-  }
-  apply(*j, s, outcome, message, reason);
+  co_return out;
 }
 
 void engine::impl::log_progress(job_rec& j, step_rec& s, const std::string& line) {
@@ -546,9 +610,10 @@ asio::awaitable<void> engine::impl::pump_output(job_rec& j, step_rec& s) {
   if (s.drain_timer) s.drain_timer->cancel();
 }
 
-asio::awaitable<void> engine::impl::escalate(std::shared_ptr<job_rec> j) {
-  for (auto& s : j->steps)
-    if (s.row.status == job_status::running) s.proc.signal_group(SIGTERM);
+asio::awaitable<void> engine::impl::escalate(std::shared_ptr<job_rec> j, bool terminated) {
+  if (!terminated)
+    for (auto& s : j->steps)
+      if (s.row.status == job_status::running) s.proc.signal_group(SIGTERM);
   detail::wake_signal w(ex);
   detail::wake_registration reg(j->watchers, &w);
   auto deadline = steady::now() + cfg.grace_period;
@@ -576,7 +641,7 @@ asio::awaitable<void> engine::impl::cancel_owned(std::shared_ptr<job_rec> j) {
   }
   if (!j->escalating) {
     j->escalating = true;
-    spawn_internal(escalate(j), "cancel");
+    spawn_internal(escalate(j, false), "cancel");
   }
   detail::wake_signal w(ex);
   detail::wake_registration reg(j->watchers, &w);
@@ -845,14 +910,18 @@ void engine::impl::plan_command(job_rec& j, const std::string& who, command_trai
   ph.argv = ct.command;
   ph.env = ct.env;
   ph.cwd = ct.working_dir;
-  j.phases.push_back(std::move(ph));
-  j.spec = spec_json(ct, j.phases.back().executable);
+  j.spec = spec_json(ct, ph.executable);
+  j.node_phases.push_back(std::move(ph));
 }
 
 // The phases of a Python job, as Kubeflow's local backend runs them, done
 // right: venv, pip (only when there is something to install), the code.
 void engine::impl::plan_python(job_rec& j, const std::string& who, python_trainer& pt,
-                               const runtime& rt) {
+                               const runtime& rt, int num_nodes) {
+  if (num_nodes > 1 && rt.trainer.framework != "torch")
+    fail(errc::invalid_argument, who + ": num_nodes=" + std::to_string(num_nodes) + " needs a torch "
+                                       "runtime (the nodes meet through torchrun); runtime '" +
+                                       rt.name + "' is framework " + rt.trainer.framework);
   if (pt.source.empty() == pt.source_file.empty())
     fail(errc::invalid_argument, who + ": give the training code either as source text or as a "
                                        "file (source or source_file), not both or neither");
@@ -944,23 +1013,29 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
   code.name = rt.trainer.framework == "torch" ? "torchrun" : "python";
   code.final = true;
   code.executable = venv_python;
-  if (rt.trainer.framework == "torch") {
-    // Inside a venv there may be no torchrun script; the module is the same
-    // program. `--redirects 9:1 --tee 9:1` works around the Python 3.11 crash
-    // of Debian's torch 1.13 (see docs/kubeflow-differences.md) and changes
-    // nothing for ranks below 9. The master port is chosen free at start.
-    code.argv = {venv_python, "-m", "torch.distributed.run", "--nnodes=1", "--node_rank=0",
-                 "--nproc_per_node=" + std::to_string(pt.procs_per_node),
-                 "--master_addr=127.0.0.1", "--monitor_interval=0.2", "--redirects", "9:1", "--tee", "9:1"};
-    code.torch_port = true;
-  } else {
-    code.argv = {venv_python, "-u"};
-  }
-  code.argv.push_back(file);
-  code.argv.insert(code.argv.end(), pt.args.begin(), pt.args.end());
   code.env = env;
   code.cwd = cwd;
-  j.phases.push_back(code);
+  for (int node = 0; node < num_nodes; ++node) {
+    phase ph = code;
+    if (rt.trainer.framework == "torch") {
+      // Inside a venv there may be no torchrun script; the module is the same
+      // program. `--redirects 9:1 --tee 9:1` works around the Python 3.11
+      // crash of Debian's torch 1.13 (docs/kubeflow-differences.md) and changes
+      // nothing for ranks below 9. The nodes meet on 127.0.0.1 at a port
+      // chosen free when the job starts (static rendezvous).
+      ph.argv = {venv_python, "-m", "torch.distributed.run",
+                 "--nnodes=" + std::to_string(num_nodes), "--node_rank=" + std::to_string(node),
+                 "--nproc_per_node=" + std::to_string(pt.procs_per_node), "--master_addr=127.0.0.1",
+                 "--monitor_interval=0.2", "--redirects", "9:1", "--tee", "9:1"};
+      ph.torch_port = true;
+      j.torch_port = true;
+    } else {
+      ph.argv = {venv_python, "-u"};
+    }
+    ph.argv.push_back(file);
+    ph.argv.insert(ph.argv.end(), pt.args.begin(), pt.args.end());
+    j.node_phases.push_back(std::move(ph));
+  }
   j.spec = json::serialize(json::object{{"trainer", detail::to_json(pt)}, {"python", python}});
 }
 
@@ -981,21 +1056,25 @@ asio::awaitable<std::string> engine::train(train_request req) {
   auto catalog = e.runtimes();
   const runtime* rt = catalog.find(req.runtime);
   if (!rt) fail(errc::runtime_not_found, who + ": " + catalog.not_found_message(req.runtime));
-  if (req.num_nodes != 1)
+  if (req.num_nodes < 1 || req.num_nodes > 64)
     fail(errc::invalid_argument, who + ": num_nodes=" + std::to_string(req.num_nodes) +
-                                     " is not supported by the local backend yet, which runs one "
-                                     "node; use num_nodes=1");
+                                     " is out of range; give 1 to 64 nodes");
+  if (req.num_nodes != 1 && std::holds_alternative<command_trainer>(req.job_trainer))
+    fail(errc::invalid_argument, who + ": num_nodes=" + std::to_string(req.num_nodes) +
+                                     ": a command job runs one node; use a Python trainer on a "
+                                     "torch runtime for several");
 
   auto j = std::make_shared<job_rec>();
   auto plan = [&] {
     j->phases.clear();
+    j->node_phases.clear();
     j->files.clear();
     j->dir = e.jobs_dir / name;
     j->row.name = name;
     if (auto* ct = std::get_if<command_trainer>(&req.job_trainer))
       e.plan_command(*j, who, *ct);
     else
-      e.plan_python(*j, who, std::get<python_trainer>(req.job_trainer), *rt);
+      e.plan_python(*j, who, std::get<python_trainer>(req.job_trainer), *rt, req.num_nodes);
   };
   plan();
   for (;;) {
@@ -1003,16 +1082,19 @@ asio::awaitable<std::string> engine::train(train_request req) {
     j->row = {};
     j->row.name = name;
     j->row.runtime = req.runtime;
-    j->row.num_nodes = 1;
+    j->row.num_nodes = req.num_nodes;
     j->row.created_ms = now_ms();
     j->row.spec = spec;
     j->row.status = job_status::created;
     j->row.owner_pid = e.self_pid;
     j->row.owner_start = e.self_start;
-    detail::step_row first;
-    first.name = "node-0";
-    j->row.steps = {first};
-    std::string summary = join_argv(j->phases.back().argv);
+    j->row.steps.clear();
+    for (int node = 0; node < req.num_nodes; ++node) {
+      detail::step_row st;
+      st.name = "node-" + std::to_string(node);
+      j->row.steps.push_back(st);
+    }
+    std::string summary = join_argv(j->node_phases[0].argv);
     bool inserted = e.transact([&](detail::store& db) {
       if (!db.insert_job(j->row)) return false;
       db.append_event(name, "", j->row.created_ms, "Created",
@@ -1042,8 +1124,9 @@ asio::awaitable<std::string> engine::train(train_request req) {
     fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + x.what() +
                                       "; check that " + e.jobs_dir.string() + " is writable");
   }
-  for (auto& ph : j->phases)
-    if (ph.cwd.empty()) ph.cwd = (j->dir / "work").string();
+  for (auto* list : {&j->phases, &j->node_phases})
+    for (auto& ph : *list)
+      if (ph.cwd.empty()) ph.cwd = (j->dir / "work").string();
   for (auto& s : j->row.steps) {
     step_rec sr;
     sr.row = s;
@@ -1214,6 +1297,7 @@ asio::awaitable<void> engine::shutdown() {
     e.stopping = true;
     for (auto& [name, j] : e.jobs) {
       j->stop.emit(asio::cancellation_type::terminal);
+      for (auto& st : j->steps) st.stop->emit(asio::cancellation_type::terminal);
       j->watchers.notify_all();
     }
     e.watch.close();

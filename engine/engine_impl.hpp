@@ -30,7 +30,11 @@ struct step_rec {
   detail::step_row row;
   std::filesystem::path log_path;
   process::child proc;
+  // ends the node's coroutine on shutdown (a pointer: signals do not move)
+  std::unique_ptr<boost::asio::cancellation_signal> stop =
+      std::make_unique<boost::asio::cancellation_signal>();
   bool output_done = false;
+  bool stopped = false;  // stopped because another node failed
   std::optional<boost::asio::steady_timer> drain_timer;
 };
 
@@ -50,17 +54,28 @@ struct phase {
 struct job_rec {
   detail::job_row row;  // row.steps is unused: `steps` holds them
   std::vector<step_rec> steps;
-  std::vector<phase> phases;
+  std::vector<phase> phases;       // the setup phases, then node-0's code
+  std::vector<phase> node_phases;  // each node's code (node-0's is also phases.back())
   std::vector<std::pair<std::string, std::string>> files;  // written into the job dir at creation
   std::string spec;
   std::filesystem::path dir;
   std::filesystem::path venv;  // empty for command jobs
   bool remove_venv = false;
+  bool torch_port = false;  // the nodes rendezvous on one free port, chosen at start
+  int master_port = 0;
+  std::optional<std::string> failed_node;
   detail::wake_list watchers;  // woken by transitions (after commit) and new log bytes
   boost::asio::cancellation_signal stop;  // ends the job's coroutine on shutdown
   bool cancel_requested = false;
   bool escalating = false;
   bool removed = false;
+};
+
+/// How a step's phases ended: the event to apply and its texts.
+struct step_outcome {
+  detail::job_event ev{detail::event_kind::cancelled};
+  std::string message, reason;
+  bool started = false;
 };
 
 struct engine::impl : std::enable_shared_from_this<engine::impl> {
@@ -114,13 +129,16 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   void start_job(std::shared_ptr<job_rec> j);
   void spawn_internal(boost::asio::awaitable<void> op, const char* what);
   boost::asio::awaitable<void> run_job(std::shared_ptr<job_rec> j);
-  boost::asio::awaitable<void> run_step(std::shared_ptr<job_rec> j, std::size_t index);
+  boost::asio::awaitable<step_outcome> run_phases(std::shared_ptr<job_rec> j, std::size_t index,
+                                                  std::vector<phase*> phases, bool started);
+  void stop_other_nodes(std::shared_ptr<job_rec> j, std::size_t failed);
   void plan_command(job_rec& j, const std::string& who, command_trainer& ct);
-  void plan_python(job_rec& j, const std::string& who, python_trainer& pt, const runtime& rt);
+  void plan_python(job_rec& j, const std::string& who, python_trainer& pt, const runtime& rt,
+                   int num_nodes);
   void log_progress(job_rec& j, step_rec& s, const std::string& line);
   boost::asio::awaitable<process::exit_status> wait_exit(job_rec& j, step_rec& s);
   boost::asio::awaitable<void> pump_output(job_rec& j, step_rec& s);
-  boost::asio::awaitable<void> escalate(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<void> escalate(std::shared_ptr<job_rec> j, bool terminated);
   boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<void> cancel_foreign(const std::string& name);
   void fail_unfinished(job_rec& j, const std::string& why);

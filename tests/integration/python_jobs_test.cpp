@@ -254,3 +254,92 @@ TEST_CASE_FIXTURE(fixture, "a torch job runs two processes under torchrun with g
     CHECK(log.find("rank=1 world=2 sum=3.0") != std::string::npos);
   }
 }
+
+TEST_CASE_FIXTURE(fixture, "a 2-node torch job runs steps node-0 and node-1 with WORLD_SIZE the sum of processes") {
+  if (!system_torch()) {
+    REQUIRE_MESSAGE(std::getenv("CI") == nullptr, "python3-torch is missing on a CI machine");
+    MESSAGE("skipped: /usr/bin/python3 cannot import torch");
+    return;
+  }
+  trainer_client c(config());
+  python_trainer t;
+  t.source =
+      "def allreduce():\n"
+      "    import os, torch, torch.distributed as dist\n"
+      "    dist.init_process_group('gloo')\n"
+      "    x = torch.tensor([float(dist.get_rank() + 1)])\n"
+      "    dist.all_reduce(x)\n"
+      "    print(f\"node={os.environ['GROUP_RANK']} rank={dist.get_rank()} world={os.environ['WORLD_SIZE']} sum={x.item()}\", flush=True)\n"
+      "    dist.destroy_process_group()\n";
+  t.function = "allreduce";
+  t.python = "/usr/bin/python3";
+  t.system_site_packages = true;
+  t.procs_per_node = 2;
+  auto req = python_job(t, "torch-distributed");
+  req.num_nodes = 2;
+  auto name = c.train(req);
+  auto job = c.wait_for_job_status(name, {job_status::complete}, 300s);
+  CHECK(job.num_nodes == 2);
+  REQUIRE(job.steps.size() == 2);
+  CHECK(job.steps[0].name == "node-0");
+  CHECK(job.steps[1].name == "node-1");
+  for (const auto& s : job.steps) {
+    CHECK(s.status == job_status::complete);
+    CHECK(s.exit_code == 0);
+  }
+  auto log0 = c.get_job_logs(name, {.step = "node-0"}).read_all();
+  auto log1 = c.get_job_logs(name, {.step = "node-1"}).read_all();
+  CAPTURE(log0);
+  CAPTURE(log1);
+  CHECK(log0.find("node=0 rank=0 world=4 sum=10.0") != std::string::npos);
+  CHECK(log0.find("node=0 rank=1 world=4 sum=10.0") != std::string::npos);
+  CHECK(log1.find("node=1 rank=2 world=4 sum=10.0") != std::string::npos);
+  CHECK(log1.find("node=1 rank=3 world=4 sum=10.0") != std::string::npos);
+  CHECK(log0.find("[tjob] venv done") != std::string::npos);  // setup runs once, in node-0
+  CHECK(log1.find("[tjob]") == std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "one failing node stops the others and the job is Failed") {
+  if (!system_torch()) {
+    REQUIRE_MESSAGE(std::getenv("CI") == nullptr, "python3-torch is missing on a CI machine");
+    MESSAGE("skipped: /usr/bin/python3 cannot import torch");
+    return;
+  }
+  trainer_client c(config());
+  python_trainer t;
+  t.source =
+      // Node 1 crashes outright (its torchrun agent dies); node 0 would work on.
+      "def work():\n"
+      "    import os, signal, time\n"
+      "    if os.environ['GROUP_RANK'] == '1':\n"
+      "        print('node 1 crashes', flush=True)\n"
+      "        os.kill(os.getppid(), signal.SIGKILL)\n"
+      "        time.sleep(120)\n"
+      "    print('node 0 works', flush=True)\n"
+      "    time.sleep(120)\n";
+  t.function = "work";
+  t.python = "/usr/bin/python3";
+  t.system_site_packages = true;
+  auto req = python_job(t, "torch-distributed");
+  req.num_nodes = 2;
+  auto name = c.train(req);
+  auto job = c.wait_for_job_status(name, {job_status::failed}, 300s);
+  REQUIRE(job.steps.size() == 2);
+  CHECK(job.steps[1].status == job_status::failed);
+  CHECK(job.steps[1].reason == "killed by signal 9 (SIGKILL)");
+  CHECK(job.steps[0].status == job_status::failed);
+  CAPTURE(job.steps[0].reason);
+  CHECK(job.steps[0].reason.find("stopped: node-1 failed") == 0);
+}
+
+TEST_CASE_FIXTURE(fixture, "several nodes need a torch runtime") {
+  trainer_client c(config());
+  python_trainer t;
+  t.source = "def main():\n    pass\n";
+  t.function = "main";
+  auto req = python_job(t, "python");
+  req.num_nodes = 2;
+  CHECK(message_of([&] { c.train(req); }).find("needs a torch runtime") != std::string::npos);
+  req.num_nodes = 0;
+  CHECK(code_of([&] { c.train(req); }) == errc::invalid_argument);
+}
