@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <map>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -128,15 +129,37 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--num-nodes", o.num_nodes,
                   "Nodes of a torch job, each a torchrun (steps node-0 ... node-N-1), default 1");
   cmd->add_option("--resources", o.resources,
-                  "Per node, as cpu=N: N processes per node (torchrun --nproc_per_node)");
+                  "Per node, as cpu=N,memory=4Gi,gpu=G: N processes (torchrun --nproc_per_node); "
+                  "an address-space limit (RLIMIT_AS) on each process of the code; G GPUs leased "
+                  "from $TJOB_GPU_DEVICES as CUDA_VISIBLE_DEVICES, waiting while they are in use");
   cmd->add_option("command", o.command,
                   "FILE.py [ARGS...] to run Python training code in a venv, or `-- CMD [ARGS...]` "
                   "to run a program (nothing is run through a shell)")
       ->required();
 }
 
-int parse_resources(const std::string& spec) {
+std::uint64_t parse_memory(const std::string& v) {
+  char* rest = nullptr;
+  double n = std::strtod(v.c_str(), &rest);
+  std::string unit(rest ? rest : "");
+  static const std::map<std::string, double> units = {
+      {"", 1},         {"K", 1e3},         {"M", 1e6},         {"G", 1e9},        {"T", 1e12},
+      {"Ki", 1024.0},  {"Mi", 1048576.0},  {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
+  auto it = units.find(unit);
+  if (v.empty() || rest == v.c_str() || it == units.end() || n <= 0)
+    throw usage_error("--resources memory=" + v + ": give bytes with an optional unit, as 512Mi or 4Gi");
+  return static_cast<std::uint64_t>(n * it->second);
+}
+
+struct resources {
   int procs = 1;
+  std::uint64_t memory = 0;
+  int gpus = 0;
+};
+
+resources parse_resources(const std::string& spec) {
+  resources r;
+  int& procs = r.procs;
   std::size_t start = 0;
   while (!spec.empty() && start <= spec.size()) {
     auto end = spec.find(',', start);
@@ -151,15 +174,20 @@ int parse_resources(const std::string& spec) {
       if (value.empty() || *rest || n < 1 || n > 1024)
         throw usage_error("--resources cpu=" + value + ": give a whole number of processes, 1 or more");
       procs = static_cast<int>(n);
-    } else if (key == "memory" || key == "gpu") {
-      throw usage_error("--resources " + key + ": not supported by the local backend yet; only cpu is");
+    } else if (key == "memory") {
+      r.memory = parse_memory(value);
+    } else if (key == "gpu") {
+      char* rest = nullptr;
+      long n = std::strtol(value.c_str(), &rest, 10);
+      if (value.empty() || *rest || n < 0 || n > 64)
+        throw usage_error("--resources gpu=" + value + ": give a whole number of GPUs per node");
+      r.gpus = static_cast<int>(n);
     } else {
-      throw usage_error("--resources '" + key + "': unknown key; the accepted keys are cpu (memory "
-                        "and gpu are not supported by the local backend yet)");
+      throw usage_error("--resources '" + key + "': unknown key; the accepted keys are cpu, memory, gpu");
     }
     start = end + 1;
   }
-  return procs;
+  return r;
 }
 
 train_request make_request(const job_options& o) {
@@ -202,7 +230,10 @@ train_request make_request(const job_options& o) {
   t.python = o.python;
   t.system_site_packages = o.system_site_packages;
   t.keep_venv = o.keep_venv;
-  t.procs_per_node = parse_resources(o.resources);
+  auto res = parse_resources(o.resources);
+  t.procs_per_node = res.procs;
+  t.memory_limit = res.memory;
+  t.gpus = res.gpus;
   req.job_trainer = std::move(t);
   return req;
 }

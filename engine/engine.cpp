@@ -192,6 +192,18 @@ engine::impl::impl(asio::any_io_executor executor, engine_config config)
                                       "; set TJOB_HOME to a writable directory");
   ::close(fd);
   db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout);
+  gpu_devices = cfg.gpu_devices;
+  if (gpu_devices.empty()) {
+    if (const char* env = std::getenv("TJOB_GPU_DEVICES"); env && *env) {
+      std::stringstream ss(env);
+      std::string id;
+      while (std::getline(ss, id, ','))
+        if (!id.empty()) gpu_devices.push_back(id);
+    } else {
+      for (int n = 0; n < 64; ++n)
+        if (std::filesystem::exists("/dev/nvidia" + std::to_string(n))) gpu_devices.push_back(std::to_string(n));
+    }
+  }
   self_pid = ::getpid();
   self_start = process::start_time(self_pid).value_or(0);
   raise_open_file_limit();
@@ -388,6 +400,11 @@ asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
   auto group = std::make_shared<node_group>(ex, nodes);
   auto& outcomes = group->outcomes;
   auto& first = outcomes[0];
+  if (j->gpus_per_node > 0 && !co_await lease_gpus(j)) {
+    for (std::size_t i = 0; i < nodes; ++i)
+      apply(*j, j->steps[i], {event_kind::cancelled}, "cancelled while waiting for GPUs", "cancelled");
+    co_return;
+  }
   if (!setup.empty()) first = co_await run_phases(j, 0, setup, false);
   bool setup_ok = setup.empty() || (first.ev.kind == event_kind::exited && first.ev.exit_code == 0 &&
                                     !j->cancel_requested);
@@ -423,7 +440,9 @@ asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
       outcomes[i] = {{event_kind::start_failed}, "not started: node-0's setup did not succeed",
                      j->cancel_requested ? "cancelled" : "setup failed in node-0", false};
   }
-  // The venv goes before the end is recorded: whoever waits for the end finds it gone.
+  // The venv and the GPUs go before the end is recorded: whoever waits for
+  // the end finds them gone.
+  if (j->gpus_per_node > 0) release_gpus(*j);
   if (!j->venv.empty()) {
     if (j->remove_venv) {
       auto venv = j->venv;
@@ -445,6 +464,58 @@ asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
       o.reason = "stopped: " + *j->failed_node + " failed (" + o.reason + ")";
     apply(*j, j->steps[i], o.ev, o.message, o.reason);
   }
+}
+
+asio::awaitable<bool> engine::impl::lease_gpus(std::shared_ptr<job_rec> j) {
+  std::size_t nodes = j->steps.size();
+  std::size_t need = static_cast<std::size_t>(j->gpus_per_node) * nodes;
+  detail::wake_signal w(ex);
+  detail::wake_registration own(device_waiters, &w), mine(j->watchers, &w);
+  int wd = -1;
+  bool said = false;
+  std::optional<std::vector<std::string>> got;
+  for (;;) {
+    if (j->cancel_requested) break;
+    check_running();
+    got = transact([&](detail::store& db) { return db.lease_devices(j->row.name, gpu_devices, need); });
+    if (got) break;
+    if (!said) {
+      said = true;
+      // Another process's release changes the store: its inotify wakes us too.
+      wd = watch.add(home, &w);
+      log_progress(*j, j->steps[0], "[tjob] waiting for " + std::to_string(need) +
+                                        " GPU(s); the engine's " + std::to_string(gpu_devices.size()) +
+                                        " are in use\n");
+      queue_write([name = j->row.name, t = now_ms(), need](detail::store& db) {
+        db.append_event(name, "", t, "Queued", "waiting for " + std::to_string(need) + " GPU(s)");
+      });
+    }
+    co_await w.wait_until(steady::time_point::max());
+  }
+  watch.remove(wd, &w);
+  if (!got) co_return false;
+  std::string summary;
+  for (std::size_t i = 0; i < nodes; ++i) {
+    std::string ids;
+    for (int k = 0; k < j->gpus_per_node; ++k)
+      ids += (k ? "," : "") + (*got)[i * static_cast<std::size_t>(j->gpus_per_node) + k];
+    j->node_devices.push_back(ids);
+    summary += (i ? "; " : "") + j->steps[i].row.name + ": " + ids;
+  }
+  log_progress(*j, j->steps[0], "[tjob] GPUs (CUDA_VISIBLE_DEVICES) " + summary + "\n");
+  queue_write([name = j->row.name, t = now_ms(), summary](detail::store& db) {
+    db.append_event(name, "", t, "DevicesLeased", "CUDA_VISIBLE_DEVICES " + summary);
+  });
+  co_return true;
+}
+
+void engine::impl::release_gpus(job_rec& j) {
+  try {
+    transact([&](detail::store& db) { db.release_devices(j.row.name); });
+  } catch (const std::exception& e) {
+    log->error("job {}: cannot release its GPUs: {}", j.row.name, e.what());
+  }
+  device_waiters.notify_all();
 }
 
 void engine::impl::stop_other_nodes(std::shared_ptr<job_rec> j, std::size_t failed) {
@@ -474,6 +545,8 @@ asio::awaitable<step_outcome> engine::impl::run_phases(std::shared_ptr<job_rec> 
       spec.argv.insert(spec.argv.begin() + 3, "--master_port=" + std::to_string(j->master_port));
     auto env = ph.env;
     env.emplace(token_variable, job_token(j->row));
+    if (ph.final && index < j->node_devices.size())
+      env.insert_or_assign("CUDA_VISIBLE_DEVICES", j->node_devices[index]);
     spec.env = process::merge_environment(environ, env);
     spec.cwd = ph.cwd;
     if (!ph.title.empty()) log_progress(*j, s, "[tjob] " + ph.title + "\n");
@@ -495,6 +568,13 @@ asio::awaitable<step_outcome> engine::impl::run_phases(std::shared_ptr<job_rec> 
     s.proc = std::move(child);
     s.row.pid = s.proc.pid();
     s.row.pid_start = s.proc.start_time();
+    if (ph.memory_limit) {
+      // posix_spawn cannot set limits in the child; the program has only just
+      // been exec'd, so what it starts later inherits the limit.
+      rlimit lim{ph.memory_limit, ph.memory_limit};
+      if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
+        log_progress(*j, s, std::string("[tjob] could not set the memory limit: ") + std::strerror(errno) + "\n");
+    }
     s.output_done = false;
     s.drain_timer.emplace(ex);
     std::string what = "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " +
@@ -632,6 +712,7 @@ asio::awaitable<void> engine::impl::cancel_owned(std::shared_ptr<job_rec> j) {
   if (is_terminal(j->row.status)) co_return;
   if (!j->cancel_requested) {
     j->cancel_requested = true;
+    j->watchers.notify_all();  // a job waiting for GPUs gives up its place
     queue_write([name = j->row.name, t = now_ms(),
                  grace = cfg.grace_period.count()](detail::store& db) {
       db.append_event(name, "", t, "CancelRequested",
@@ -1009,9 +1090,21 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
     if (!pt.function_args.empty())
       j.files.emplace_back((work / ("train_" + j.row.name + ".kwargs.json")).string(), pt.function_args);
   }
+  if (pt.gpus < 0) fail(errc::invalid_argument, who + ": gpus must be 0 or more");
+  if (pt.gpus > 0) {
+    auto need = static_cast<std::size_t>(pt.gpus) * static_cast<std::size_t>(num_nodes);
+    if (need > gpu_devices.size())
+      fail(errc::invalid_argument,
+           who + ": needs " + std::to_string(need) + " GPU(s) (gpu=" + std::to_string(pt.gpus) +
+               " per node x " + std::to_string(num_nodes) + " node(s)) but this engine has " +
+               std::to_string(gpu_devices.size()) +
+               "; set the device list (engine_config.gpu_devices or TJOB_GPU_DEVICES) or ask for fewer");
+    j.gpus_per_node = pt.gpus;
+  }
   phase code;
   code.name = rt.trainer.framework == "torch" ? "torchrun" : "python";
   code.final = true;
+  code.memory_limit = pt.memory_limit;
   code.executable = venv_python;
   code.env = env;
   code.cwd = cwd;

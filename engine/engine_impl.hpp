@@ -47,6 +47,7 @@ struct phase {
   std::map<std::string, std::string> env;  ///< over the engine's environment
   std::string cwd;
   bool final = false;       ///< the job's own code: its exit decides the step
+  std::uint64_t memory_limit = 0;  ///< RLIMIT_AS of the process (and what it starts)
   bool torch_port = false;  ///< add --master_port with a free port at start
 };
 
@@ -63,6 +64,8 @@ struct job_rec {
   bool remove_venv = false;
   bool torch_port = false;  // the nodes rendezvous on one free port, chosen at start
   int master_port = 0;
+  int gpus_per_node = 0;
+  std::vector<std::string> node_devices;  // CUDA_VISIBLE_DEVICES of each node, once leased
   std::optional<std::string> failed_node;
   detail::wake_list watchers;  // woken by transitions (after commit) and new log bytes
   boost::asio::cancellation_signal stop;  // ends the job's coroutine on shutdown
@@ -96,6 +99,8 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   detail::wake_signal idle;
   std::array<char, 1 << 16> read_buf{};
   boost::asio::thread_pool pool{1};
+  std::vector<std::string> gpu_devices;
+  detail::wake_list device_waiters;  // woken when this engine releases devices
   pid_t self_pid = 0;
   std::uint64_t self_start = 0;
 
@@ -132,6 +137,9 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   boost::asio::awaitable<step_outcome> run_phases(std::shared_ptr<job_rec> j, std::size_t index,
                                                   std::vector<phase*> phases, bool started);
   void stop_other_nodes(std::shared_ptr<job_rec> j, std::size_t failed);
+  /// Waits (Created, without polling) until the job's GPUs are free and leases them.
+  boost::asio::awaitable<bool> lease_gpus(std::shared_ptr<job_rec> j);
+  void release_gpus(job_rec& j);
   void plan_command(job_rec& j, const std::string& who, command_trainer& ct);
   void plan_python(job_rec& j, const std::string& who, python_trainer& pt, const runtime& rt,
                    int num_nodes);

@@ -60,6 +60,8 @@ json::object to_json(const python_trainer& t) {
   o["system_site_packages"] = t.system_site_packages;
   o["keep_venv"] = t.keep_venv;
   o["procs_per_node"] = t.procs_per_node;
+  o["memory_limit"] = t.memory_limit;
+  o["gpus"] = t.gpus;
   return o;
 }
 
@@ -83,6 +85,8 @@ trainer trainer_from_json(const json::object& o) {
     t.system_site_packages = o.at("system_site_packages").as_bool();
     t.keep_venv = o.at("keep_venv").as_bool();
     t.procs_per_node = static_cast<int>(o.at("procs_per_node").to_number<std::int64_t>());
+    t.memory_limit = o.at("memory_limit").to_number<std::uint64_t>();
+    t.gpus = static_cast<int>(o.at("gpus").to_number<std::int64_t>());
     return t;
   }
   command_trainer t;

@@ -44,6 +44,10 @@ CREATE TABLE events(
   message TEXT NOT NULL
 );
 CREATE INDEX events_by_job ON events(job, seq);
+CREATE TABLE device_leases(
+  device TEXT PRIMARY KEY,
+  job    TEXT NOT NULL
+);
 CREATE INDEX jobs_by_status ON jobs(status);
 )sql";
 
@@ -365,6 +369,44 @@ bool store::has_event(const std::string& job, std::string_view reason) {
   if (rc == SQLITE_ROW) return true;
   if (rc != SQLITE_DONE) fail(rc, "cannot read events");
   return false;
+}
+
+std::optional<std::vector<std::string>> store::lease_devices(const std::string& job,
+                                                             const std::vector<std::string>& devices,
+                                                             std::size_t n) {
+  exec("DELETE FROM device_leases WHERE job NOT IN "
+       "(SELECT name FROM jobs WHERE status IN ('Created','Running'))");
+  std::vector<std::string> leased;
+  {
+    auto* s = prepare("SELECT device FROM device_leases");
+    reset_guard g{s};
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) leased.push_back(text_of(s, 0));
+    if (rc != SQLITE_DONE) fail(rc, "cannot read device leases");
+  }
+  std::vector<std::string> got;
+  for (const auto& d : devices) {
+    if (got.size() == n) break;
+    if (std::find(leased.begin(), leased.end(), d) == leased.end()) got.push_back(d);
+  }
+  if (got.size() < n) return std::nullopt;
+  auto* ins = prepare("INSERT INTO device_leases(device, job) VALUES(?,?)");
+  for (const auto& d : got) {
+    reset_guard g{ins};
+    bind_text(ins, 1, d);
+    bind_text(ins, 2, job);
+    int rc = sqlite3_step(ins);
+    if (rc != SQLITE_DONE) fail(rc, "cannot lease a device");
+  }
+  return got;
+}
+
+void store::release_devices(const std::string& job) {
+  auto* s = prepare("DELETE FROM device_leases WHERE job=?");
+  reset_guard g{s};
+  bind_text(s, 1, job);
+  int rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE) fail(rc, "cannot release devices");
 }
 
 }  // namespace tjob::detail

@@ -80,6 +80,13 @@ class store {
   std::vector<event_row> load_events(const std::string& job);
   bool has_event(const std::string& job, std::string_view reason);
 
+  /// Leases `n` of `devices` to `job` (leases of ended or vanished jobs are
+  /// dropped first); nullopt when fewer than `n` are free. In a transaction.
+  std::optional<std::vector<std::string>> lease_devices(const std::string& job,
+                                                        const std::vector<std::string>& devices,
+                                                        std::size_t n);
+  void release_devices(const std::string& job);
+
  private:
   struct stmt;
   sqlite3_stmt* prepare(std::string_view sql);

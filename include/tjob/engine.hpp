@@ -54,6 +54,11 @@ struct engine_config {
   /// (Kubeflow's LocalProcessBackendConfig.cleanup_venv; a trainer's
   /// keep_venv overrides it for one job).
   bool cleanup_venv = true;
+  /// The GPUs jobs lease (each node gets its own, as CUDA_VISIBLE_DEVICES).
+  /// Empty: $TJOB_GPU_DEVICES (comma-separated ids), else one id per
+  /// /dev/nvidiaN. Leases are kept in the store, so every engine on the same
+  /// $TJOB_HOME shares the one list.
+  std::vector<std::string> gpu_devices;
   /// Log lines per failed step quoted in a wait_for_job_status failure.
   std::size_t failure_log_lines = 10;
   /// Logger for the engine's own messages; null: a quiet default.

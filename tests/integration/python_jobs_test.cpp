@@ -343,3 +343,122 @@ TEST_CASE_FIXTURE(fixture, "several nodes need a torch runtime") {
   req.num_nodes = 0;
   CHECK(code_of([&] { c.train(req); }) == errc::invalid_argument);
 }
+
+TEST_CASE_FIXTURE(fixture, "GPUs are leased from the device list and a job waits Created until its GPUs are free") {
+  auto cfg = config();
+  cfg.gpu_devices = {"0", "1"};
+  trainer_client c(cfg);
+  python_trainer hog;
+  hog.source =
+      "def hold(path):\n"
+      "    import os, time\n"
+      "    print('A has', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
+      "    time.sleep(120)\n";
+  hog.function = "hold";
+  hog.function_args = "{\"path\": \"unused\"}";
+  hog.gpus = 2;
+  auto a = c.train(python_job(hog));
+  auto a_log = c.get_job_logs(a, {.follow = true});
+  while (auto line = a_log.next())
+    if (line->rfind("A has", 0) == 0) {
+      CHECK(*line == "A has 0,1\n");
+      break;
+    }
+
+  python_trainer one;
+  one.source = "def show():\n    import os\n    print('B has', os.environ['CUDA_VISIBLE_DEVICES'])\n";
+  one.function = "show";
+  one.gpus = 1;
+  auto b = c.train(python_job(one));
+  auto b_log = c.get_job_logs(b, {.follow = true});
+  auto first = b_log.next();
+  REQUIRE(first.has_value());
+  CHECK(first->find("[tjob] waiting for 1 GPU(s)") == 0);
+  CHECK(c.get_job(b).status == job_status::created);  // queued, not running
+
+  c.cancel_job(a);  // frees both
+  auto job = c.wait_for_job_status(b, {job_status::complete}, 120s);
+  CHECK(job.steps[0].exit_code == 0);
+  auto log = c.get_job_logs(b).read_all();
+  CHECK((log.find("B has 0\n") != std::string::npos || log.find("B has 1\n") != std::string::npos));
+  bool queued = false;
+  for (const auto& e : c.get_job_events(b)) queued = queued || e.reason == "Queued";
+  CHECK(queued);
+
+  one.gpus = 3;
+  CHECK(message_of([&] { c.train(python_job(one)); }).find("needs 3 GPU(s)") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "a job waiting for GPUs can be cancelled and never starts") {
+  auto cfg = config();
+  cfg.gpu_devices = {"7"};
+  trainer_client c(cfg);
+  python_trainer hog;
+  hog.source = "def hold():\n    import time\n    print('holding', flush=True)\n    time.sleep(120)\n";
+  hog.function = "hold";
+  hog.gpus = 1;
+  auto a = c.train(python_job(hog));
+  auto a_log = c.get_job_logs(a, {.follow = true});
+  REQUIRE(a_log.next().has_value());
+  auto b = c.train(python_job(hog));
+  auto b_log = c.get_job_logs(b, {.follow = true});
+  REQUIRE(b_log.next().has_value());  // "waiting for 1 GPU(s)"
+  c.cancel_job(b);
+  auto job = c.get_job(b);
+  CHECK(job.status == job_status::failed);
+  CHECK(job.steps[0].reason == "cancelled");
+  CHECK(job.steps[0].pid == 0);  // it never ran
+  c.cancel_job(a);
+}
+
+TEST_CASE_FIXTURE(fixture, "a memory limit is enforced on the training code's address space") {
+  trainer_client c(config());
+  python_trainer t;
+  t.source =
+      "def grab():\n"
+      "    try:\n"
+      "        b = bytearray(1024 * 1024 * 1024)\n"
+      "        print('got a GiB')\n"
+      "    except MemoryError:\n"
+      "        print('MemoryError')\n"
+      "        raise SystemExit(9)\n";
+  t.function = "grab";
+  t.memory_limit = 512ull << 20;
+  auto name = c.train(python_job(t));
+  auto job = c.wait_for_job_status(name, {job_status::failed}, 120s);
+  CHECK(job.steps[0].exit_code == 9);
+  CHECK(c.get_job_logs(name).read_all().find("MemoryError") != std::string::npos);
+  t.memory_limit = 0;
+  auto free_job = c.train(python_job(t));
+  c.wait_for_job_status(free_job, {job_status::complete}, 120s);
+  CHECK(c.get_job_logs(free_job).read_all().find("got a GiB") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "a job with dependencies from the system site packages (Debian's numpy)") {
+  if (tjob::test::run({"/usr/bin/python3", "-c", "import numpy"}).exit_code != 0) {
+    REQUIRE_MESSAGE(std::getenv("CI") == nullptr, "python3-numpy is missing on a CI machine");
+    MESSAGE("skipped: /usr/bin/python3 cannot import numpy");
+    return;
+  }
+  trainer_client c(config());
+  python_trainer t;
+  t.source =
+      "def fit(n=200):\n"
+      "    import numpy as np\n"
+      "    rng = np.random.default_rng(0)\n"
+      "    X = np.c_[rng.normal(size=(n, 3)), np.ones(n)]\n"
+      "    w = np.array([1.5, -2.0, 0.5, 3.0])\n"
+      "    y = X @ w + 0.01 * rng.normal(size=n)\n"
+      "    est, *_ = np.linalg.lstsq(X, y, rcond=None)\n"
+      "    print('weights', ' '.join(f'{v:.2f}' for v in est))\n";
+  t.function = "fit";
+  t.python = "/usr/bin/python3";
+  t.system_site_packages = true;
+  t.packages_to_install = {"numpy"};  // satisfied by the system's; pip needs no index
+  auto name = c.train(python_job(t));
+  c.wait_for_job_status(name, {job_status::complete}, 120s);
+  auto log = c.get_job_logs(name).read_all();
+  CAPTURE(log);
+  CHECK(log.find("weights 1.50 -2.00 0.50 3.00\n") != std::string::npos);
+  CHECK(log.find("Requirement already satisfied: numpy") != std::string::npos);
+}

@@ -55,7 +55,7 @@ TEST_CASE("requirement names and PEP 503 canonical forms") {
 TEST_CASE("index URLs: the first is --index-url and the rest --extra-index-url") {
   CHECK(pip_install_args({"a", "b c"}, {"http://one/simple", "http://two/simple"}) ==
         strings{"install", "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
-                "--progress-bar", "off", "--index-url", "http://one/simple", "--extra-index-url",
+                "--progress-bar", "off", "--retries", "2", "--index-url", "http://one/simple", "--extra-index-url",
                 "http://two/simple", "a", "b c"});
   ::unsetenv("DEFAULT_PIP_INDEX_URLS");
   CHECK(index_urls({}) == strings{"https://pypi.org/simple"});
