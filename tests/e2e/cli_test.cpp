@@ -303,3 +303,27 @@ TEST_CASE_FIXTURE(fixture, "tjob run whose reader goes away keeps owning its job
   auto o = boost::json::parse(tjob({"get", "piped", "-o", "json"}).out).as_object();
   CHECK(o.at("status").as_string() == "Complete");
 }
+
+TEST_CASE_FIXTURE(fixture, "runtime directories add and override runtimes and report broken manifests") {
+  auto rdir = dir.path() / "rt";
+  std::filesystem::create_directories(rdir);
+  std::ofstream(rdir / "mine.yaml") << "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\n"
+                                        "metadata:\n  name: my-runtime\n  labels:\n    trainer.kubeflow.org/framework: python\n"
+                                        "spec:\n  template:\n    spec:\n      replicatedJobs:\n        - name: node\n";
+  std::ofstream(rdir / "broken.yaml") << "kind: ClusterTrainingRuntime\nmetadata:\n  name: broken\n";
+  auto r = tjob({"--runtime-dir", rdir.string(), "runtimes"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("my-runtime") != std::string::npos);
+  CHECK(r.out.find("torch-distributed") != std::string::npos);
+  CHECK(r.out.find("broken") == std::string::npos);
+  CHECK(r.err.find("broken.yaml") != std::string::npos);
+  CHECK(r.err.find("trainer.kubeflow.org/framework is missing") != std::string::npos);
+  // $TJOB_HOME/runtimes is read too.
+  std::filesystem::create_directories(std::filesystem::path(home()) / "runtimes");
+  std::filesystem::copy_file(rdir / "mine.yaml", std::filesystem::path(home()) / "runtimes" / "mine.yaml");
+  CHECK(tjob({"runtimes"}).out.find("my-runtime") != std::string::npos);
+  auto job = tjob({"run", "--runtime", "my-runtime", "--", helper_bin(), "exit", "0"});
+  CHECK(job.exit_code == 0);
+  auto o = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
+  CHECK(o[0].at("runtime").as_string() == "my-runtime");
+}

@@ -462,3 +462,30 @@ TEST_CASE_FIXTURE(fixture, "a job with dependencies from the system site package
   CHECK(log.find("weights 1.50 -2.00 0.50 3.00\n") != std::string::npos);
   CHECK(log.find("Requirement already satisfied: numpy") != std::string::npos);
 }
+
+TEST_CASE_FIXTURE(fixture, "an unreachable index fails the job with pip's message instead of hanging") {
+  trainer_client c(config());
+  python_trainer t;
+  t.source = "def main():\n    pass\n";
+  t.function = "main";
+  t.packages_to_install = {"tinyjob"};
+  t.pip_index_urls = {"http://127.0.0.1:1/simple/"};  // nothing listens on port 1
+  auto name = c.train(python_job(t));
+  auto job = c.wait_for_job_status(name, {job_status::failed}, 120s);
+  CHECK(job.steps[0].reason == "setup failed: pip install exit code 1");
+  auto log = c.get_job_logs(name).read_all();
+  CHECK(log.find("Connection refused") != std::string::npos);
+  CHECK(log.find("[tjob] pip install failed after") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "a venv that cannot be created fails the job at that step") {
+  trainer_client c(config());
+  python_trainer t;
+  t.source = "def main():\n    pass\n";
+  t.function = "main";
+  t.python = tjob::test::helper_bin();  // runs, but is no Python: `-m venv` fails
+  auto name = c.train(python_job(t));
+  auto job = c.wait_for_job_status(name, {job_status::failed}, 60s);
+  CHECK(job.steps[0].reason.rfind("setup failed: venv", 0) == 0);
+  CHECK(c.get_job_logs(name).read_all().find("[tjob] venv failed after") != std::string::npos);
+}
