@@ -237,11 +237,7 @@ TEST_CASE_FIXTURE(fixture, "tjob train returns at once and logs -f and wait and 
 }
 
 TEST_CASE_FIXTURE(fixture, "the README's main job trains the linear model under torchrun") {
-  if (run({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0) {
-    REQUIRE_MESSAGE(std::getenv("CI") == nullptr, "python3-torch is missing on a CI machine");
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch (scripts/setup installs python3-torch)");
-    return;
-  }
+  if (!tjob::test::system_python_has("torch")) return;
   // The README's command, word for word after build/tjob.
   auto r = run({tjob_bin(), "run", "--python", "/usr/bin/python3", "--system-site-packages", "--func",
                 "train_model", tjob::test::source_dir() + "/examples/train_linear.py"},

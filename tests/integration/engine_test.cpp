@@ -11,6 +11,8 @@
 
 using namespace tjob;
 using namespace std::chrono_literals;
+using tjob::test::code_of;
+using tjob::test::message_of;
 using tjob::test::helper_bin;
 using tjob::test::helper_job;
 
@@ -27,24 +29,6 @@ struct fixture {
 };
 
 
-errc code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return static_cast<errc>(e.code().value());
-  }
-  FAIL("no tjob::error was thrown");
-  return {};
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return {};
-}
 
 }  // namespace
 

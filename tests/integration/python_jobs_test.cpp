@@ -11,6 +11,8 @@
 
 using namespace tjob;
 using namespace std::chrono_literals;
+using tjob::test::code_of;
+using tjob::test::message_of;
 
 namespace {
 
@@ -63,28 +65,7 @@ train_request python_job(python_trainer t, std::string runtime = "python", std::
   return r;
 }
 
-errc code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return static_cast<errc>(e.code().value());
-  }
-  FAIL("no tjob::error was thrown");
-  return {};
-}
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return {};
-}
-
-bool system_torch() {
-  return tjob::test::run({"/usr/bin/python3", "-c", "import torch.distributed"}).exit_code == 0;
-}
 
 }  // namespace
 
@@ -221,12 +202,7 @@ TEST_CASE_FIXTURE(fixture, "keep_venv keeps the venv and says where it is") {
 }
 
 TEST_CASE_FIXTURE(fixture, "a torch job runs two processes under torchrun with gloo all_reduce") {
-  if (!system_torch()) {
-    // CI installs python3-torch; a developer machine without it cannot run this.
-    REQUIRE_MESSAGE(std::getenv("CI") == nullptr, "python3-torch is missing on a CI machine");
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch (apt-get install python3-torch)");
-    return;
-  }
+  if (!tjob::test::system_python_has("torch.distributed")) return;
   trainer_client c(config());
   python_trainer t;
   t.source =
@@ -256,11 +232,7 @@ TEST_CASE_FIXTURE(fixture, "a torch job runs two processes under torchrun with g
 }
 
 TEST_CASE_FIXTURE(fixture, "a 2-node torch job runs steps node-0 and node-1 with WORLD_SIZE the sum of processes") {
-  if (!system_torch()) {
-    REQUIRE_MESSAGE(std::getenv("CI") == nullptr, "python3-torch is missing on a CI machine");
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch");
-    return;
-  }
+  if (!tjob::test::system_python_has("torch.distributed")) return;
   trainer_client c(config());
   python_trainer t;
   t.source =
@@ -300,11 +272,7 @@ TEST_CASE_FIXTURE(fixture, "a 2-node torch job runs steps node-0 and node-1 with
 }
 
 TEST_CASE_FIXTURE(fixture, "one failing node stops the others and the job is Failed") {
-  if (!system_torch()) {
-    REQUIRE_MESSAGE(std::getenv("CI") == nullptr, "python3-torch is missing on a CI machine");
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch");
-    return;
-  }
+  if (!tjob::test::system_python_has("torch.distributed")) return;
   trainer_client c(config());
   python_trainer t;
   t.source =
@@ -435,11 +403,7 @@ TEST_CASE_FIXTURE(fixture, "a memory limit is enforced on the training code's ad
 }
 
 TEST_CASE_FIXTURE(fixture, "a job with dependencies from the system site packages (Debian's numpy)") {
-  if (tjob::test::run({"/usr/bin/python3", "-c", "import numpy"}).exit_code != 0) {
-    REQUIRE_MESSAGE(std::getenv("CI") == nullptr, "python3-numpy is missing on a CI machine");
-    MESSAGE("skipped: /usr/bin/python3 cannot import numpy");
-    return;
-  }
+  if (!tjob::test::system_python_has("numpy")) return;
   trainer_client c(config());
   python_trainer t;
   t.source =

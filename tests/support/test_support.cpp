@@ -1,5 +1,7 @@
 #include "tests/support/test_support.hpp"
 
+#include <doctest/doctest.h>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -232,6 +234,32 @@ train_request helper_job(std::vector<std::string> args, std::string name,
   t.env = std::move(env);
   r.job_trainer = std::move(t);
   return r;
+}
+
+std::optional<errc> code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return static_cast<errc>(e.code().value());
+  }
+  return std::nullopt;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+bool system_python_has(const std::string& module) {
+  if (run({"/usr/bin/python3", "-c", "import " + module}).exit_code == 0) return true;
+  std::string missing = "/usr/bin/python3 cannot import " + module;
+  REQUIRE_MESSAGE(std::getenv("CI") == nullptr, missing << " on a CI machine; scripts/setup installs it");
+  MESSAGE("skipped: " << missing << " (scripts/setup installs it)");
+  return false;
 }
 
 std::string read_file(const std::filesystem::path& p) {

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <tjob/error.hpp>
 #include <tjob/types.hpp>
 
 #include <sys/types.h>
@@ -84,6 +86,16 @@ bool wait_gone(pid_t pid, std::chrono::milliseconds deadline);
 /// A request for a job that runs tjob-test-helper with `args`.
 train_request helper_job(std::vector<std::string> args, std::string name = {},
                          std::map<std::string, std::string> env = {});
+
+/// The tjob::error code `f` throws (nullopt when it throws none).
+std::optional<errc> code_of(const std::function<void()>& f);
+/// The message of the tjob::error `f` throws (empty when it throws none).
+std::string message_of(const std::function<void()>& f);
+
+/// True when /usr/bin/python3 (Debian's) imports `module`. Where it does not,
+/// a test that needs it is skipped on a developer machine but fails in CI,
+/// which installs it.
+bool system_python_has(const std::string& module);
 
 std::string read_file(const std::filesystem::path& p);
 /// Number of open descriptors of this process.
