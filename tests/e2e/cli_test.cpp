@@ -285,8 +285,15 @@ TEST_CASE_FIXTURE(fixture, "tjob run FILE.py runs Python code and rejects bad Py
     CHECK(one_line(r.err));
     CHECK(r.err.find(c.mention) != std::string::npos);
   }
+  auto detached = run({tjob_bin(), "train", "--name", "py-bg", "--runtime", "python", "--func", "go", "--args",
+                       "{\"n\": 3}", file.string()},
+                      env);
+  REQUIRE(detached.exit_code == 0);
+  CHECK(detached.out == "py-bg\n");
+  CHECK(tjob({"wait", "py-bg", "--timeout", "120"}).out == "Complete\n");
+  CHECK(tjob({"logs", "py-bg"}).out.find("n = 3\n") != std::string::npos);
   auto all = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
-  CHECK(all.size() == 2);
+  CHECK(all.size() == 3);
 }
 
 TEST_CASE_FIXTURE(fixture, "tjob run whose reader goes away keeps owning its job to the end") {
