@@ -115,10 +115,12 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--workdir", o.workdir,
                   "Working directory of the job; default: the current directory");
   cmd->add_option("--package", o.packages,
-                  "A package to pip-install into the job's venv (repeatable), after the runtime's");
+                  "A package to pip-install into the job's venv (repeatable), after the runtime's")
+      ->allow_extra_args(false);
   cmd->add_option("--index-url", o.index_urls,
                   "Package index (repeatable): the first is pip's --index-url, the rest "
-                  "--extra-index-url; default $DEFAULT_PIP_INDEX_URLS, else PyPI");
+                  "--extra-index-url; default $DEFAULT_PIP_INDEX_URLS, else PyPI")
+      ->allow_extra_args(false);
   cmd->add_option("--func", o.func, "Run this function of FILE.py (called with --args) "
                                     "instead of running the file as a script");
   cmd->add_option("--args", o.args, "Keyword arguments of --func, as a JSON object");
@@ -307,7 +309,8 @@ int main(int argc, char** argv) {
   app.add_option("--home", common.home, "The store directory (overrides $TJOB_HOME)");
   app.add_option("--runtime-dir", common.runtime_dirs,
                  "A directory of runtime manifests (ClusterTrainingRuntime YAML) that override "
-                 "the built-in ones and $TJOB_HOME/runtimes by name (repeatable)");
+                 "the built-in ones and $TJOB_HOME/runtimes by name (repeatable)")
+      ->allow_extra_args(false);
 
   job_options run_opts, train_opts;
   auto* run = app.add_subcommand(

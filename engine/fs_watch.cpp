@@ -44,8 +44,24 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
     });
   }
 
+  // Wakes the subscribers of each event in `buf`. Not in the coroutine: a
+  // coroutine frame keeps neither the buffer's alignment nor room for
+  // inotify_event's flexible array, so each header is copied out here.
+  void dispatch(const char* buf, std::size_t n) {
+    for (const char* p = buf; p + sizeof(inotify_event) <= buf + n;) {
+      inotify_event ev;
+      std::memcpy(&ev, p, sizeof ev);
+      if (ev.mask & IN_Q_OVERFLOW) {
+        for (auto& [wd, list] : subscribers) list.notify_all();
+      } else if (auto it = subscribers.find(ev.wd); it != subscribers.end()) {
+        it->second.notify_all();
+      }
+      p += sizeof(inotify_event) + ev.len;
+    }
+  }
+
   static asio::awaitable<void> read_loop(std::shared_ptr<impl> self) {
-    alignas(inotify_event) char buf[8192];
+    char buf[8192];
     try {
       while (self->descriptor.is_open()) {
         boost::system::error_code ec;
@@ -55,15 +71,7 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
         for (;;) {
           ssize_t n = ::read(self->descriptor.native_handle(), buf, sizeof buf);
           if (n <= 0) break;
-          for (char* p = buf; p < buf + n;) {
-            auto* ev = reinterpret_cast<inotify_event*>(p);
-            if (ev->mask & IN_Q_OVERFLOW) {
-              for (auto& [wd, list] : self->subscribers) list.notify_all();
-            } else if (auto it = self->subscribers.find(ev->wd); it != self->subscribers.end()) {
-              it->second.notify_all();
-            }
-            p += sizeof(inotify_event) + ev->len;
-          }
+          self->dispatch(buf, static_cast<std::size_t>(n));
         }
       }
     } catch (const std::exception& e) {
