@@ -1083,10 +1083,15 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
     j.phases.push_back(pip);
   }
 
+  // A function gets a training file with its call appended; script text
+  // (the API's `source` without a function) is written as it is; a script
+  // file runs where it is.
   std::string file = pt.source_file;
-  if (!pt.function.empty()) {
+  if (!pt.function.empty() || !pt.source.empty()) {
     file = (work / ("train_" + j.row.name + ".py")).string();
-    j.files.emplace_back(file, process::training_file(source, pt.function, !pt.function_args.empty()));
+    j.files.emplace_back(file, pt.function.empty()
+                                   ? source
+                                   : process::training_file(source, pt.function, !pt.function_args.empty()));
     if (!pt.function_args.empty())
       j.files.emplace_back((work / ("train_" + j.row.name + ".kwargs.json")).string(), pt.function_args);
   }

@@ -151,6 +151,16 @@ TEST_CASE_FIXTURE(fixture, "a script runs as it is with its arguments and the en
   CHECK(log.find("job v1\n") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(fixture, "script text given through the API runs as a script") {
+  trainer_client c(config());
+  python_trainer t;
+  t.source = "import sys\nprint('text script', sys.argv[1:])\n";
+  t.args = {"x"};
+  auto name = c.train(python_job(t));
+  c.wait_for_job_status(name, {job_status::complete}, 120s);
+  CHECK(c.get_job_logs(name).read_all().find("text script ['x']\n") != std::string::npos);
+}
+
 TEST_CASE_FIXTURE(fixture, "a syntax error fails the job with Python's traceback in the log") {
   trainer_client c(config());
   python_trainer t;
