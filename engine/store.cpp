@@ -112,48 +112,44 @@ store::store(const std::filesystem::path& db_path, std::chrono::milliseconds bus
   sqlite3_busy_timeout(db_, static_cast<int>(busy_timeout.count()));
 
   // Read the header first: a file that is not ours is reported, never touched.
-  sqlite3_stmt* s = nullptr;
-  rc = sqlite3_prepare_v2(db_, "PRAGMA application_id", -1, &s, nullptr);
-  if (rc != SQLITE_OK) fail(rc, "cannot read the store");
-  rc = sqlite3_step(s);
-  int app = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
-  sqlite3_finalize(s);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail(rc, "cannot read the store");
-
-  if (app != application_id) {
-    // A new, empty database gets the schema; anything else is not ours.
-    rc = sqlite3_prepare_v2(db_, "SELECT count(*) FROM sqlite_master", -1, &s, nullptr);
+  auto read_int = [&](const char* sql) {
+    sqlite3_stmt* s = nullptr;
+    int rc = sqlite3_prepare_v2(db_, sql, -1, &s, nullptr);
     if (rc != SQLITE_OK) fail(rc, "cannot read the store");
     rc = sqlite3_step(s);
-    int objects = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+    int v = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
     sqlite3_finalize(s);
-    if (rc != SQLITE_ROW) fail(rc, "cannot read the store");
-    if (objects != 0 || app != 0)
-      throw error(errc::store_corrupt,
-                  "store " + path_.string() + " is not a tjob store (it holds other data); " +
-                      fix_for(errc::store_corrupt, path_));
-    exec("PRAGMA journal_mode=WAL");
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail(rc, "cannot read the store");
+    return v;
+  };
+  if (read_int("PRAGMA application_id") != application_id) {
+    // Several processes may find the file new at once: the check and the
+    // schema are one write transaction, so exactly one of them creates it.
     begin();
     try {
-      exec(schema_sql);
-      exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
-      exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
+      int app = read_int("PRAGMA application_id");
+      if (app != application_id) {
+        if (app != 0 || read_int("SELECT count(*) FROM sqlite_master") != 0)
+          throw error(errc::store_corrupt,
+                      "store " + path_.string() + " is not a tjob store (it holds other data); " +
+                          fix_for(errc::store_corrupt, path_));
+        exec(schema_sql);
+        exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
+        exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
+      }
       commit();
     } catch (...) {
       rollback();
       throw;
     }
-  } else {
-    exec("PRAGMA journal_mode=WAL");
-    rc = sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &s, nullptr);
-    int version = (rc == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) ? sqlite3_column_int(s, 0) : -1;
-    sqlite3_finalize(s);
-    if (version != schema_version)
-      throw error(errc::store_corrupt, "store " + path_.string() + " has schema version " +
-                                           std::to_string(version) + ", this tjob reads version " +
-                                           std::to_string(schema_version) + "; " +
-                                           fix_for(errc::store_corrupt, path_));
   }
+  int version = read_int("PRAGMA user_version");
+  if (version != schema_version)
+    throw error(errc::store_corrupt, "store " + path_.string() + " has schema version " +
+                                         std::to_string(version) + ", this tjob reads version " +
+                                         std::to_string(schema_version) + "; " +
+                                         fix_for(errc::store_corrupt, path_));
+  exec("PRAGMA journal_mode=WAL");
   exec("PRAGMA synchronous=NORMAL");
   exec("PRAGMA foreign_keys=ON");
 }

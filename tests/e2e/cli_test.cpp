@@ -330,3 +330,19 @@ TEST_CASE_FIXTURE(fixture, "runtime directories add and override runtimes and re
   auto o = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
   CHECK(o[0].at("runtime").as_string() == "my-runtime");
 }
+
+TEST_CASE_FIXTURE(fixture, "processes that find a new store at the same time all use it") {
+  // Regression: each saw an empty file and tried to create the schema.
+  std::vector<std::unique_ptr<tjob::test::background>> runs;
+  for (int i = 0; i < 12; ++i)
+    runs.push_back(std::make_unique<tjob::test::background>(
+        std::vector<std::string>{tjob_bin(), "run", "--name", "first-" + std::to_string(i), "--",
+                                 helper_bin(), "exit", "0"},
+        env()));
+  for (auto& r : runs) {
+    CHECK(r->wait(60s) == 0);
+    CAPTURE(r->err());
+  }
+  auto all = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
+  CHECK(all.size() == 12);
+}
