@@ -131,7 +131,8 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--num-nodes", o.num_nodes,
                   "Nodes of a torch job, each a torchrun (steps node-0 ... node-N-1), default 1");
   cmd->add_option("--resources", o.resources,
-                  "Per node, as cpu=N,memory=4Gi,gpu=G: N processes (torchrun --nproc_per_node); "
+                  "Per node, as cpu=N,memory=4Gi,gpu=G: N processes (torchrun --nproc_per_node), "
+                  "and N CPUs of CPU time where cgroups allow; "
                   "an address-space limit (RLIMIT_AS) on each process of the code; G GPUs leased "
                   "from $TJOB_GPU_DEVICES as CUDA_VISIBLE_DEVICES, waiting while they are in use");
   cmd->add_option("command", o.command,
@@ -155,6 +156,7 @@ std::uint64_t parse_memory(const std::string& v) {
 
 struct resources {
   int procs = 1;
+  bool cpu_given = false;
   std::uint64_t memory = 0;
   int gpus = 0;
 };
@@ -176,6 +178,7 @@ resources parse_resources(const std::string& spec) {
       if (value.empty() || *rest || n < 1 || n > 1024)
         throw usage_error("--resources cpu=" + value + ": give a whole number of processes, 1 or more");
       procs = static_cast<int>(n);
+      r.cpu_given = true;
     } else if (key == "memory") {
       r.memory = parse_memory(value);
     } else if (key == "gpu") {
@@ -234,6 +237,7 @@ train_request make_request(const job_options& o) {
   t.keep_venv = o.keep_venv;
   auto res = parse_resources(o.resources);
   t.procs_per_node = res.procs;
+  t.cpu_limit = res.cpu_given;
   t.memory_limit = res.memory;
   t.gpus = res.gpus;
   req.job_trainer = std::move(t);

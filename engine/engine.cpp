@@ -1,5 +1,6 @@
 #include "engine/engine_impl.hpp"
 
+#include "adapters/process/cgroup.hpp"
 #include "adapters/process/proc_info.hpp"
 #include "adapters/process/python_setup.hpp"
 #include "engine/log_files.hpp"
@@ -575,6 +576,17 @@ asio::awaitable<step_outcome> engine::impl::run_phases(std::shared_ptr<job_rec> 
       if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
         log_progress(*j, s, std::string("[tjob] could not set the memory limit: ") + std::strerror(errno) + "\n");
     }
+    if (ph.cpu_limit > 0) {
+      // As with the memory limit: moved right after exec, before it starts workers.
+      std::string why_not;
+      auto dir = process::limit_cpu(s.row.pid, job_token(j->row) + "-" + s.row.name, ph.cpu_limit, why_not);
+      if (dir) {
+        s.cgroup = *dir;
+        log_progress(*j, s, "[tjob] CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")\n");
+      } else {
+        log_progress(*j, s, "[tjob] CPU time not limited: " + why_not + "\n");
+      }
+    }
     s.output_done = false;
     s.drain_timer.emplace(ex);
     std::string what = "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " +
@@ -592,6 +604,10 @@ asio::awaitable<step_outcome> engine::impl::run_phases(std::shared_ptr<job_rec> 
     using namespace asio::experimental::awaitable_operators;
     process::exit_status st = co_await (wait_exit(*j, s) && pump_output(*j, s));
     s.proc = process::child();  // the pidfd and pipe go now: two descriptors per running job
+    if (!s.cgroup.empty()) {
+      process::remove_cgroup(s.cgroup);  // its processes are gone: the group was killed
+      s.cgroup.clear();
+    }
     double secs = std::chrono::duration<double>(steady::now() - t0).count();
 
     if (j->cancel_requested || db->has_event(j->row.name, "CancelRequested")) {
@@ -797,6 +813,9 @@ std::size_t engine::impl::reconcile_rows(const std::vector<detail::job_row>& row
     log->info("killing process {} left behind by a lost job ({})", pid, entry);
     ::kill(pid, SIGKILL);
   }
+  for (const auto* row : orphaned)
+    for (const auto& s : row->steps)
+      process::remove_cgroup(process::cgroup_dir_for(job_token(*row) + "-" + s.name));
   std::size_t marked = 0;
   for (const auto* row : orphaned) {
     bool done = transact([&](detail::store& db) {
@@ -1110,6 +1129,7 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
   code.name = rt.trainer.framework == "torch" ? "torchrun" : "python";
   code.final = true;
   code.memory_limit = pt.memory_limit;
+  code.cpu_limit = pt.cpu_limit ? pt.procs_per_node : 0;
   code.executable = venv_python;
   code.env = env;
   code.cwd = cwd;

@@ -35,6 +35,7 @@ struct step_rec {
       std::make_unique<boost::asio::cancellation_signal>();
   bool output_done = false;
   bool stopped = false;  // stopped because another node failed
+  std::string cgroup;    // the cgroup of its code, removed when the step ends
   std::optional<boost::asio::steady_timer> drain_timer;
 };
 
@@ -48,6 +49,7 @@ struct phase {
   std::string cwd;
   bool final = false;       ///< the job's own code: its exit decides the step
   std::uint64_t memory_limit = 0;  ///< RLIMIT_AS of the process (and what it starts)
+  int cpu_limit = 0;               ///< CPUs of CPU time for its process tree (cgroup quota); 0: none
   bool torch_port = false;  ///< add --master_port with a free port at start
 };
 

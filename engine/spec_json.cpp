@@ -61,6 +61,7 @@ json::object to_json(const python_trainer& t) {
   o["keep_venv"] = t.keep_venv;
   o["procs_per_node"] = t.procs_per_node;
   o["memory_limit"] = t.memory_limit;
+  o["cpu_limit"] = t.cpu_limit;
   o["gpus"] = t.gpus;
   return o;
 }
@@ -86,6 +87,7 @@ trainer trainer_from_json(const json::object& o) {
     t.keep_venv = o.at("keep_venv").as_bool();
     t.procs_per_node = static_cast<int>(o.at("procs_per_node").to_number<std::int64_t>());
     t.memory_limit = o.at("memory_limit").to_number<std::uint64_t>();
+    t.cpu_limit = o.at("cpu_limit").as_bool();
     t.gpus = static_cast<int>(o.at("gpus").to_number<std::int64_t>());
     return t;
   }

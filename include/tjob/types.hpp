@@ -46,6 +46,7 @@ struct python_trainer {
   bool system_site_packages = false;  ///< the venv sees the interpreter's packages (a system torch)
   bool keep_venv = false;             ///< keep the venv after the job, whatever the config says
   int procs_per_node = 1;             ///< torchrun --nproc_per_node (resources_per_node cpu)
+  bool cpu_limit = false;             ///< also limit each node's CPU time to procs_per_node CPUs (cgroup), where the machine allows
   std::uint64_t memory_limit = 0;     ///< bytes of address space per process of the code (RLIMIT_AS); 0: none
   int gpus = 0;                       ///< GPUs per node, leased from the engine's device list
 };

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <unistd.h>
 
 using namespace tjob;
 using namespace std::chrono_literals;
@@ -462,4 +463,40 @@ TEST_CASE_FIXTURE(fixture, "a venv that cannot be created fails the job at that 
   auto job = c.wait_for_job_status(name, {job_status::failed}, 60s);
   CHECK(job.steps[0].reason.rfind("setup failed: venv", 0) == 0);
   CHECK(c.get_job_logs(name).read_all().find("[tjob] venv failed after") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "cpu=N limits a node's CPU time with a cgroup where the machine allows") {
+  trainer_client c(config());
+  python_trainer t;
+  t.source = "def work():\n    import time\n    print('ready', flush=True)\n    time.sleep(120)\n";
+  t.function = "work";
+  t.procs_per_node = 1;
+  t.cpu_limit = true;
+  auto name = c.train(python_job(t));
+  auto log = c.get_job_logs(name, {.follow = true});
+  std::string seen;
+  bool limited = false, refused = false, ready = false;
+  while (!(ready && (limited || refused))) {
+    auto line = log.next();
+    REQUIRE(line.has_value());
+    seen += *line;
+    limited = limited || line->rfind("[tjob] CPU time limited to 1 CPU(s) (", 0) == 0;
+    refused = refused || line->rfind("[tjob] CPU time not limited: ", 0) == 0;
+    ready = ready || *line == "ready\n";
+  }
+  CAPTURE(seen);
+  if (::access("/sys/fs/cgroup/cpu/cgroup.procs", W_OK) == 0) {
+    REQUIRE(limited);
+    auto at = seen.find("[tjob] CPU time limited to 1 CPU(s) (") + 37;
+    auto dir = seen.substr(at, seen.find(')', at) - at);
+    CHECK(tjob::test::read_file(dir + "/cpu.cfs_quota_us") == "100000\n");
+    auto pid = c.get_job(name).steps[0].pid;
+    auto where = tjob::test::read_file("/proc/" + std::to_string(pid) + "/cgroup");
+    CHECK(where.find(dir.substr(std::string("/sys/fs/cgroup/cpu").size()) + "\n") != std::string::npos);
+    c.cancel_job(name);
+    CHECK_FALSE(std::filesystem::exists(dir));  // removed with the step
+  } else {
+    CHECK(refused);
+    c.cancel_job(name);
+  }
 }
