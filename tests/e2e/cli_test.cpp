@@ -17,10 +17,7 @@ using tjob::test::tjob_bin;
 
 namespace {
 
-struct fixture {
-  tjob::test::temp_dir dir;
-  std::string home() const { return (dir.path() / "home").string(); }
-  std::map<std::string, std::string> env() const { return {{"TJOB_HOME", home()}}; }
+struct fixture : tjob::test::home_fixture {
   tjob::test::result tjob(std::vector<std::string> args) const {
     args.insert(args.begin(), tjob_bin());
     return run(args, env());

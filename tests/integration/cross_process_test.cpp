@@ -17,16 +17,7 @@ using tjob::test::tjob_bin;
 
 namespace {
 
-struct fixture {
-  tjob::test::temp_dir dir;
-  std::string home() const { return (dir.path() / "home").string(); }
-  engine_config config() const {
-    engine_config c;
-    c.home = home();
-    return c;
-  }
-  std::map<std::string, std::string> env() const { return {{"TJOB_HOME", home()}}; }
-};
+using fixture = tjob::test::home_fixture;
 
 
 }  // namespace

@@ -18,15 +18,7 @@ using tjob::test::helper_job;
 
 namespace {
 
-struct fixture {
-  tjob::test::temp_dir dir;
-  engine_config config(std::chrono::milliseconds grace = 10s) const {
-    engine_config c;
-    c.home = dir.path() / "home";
-    c.grace_period = grace;
-    return c;
-  }
-};
+using fixture = tjob::test::home_fixture;
 
 
 

@@ -38,19 +38,13 @@ struct package_index {
   }
 };
 
-struct fixture {
-  tjob::test::temp_dir dir;
+struct fixture : tjob::test::home_fixture {
   fixture() {
     // Hermetic pip: no user or machine pip.conf (find-links, other indexes).
     ::setenv("PIP_CONFIG_FILE", "/dev/null", 1);
     ::unsetenv("DEFAULT_PIP_INDEX_URLS");
   }
-  engine_config config() const {
-    engine_config c;
-    c.home = dir.path() / "home";
-    c.grace_period = 2s;
-    return c;
-  }
+  engine_config config() const { return home_fixture::config(2s); }
   std::string write(const std::string& name, const std::string& text) const {
     auto p = dir.path() / name;
     std::ofstream(p) << text;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <tjob/engine.hpp>
 #include <tjob/error.hpp>
 #include <tjob/types.hpp>
 
@@ -35,6 +36,20 @@ class temp_dir {
 
  private:
   std::filesystem::path path_;
+};
+
+/// A private $TJOB_HOME for one test: `home()` under a fresh temp dir, as an
+/// engine_config for in-process engines and as the environment of `tjob`.
+struct home_fixture {
+  temp_dir dir;
+  std::string home() const { return (dir.path() / "home").string(); }
+  std::map<std::string, std::string> env() const { return {{"TJOB_HOME", home()}}; }
+  engine_config config(std::chrono::milliseconds grace = std::chrono::seconds(10)) const {
+    engine_config c;
+    c.home = home();
+    c.grace_period = grace;
+    return c;
+  }
 };
 
 struct result {
