@@ -1382,11 +1382,12 @@ asio::awaitable<std::vector<event>> engine::get_job_events(std::string name) {
   co_return out;
 }
 
-detail::runtime_catalog engine::impl::runtimes() const {
+detail::runtime_catalog engine::impl::runtimes(bool report) const {
   auto dirs = cfg.runtime_dirs;
   if (dirs.empty()) dirs.push_back(home / "runtimes");
   auto cat = detail::load_runtimes(dirs);
-  for (const auto& p : cat.problems) log->warn("runtime skipped: {}", p);
+  if (report)
+    for (const auto& p : cat.problems) log->warn("runtime skipped: {}", p);
   return cat;
 }
 
@@ -1395,10 +1396,7 @@ asio::awaitable<std::vector<runtime>> engine::list_runtimes() {
 }
 
 asio::awaitable<std::vector<std::string>> engine::runtime_problems() {
-  co_return detail::load_runtimes(impl_->cfg.runtime_dirs.empty()
-                                      ? std::vector{impl_->home / "runtimes"}
-                                      : impl_->cfg.runtime_dirs)
-      .problems;
+  co_return impl_->runtimes(false).problems;
 }
 
 asio::awaitable<runtime> engine::get_runtime(std::string name) {

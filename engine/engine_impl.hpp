@@ -162,7 +162,8 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
 
   /// The runtimes as the manifests say now (re-read on each call: a manifest
   /// dropped into a runtime directory is seen by the next call).
-  detail::runtime_catalog runtimes() const;
+  /// `report`: warn about each manifest that cannot be used.
+  detail::runtime_catalog runtimes(bool report = true) const;
 
   // messages
   std::string failure_message(const train_job& job);
