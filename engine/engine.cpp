@@ -1316,7 +1316,6 @@ asio::awaitable<train_job> engine::wait_for_job_status(std::string name,
     detail::wake_signal w(e.ex);
     detail::wake_registration reg(j->watchers, &w);
     for (;;) {
-      if (j->removed) e.throw_not_found(name);
       auto job = e.snapshot(*j);
       if (settle(job)) co_return job;
       e.check_running();
@@ -1357,13 +1356,9 @@ asio::awaitable<void> engine::delete_job(std::string name) {
     if (!row) e.throw_not_found(name);
     if (!is_terminal(row->status)) co_await e.cancel_foreign(name);
   }
-  // The job's last writes must land before its rows go.
+  // The job's last writes must land before its rows go. (An ended job is no
+  // longer in the job table: its record went with the commit of its end.)
   e.transact([&](detail::store& db) { db.delete_job(name); });
-  if (auto j = e.owned(name)) {
-    j->removed = true;
-    e.jobs.erase(name);
-    j->watchers.notify_all();
-  }
   auto dir = e.jobs_dir / name;
   co_await asio::post(e.pool, asio::use_awaitable);
   std::error_code ec;
@@ -1453,7 +1448,6 @@ struct log_stream::impl {
   // holds is all there will be, because output is written before the status.
   bool step_ended() {
     if (owned) {
-      if (owned->removed) return true;
       for (const auto& s : owned->steps)
         if (s.row.name == step) return is_terminal(s.row.status);
       return true;

@@ -73,7 +73,6 @@ struct job_rec {
   boost::asio::cancellation_signal stop;  // ends the job's coroutine on shutdown
   bool cancel_requested = false;
   bool escalating = false;
-  bool removed = false;
 };
 
 /// How a step's phases ended: the event to apply and its texts.
