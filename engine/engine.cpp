@@ -7,6 +7,7 @@
 #include "engine/names.hpp"
 #include "engine/runtimes.hpp"
 #include "engine/spec_json.hpp"
+#include "engine/strings.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -196,10 +197,7 @@ engine::impl::impl(asio::any_io_executor executor, engine_config config)
   gpu_devices = cfg.gpu_devices;
   if (gpu_devices.empty()) {
     if (const char* env = std::getenv("TJOB_GPU_DEVICES"); env && *env) {
-      std::stringstream ss(env);
-      std::string id;
-      while (std::getline(ss, id, ','))
-        if (!id.empty()) gpu_devices.push_back(id);
+      gpu_devices = detail::split_list(env);
     } else {
       for (int n = 0; n < 64; ++n)
         if (std::filesystem::exists("/dev/nvidia" + std::to_string(n))) gpu_devices.push_back(std::to_string(n));
@@ -446,12 +444,7 @@ asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
   if (j->gpus_per_node > 0) release_gpus(*j);
   if (!j->venv.empty()) {
     if (j->remove_venv) {
-      auto venv = j->venv;
-      co_await asio::post(pool, asio::use_awaitable);
-      std::error_code rec;
-      std::filesystem::remove_all(venv, rec);
-      co_await asio::post(ex, asio::use_awaitable);
-      if (rec) log->warn("job {}: could not remove {}: {}", j->row.name, venv.string(), rec.message());
+      co_await remove_tree(j->venv, j->row.name);
     } else if (std::filesystem::exists(j->venv)) {
       log_progress(*j, j->steps[0], "[tjob] venv kept at " + j->venv.string() + "\n");
     }
@@ -637,6 +630,17 @@ asio::awaitable<step_outcome> engine::impl::run_phases(std::shared_ptr<job_rec> 
     out.reason = describe(st);
   }
   co_return out;
+}
+
+// Deleting a tree (a venv: thousands of files) is blocking work: it runs on
+// the pool, and the coroutine comes back to the reactor after it.
+asio::awaitable<void> engine::impl::remove_tree(std::filesystem::path dir, std::string job) {
+  auto self = shared_from_this();
+  co_await asio::post(pool, asio::use_awaitable);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  co_await asio::post(self->ex, asio::use_awaitable);
+  if (ec) log->warn("job {}: could not remove {}: {}", job, dir.string(), ec.message());
 }
 
 void engine::impl::log_progress(job_rec& j, step_rec& s, const std::string& line) {
@@ -1348,7 +1352,6 @@ asio::awaitable<void> engine::cancel_job(std::string name) {
 asio::awaitable<void> engine::delete_job(std::string name) {
   auto& e = *impl_;
   e.check_running();
-  auto self = impl_;
   if (auto j = e.owned(name)) {
     co_await e.cancel_owned(j);
   } else {
@@ -1359,12 +1362,7 @@ asio::awaitable<void> engine::delete_job(std::string name) {
   // The job's last writes must land before its rows go. (An ended job is no
   // longer in the job table: its record went with the commit of its end.)
   e.transact([&](detail::store& db) { db.delete_job(name); });
-  auto dir = e.jobs_dir / name;
-  co_await asio::post(e.pool, asio::use_awaitable);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  co_await asio::post(self->ex, asio::use_awaitable);
-  if (ec) e.log->warn("job {}: could not remove {}: {}", name, dir.string(), ec.message());
+  co_await e.remove_tree(e.jobs_dir / name, name);
 }
 
 asio::awaitable<std::vector<event>> engine::get_job_events(std::string name) {

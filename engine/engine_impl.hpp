@@ -145,6 +145,7 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   void plan_python(job_rec& j, const std::string& who, python_trainer& pt, const runtime& rt,
                    int num_nodes);
   void log_progress(job_rec& j, step_rec& s, const std::string& line);
+  boost::asio::awaitable<void> remove_tree(std::filesystem::path dir, std::string job);
   boost::asio::awaitable<process::exit_status> wait_exit(job_rec& j, step_rec& s);
   boost::asio::awaitable<void> pump_output(job_rec& j, step_rec& s);
   boost::asio::awaitable<void> escalate(std::shared_ptr<job_rec> j, bool terminated);

@@ -1,6 +1,7 @@
 #include "engine/runtimes.hpp"
 
 #include "engine/names.hpp"
+#include "engine/strings.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -144,15 +145,8 @@ void parse_runtime_documents(std::string_view text, const std::string& source,
             }
       }
       if (auto ann = meta["annotations"]; ann && ann.IsMap()) {
-        if (auto pk = scalar(ann[std::string(packages_annotation)])) {
-          std::stringstream ss(*pk);
-          std::string item;
-          while (std::getline(ss, item, ',')) {
-            item.erase(0, item.find_first_not_of(" \t\n"));
-            item.erase(item.find_last_not_of(" \t\n") + 1);
-            if (!item.empty()) rt.trainer.packages.push_back(item);
-          }
-        }
+        if (auto pk = scalar(ann[std::string(packages_annotation)]))
+          rt.trainer.packages = split_list(*pk);
       }
       out.push_back(std::move(rt));
       sources.push_back(source);

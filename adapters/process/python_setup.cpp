@@ -1,5 +1,7 @@
 #include "adapters/process/python_setup.hpp"
 
+#include "engine/strings.hpp"
+
 #include <tjob/error.hpp>
 
 #include <algorithm>
@@ -74,19 +76,7 @@ std::vector<std::string> merge_packages(const std::vector<std::string>& runtime_
 std::vector<std::string> index_urls(const std::vector<std::string>& trainer_urls) {
   if (!trainer_urls.empty()) return trainer_urls;
   std::vector<std::string> out;
-  if (const char* env = std::getenv("DEFAULT_PIP_INDEX_URLS"); env && *env) {
-    std::string_view s(env);
-    std::size_t start = 0;
-    while (start <= s.size()) {
-      auto end = s.find(',', start);
-      if (end == std::string_view::npos) end = s.size();
-      auto item = s.substr(start, end - start);
-      while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.remove_prefix(1);
-      while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.remove_suffix(1);
-      if (!item.empty()) out.emplace_back(item);
-      start = end + 1;
-    }
-  }
+  if (const char* env = std::getenv("DEFAULT_PIP_INDEX_URLS")) out = detail::split_list(env);
   if (out.empty()) out.push_back("https://pypi.org/simple");
   return out;
 }

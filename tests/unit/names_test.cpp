@@ -1,4 +1,5 @@
 #include "engine/names.hpp"
+#include "engine/strings.hpp"
 
 #include <doctest/doctest.h>
 
@@ -44,4 +45,13 @@ TEST_CASE("printable escapes control bytes and cuts long text") {
   CHECK(printable("ab") == "ab");
   CHECK(printable(std::string("a\nb\0", 4)) == "a\\x0ab\\x00");
   CHECK(printable(std::string(100, 'x'), 10) == std::string(10, 'x') + "...");
+}
+
+TEST_CASE("comma lists are split, trimmed and empty items dropped") {
+  using v = std::vector<std::string>;
+  CHECK(split_list("a, b,,c ") == v{"a", "b", "c"});
+  CHECK(split_list(" http://a/simple ,http://b/simple") == v{"http://a/simple", "http://b/simple"});
+  CHECK(split_list("").empty());
+  CHECK(split_list(" , ,").empty());
+  CHECK(split_list("torch") == v{"torch"});
 }
