@@ -161,9 +161,17 @@ struct resources {
   int gpus = 0;
 };
 
+// A whole number in [lo, hi] for `--resources key=value`, else a usage error saying `unit`.
+int parse_count(const std::string& key, const std::string& value, long lo, long hi, const char* unit) {
+  char* rest = nullptr;
+  long n = std::strtol(value.c_str(), &rest, 10);
+  if (value.empty() || *rest || n < lo || n > hi)
+    throw usage_error("--resources " + key + "=" + value + ": give a whole number of " + unit);
+  return static_cast<int>(n);
+}
+
 resources parse_resources(const std::string& spec) {
   resources r;
-  int& procs = r.procs;
   std::size_t start = 0;
   while (!spec.empty() && start <= spec.size()) {
     auto end = spec.find(',', start);
@@ -173,20 +181,12 @@ resources parse_resources(const std::string& spec) {
     auto key = item.substr(0, eq);
     auto value = eq == std::string::npos ? std::string() : item.substr(eq + 1);
     if (key == "cpu") {
-      char* rest = nullptr;
-      long n = std::strtol(value.c_str(), &rest, 10);
-      if (value.empty() || *rest || n < 1 || n > 1024)
-        throw usage_error("--resources cpu=" + value + ": give a whole number of processes, 1 or more");
-      procs = static_cast<int>(n);
+      r.procs = parse_count(key, value, 1, 1024, "processes, 1 or more");
       r.cpu_given = true;
     } else if (key == "memory") {
       r.memory = parse_memory(value);
     } else if (key == "gpu") {
-      char* rest = nullptr;
-      long n = std::strtol(value.c_str(), &rest, 10);
-      if (value.empty() || *rest || n < 0 || n > 64)
-        throw usage_error("--resources gpu=" + value + ": give a whole number of GPUs per node");
-      r.gpus = static_cast<int>(n);
+      r.gpus = parse_count(key, value, 0, 64, "GPUs per node");
     } else {
       throw usage_error("--resources '" + key + "': unknown key; the accepted keys are cpu, memory, gpu");
     }
