@@ -78,7 +78,20 @@ struct common_options {
   std::string home;
   std::vector<std::string> runtime_dirs;
   double grace_seconds = 10;
+  std::string backend, container_runtime, container_host, pull_policy, network;
+  std::vector<std::string> volumes;
+  bool keep_workdir = false;
 };
+
+backend_kind backend_of(const common_options& o) {
+  std::string b = o.backend;
+  if (b.empty())
+    if (const char* e = std::getenv("TJOB_BACKEND"); e && *e) b = e;
+  if (b.empty()) return backend_kind::local;
+  auto k = parse_backend_kind(b);
+  if (!k) throw usage_error("--backend " + b + ": unknown backend; use local, container or kubernetes");
+  return *k;
+}
 
 engine_config make_config(const common_options& o) {
   engine_config cfg;
@@ -92,6 +105,30 @@ engine_config make_config(const common_options& o) {
   cfg.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000));
   if (const char* t = std::getenv("TJOB_STORE_BUSY_TIMEOUT_MS"); t && *t)
     cfg.store_busy_timeout = std::chrono::milliseconds(std::atoll(t));
+  cfg.backend = backend_of(o);
+  bool container_options = !o.container_runtime.empty() || !o.container_host.empty() ||
+                           !o.pull_policy.empty() || !o.network.empty() || !o.volumes.empty() ||
+                           o.keep_workdir;
+  if (container_options && cfg.backend != backend_kind::container)
+    throw usage_error("--container-runtime, --container-host, --pull-policy, --network, --volume "
+                      "and --keep-workdir are for the container backend; add --backend container");
+  auto& c = cfg.container;
+  if (!o.container_runtime.empty() && o.container_runtime != "docker" && o.container_runtime != "podman")
+    throw usage_error("--container-runtime " + o.container_runtime + ": use docker or podman");
+  c.container_runtime = o.container_runtime;
+  c.container_host = o.container_host;
+  if (!o.pull_policy.empty()) {
+    auto p = parse_pull_policy(o.pull_policy);
+    if (!p) throw usage_error("--pull-policy " + o.pull_policy + ": use IfNotPresent, Always or Never");
+    c.pull = *p;
+  }
+  if (!o.network.empty()) {
+    auto n = parse_container_network(o.network);
+    if (!n) throw usage_error("--network " + o.network + ": use job (a network per job), host or none");
+    c.network = *n;
+  }
+  c.volumes = o.volumes;
+  c.auto_remove = !o.keep_workdir;
   return cfg;
 }
 
@@ -101,7 +138,7 @@ struct job_options {
   std::vector<std::string> command;
   bool command_mode = false;  // `--` was given: run a program, not Python
   std::vector<std::string> packages, index_urls;
-  std::string func, args, python, resources;
+  std::string func, args, python, resources, image;
   int num_nodes = 1;
   bool system_site_packages = false, keep_venv = false;
 };
@@ -128,6 +165,8 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_flag("--system-site-packages", o.system_site_packages,
                 "Let the venv see the interpreter's packages (a system torch, numpy, ...)");
   cmd->add_flag("--keep-venv", o.keep_venv, "Keep the job's venv after it ends (for debugging)");
+  cmd->add_option("--image", o.image,
+                  "Container backend: the image of the job's containers; default: the runtime's");
   cmd->add_option("--num-nodes", o.num_nodes,
                   "Nodes of a torch job, each a torchrun (steps node-0 ... node-N-1), default 1");
   cmd->add_option("--resources", o.resources,
@@ -195,13 +234,19 @@ resources parse_resources(const std::string& spec) {
   return r;
 }
 
-train_request make_request(const job_options& o) {
+train_request make_request(const job_options& o, backend_kind backend) {
   train_request req;
   req.name = o.name;
   req.runtime = o.runtime;
   std::error_code ec;
-  std::string workdir = o.workdir.empty() ? std::filesystem::current_path(ec).string()
-                                          : std::filesystem::absolute(o.workdir, ec).string();
+  bool in_container = backend == backend_kind::container;
+  if (!o.image.empty() && !in_container)
+    throw usage_error("--image is for the container backend; add --backend container");
+  // In a container the job runs in /workspace unless --workdir names a
+  // directory inside the container.
+  std::string workdir = in_container ? o.workdir
+                        : o.workdir.empty() ? std::filesystem::current_path(ec).string()
+                                            : std::filesystem::absolute(o.workdir, ec).string();
   req.num_nodes = o.num_nodes;
   bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() ||
                         !o.args.empty() || !o.python.empty() || o.system_site_packages ||
@@ -214,6 +259,7 @@ train_request make_request(const job_options& o) {
     t.command = o.command;
     t.env = parse_env(o.env);
     t.working_dir = workdir;
+    t.image = o.image;
     req.job_trainer = std::move(t);
     return req;
   }
@@ -231,7 +277,11 @@ train_request make_request(const job_options& o) {
   t.packages_to_install = o.packages;
   t.pip_index_urls = o.index_urls;
   t.env = parse_env(o.env);
-  t.working_dir = workdir;
+  if (in_container && !o.workdir.empty())
+    throw usage_error("--workdir: a Python job in a container runs in /workspace (its work dir); "
+                      "drop --workdir");
+  t.working_dir = in_container ? std::string() : workdir;
+  t.image = o.image;
   t.python = o.python;
   t.system_site_packages = o.system_site_packages;
   t.keep_venv = o.keep_venv;
@@ -247,8 +297,8 @@ train_request make_request(const job_options& o) {
 int cmd_run(const common_options& common, const job_options& jo) {
   // A reader that goes away (`| head`) must not kill the job's owner.
   std::signal(SIGPIPE, SIG_IGN);
-  auto req = make_request(jo);
   auto cfg = make_config(common);
+  auto req = make_request(jo, cfg.backend);
   std::atomic<trainer_client*> client_ptr{nullptr};
   std::atomic<bool> cancelling{false}, named{false};
   std::string name;
@@ -287,8 +337,14 @@ int cmd_run(const common_options& common, const job_options& jo) {
 }
 
 int cmd_train(const common_options& common, const job_options& jo) {
-  auto req = make_request(jo);
   auto cfg = make_config(common);
+  auto req = make_request(jo, cfg.backend);
+  if (cfg.backend != backend_kind::local) {
+    // the daemon runs the job; nothing here needs to stay
+    trainer_client client(cfg);
+    write_out(client.train(req) + "\n");
+    return exit_ok;
+  }
   if (cfg.home.empty()) cfg.home = default_home();
   cfg.home = std::filesystem::absolute(cfg.home);
   auto r = cli::submit_detached(req, cfg);
@@ -315,6 +371,24 @@ int main(int argc, char** argv) {
                  "A directory of runtime manifests (ClusterTrainingRuntime YAML) that override "
                  "the built-in ones and $TJOB_HOME/runtimes by name (repeatable)")
       ->allow_extra_args(false);
+  app.add_option("--backend", common.backend,
+                 "Where jobs run: local (default; $TJOB_BACKEND), container (Docker or Podman) "
+                 "or kubernetes");
+  app.add_option("--container-runtime", common.container_runtime,
+                 "Container backend: docker or podman; default: whichever answers (Docker first)");
+  app.add_option("--container-host", common.container_host,
+                 "Container backend: the daemon, unix:///path/to/socket or tcp://host:port; "
+                 "default: $DOCKER_HOST, $CONTAINER_HOST, then the usual sockets");
+  app.add_option("--pull-policy", common.pull_policy,
+                 "Container backend: IfNotPresent (default), Always or Never");
+  app.add_option("--network", common.network,
+                 "Container backend: job (a network <job>-net per job, default), host or none");
+  app.add_option("-v,--volume", common.volumes,
+                 "Container backend: a bind mount HOST:CONTAINER[:ro] of every node (repeatable)")
+      ->allow_extra_args(false);
+  app.add_flag("--keep-workdir", common.keep_workdir,
+               "Container backend: delete keeps the job's work dir on the host (auto_remove off)");
+  app.fallthrough();
 
   job_options run_opts, train_opts;
   auto* run = app.add_subcommand(

@@ -1,12 +1,16 @@
 #include "engine/engine_impl.hpp"
 
+#include "adapters/container/container_backend.hpp"
+
 #include "adapters/process/cgroup.hpp"
 #include "adapters/process/proc_info.hpp"
 #include "adapters/process/python_setup.hpp"
 #include "engine/log_files.hpp"
+#include "engine/log_stream_impl.hpp"
 #include "engine/names.hpp"
 #include "engine/runtimes.hpp"
 #include "engine/spec_json.hpp"
+#include "engine/trainer_checks.hpp"
 #include "engine/strings.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -41,6 +45,9 @@ using boost::system::error_code;
 using detail::event_kind;
 using detail::job_event;
 using detail::printable;
+using detail::quote;
+using detail::has_nul;
+using detail::check_env;
 using steady = std::chrono::steady_clock;
 
 std::int64_t now_ms() {
@@ -57,13 +64,6 @@ clock::time_point from_ms(std::int64_t ms) {
 
 [[noreturn]] void fail(errc e, std::string message, std::string diagnostics = {}) {
   throw error(e, std::move(message), std::move(diagnostics));
-}
-
-std::string quote(std::string_view s) {
-  std::string out(1, '\'');
-  out += printable(s);
-  out.push_back('\'');
-  return out;
 }
 
 std::string join_argv(const std::vector<std::string>& argv) {
@@ -106,24 +106,6 @@ std::shared_ptr<spdlog::logger> quiet_logger() {
   return l;
 }
 
-bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
-
-// A TCP port nobody listens on now, for a job's torch rendezvous: the kernel
-// picks it, so concurrent jobs do not collide on 29500.
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 29500;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 29500;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 // Kills what is left of a step whose owner died: the leader if it is still
 // the process we recorded, else any members left in its process group.
@@ -386,7 +368,7 @@ void engine::impl::fail_unfinished(job_rec& j, const std::string& why) {
 // same time. One node failing stops the others (JobSet's default policy).
 asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
   std::size_t nodes = j->steps.size();
-  if (j->torch_port) j->master_port = free_port();
+  if (j->torch_port) j->master_port = detail::free_port();
   std::vector<phase*> setup;
   for (auto& ph : j->phases) setup.push_back(&ph);
   // Shared with the node coroutines, which may outlive this frame on shutdown.
@@ -922,7 +904,23 @@ std::string engine::impl::failure_message(const train_job& job) {
 // engine
 
 engine::engine(asio::any_io_executor ex, engine_config config)
-    : impl_(std::make_shared<impl>(ex, std::move(config))) {}
+    : impl_(std::make_shared<impl>(ex, std::move(config))) {
+  auto& e = *impl_;
+  if (e.cfg.backend == backend_kind::kubernetes)
+    fail(errc::invalid_argument,
+         "the kubernetes backend is not built yet; use --backend local or --backend container");
+  if (e.cfg.backend == backend_kind::container) {
+    container::context ctx;
+    ctx.ex = e.ex;
+    ctx.home = e.home;
+    ctx.log = e.log;
+    std::weak_ptr<impl> weak = impl_;
+    ctx.runtimes = [weak] { return weak.lock()->runtimes(); };
+    ctx.grace_period = e.cfg.grace_period;
+    ctx.failure_log_lines = e.cfg.failure_log_lines;
+    e.containers = std::make_shared<container::backend>(std::move(ctx), e.cfg.container);
+  }
+}
 
 engine::~engine() = default;
 
@@ -930,18 +928,6 @@ asio::any_io_executor engine::get_executor() const { return impl_->ex; }
 const std::filesystem::path& engine::home() const { return impl_->home; }
 
 namespace {
-
-void check_env(const std::string& who, const std::map<std::string, std::string>& env) {
-  for (const auto& [k, v] : env) {
-    if (k.empty() || k.find('=') != std::string::npos || has_nul(k))
-      fail(errc::invalid_argument, who + ": env name " + quote(k) +
-                                       " is not a valid variable name; use NAME=VALUE with a "
-                                       "non-empty NAME without '='");
-    if (has_nul(v))
-      fail(errc::invalid_argument,
-           who + ": the value of env " + quote(k) + " holds a NUL byte; remove it");
-  }
-}
 
 std::string check_working_dir(const std::string& who, const std::string& dir) {
   if (dir.empty()) return dir;
@@ -978,21 +964,6 @@ std::string find_program(const std::string& who, const std::string& prog,
   return std::filesystem::absolute(*exe, ec).string();
 }
 
-std::string read_source(const std::string& who, const std::string& file) {
-  std::error_code ec;
-  auto size = std::filesystem::file_size(file, ec);
-  if (ec)
-    fail(errc::invalid_argument, who + ": cannot read the training file " + quote(file) + ": " +
-                                     ec.message() + "; check the path");
-  if (size > (16u << 20))
-    fail(errc::invalid_argument, who + ": the training file " + quote(file) +
-                                     " is larger than 16 MiB; pass a script, not data");
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 // The phases of a command job: the command itself.
@@ -1026,42 +997,7 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
     fail(errc::invalid_argument, who + ": num_nodes=" + std::to_string(num_nodes) + " needs a torch "
                                        "runtime (the nodes meet through torchrun); runtime '" +
                                        rt.name + "' is framework " + rt.trainer.framework);
-  if (pt.source.empty() == pt.source_file.empty())
-    fail(errc::invalid_argument, who + ": give the training code either as source text or as a "
-                                       "file (source or source_file), not both or neither");
-  if (!pt.source_file.empty()) {
-    std::error_code ec;
-    pt.source_file = std::filesystem::absolute(pt.source_file, ec).string();
-    if (pt.function.empty() && !std::filesystem::is_regular_file(pt.source_file, ec))
-      fail(errc::invalid_argument, who + ": the training file " + quote(pt.source_file) +
-                                       " does not exist; check the path");
-  }
-  std::string source = !pt.source.empty() ? pt.source
-                       : pt.function.empty() ? std::string()
-                                             : read_source(who, pt.source_file);
-  std::string where = pt.source_file.empty() ? "the source" : quote(pt.source_file);
-  if (!pt.function.empty() && !process::defines_function(source, pt.function))
-    fail(errc::invalid_argument, who + ": function " + quote(pt.function) +
-                                     " is not defined at the top level of " + where +
-                                     "; give the name of a top-level `def`");
-  if (!pt.function_args.empty()) {
-    if (pt.function.empty())
-      fail(errc::invalid_argument,
-           who + ": function_args (--args) needs a function (--func); a script takes args");
-    boost::system::error_code jec;
-    auto v = json::parse(pt.function_args, jec);
-    if (jec || !v.is_object())
-      fail(errc::invalid_argument,
-           who + ": function_args (--args) must be a JSON object of keyword arguments, such as "
-                 "{\"lr\": 0.1}; got " + printable(pt.function_args, 60));
-  }
-  if (pt.procs_per_node < 1)
-    fail(errc::invalid_argument, who + ": procs_per_node must be 1 or more");
-  for (const auto& a : pt.args)
-    if (has_nul(a)) fail(errc::invalid_argument, who + ": a script argument holds a NUL byte");
-  for (const auto& p : pt.packages_to_install)
-    if (has_nul(p)) fail(errc::invalid_argument, who + ": a package name holds a NUL byte");
-  check_env(who, pt.env);
+  std::string source = detail::check_python_code(who, pt);
   pt.working_dir = check_working_dir(who, pt.working_dir);
   std::vector<std::string> packages;
   try {
@@ -1162,6 +1098,7 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
 }
 
 asio::awaitable<std::string> engine::train(train_request req) {
+  if (auto c = impl_->containers) co_return co_await c->train(std::move(req));
   auto& e = *impl_;
   e.check_running();
   const bool generated = req.name.empty();
@@ -1262,6 +1199,7 @@ asio::awaitable<std::string> engine::train(train_request req) {
 }
 
 asio::awaitable<train_job> engine::get_job(std::string name) {
+  if (auto c = impl_->containers) co_return co_await c->get_job(std::move(name));
   auto& e = *impl_;
   if (auto j = e.owned(name)) co_return e.snapshot(*j);
   auto row = e.load_fresh(name);
@@ -1270,6 +1208,7 @@ asio::awaitable<train_job> engine::get_job(std::string name) {
 }
 
 asio::awaitable<std::vector<train_job>> engine::list_jobs(std::optional<std::string> runtime) {
+  if (auto c = impl_->containers) co_return co_await c->list_jobs(std::move(runtime));
   auto& e = *impl_;
   std::vector<train_job> out;
   for (auto& row : e.db->load_jobs()) {
@@ -1288,6 +1227,7 @@ asio::awaitable<std::vector<train_job>> engine::list_jobs(std::optional<std::str
 asio::awaitable<train_job> engine::wait_for_job_status(std::string name,
                                                        std::set<job_status> statuses,
                                                        std::chrono::milliseconds timeout) {
+  if (auto c = impl_->containers) co_return co_await c->wait_for_job_status(std::move(name), std::move(statuses), timeout);
   auto& e = *impl_;
   if (timeout <= std::chrono::milliseconds::zero())
     fail(errc::invalid_argument,
@@ -1340,6 +1280,7 @@ asio::awaitable<train_job> engine::wait_for_job_status(std::string name,
 }
 
 asio::awaitable<void> engine::cancel_job(std::string name) {
+  if (auto c = impl_->containers) co_return co_await c->cancel_job(std::move(name));
   auto& e = *impl_;
   e.check_running();
   if (auto j = e.owned(name)) {
@@ -1350,6 +1291,7 @@ asio::awaitable<void> engine::cancel_job(std::string name) {
 }
 
 asio::awaitable<void> engine::delete_job(std::string name) {
+  if (auto c = impl_->containers) co_return co_await c->delete_job(std::move(name));
   auto& e = *impl_;
   e.check_running();
   if (auto j = e.owned(name)) {
@@ -1366,6 +1308,7 @@ asio::awaitable<void> engine::delete_job(std::string name) {
 }
 
 asio::awaitable<std::vector<event>> engine::get_job_events(std::string name) {
+  if (auto c = impl_->containers) co_return co_await c->get_job_events(std::move(name));
   auto& e = *impl_;
   e.flush();
   if (!e.owned(name) && !e.load_fresh(name)) e.throw_not_found(name);
@@ -1402,6 +1345,7 @@ asio::awaitable<runtime> engine::get_runtime(std::string name) {
 asio::awaitable<void> engine::shutdown() {
   auto self = impl_;
   auto& e = *impl_;
+  if (e.containers) co_await e.containers->shutdown();
   if (!e.stopping) {
     e.stopping = true;
     for (auto& [name, j] : e.jobs) {
@@ -1423,7 +1367,7 @@ asio::awaitable<void> engine::shutdown() {
 
 namespace tjob {
 
-struct log_stream::impl {
+struct local_log final : log_stream::impl {
   std::shared_ptr<engine::impl> e;
   std::string job, step;
   bool follow = false;
@@ -1437,8 +1381,8 @@ struct log_stream::impl {
 
   static constexpr std::size_t max_line = 1 << 20;  // longer lines come in pieces
 
-  impl(std::shared_ptr<engine::impl> eng, std::string j, std::string s, bool f,
-       std::filesystem::path path, std::uint64_t offset)
+  local_log(std::shared_ptr<engine::impl> eng, std::string j, std::string s, bool f,
+            std::filesystem::path path, std::uint64_t offset)
       : e(std::move(eng)), job(std::move(j)), step(std::move(s)), follow(f),
         cursor(std::move(path), offset) {}
 
@@ -1485,7 +1429,7 @@ struct log_stream::impl {
     return out;
   }
 
-  asio::awaitable<std::optional<std::string>> next(bool whole_lines = false) {
+  asio::awaitable<std::optional<std::string>> next(bool whole_lines) override {
     for (;;) {
       if (auto out = take(whole_lines)) co_return out;
       if (buf.size() >= max_line) {
@@ -1526,6 +1470,7 @@ asio::awaitable<std::optional<std::string>> log_stream::read_some() {
 }
 
 asio::awaitable<log_stream> engine::get_job_logs(std::string name, log_options options) {
+  if (auto c = impl_->containers) co_return co_await c->get_job_logs(std::move(name), std::move(options));
   auto& e = *impl_;
   std::vector<std::string> steps;
   auto j = e.owned(name);
@@ -1544,8 +1489,7 @@ asio::awaitable<log_stream> engine::get_job_logs(std::string name, log_options o
   }
   auto path = e.jobs_dir / name / "logs" / (options.step + ".log");
   std::uint64_t offset = options.tail ? detail::tail_offset(path, *options.tail) : 0;
-  auto p = std::make_unique<log_stream::impl>(impl_, name, options.step, options.follow, path,
-                                              offset);
+  auto p = std::make_unique<local_log>(impl_, name, options.step, options.follow, path, offset);
   p->owned = j;
   co_return log_stream(std::move(p));
 }

@@ -22,6 +22,10 @@
 
 namespace tjob {
 
+namespace container {
+class backend;
+}
+
 /// Set in every job process's environment: it lets a later engine find the
 /// processes of a job whose owner died before their pids were committed.
 inline constexpr const char* token_variable = "TJOB_JOB_TOKEN";
@@ -103,6 +107,7 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   std::vector<std::string> gpu_devices;
   detail::wake_list device_waiters;  // woken when this engine releases devices
   pid_t self_pid = 0;
+  std::shared_ptr<container::backend> containers;  // set for the container backend
   std::uint64_t self_start = 0;
 
   // store

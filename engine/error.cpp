@@ -23,6 +23,9 @@ class category_impl : public boost::system::error_category {
       case errc::store_locked: return "store locked";
       case errc::spawn_failed: return "process could not be started";
       case errc::shut_down: return "engine shut down";
+      case errc::backend_unavailable: return "backend unavailable";
+      case errc::backend_error: return "backend refused the request";
+      case errc::protocol_error: return "malformed answer from a peer";
     }
     return "unknown tjob error";
   }

@@ -14,6 +14,7 @@
 //   before its io_context; every operation started must have completed.
 #pragma once
 
+#include <tjob/backends.hpp>
 #include <tjob/error.hpp>
 #include <tjob/types.hpp>
 
@@ -63,6 +64,11 @@ struct engine_config {
   std::size_t failure_log_lines = 10;
   /// Logger for the engine's own messages; null: a quiet default.
   std::shared_ptr<spdlog::logger> logger;
+  /// Where jobs run. The local backend keeps its jobs in the store; the
+  /// container backend keeps them in the daemon (labels), so any process
+  /// talking to the same daemon sees the same jobs.
+  backend_kind backend = backend_kind::local;
+  container_backend_config container;
 };
 
 /// $TJOB_HOME, else ${XDG_STATE_HOME:-$HOME/.local/state}/tjob.

@@ -29,6 +29,9 @@ enum class errc {
   store_locked,           ///< another process holds the database lock for too long
   spawn_failed,           ///< the OS refused to start the process
   shut_down,              ///< the engine is shutting down
+  backend_unavailable,    ///< the daemon or API server cannot be reached, or went away mid-answer
+  backend_error,          ///< the daemon or API server refused a request (its message is in the text)
+  protocol_error,         ///< a peer's answer is malformed or over a limit
 };
 
 const boost::system::error_category& category() noexcept;

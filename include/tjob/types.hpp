@@ -24,7 +24,8 @@ using clock = std::chrono::system_clock;
 struct command_trainer {
   std::vector<std::string> command;          ///< argv; must not be empty
   std::map<std::string, std::string> env;    ///< laid over the engine's environment
-  std::string working_dir;                   ///< empty: the job's own `jobs/<name>/work/`
+  std::string working_dir;                   ///< empty: the job's own `jobs/<name>/work/` (in a container: /workspace)
+  std::string image;                         ///< container backend: the image; empty: the config's, else the runtime's
 };
 
 /// Runs Python training code in a virtual environment of its own, as
@@ -48,7 +49,8 @@ struct python_trainer {
   int procs_per_node = 1;             ///< torchrun --nproc_per_node (resources_per_node cpu)
   bool cpu_limit = false;             ///< also limit each node's CPU time to procs_per_node CPUs (cgroup), where the machine allows
   std::uint64_t memory_limit = 0;     ///< bytes of address space per process of the code (RLIMIT_AS); 0: none
-  int gpus = 0;                       ///< GPUs per node, leased from the engine's device list
+  int gpus = 0;                       ///< GPUs per node, leased from the engine's device list (container: a GPU DeviceRequest)
+  std::string image;                  ///< container backend: the image; empty: the config's, else the runtime's
 };
 
 /// The kinds of trainer a job can have; the engine dispatches on it.

@@ -1,0 +1,54 @@
+// The container backend: TrainJobs as Docker/Podman containers, laid out as
+// Kubeflow's ContainerBackend lays them out (adapters/container/layout.hpp).
+// The daemon is the truth: status, steps and logs are read from it (labels,
+// inspect, logs), waiters are woken by its /events stream, so another process
+// or a restarted engine sees the same jobs.
+//
+// Threading: the engine's executor; one thread.
+// Errors: tjob::error; daemon refusals are backend_error with the daemon's
+//   message, naming the job and the container.
+#pragma once
+
+#include <tjob/engine.hpp>
+
+#include "engine/runtimes.hpp"
+
+#include <functional>
+#include <memory>
+
+namespace tjob::container {
+
+/// What the backend borrows from the engine.
+struct context {
+  boost::asio::any_io_executor ex;
+  std::filesystem::path home;
+  std::shared_ptr<spdlog::logger> log;
+  std::function<detail::runtime_catalog()> runtimes;
+  std::chrono::milliseconds grace_period{10'000};
+  std::size_t failure_log_lines = 10;
+};
+
+class backend {
+ public:
+  backend(context ctx, container_backend_config cfg);
+  ~backend();
+
+  boost::asio::awaitable<std::string> train(train_request request);
+  boost::asio::awaitable<train_job> get_job(std::string name);
+  boost::asio::awaitable<std::vector<train_job>> list_jobs(std::optional<std::string> runtime);
+  boost::asio::awaitable<log_stream> get_job_logs(std::string name, log_options options);
+  boost::asio::awaitable<train_job> wait_for_job_status(std::string name,
+                                                        std::set<job_status> statuses,
+                                                        std::chrono::milliseconds timeout);
+  boost::asio::awaitable<void> cancel_job(std::string name);
+  boost::asio::awaitable<void> delete_job(std::string name);
+  boost::asio::awaitable<std::vector<event>> get_job_events(std::string name);
+  boost::asio::awaitable<void> shutdown();
+
+  struct impl;
+
+ private:
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace tjob::container

@@ -1,0 +1,394 @@
+#include "adapters/container/docker_api.hpp"
+
+#include <tjob/error.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <fstream>
+#include <sstream>
+
+namespace tjob::container {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+[[noreturn]] void fail(errc code, std::string message, std::string diagnostics = {}) {
+  throw error(make_error_code(code), std::move(message), std::move(diagnostics));
+}
+
+std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+// "localhost/bb:latest" → ("localhost/bb", "latest"); a digest stays whole.
+std::pair<std::string, std::string> split_reference(const std::string& image) {
+  if (image.find('@') != std::string::npos) return {image, ""};
+  auto slash = image.rfind('/');
+  auto colon = image.rfind(':');
+  if (colon != std::string::npos && (slash == std::string::npos || colon > slash))
+    return {image.substr(0, colon), image.substr(colon + 1)};
+  return {image, "latest"};
+}
+
+json::value parse_json(const std::string& body, const std::string& what) {
+  boost::system::error_code ec;
+  auto v = json::parse(body, ec);
+  if (ec) fail(errc::protocol_error, what + ": the answer is not JSON (" + ec.message() + ")");
+  return v;
+}
+
+json::object parse_object(const std::string& body, const std::string& what) {
+  auto v = parse_json(body, what);
+  if (!v.is_object()) fail(errc::protocol_error, what + ": the answer is not a JSON object");
+  return std::move(v.as_object());
+}
+
+}  // namespace
+
+std::string_view to_string(daemon_kind k) noexcept {
+  return k == daemon_kind::podman ? "podman" : "docker";
+}
+
+std::string daemon_message(const std::string& body) {
+  boost::system::error_code ec;
+  auto v = json::parse(body, ec);
+  if (!ec && v.is_object()) {
+    if (auto* m = v.as_object().if_contains("message"); m && m->is_string())
+      return std::string(m->as_string());
+  }
+  auto text = body;
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (text.size() > 500) text = text.substr(0, 500) + "…";
+  return text;
+}
+
+// ---------------------------------------------------------------------------
+
+frame_decoder::frame_decoder(bool raw, std::size_t max_frame) : raw_(raw), max_(max_frame) {}
+
+void frame_decoder::feed(std::string_view bytes,
+                         const std::function<void(int, std::string_view)>& out) {
+  if (raw_) {
+    if (!bytes.empty()) out(1, bytes);
+    return;
+  }
+  while (!bytes.empty()) {
+    if (remaining_ == 0) {
+      auto n = std::min(bytes.size(), sizeof header_ - header_have_);
+      std::copy_n(bytes.data(), n, header_ + header_have_);
+      header_have_ += n;
+      bytes.remove_prefix(n);
+      if (header_have_ < sizeof header_) return;
+      header_have_ = 0;
+      if (header_[0] > 2 || header_[1] != 0 || header_[2] != 0 || header_[3] != 0)
+        fail(errc::protocol_error, "log stream: a frame header is malformed (stream byte " +
+                                       std::to_string(header_[0]) + ")");
+      stream_ = header_[0];
+      std::size_t len = (std::size_t(header_[4]) << 24) | (std::size_t(header_[5]) << 16) |
+                        (std::size_t(header_[6]) << 8) | std::size_t(header_[7]);
+      if (len > max_)
+        fail(errc::protocol_error, "log stream: a frame of " + std::to_string(len) +
+                                       " bytes is over the limit of " + std::to_string(max_));
+      remaining_ = len;
+      continue;
+    }
+    auto n = std::min(bytes.size(), remaining_);
+    out(stream_, bytes.substr(0, n));
+    remaining_ -= n;
+    bytes.remove_prefix(n);
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+docker_api::docker_api(asio::any_io_executor ex, http::endpoint ep)
+    : http_(std::move(ex), std::move(ep)) {}
+
+std::string docker_api::describe() const {
+  return std::string(to_string(info_.kind)) + " at " + http_.where().url();
+}
+
+std::string docker_api::path(std::string_view p) const {
+  if (info_.api_version.empty()) return std::string(p);
+  return "/v" + info_.api_version + std::string(p);
+}
+
+void docker_api::refuse(const std::string& what, const http::response& r) const {
+  fail(errc::backend_error,
+       what + ": " + describe() + " answered " + std::to_string(r.status) + ": " +
+           daemon_message(r.body),
+       r.body);
+}
+
+asio::awaitable<http::response> docker_api::call(std::string method, std::string p,
+                                                 std::string body) {
+  http::request r;
+  r.method = std::move(method);
+  r.target = path(p);
+  r.body = std::move(body);
+  r.timeout = timeout;
+  co_return co_await http_.send(std::move(r));
+}
+
+asio::awaitable<daemon_info> docker_api::connect(std::chrono::milliseconds t) {
+  http::request r;
+  r.target = "/_ping";
+  r.timeout = t;
+  auto ping = co_await http_.send(r);
+  if (ping.status != 200) refuse("GET /_ping", ping);
+  r.target = "/version";
+  auto ver = co_await http_.send(r);
+  if (ver.status != 200) refuse("GET /version", ver);
+  auto v = parse_object(ver.body, "GET /version at " + http_.where().url());
+  daemon_info info;
+  auto str = [&](const char* k) {
+    auto* p = v.if_contains(k);
+    return p && p->is_string() ? std::string(p->as_string()) : std::string();
+  };
+  info.version = str("Version");
+  auto api = str("ApiVersion");
+  bool podman = ping.header("libpod-api-version").size() > 0 ||
+                ping.header("server").find("Libpod") != std::string::npos;
+  if (auto* comps = v.if_contains("Components"); comps && comps->is_array())
+    for (const auto& c : comps->as_array())
+      if (c.is_object())
+        if (auto* n = c.as_object().if_contains("Name"); n && n->is_string() &&
+                                                         n->as_string().find("Podman") != json::string::npos)
+          podman = true;
+  info.kind = podman ? daemon_kind::podman : daemon_kind::docker;
+  // Speak the daemon's version, capped at the one this client is written for.
+  auto as_pair = [](const std::string& s) {
+    auto dot = s.find('.');
+    if (dot == std::string::npos) return std::pair{0, 0};
+    try {
+      return std::pair{std::stoi(s.substr(0, dot)), std::stoi(s.substr(dot + 1))};
+    } catch (...) {
+      return std::pair{0, 0};
+    }
+  };
+  auto have = as_pair(api);
+  if (have == std::pair{0, 0})
+    fail(errc::protocol_error, "GET /version at " + http_.where().url() + ": no ApiVersion");
+  if (have < std::pair{1, 24})
+    fail(errc::backend_error, describe() + " speaks API " + api +
+                                  "; tjob needs 1.24 or later (upgrade the daemon)");
+  info.api_version = have > std::pair{1, 41} ? "1.41" : api;
+  info_ = info;
+  co_return info;
+}
+
+// images ---------------------------------------------------------------------
+
+asio::awaitable<std::optional<json::object>> docker_api::image_inspect(const std::string& image) {
+  auto r = co_await call("GET", "/images/" + http::url_encode(image) + "/json");
+  if (r.status == 404) co_return std::nullopt;
+  if (r.status != 200) refuse("inspecting image " + quote(image), r);
+  co_return parse_object(r.body, "inspecting image " + quote(image));
+}
+
+asio::awaitable<void> docker_api::image_pull(const std::string& image,
+                                             std::function<void(const std::string&)> progress) {
+  auto [repo, tag] = split_reference(image);
+  http::request r;
+  r.method = "POST";
+  r.target = path("/images/create?fromImage=" + http::url_encode(repo) +
+                  (tag.empty() ? "" : "&tag=" + http::url_encode(tag)));
+  r.timeout = timeout;
+  auto body = co_await http_.open(r);
+  if (body.status() != 200) {
+    http::response resp{body.status(), body.headers(), co_await body.read_all(1 << 20)};
+    refuse("pulling image " + quote(image), resp);
+  }
+  http::line_splitter lines(1 << 20, "pulling image " + quote(image));
+  std::vector<std::string> got;
+  std::string last_error;
+  auto handle = [&](const std::string& line) {
+    if (line.empty()) return;
+    boost::system::error_code ec;
+    auto v = json::parse(line, ec);
+    if (ec || !v.is_object()) return;
+    auto& o = v.as_object();
+    if (auto* e = o.if_contains("error"); e && e->is_string()) last_error = std::string(e->as_string());
+    if (auto* s = o.if_contains("status"); s && s->is_string() && progress) {
+      std::string text(s->as_string());
+      if (auto* id = o.if_contains("id"); id && id->is_string()) text = std::string(id->as_string()) + ": " + text;
+      if (auto* p = o.if_contains("progress"); p && p->is_string()) text += " " + std::string(p->as_string());
+      progress(text);
+    }
+  };
+  while (auto piece = co_await body.read_some()) {
+    got.clear();
+    lines.feed(*piece, got);
+    for (const auto& l : got) handle(l);
+  }
+  if (auto rest = lines.finish()) handle(*rest);
+  if (!last_error.empty())
+    fail(errc::backend_error, "pulling image " + quote(image) + ": " + describe() + ": " + last_error);
+}
+
+asio::awaitable<void> docker_api::image_import(const std::string& tarball, const std::string& repo,
+                                               const std::string& tag) {
+  std::ifstream in(tarball, std::ios::binary);
+  if (!in) fail(errc::invalid_argument, "cannot read image tarball " + quote(tarball));
+  std::ostringstream data;
+  data << in.rdbuf();
+  http::request r;
+  r.method = "POST";
+  r.target = path("/images/create?fromSrc=-&repo=" + http::url_encode(repo) +
+                  "&tag=" + http::url_encode(tag));
+  r.body = std::move(data).str();
+  r.content_type = "application/x-tar";
+  r.timeout = std::max(timeout, std::chrono::milliseconds(120'000));
+  auto resp = co_await http_.send(std::move(r));
+  if (resp.status != 200) refuse("importing " + quote(tarball), resp);
+  if (resp.body.find("\"error\"") != std::string::npos)
+    fail(errc::backend_error, "importing " + quote(tarball) + ": " + describe() + ": " +
+                                  daemon_message(resp.body));
+}
+
+// networks -------------------------------------------------------------------
+
+asio::awaitable<std::string> docker_api::network_create(
+    const std::string& name, const std::map<std::string, std::string>& labels, bool internal) {
+  json::object body{{"Name", name}, {"Driver", "bridge"}, {"Internal", internal},
+                    {"CheckDuplicate", true}};
+  json::object l;
+  for (const auto& [k, v] : labels) l[k] = v;
+  body["Labels"] = std::move(l);
+  auto r = co_await call("POST", "/networks/create", json::serialize(body));
+  if (r.status != 201 && r.status != 200) refuse("creating network " + quote(name), r);
+  auto o = parse_object(r.body, "creating network " + quote(name));
+  auto* id = o.if_contains("Id");
+  if (!id || !id->is_string())
+    fail(errc::protocol_error, "creating network " + quote(name) + ": no Id in the answer");
+  co_return std::string(id->as_string());
+}
+
+asio::awaitable<std::optional<json::object>> docker_api::network_inspect(const std::string& id) {
+  auto r = co_await call("GET", "/networks/" + http::url_encode(id));
+  if (r.status == 404) co_return std::nullopt;
+  if (r.status != 200) refuse("inspecting network " + quote(id), r);
+  co_return parse_object(r.body, "inspecting network " + quote(id));
+}
+
+asio::awaitable<bool> docker_api::network_remove(const std::string& id) {
+  auto r = co_await call("DELETE", "/networks/" + http::url_encode(id));
+  if (r.status == 404) co_return false;
+  if (r.status != 204 && r.status != 200) refuse("removing network " + quote(id), r);
+  co_return true;
+}
+
+// containers -----------------------------------------------------------------
+
+asio::awaitable<std::string> docker_api::container_create(const std::string& name,
+                                                          const json::object& body) {
+  auto r = co_await call("POST", "/containers/create?name=" + http::url_encode(name),
+                         json::serialize(body));
+  if (r.status != 201 && r.status != 200) refuse("creating container " + quote(name), r);
+  auto o = parse_object(r.body, "creating container " + quote(name));
+  auto* id = o.if_contains("Id");
+  if (!id || !id->is_string())
+    fail(errc::protocol_error, "creating container " + quote(name) + ": no Id in the answer");
+  co_return std::string(id->as_string());
+}
+
+asio::awaitable<void> docker_api::container_start(const std::string& id) {
+  auto r = co_await call("POST", "/containers/" + http::url_encode(id) + "/start");
+  if (r.status != 204 && r.status != 304 && r.status != 200) refuse("starting container " + quote(id), r);
+}
+
+asio::awaitable<std::optional<json::object>> docker_api::container_inspect(const std::string& id) {
+  auto r = co_await call("GET", "/containers/" + http::url_encode(id) + "/json");
+  if (r.status == 404) co_return std::nullopt;
+  if (r.status != 200) refuse("inspecting container " + quote(id), r);
+  co_return parse_object(r.body, "inspecting container " + quote(id));
+}
+
+asio::awaitable<int> docker_api::container_wait(const std::string& id) {
+  http::request r;
+  r.method = "POST";
+  r.target = path("/containers/" + http::url_encode(id) + "/wait");
+  r.timeout = timeout;
+  auto body = co_await http_.open(r);
+  auto text = co_await body.read_all(1 << 16);
+  http::response resp{body.status(), body.headers(), text};
+  if (resp.status != 200) refuse("waiting for container " + quote(id), resp);
+  auto v = parse_json(text, "waiting for container " + quote(id));
+  if (v.is_int64()) co_return static_cast<int>(v.as_int64());
+  if (v.is_object())
+    if (auto* c = v.as_object().if_contains("StatusCode"); c && c->is_number())
+      co_return static_cast<int>(c->to_number<std::int64_t>());
+  fail(errc::protocol_error, "waiting for container " + quote(id) + ": no StatusCode in the answer");
+}
+
+asio::awaitable<void> docker_api::container_kill(const std::string& id, const std::string& signal) {
+  auto r = co_await call("POST", "/containers/" + http::url_encode(id) + "/kill?signal=" +
+                                     http::url_encode(signal));
+  // 409: not running (Docker); Podman answers 409 or 500 with "not running"
+  if (r.status == 204 || r.status == 200 || r.status == 404 || r.status == 409) co_return;
+  if (daemon_message(r.body).find("not running") != std::string::npos) co_return;
+  refuse("signalling container " + quote(id), r);
+}
+
+asio::awaitable<void> docker_api::container_stop(const std::string& id, int seconds) {
+  auto saved = timeout;
+  timeout = std::max(timeout, std::chrono::milliseconds((seconds + 30) * 1000));
+  auto r = co_await call("POST", "/containers/" + http::url_encode(id) + "/stop?t=" +
+                                     std::to_string(seconds));
+  timeout = saved;
+  if (r.status == 204 || r.status == 304 || r.status == 200 || r.status == 404) co_return;
+  refuse("stopping container " + quote(id), r);
+}
+
+asio::awaitable<bool> docker_api::container_remove(const std::string& id) {
+  auto r = co_await call("DELETE", "/containers/" + http::url_encode(id) + "?force=1&v=1");
+  if (r.status == 404) co_return false;
+  if (r.status != 204 && r.status != 200) refuse("removing container " + quote(id), r);
+  co_return true;
+}
+
+asio::awaitable<json::array> docker_api::container_list(const std::vector<std::string>& labels) {
+  json::array l;
+  for (const auto& s : labels) l.emplace_back(s);
+  json::object filters{{"label", std::move(l)}};
+  auto r = co_await call("GET", "/containers/json?all=1&filters=" +
+                                    http::url_encode(json::serialize(filters)));
+  if (r.status != 200) refuse("listing containers", r);
+  auto v = parse_json(r.body, "listing containers");
+  if (!v.is_array()) fail(errc::protocol_error, "listing containers: the answer is not a list");
+  co_return std::move(v.as_array());
+}
+
+asio::awaitable<http::body_stream> docker_api::container_logs(const std::string& id, bool follow,
+                                                              std::optional<std::size_t> tail) {
+  http::request r;
+  r.target = path("/containers/" + http::url_encode(id) + "/logs?stdout=1&stderr=1" +
+                  (follow ? "&follow=1" : "") +
+                  (tail ? "&tail=" + std::to_string(*tail) : std::string()));
+  r.timeout = timeout;
+  auto body = co_await http_.open(r);
+  if (body.status() != 200) {
+    http::response resp{body.status(), body.headers(), co_await body.read_all(1 << 20)};
+    refuse("reading the log of container " + quote(id), resp);
+  }
+  co_return body;
+}
+
+asio::awaitable<http::body_stream> docker_api::events(const json::object& filters,
+                                                      std::int64_t since, std::int64_t until) {
+  std::string q = "/events?filters=" + http::url_encode(json::serialize(filters));
+  if (since > 0) q += "&since=" + std::to_string(since);
+  if (until > 0) q += "&until=" + std::to_string(until);
+  http::request r;
+  r.target = path(q);
+  r.timeout = timeout;
+  auto body = co_await http_.open(r);
+  if (body.status() != 200) {
+    http::response resp{body.status(), body.headers(), co_await body.read_all(1 << 20)};
+    refuse("reading events", resp);
+  }
+  co_return body;
+}
+
+}  // namespace tjob::container

@@ -1,0 +1,128 @@
+// Docker Engine API client (Docker and Podman's compatible API), asynchronous,
+// on the shared HTTP layer. Bodies are Boost.JSON values; what a daemon returns
+// is handed back as it is, apart from the two daemons' differences noted here.
+//
+// Threading: one executor; call from coroutines on it.
+// Errors: tjob::error — backend_unavailable when the daemon cannot be reached,
+//   backend_error when it refuses (the text quotes the daemon's own message and
+//   the HTTP status), protocol_error for an answer that is not what the API
+//   documents. Lookups of things that do not exist return nullopt instead.
+#pragma once
+
+#include "adapters/http/http_client.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tjob::container {
+
+enum class daemon_kind { docker, podman };
+std::string_view to_string(daemon_kind k) noexcept;
+
+struct daemon_info {
+  daemon_kind kind = daemon_kind::docker;
+  std::string version;      ///< the daemon's own version ("20.10.24", "4.3.1")
+  std::string api_version;  ///< the API version requests use ("1.41")
+};
+
+/// Splits the 8-byte multiplexed log frames ([stream, 0, 0, 0, length big-endian]
+/// then the payload) that /logs and /attach send when the container has no TTY.
+/// In raw mode (a TTY container) bytes pass through as stdout.
+class frame_decoder {
+ public:
+  /// `max_frame`: a frame header announcing more is a protocol_error.
+  explicit frame_decoder(bool raw = false, std::size_t max_frame = 1 << 20);
+  /// Adds bytes; calls `out(stream, payload)` for each payload piece (1 stdout,
+  /// 2 stderr; 0 stdin). A frame may come in several pieces.
+  void feed(std::string_view bytes, const std::function<void(int, std::string_view)>& out);
+  /// True between frames (a stream that ends elsewhere was cut).
+  bool at_boundary() const { return raw_ || (header_have_ == 0 && remaining_ == 0); }
+
+ private:
+  bool raw_;
+  std::size_t max_;
+  unsigned char header_[8]{};
+  std::size_t header_have_ = 0;
+  std::size_t remaining_ = 0;
+  int stream_ = 1;
+};
+
+class docker_api {
+ public:
+  docker_api(boost::asio::any_io_executor ex, http::endpoint ep);
+  const http::endpoint& where() const { return http_.where(); }
+  /// The daemon's info, after `connect`.
+  const daemon_info& info() const { return info_; }
+  /// "docker at unix:///run/docker.sock", for messages.
+  std::string describe() const;
+
+  /// GET /_ping then /version: which daemon, and the API version to speak
+  /// (the daemon's, capped at 1.41; both daemons here speak exactly 1.41).
+  boost::asio::awaitable<daemon_info> connect(std::chrono::milliseconds timeout);
+
+  // images
+  boost::asio::awaitable<std::optional<boost::json::object>> image_inspect(const std::string& image);
+  /// POST /images/create?fromImage=…; `progress` gets one line per status
+  /// message the daemon streams. A pull that reports an error throws.
+  boost::asio::awaitable<void> image_pull(const std::string& image,
+                                          std::function<void(const std::string&)> progress);
+  /// POST /images/create?fromSrc=- with a root-filesystem tarball as the body.
+  boost::asio::awaitable<void> image_import(const std::string& tarball, const std::string& repo,
+                                            const std::string& tag);
+
+  // networks
+  boost::asio::awaitable<std::string> network_create(const std::string& name,
+                                                     const std::map<std::string, std::string>& labels,
+                                                     bool internal);
+  boost::asio::awaitable<std::optional<boost::json::object>> network_inspect(const std::string& id);
+  /// True when it was removed, false when there was none.
+  boost::asio::awaitable<bool> network_remove(const std::string& id);
+
+  // containers
+  /// POST /containers/create?name=…; returns the id.
+  boost::asio::awaitable<std::string> container_create(const std::string& name,
+                                                       const boost::json::object& body);
+  boost::asio::awaitable<void> container_start(const std::string& id);
+  boost::asio::awaitable<std::optional<boost::json::object>> container_inspect(const std::string& id);
+  /// POST /containers/{id}/wait: the exit code (Docker answers an object,
+  /// Podman's compat API too; a bare number is accepted as libpod sends it).
+  boost::asio::awaitable<int> container_wait(const std::string& id);
+  boost::asio::awaitable<void> container_kill(const std::string& id, const std::string& signal);
+  /// POST /containers/{id}/stop?t=…; a container already stopped is fine.
+  boost::asio::awaitable<void> container_stop(const std::string& id, int seconds);
+  /// DELETE /containers/{id}?force=1&v=1; false when there was none.
+  boost::asio::awaitable<bool> container_remove(const std::string& id);
+  /// GET /containers/json?all=1&filters={"label":[…]}.
+  boost::asio::awaitable<boost::json::array> container_list(const std::vector<std::string>& labels);
+  /// GET /containers/{id}/logs: the body as a stream of frames (decode with
+  /// frame_decoder). `tail`: only the last lines.
+  boost::asio::awaitable<http::body_stream> container_logs(const std::string& id, bool follow,
+                                                           std::optional<std::size_t> tail);
+  /// GET /events with `filters` (a JSON object of lists), `since`/`until` in
+  /// seconds (0: none); one JSON object per line.
+  boost::asio::awaitable<http::body_stream> events(const boost::json::object& filters,
+                                                   std::int64_t since, std::int64_t until);
+
+  /// The request timeout of ordinary calls.
+  std::chrono::milliseconds timeout{30'000};
+
+ private:
+  boost::asio::awaitable<http::response> call(std::string method, std::string path,
+                                              std::string body = {});
+  std::string path(std::string_view p) const;
+  [[noreturn]] void refuse(const std::string& what, const http::response& r) const;
+
+  http::client http_;
+  daemon_info info_;
+};
+
+/// The daemon's own message from an error body ({"message": …}), or the body.
+std::string daemon_message(const std::string& body);
+
+}  // namespace tjob::container

@@ -1,0 +1,85 @@
+#include "adapters/container/layout.hpp"
+
+#include <tjob/error.hpp>
+
+namespace tjob::container {
+
+namespace json = boost::json;
+
+json::object create_body(const node_spec& n) {
+  json::object labels{{label_job, n.job},         {label_step, n.step},
+                      {label_network, n.network_id}, {label_runtime, n.runtime},
+                      {label_workdir, n.workdir}};
+  json::array env;
+  for (const auto& [k, v] : n.env) env.emplace_back(k + "=" + v);
+  json::array cmd;
+  for (const auto& a : n.cmd) cmd.emplace_back(a);
+  json::array binds;
+  binds.emplace_back(n.workdir + ":" + workspace + ":rw");
+  for (const auto& v : n.volumes) binds.emplace_back(v);
+
+  json::object host{{"Binds", std::move(binds)}, {"Init", true}, {"AutoRemove", false}};
+  // Always explicit: Podman's compat API would otherwise put the container
+  // on its default bridge, whatever containers.conf says.
+  switch (n.network) {
+    case container_network::job: host["NetworkMode"] = n.network_name; break;
+    case container_network::host: host["NetworkMode"] = "host"; break;
+    case container_network::none: host["NetworkMode"] = "none"; break;
+  }
+  if (n.memory > 0) host["Memory"] = n.memory;
+  if (n.nano_cpus > 0) host["NanoCpus"] = n.nano_cpus;
+  if (n.gpus > 0) {
+    // what `docker run --gpus N` sends
+    json::array caps;
+    caps.emplace_back(json::array{"gpu"});
+    host["DeviceRequests"] = json::array{json::object{{"Driver", ""},
+                                                      {"Count", n.gpus},
+                                                      {"DeviceIDs", nullptr},
+                                                      {"Capabilities", std::move(caps)},
+                                                      {"Options", json::object{}}}};
+  }
+  json::object body{{"Image", n.image},           {"Cmd", std::move(cmd)},
+                    {"Env", std::move(env)},       {"WorkingDir", n.working_dir},
+                    {"Labels", std::move(labels)}, {"Tty", false},
+                    {"AttachStdout", false},       {"AttachStderr", false},
+                    {"HostConfig", std::move(host)}};
+  if (n.network == container_network::job)
+    body["NetworkingConfig"] = json::object{
+        {"EndpointsConfig",
+         json::object{{n.network_name, json::object{{"Aliases", json::array{n.container_name}}}}}}};
+  return body;
+}
+
+void check_volume(const std::string& v) {
+  auto bad = [&](const std::string& why) {
+    throw error(make_error_code(errc::invalid_argument),
+                "volume '" + v + "': " + why + " (write HOST:CONTAINER or HOST:CONTAINER:ro, both "
+                "absolute paths)");
+  };
+  auto first = v.find(':');
+  if (first == std::string::npos) bad("no ':'");
+  auto host = v.substr(0, first);
+  auto rest = v.substr(first + 1);
+  auto second = rest.find(':');
+  auto target = rest.substr(0, second);
+  if (second != std::string::npos) {
+    auto mode = rest.substr(second + 1);
+    if (mode != "ro" && mode != "rw") bad("the mode must be ro or rw");
+  }
+  if (host.empty() || host.front() != '/' || target.empty() || target.front() != '/')
+    bad("both paths must be absolute");
+  if (target == workspace) bad("/workspace is the job's work dir already");
+  if (v.find('\0') != std::string::npos || v.find('\n') != std::string::npos)
+    bad("it holds a control character");
+}
+
+job_status status_of(const std::string& state, std::optional<int> exit_code) {
+  if (state == "running" || state == "paused" || state == "restarting") return job_status::running;
+  if (state == "created" || state == "configured" || state == "initialized")
+    return job_status::created;
+  if (state == "exited" || state == "stopped")
+    return exit_code && *exit_code == 0 ? job_status::complete : job_status::failed;
+  return job_status::failed;  // removing, dead
+}
+
+}  // namespace tjob::container

@@ -1,0 +1,57 @@
+// How a TrainJob is laid out on a container daemon, as Kubeflow's
+// ContainerBackend does it: label keys, names, the create body of a node
+// container, and how container states map to statuses. Pure functions.
+#pragma once
+
+#include <tjob/backends.hpp>
+#include <tjob/status.hpp>
+
+#include <boost/json/object.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tjob::container {
+
+inline constexpr const char* label_job = "trainer.kubeflow.org/trainjob-name";
+inline constexpr const char* label_step = "trainer.kubeflow.org/step";
+inline constexpr const char* label_network = "trainer.kubeflow.org/network-id";
+inline constexpr const char* label_runtime = "trainer.kubeflow.org/runtime-name";
+inline constexpr const char* label_workdir = "trainer.kubeflow.org/workdir";
+inline constexpr const char* workspace = "/workspace";
+
+inline std::string network_name(const std::string& job) { return job + "-net"; }
+inline std::string node_name(const std::string& job, int rank) {
+  return job + "-node-" + std::to_string(rank);
+}
+
+/// One node container to create.
+struct node_spec {
+  std::string job, step, container_name, image, network_id, runtime, workdir;
+  std::vector<std::string> cmd;
+  std::map<std::string, std::string> env;
+  std::string working_dir = workspace;
+  container_network network = container_network::job;
+  std::string network_name;               ///< for the job network: `<job>-net`
+  std::vector<std::string> volumes;       ///< HOST:CONTAINER[:ro|rw], after the workdir's
+  std::int64_t memory = 0;                ///< HostConfig.Memory, bytes; 0: none
+  std::int64_t nano_cpus = 0;             ///< HostConfig.NanoCpus; 0: none
+  int gpus = 0;                           ///< a GPU DeviceRequest for this many; 0: none
+};
+
+/// The body of POST /containers/create for a node.
+boost::json::object create_body(const node_spec& n);
+
+/// Checks a `-v` volume (HOST:CONTAINER[:ro|rw], both absolute); throws
+/// tjob::error(invalid_argument) naming it and the fix.
+void check_volume(const std::string& volume);
+
+/// A container's status as Kubeflow maps it: running → Running, created →
+/// Created, exited → Complete (0) or Failed. Kubeflow's "Unknown" for the
+/// rest becomes: paused/restarting → Running, removing/dead → Failed.
+job_status status_of(const std::string& state, std::optional<int> exit_code);
+
+}  // namespace tjob::container

@@ -1,0 +1,329 @@
+#include "adapters/http/http_client.hpp"
+
+#include <tjob/error.hpp>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/basic_stream.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <array>
+#include <cctype>
+
+#include <sys/un.h>
+
+namespace tjob::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using asio::use_awaitable;
+using generic_stream = beast::basic_stream<asio::generic::stream_protocol>;
+
+namespace {
+
+[[noreturn]] void fail(errc code, std::string message, std::string diagnostics = {}) {
+  throw error(make_error_code(code), std::move(message), std::move(diagnostics));
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The error for a failed exchange with the peer at `ep`.
+[[noreturn]] void peer_failed(const endpoint& ep, const std::string& what,
+                              const boost::system::error_code& ec) {
+  if (ec == beast::error::timeout)
+    fail(errc::backend_unavailable, what + " at " + ep.url() + " timed out");
+  if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit ||
+      ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category())
+    fail(errc::protocol_error, what + " at " + ep.url() + ": malformed answer (" + ec.message() + ")");
+  fail(errc::backend_unavailable, what + " at " + ep.url() + " failed: " + ec.message());
+}
+
+// The request line's name for messages: "GET /containers/json".
+std::string describe(const request& r) {
+  auto q = r.target.find('?');
+  return r.method + " " + r.target.substr(0, q);
+}
+
+}  // namespace
+
+std::string endpoint::url() const {
+  if (type == kind::unix_socket) return "unix://" + path;
+  return "tcp://" + host + ":" + std::to_string(port);
+}
+
+endpoint parse_endpoint(std::string_view url) {
+  endpoint ep;
+  auto bad = [&](const std::string& why) -> endpoint {
+    fail(errc::invalid_argument,
+         "cannot use host " + std::string(url) + ": " + why +
+             " (write unix:///path/to/socket or tcp://host:port)");
+  };
+  if (url.starts_with("/")) ep.path = std::string(url);
+  else if (url.starts_with("unix://")) ep.path = std::string(url.substr(7));
+  else if (url.starts_with("tcp://") || url.starts_with("http://")) {
+    ep.type = endpoint::kind::tcp;
+    auto rest = url.substr(url.find("://") + 3);
+    if (auto slash = rest.find('/'); slash != std::string_view::npos) rest = rest.substr(0, slash);
+    auto colon = rest.rfind(':');
+    if (colon == std::string_view::npos) return bad("no port");
+    ep.host = std::string(rest.substr(0, colon));
+    if (ep.host.size() > 2 && ep.host.front() == '[' && ep.host.back() == ']')
+      ep.host = ep.host.substr(1, ep.host.size() - 2);
+    auto port = rest.substr(colon + 1);
+    unsigned v = 0;
+    if (port.empty() || port.size() > 5) return bad("bad port");
+    for (char c : port) {
+      if (c < '0' || c > '9') return bad("bad port");
+      v = v * 10 + static_cast<unsigned>(c - '0');
+    }
+    if (v == 0 || v > 65535 || ep.host.empty()) return bad("bad host or port");
+    ep.port = static_cast<std::uint16_t>(v);
+    return ep;
+  } else {
+    return bad("unknown scheme");
+  }
+  if (ep.path.empty() || ep.path.front() != '/') return bad("the socket path must be absolute");
+  if (ep.path.size() >= sizeof(sockaddr_un{}.sun_path)) return bad("the socket path is too long");
+  return ep;
+}
+
+std::string response::header(std::string_view name) const {
+  auto it = headers.find(lower(name));
+  return it == headers.end() ? std::string() : it->second;
+}
+
+// ---------------------------------------------------------------------------
+
+namespace {
+
+asio::awaitable<generic_stream> connect(asio::any_io_executor ex, const endpoint& ep,
+                                        std::chrono::milliseconds timeout) {
+  generic_stream s(ex);
+  s.expires_after(timeout);
+  try {
+    if (ep.type == endpoint::kind::unix_socket) {
+      asio::local::stream_protocol::endpoint le(ep.path);
+      co_await s.async_connect(asio::generic::stream_protocol::endpoint(le), use_awaitable);
+    } else {
+      asio::ip::tcp::resolver resolver(ex);
+      auto results = co_await resolver.async_resolve(ep.host, std::to_string(ep.port),
+                                                     use_awaitable);
+      boost::system::error_code last = asio::error::host_not_found;
+      for (const auto& r : results) {
+        boost::system::error_code ec;
+        co_await s.async_connect(asio::generic::stream_protocol::endpoint(r.endpoint()),
+                                 asio::redirect_error(use_awaitable, ec));
+        if (!ec) {
+          last = {};
+          break;
+        }
+        last = ec;
+        s.socket().close(ec);
+      }
+      if (last) throw boost::system::system_error(last);
+    }
+  } catch (const boost::system::system_error& e) {
+    if (e.code() == beast::error::timeout)
+      fail(errc::backend_unavailable, "connecting to " + ep.url() + " timed out");
+    fail(errc::backend_unavailable, "cannot connect to " + ep.url() + ": " + e.code().message());
+  }
+  co_return s;
+}
+
+bhttp::request<bhttp::string_body> make_request(const request& r, const endpoint& ep) {
+  bhttp::verb v = bhttp::string_to_verb(r.method);
+  if (v == bhttp::verb::unknown) fail(errc::invalid_argument, "unknown HTTP method " + r.method);
+  bhttp::request<bhttp::string_body> req{v, r.target, 11};
+  req.set(bhttp::field::host, ep.type == endpoint::kind::tcp ? ep.host : std::string("localhost"));
+  req.set(bhttp::field::user_agent, "tjob");
+  for (const auto& [k, val] : r.headers) req.set(k, val);
+  if (!r.body.empty() || v == bhttp::verb::post || v == bhttp::verb::put) {
+    if (!r.body.empty())
+      req.set(bhttp::field::content_type,
+              r.content_type.empty() ? std::string("application/json") : r.content_type);
+    req.body() = r.body;
+    req.prepare_payload();
+  }
+  req.keep_alive(false);
+  return req;
+}
+
+template <class Fields>
+std::map<std::string, std::string> header_map(const Fields& f) {
+  std::map<std::string, std::string> out;
+  for (const auto& h : f) out[lower(std::string(h.name_string()))] = std::string(h.value());
+  return out;
+}
+
+}  // namespace
+
+struct body_stream::impl {
+  endpoint ep;
+  std::string what;
+  generic_stream stream;
+  beast::flat_buffer buf;
+  bhttp::response_parser<bhttp::buffer_body> parser;
+  std::map<std::string, std::string> headers;
+  std::array<char, 1 << 16> chunk{};
+  bool closed = false;
+
+  impl(endpoint e, std::string w, generic_stream s)
+      : ep(std::move(e)), what(std::move(w)), stream(std::move(s)) {}
+};
+
+body_stream::body_stream(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+body_stream::body_stream(body_stream&&) noexcept = default;
+body_stream& body_stream::operator=(body_stream&&) noexcept = default;
+body_stream::~body_stream() {
+  if (impl_) close();
+}
+
+unsigned body_stream::status() const { return impl_->parser.get().result_int(); }
+
+std::string body_stream::header(std::string_view name) const {
+  auto it = impl_->headers.find(lower(name));
+  return it == impl_->headers.end() ? std::string() : it->second;
+}
+
+const std::map<std::string, std::string>& body_stream::headers() const { return impl_->headers; }
+
+void body_stream::close() {
+  if (!impl_ || impl_->closed) return;
+  impl_->closed = true;
+  boost::system::error_code ec;
+  impl_->stream.socket().shutdown(asio::socket_base::shutdown_both, ec);
+  impl_->stream.close();
+}
+
+asio::awaitable<std::optional<std::string>> body_stream::read_some() {
+  auto& p = *impl_;
+  for (;;) {
+    if (p.closed) fail(errc::shut_down, p.what + " was closed");
+    if (p.parser.is_done()) co_return std::nullopt;
+    auto& body = p.parser.get().body();
+    body.data = p.chunk.data();
+    body.size = p.chunk.size();
+    boost::system::error_code ec;
+    p.stream.expires_never();
+    co_await bhttp::async_read_some(p.stream, p.buf, p.parser,
+                                    asio::redirect_error(use_awaitable, ec));
+    std::size_t got = p.chunk.size() - body.size;
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) {
+      if (p.closed) fail(errc::shut_down, p.what + " was closed");
+      if (ec == bhttp::error::partial_message || ec == asio::error::eof ||
+          ec == asio::error::connection_reset)
+        fail(errc::backend_unavailable,
+             p.what + " at " + p.ep.url() + ": the connection closed in the middle of the answer");
+      peer_failed(p.ep, p.what, ec);
+    }
+    if (got > 0) co_return std::string(p.chunk.data(), got);
+  }
+}
+
+asio::awaitable<std::string> body_stream::read_all(std::size_t limit) {
+  std::string out;
+  while (auto piece = co_await read_some()) {
+    if (out.size() + piece->size() > limit)
+      fail(errc::protocol_error, impl_->what + " at " + impl_->ep.url() + ": the answer is over " +
+                                     std::to_string(limit) + " bytes");
+    out += *piece;
+  }
+  co_return out;
+}
+
+client::client(asio::any_io_executor ex, endpoint ep, std::size_t max_body)
+    : ex_(std::move(ex)), ep_(std::move(ep)), max_body_(max_body) {}
+
+asio::awaitable<response> client::send(request r) {
+  auto body = co_await open(r);
+  response out;
+  out.status = body.status();
+  out.headers = body.headers();
+  out.body = co_await body.read_all(max_body_);
+  co_return out;
+}
+
+asio::awaitable<body_stream> client::open(request r) {
+  auto what = describe(r);
+  auto s = co_await connect(ex_, ep_, r.timeout);
+  auto req = make_request(r, ep_);
+  auto p = std::make_unique<body_stream::impl>(ep_, what, std::move(s));
+  p->parser.body_limit(boost::none);
+  p->parser.header_limit(64 * 1024);
+  boost::system::error_code ec;
+  p->stream.expires_after(r.timeout);
+  co_await bhttp::async_write(p->stream, req, asio::redirect_error(use_awaitable, ec));
+  if (ec) peer_failed(ep_, what, ec);
+  co_await bhttp::async_read_header(p->stream, p->buf, p->parser,
+                                    asio::redirect_error(use_awaitable, ec));
+  if (ec) {
+    if (ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
+        ec == bhttp::error::partial_message || ec == asio::error::connection_reset)
+      fail(errc::backend_unavailable,
+           what + " at " + ep_.url() + ": the connection closed before an answer");
+    peer_failed(ep_, what, ec);
+  }
+  p->headers = header_map(p->parser.get().base());
+  co_return body_stream(std::move(p));
+}
+
+// ---------------------------------------------------------------------------
+
+line_splitter::line_splitter(std::size_t max_line, std::string what)
+    : max_(max_line), what_(std::move(what)) {}
+
+void line_splitter::feed(std::string_view bytes, std::vector<std::string>& out) {
+  while (!bytes.empty()) {
+    auto nl = bytes.find('\n');
+    auto piece = bytes.substr(0, nl);
+    if (buf_.size() + piece.size() > max_)
+      fail(errc::protocol_error,
+           what_ + ": a line is longer than " + std::to_string(max_) + " bytes");
+    buf_.append(piece);
+    if (nl == std::string_view::npos) return;
+    if (!buf_.empty() && buf_.back() == '\r') buf_.pop_back();
+    out.push_back(std::move(buf_));
+    buf_.clear();
+    bytes.remove_prefix(nl + 1);
+  }
+}
+
+std::optional<std::string> line_splitter::finish() {
+  if (buf_.empty()) return std::nullopt;
+  std::string rest = std::move(buf_);
+  buf_.clear();
+  return rest;
+}
+
+std::string url_encode(std::string_view s) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace tjob::http

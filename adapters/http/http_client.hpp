@@ -1,0 +1,121 @@
+// HTTP/1.1 client on Boost.Beast over unix sockets and TCP, for the daemon and
+// API-server adapters. One request per connection; bodies are read whole (up to
+// a bound) or piecewise for streams (logs, events, watches).
+//
+// Threading: a client and its streams belong to the executor they were made
+//   on; call them from coroutines there.
+// Cancellation: `body_stream::close()` ends a pending read_some (it throws
+//   errc::shut_down); destroying a stream closes its connection.
+// Errors: tjob::error with errc::backend_unavailable (cannot connect, or the
+//   peer closed or timed out before answering) or errc::protocol_error (a
+//   malformed or oversized answer). HTTP error statuses are answers, not
+//   errors: the caller reads `status`.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tjob::http {
+
+/// Where a server listens: a unix socket path or a TCP host and port.
+struct endpoint {
+  enum class kind { unix_socket, tcp };
+  kind type = kind::unix_socket;
+  std::string path;         ///< unix socket path
+  std::string host;         ///< TCP host name or address
+  std::uint16_t port = 0;   ///< TCP port
+  /// unix:///path or tcp://host:port, for messages.
+  std::string url() const;
+};
+
+/// Parses `unix:///path` (or a bare absolute path), `tcp://host:port` or
+/// `http://host:port`. Throws tjob::error(invalid_argument) naming the problem.
+endpoint parse_endpoint(std::string_view url);
+
+struct request {
+  std::string method = "GET";
+  std::string target;        ///< path and query, already encoded
+  std::string body;
+  std::string content_type;  ///< sent when the body is not empty; default application/json
+  std::vector<std::pair<std::string, std::string>> headers;
+  /// Connecting, sending and reading the head; for `send` also the whole body.
+  std::chrono::milliseconds timeout{30'000};
+};
+
+struct response {
+  unsigned status = 0;
+  std::map<std::string, std::string> headers;  ///< names in lower case
+  std::string body;
+  std::string header(std::string_view name) const;
+};
+
+/// A response whose body is read as it arrives (chunked or not).
+class body_stream {
+ public:
+  struct impl;
+  explicit body_stream(std::unique_ptr<impl> p);
+  body_stream(body_stream&&) noexcept;
+  body_stream& operator=(body_stream&&) noexcept;
+  ~body_stream();
+
+  unsigned status() const;
+  std::string header(std::string_view name) const;
+  const std::map<std::string, std::string>& headers() const;  ///< names in lower case
+  /// The next bytes of the body (at most a bounded buffer's worth); nullopt
+  /// when the body has ended. No timeout: a stream may be quiet for long.
+  boost::asio::awaitable<std::optional<std::string>> read_some();
+  /// The rest of the body, at most `limit` bytes (more is a protocol_error).
+  boost::asio::awaitable<std::string> read_all(std::size_t limit);
+  /// Closes the connection; a read_some pending or later throws shut_down.
+  void close();
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+class client {
+ public:
+  /// `max_body`: the most a whole-body response may hold.
+  client(boost::asio::any_io_executor ex, endpoint ep, std::size_t max_body = 64 << 20);
+  const endpoint& where() const { return ep_; }
+  /// Sends the request and reads the whole response.
+  boost::asio::awaitable<response> send(request r);
+  /// Sends the request, reads the head, and hands over the body as a stream.
+  boost::asio::awaitable<body_stream> open(request r);
+
+ private:
+  boost::asio::any_io_executor ex_;
+  endpoint ep_;
+  std::size_t max_body_;
+};
+
+/// Splits a byte stream into lines ('\n'-terminated, the '\n' dropped, a
+/// trailing '\r' too). A line longer than `max_line` is an error (throws
+/// protocol_error naming `what`), never an unbounded buffer.
+class line_splitter {
+ public:
+  explicit line_splitter(std::size_t max_line, std::string what = "stream");
+  /// Adds bytes; the complete lines are appended to `out`.
+  void feed(std::string_view bytes, std::vector<std::string>& out);
+  /// What is left after the stream ended (a last line without '\n').
+  std::optional<std::string> finish();
+
+ private:
+  std::size_t max_;
+  std::string what_;
+  std::string buf_;
+};
+
+/// Percent-encodes a query value (RFC 3986 unreserved characters stay).
+std::string url_encode(std::string_view s);
+
+}  // namespace tjob::http

@@ -1,0 +1,30 @@
+// The checks every backend makes of a trainer before anything is created,
+// each failure a tjob::error(invalid_argument) that names the job (`who`),
+// the field and the fix.
+#pragma once
+
+#include <tjob/types.hpp>
+
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace tjob::detail {
+
+/// 'text', with control characters shown escaped (for messages).
+std::string quote(std::string_view s);
+bool has_nul(std::string_view s);
+/// Env names are non-empty without '=' or NUL; values without NUL.
+void check_env(const std::string& who, const std::map<std::string, std::string>& env);
+/// The text of a training file (at most 16 MiB).
+std::string read_source(const std::string& who, const std::string& file);
+/// Checks a Python trainer's code fields (source or source_file, function,
+/// function_args, args, packages, env) and returns the source text (empty for
+/// a script file given by path). Makes source_file absolute.
+std::string check_python_code(const std::string& who, python_trainer& pt);
+
+/// A TCP port on 127.0.0.1 nobody listens on now (the kernel picks it), for a
+/// torch rendezvous: concurrent jobs do not collide on 29500.
+int free_port();
+
+}  // namespace tjob::detail
