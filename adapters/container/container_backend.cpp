@@ -365,8 +365,10 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
     while (!b.stopping) {
       try {
         auto& d = *co_await b.daemon();
-        json::object filters{{"type", json::array{"container"}},
-                             {"label", json::array{label_job}}};
+        // Podman's events match no bare-key label filter; on_event picks
+        // the jobs' containers by their label instead.
+        json::object filters{{"type", json::array{"container"}}};
+        if (d.info().kind == daemon_kind::docker) filters["label"] = json::array{label_job};
         b.events.emplace(co_await d.events(filters, 0, 0));
         b.events_connected = true;
         ++b.epoch;

@@ -197,7 +197,8 @@ asio::awaitable<void> docker_api::image_pull(const std::string& image,
   r.timeout = timeout;
   auto body = co_await http_.open(r);
   if (body.status() != 200) {
-    http::response resp{body.status(), body.headers(), co_await body.read_all(1 << 20)};
+    auto text = co_await body.read_all(1 << 20);  // (not inside a braced init: g++ 12)
+    http::response resp{body.status(), body.headers(), std::move(text)};
     refuse("pulling image " + quote(image), resp);
   }
   http::line_splitter lines(1 << 20, "pulling image " + quote(image));
@@ -369,7 +370,8 @@ asio::awaitable<http::body_stream> docker_api::container_logs(const std::string&
   r.timeout = timeout;
   auto body = co_await http_.open(r);
   if (body.status() != 200) {
-    http::response resp{body.status(), body.headers(), co_await body.read_all(1 << 20)};
+    auto text = co_await body.read_all(1 << 20);  // (not inside a braced init: g++ 12)
+    http::response resp{body.status(), body.headers(), std::move(text)};
     refuse("reading the log of container " + quote(id), resp);
   }
   co_return body;
@@ -385,7 +387,8 @@ asio::awaitable<http::body_stream> docker_api::events(const json::object& filter
   r.timeout = timeout;
   auto body = co_await http_.open(r);
   if (body.status() != 200) {
-    http::response resp{body.status(), body.headers(), co_await body.read_all(1 << 20)};
+    auto text = co_await body.read_all(1 << 20);  // (not inside a braced init: g++ 12)
+    http::response resp{body.status(), body.headers(), std::move(text)};
     refuse("reading events", resp);
   }
   co_return body;

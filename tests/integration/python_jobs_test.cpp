@@ -17,26 +17,7 @@ using tjob::test::message_of;
 
 namespace {
 
-// A PEP 503 index of tiny wheels (tests/support/make_index.py), served by
-// Python's http.server on a port the kernel picks.
-struct package_index {
-  tjob::test::temp_dir dir;
-  std::unique_ptr<tjob::test::background> server;
-  std::string url;
-
-  package_index() {
-    auto made = tjob::test::run(
-        {"python3", tjob::test::source_dir() + "/tests/support/make_index.py", dir.str()});
-    REQUIRE(made.exit_code == 0);
-    server = std::make_unique<tjob::test::background>(std::vector<std::string>{
-        "python3", "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", dir.str(), "0"});
-    REQUIRE(server->wait_for_stdout(") ..."));
-    auto& out = server->out();
-    auto at = out.find("port ");
-    REQUIRE(at != std::string::npos);
-    url = "http://127.0.0.1:" + std::to_string(std::atoi(out.c_str() + at + 5)) + "/simple/";
-  }
-};
+using tjob::test::package_index;
 
 struct fixture : tjob::test::home_fixture {
   fixture() {

@@ -262,6 +262,18 @@ bool system_python_has(const std::string& module) {
   return false;
 }
 
+package_index::package_index() {
+  auto made = run({"python3", source_dir() + "/tests/support/make_index.py", dir.str()});
+  REQUIRE(made.exit_code == 0);
+  server = std::make_unique<background>(std::vector<std::string>{
+      "python3", "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", dir.str(), "0"});
+  REQUIRE(server->wait_for_stdout(") ..."));
+  auto& out = server->out();
+  auto at = out.find("port ");
+  REQUIRE(at != std::string::npos);
+  url = "http://127.0.0.1:" + std::to_string(std::atoi(out.c_str() + at + 5)) + "/simple/";
+}
+
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -111,6 +112,16 @@ std::string message_of(const std::function<void()>& f);
 /// a test that needs it is skipped on a developer machine but fails in CI,
 /// which installs it.
 bool system_python_has(const std::string& module);
+
+/// A PEP 503 index of tiny wheels (tests/support/make_index.py: tinyjob
+/// depending on tinydep), served by Python's http.server on 127.0.0.1 at a
+/// port the kernel picks; `url` is its /simple/ root.
+struct package_index {
+  temp_dir dir;
+  std::unique_ptr<background> server;
+  std::string url;
+  package_index();
+};
 
 std::string read_file(const std::filesystem::path& p);
 /// Number of open descriptors of this process.

@@ -1,0 +1,434 @@
+// The container backend against the real daemons: Docker (dockerd) and Podman
+// (its API service), started for the suite by tests/support/container_peers
+// (a ctest fixture). Containers use host or none networking only.
+#include "tests/support/test_support.hpp"
+
+#include <tjob/client.hpp>
+
+#include <doctest/doctest.h>
+
+#include <boost/json/parse.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include <sys/stat.h>
+
+using namespace tjob;
+using namespace std::chrono_literals;
+using tjob::test::code_of;
+using tjob::test::message_of;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct docker_daemon {
+  static constexpr const char* name = "docker";
+};
+struct podman_daemon {
+  static constexpr const char* name = "podman";
+};
+
+fs::path peers_dir() {
+  const char* d = std::getenv("TJOB_TEST_PEERS");
+  return d ? fs::path(d) : fs::path("/nonexistent");
+}
+
+// The daemon's socket, or empty when it is not running here (the test is then
+// skipped on a developer machine; in CI, which installs both, it fails).
+std::string socket_of(const std::string& daemon) {
+  auto s = peers_dir() / (daemon + ".sock");
+  struct stat st{};
+  if (::stat(s.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return s.string();
+  REQUIRE_MESSAGE(std::getenv("CI") == nullptr,
+                  daemon << " is not running (" << s << "); the container_peers fixture starts it");
+  MESSAGE("skipped: " << daemon << " is not running at " << s);
+  return {};
+}
+
+// The host's Python (and torch) inside localhost/tjob-host (a merged-/usr skeleton).
+const std::vector<std::string> host_volumes = {"/usr:/usr:ro", "/etc/alternatives:/etc/alternatives:ro",
+                                               "/etc/ld.so.cache:/etc/ld.so.cache:ro"};
+
+struct fixture : tjob::test::home_fixture {
+  engine_config config(const std::string& socket, container_network net = container_network::none) const {
+    auto c = home_fixture::config(3s);
+    c.backend = backend_kind::container;
+    c.container.container_host = "unix://" + socket;
+    c.container.network = net;
+    return c;
+  }
+};
+
+train_request shell_job(const std::string& script, std::string name = {}) {
+  train_request r;
+  r.name = std::move(name);
+  command_trainer t;
+  t.command = {"sh", "-c", script};
+  t.image = "localhost/tjob-bb:latest";
+  r.job_trainer = t;
+  return r;
+}
+
+std::string docker_cli(const std::string& socket, std::vector<std::string> args) {
+  std::vector<std::string> argv = {"docker", "-H", "unix://" + socket};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = tjob::test::run(argv, {}, 60s);
+  REQUIRE_MESSAGE(r.exit_code == 0, "docker CLI failed: " << r.err);
+  return r.out;
+}
+
+std::string all_of(log_reader reader) { return reader.read_all(); }
+
+python_trainer linear_trainer() {
+  python_trainer t;
+  t.source_file = tjob::test::source_dir() + "/examples/train_linear.py";
+  t.function = "train_model";
+  t.python = "/usr/bin/python3";
+  return t;
+}
+
+}  // namespace
+
+#define TJOB_DAEMONS docker_daemon, podman_daemon
+
+TEST_CASE_TEMPLATE("a command job runs in a container with its output, Kubeflow's labels and its exit code",
+                   D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  auto name = client.train(shell_job("echo err1 >&2; echo out1; sleep 0.5; echo \"$0\" done", "cmd-ok"));
+  auto job = client.wait_for_job_status(name, {job_status::complete}, 60s);
+  REQUIRE(job.steps.size() == 1);
+  CHECK(job.steps[0].name == "node-0");
+  CHECK(job.steps[0].status == job_status::complete);
+  CHECK(job.steps[0].exit_code == 0);
+  CHECK(job.runtime == "torch-distributed");
+  auto log = all_of(client.get_job_logs(name, {.step = "node-0"}));
+  CHECK(log.find("out1\n") != std::string::npos);
+  CHECK(log.find("err1\n") != std::string::npos);
+  CHECK(log.find("sh done\n") != std::string::npos);
+  CHECK(all_of(client.get_job_logs(name, {.step = "node-0", .tail = 1})) == "sh done\n");
+  // Kubeflow's labels, as docker's own CLI filters them
+  auto names = docker_cli(sock, {"ps", "-a", "--filter", "label=trainer.kubeflow.org/trainjob-name=cmd-ok",
+                                 "--format", "{{.Names}} {{.Label \"trainer.kubeflow.org/step\"}}"});
+  CHECK(names == "cmd-ok-node-0 node-0\n");
+  auto nets = docker_cli(sock, {"network", "ls", "--filter", "label=trainer.kubeflow.org/trainjob-name=cmd-ok",
+                                "--format", "{{.Name}}"});
+  CHECK(nets == "cmd-ok-net\n");
+  auto events = client.get_job_events(name);
+  std::vector<std::string> reasons;
+  for (const auto& e : events) reasons.push_back(e.reason);
+  CHECK(std::find(reasons.begin(), reasons.end(), "Start") != reasons.end());
+  bool died = false;
+  for (const auto& e : events) died = died || e.message.find("exit code 0") != std::string::npos;
+  CHECK(died);
+  client.delete_job(name);
+  CHECK(code_of([&] { client.get_job(name); }) == errc::job_not_found);
+  CHECK(docker_cli(sock, {"network", "ls", "--filter", "label=trainer.kubeflow.org/trainjob-name=cmd-ok",
+                          "--format", "{{.Name}}"}) == "");
+  CHECK_FALSE(fs::exists(fs::path(fx.home()) / "containers" / name));
+}
+
+TEST_CASE_TEMPLATE("a failing container job raises with each step's exit code and last log lines", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  auto name = client.train(shell_job("echo about to fail; exit 3"));
+  auto msg = message_of([&] { client.wait_for_job_status(name, {job_status::complete}, 60s); });
+  CHECK(msg.find("TrainJob " + name + " is Failed") != std::string::npos);
+  CHECK(msg.find("node-0: status=Failed, exit_code=3") != std::string::npos);
+  CHECK(msg.find("Last logs:\n    about to fail") != std::string::npos);
+  auto job = client.get_job(name);
+  CHECK(job.status == job_status::failed);
+  CHECK(job.reason == "exit code 3");
+  client.delete_job(name);
+}
+
+TEST_CASE_TEMPLATE("another process sees the container jobs of the first, with the same status", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  auto name = client.train(shell_job("sleep 600"));
+  client.wait_for_job_status(name, {job_status::running}, 60s);
+  auto env = fx.env();
+  auto r = tjob::test::run({tjob::test::tjob_bin(), "list", "--backend", "container",
+                            "--container-host", "unix://" + sock, "-o", "json"},
+                           env);
+  REQUIRE(r.exit_code == 0);
+  auto v = boost::json::parse(r.out);
+  bool seen = false;
+  for (const auto& j : v.as_array())
+    if (j.at("name").as_string() == name) seen = j.at("status") == "Running";
+  CHECK(seen);
+  // a cancel from that other process stops it; this one's waiter sees it
+  auto c = tjob::test::run({tjob::test::tjob_bin(), "cancel", name, "--backend", "container",
+                            "--container-host", "unix://" + sock, "--grace", "3"},
+                           env);
+  CHECK(c.exit_code == 0);
+  auto job = client.wait_for_job_status(name, {job_status::failed}, 60s);
+  CHECK(job.reason == "cancelled");
+  client.delete_job(name);
+}
+
+TEST_CASE_TEMPLATE("a container removed behind the engine's back ends a waiter with a clear error", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  auto name = client.train(shell_job("sleep 600"));
+  client.wait_for_job_status(name, {job_status::running}, 60s);
+  auto waiter = std::async(std::launch::async, [&] {
+    return code_of([&] { client.wait_for_job_status(name, {job_status::complete}, 120s); });
+  });
+  docker_cli(sock, {"rm", "-f", name + "-node-0"});
+  REQUIRE(waiter.wait_for(60s) == std::future_status::ready);
+  // killed and then gone: the waiter sees it fail (exit 137) or vanish
+  auto how = waiter.get();
+  CHECK((how == errc::job_not_found || how == errc::job_failed));
+  client.delete_job(name);  // the network is still there
+  CHECK(code_of([&] { client.delete_job(name); }) == errc::job_not_found);
+}
+
+TEST_CASE_TEMPLATE("an image missing under pull policy Never is refused and nothing is left behind", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  auto cfg = fx.config(sock);
+  cfg.container.pull = pull_policy::never;
+  trainer_client client(cfg);
+  auto req = shell_job("true", "no-image");
+  std::get<command_trainer>(req.job_trainer).image = "localhost/does-not-exist:1";
+  auto msg = message_of([&] { client.train(req); });
+  CHECK(msg.find("localhost/does-not-exist:1") != std::string::npos);
+  CHECK(msg.find("pull policy is Never") != std::string::npos);
+  CHECK(msg.find("no-image") != std::string::npos);
+  CHECK(code_of([&] { client.get_job("no-image"); }) == errc::job_not_found);
+  // a daemon refusal at create (an unknown network mode) cleans up too
+  cfg.container.pull = pull_policy::if_not_present;
+  trainer_client c2(cfg);
+  auto bad = shell_job("true", "bad-start");
+  std::get<command_trainer>(bad.job_trainer).command = {"/no/such/program"};
+  auto m2 = message_of([&] { c2.train(bad); });
+  if (!m2.empty()) {  // Docker refuses at start; Podman starts and the job fails
+    CHECK(m2.find("bad-start-node-0") != std::string::npos);
+    CHECK(code_of([&] { c2.get_job("bad-start"); }) == errc::job_not_found);
+    CHECK(docker_cli(sock, {"network", "ls", "--filter", "name=bad-start-net", "--format", "{{.Name}}"}) == "");
+  } else {
+    CHECK(c2.wait_for_job_status("bad-start", {job_status::failed}, 60s).status == job_status::failed);
+    c2.delete_job("bad-start");
+  }
+}
+
+TEST_CASE_TEMPLATE("a 2-node container job runs steps node-0 and node-1 Complete", D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty() || !tjob::test::system_python_has("torch")) return;
+  auto cfg = fx.config(sock, container_network::host);
+  cfg.container.volumes = host_volumes;
+  cfg.container.image = "localhost/tjob-host:bookworm";
+  trainer_client client(cfg);
+  train_request r;
+  r.job_trainer = linear_trainer();
+  r.num_nodes = 2;
+  auto name = client.train(r);
+  auto job = client.wait_for_job_status(name, {job_status::complete}, 300s);
+  REQUIRE(job.steps.size() == 2);
+  CHECK(job.num_nodes == 2);
+  CHECK(job.steps[0].name == "node-0");
+  CHECK(job.steps[1].name == "node-1");
+  CHECK(job.steps[0].status == job_status::complete);
+  CHECK(job.steps[1].status == job_status::complete);
+  CHECK(all_of(client.get_job_logs(name, {.step = "node-1"})).find("Training completed!") != std::string::npos);
+  client.delete_job(name);
+}
+
+TEST_CASE_TEMPLATE("packages are installed in the container with pip from the index", D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  tjob::test::package_index index;
+  auto cfg = fx.config(sock, container_network::host);
+  cfg.container.volumes = host_volumes;
+  cfg.container.image = "localhost/tjob-host:bookworm";
+  trainer_client client(cfg);
+  python_trainer t;
+  t.source = "def main(who):\n    import tinyjob\n    print('hello', who, tinyjob.__name__)\n";
+  t.function = "main";
+  t.function_args = R"J({"who": "it's; $(x)"})J";
+  t.packages_to_install = {"tinyjob==1.2.0"};
+  t.pip_index_urls = {index.url};
+  t.python = "/usr/bin/python3";
+  train_request r;
+  r.runtime = "python";
+  r.job_trainer = t;
+  auto name = client.train(r);
+  auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed}, 300s);
+  auto log = all_of(client.get_job_logs(name, {}));
+  CHECK_MESSAGE(job.status == job_status::complete, log);
+  CHECK(log.find("Successfully installed Python packages (user): tinyjob==1.2.0") != std::string::npos);
+  CHECK(log.find("hello it's; $(x) tinyjob\n") != std::string::npos);
+  client.delete_job(name);
+}
+
+TEST_CASE("one spec, two backends: the linear example has the same statuses, steps and lines") {
+  auto sock = socket_of("docker");
+  if (sock.empty() || !tjob::test::system_python_has("torch")) return;
+  auto lines_of = [](const std::string& log) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start < log.size()) {
+      auto nl = log.find('\n', start);
+      auto line = log.substr(start, nl - start);
+      // The training code's lines: setup output differs by design (the local
+      // backend pip-installs the runtime's packages, as Kubeflow's local backend
+      // does; a container has them in its image).
+      if (line.starts_with("Epoch 1/") || !out.empty()) out.push_back(line);
+      if (nl == std::string::npos) break;
+      start = nl + 1;
+    }
+    return out;
+  };
+  struct seen {
+    job_status status;
+    std::vector<std::pair<std::string, job_status>> steps;
+    std::vector<std::string> lines;
+  };
+  std::vector<seen> results;
+  for (auto backend : {backend_kind::local, backend_kind::container}) {
+    fixture fx;
+    auto cfg = fx.config(sock, container_network::host);
+    cfg.backend = backend;
+    cfg.container.volumes = host_volumes;
+    cfg.container.image = "localhost/tjob-host:bookworm";
+    trainer_client client(cfg);
+    auto t = linear_trainer();
+    t.system_site_packages = true;
+    train_request r;
+    r.job_trainer = t;
+    auto name = client.train(r);
+    auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed}, 300s);
+    seen s{job.status, {}, lines_of(all_of(client.get_job_logs(name, {})))};
+    for (const auto& st : job.steps) s.steps.emplace_back(st.name, st.status);
+    results.push_back(s);
+    client.delete_job(name);
+  }
+  CHECK(results[0].status == job_status::complete);
+  CHECK(results[0].status == results[1].status);
+  CHECK(results[0].steps == results[1].steps);
+  std::string a, b;
+  for (const auto& l : results[0].lines) a += l + "\n";
+  for (const auto& l : results[1].lines) b += l + "\n";
+  CHECK(a == b);
+  CHECK(std::find(results[1].lines.begin(), results[1].lines.end(), "Training completed!") !=
+        results[1].lines.end());
+}
+
+// ---------------------------------------------------------------------------
+// daemons that are not there or misbehave
+
+namespace {
+struct fake_daemon {
+  tjob::test::temp_dir dir;
+  std::string socket = (dir.path() / "fake.sock").string();
+  std::unique_ptr<tjob::test::background> proc;
+  explicit fake_daemon(const std::string& mode) {
+    proc = std::make_unique<tjob::test::background>(std::vector<std::string>{
+        "python3", "-u", tjob::test::source_dir() + "/tests/support/fake_daemon.py", socket, mode});
+    REQUIRE(proc->wait_for_stdout("ready"));
+  }
+};
+}  // namespace
+
+TEST_CASE("no daemon answering gives one error listing every place tried and how to name one") {
+  fixture fx;
+  tjob::test::temp_dir d;
+  std::ofstream(d.path() / "plain-file") << "not a socket";
+  ::setenv("DOCKER_HOST", ("unix://" + (d.path() / "plain-file").string()).c_str(), 1);
+  ::setenv("CONTAINER_HOST", ("unix://" + (d.path() / "missing.sock").string()).c_str(), 1);
+  auto cfg = fx.home_fixture::config();
+  cfg.backend = backend_kind::container;
+  trainer_client client(cfg);
+  auto msg = message_of([&] { client.list_jobs(); });
+  ::unsetenv("DOCKER_HOST");
+  ::unsetenv("CONTAINER_HOST");
+  CHECK(msg.find("Could not connect to Docker or Podman") != std::string::npos);
+  CHECK(msg.find("plain-file (DOCKER_HOST): not a socket") != std::string::npos);
+  CHECK(msg.find("missing.sock (CONTAINER_HOST): no such socket") != std::string::npos);
+  CHECK(msg.find("/var/run/docker.sock") != std::string::npos);
+  CHECK(msg.find("/run/podman/podman.sock") != std::string::npos);
+  CHECK(msg.find("--container-host unix:///path/to/socket") != std::string::npos);
+}
+
+TEST_CASE("a daemon answering 500 gives its own message, naming the job") {
+  fixture fx;
+  fake_daemon fake("500");
+  trainer_client client(fx.config(fake.socket));
+  auto msg = message_of([&] { client.train(shell_job("true", "on-broken")); });
+  CHECK(msg.find("injected failure: the daemon is broken") != std::string::npos);
+  CHECK(msg.find("500") != std::string::npos);
+  CHECK(code_of([&] { client.get_job("x"); }) == errc::backend_error);
+}
+
+TEST_CASE("a daemon closing the connection mid-response is an error, not a hang or a crash") {
+  fixture fx;
+  fake_daemon fake("cut");
+  trainer_client client(fx.config(fake.socket));
+  auto msg = message_of([&] { client.list_jobs(); });
+  CHECK(msg.find("closed in the middle") != std::string::npos);
+  CHECK(code_of([&] { client.list_jobs(); }) == errc::backend_unavailable);
+}
+
+TEST_CASE("a log frame longer than the limit is refused, naming the job and the container") {
+  fixture fx;
+  fake_daemon fake("bigframe");
+  trainer_client client(fx.config(fake.socket));
+  auto job = client.get_job("big");
+  CHECK(job.status == job_status::complete);
+  auto msg = message_of([&] { all_of(client.get_job_logs("big", {})); });
+  CHECK(msg.find("TrainJob 'big'") != std::string::npos);
+  CHECK(msg.find("c0ffee") != std::string::npos);
+  CHECK(msg.find("over the limit") != std::string::npos);
+}
+
+TEST_CASE("dockerd restarting while a log is followed: the follower ends, the status is re-read") {
+  if (socket_of("docker").empty()) return;
+  fixture fx;
+  tjob::test::temp_dir d;
+  auto script = tjob::test::source_dir() + "/tests/support/container_peers";
+  auto started = tjob::test::run({script, "start", d.str(), "docker"}, {}, 120s);
+  REQUIRE_MESSAGE(started.exit_code == 0, started.err);
+  auto sock = (d.path() / "docker.sock").string();
+  {
+    trainer_client client(fx.config(sock));
+    auto name = client.train(shell_job("echo first; sleep 600"));
+    client.wait_for_job_status(name, {job_status::running}, 60s);
+    auto reader = client.get_job_logs(name, {.follow = true});
+    CHECK(reader.next() == std::optional<std::string>("first\n"));
+    auto follower = std::async(std::launch::async, [&] {
+      return code_of([&] {
+        while (reader.next()) {
+        }
+      });
+    });
+    auto restarted = tjob::test::run({script, "restart-docker", d.str()}, {}, 120s);
+    REQUIRE_MESSAGE(restarted.exit_code == 0, restarted.err);
+    REQUIRE(follower.wait_for(60s) == std::future_status::ready);
+    auto how = follower.get();  // ended, or an error saying the daemon went away
+    CHECK((!how || *how == errc::backend_unavailable));
+    auto job = client.wait_for_job_status(name, {job_status::failed, job_status::complete}, 60s);
+    CHECK(job.status == job_status::failed);  // dockerd stopped it; never left Running
+    client.delete_job(name);
+  }
+  tjob::test::run({script, "stop", d.str()}, {}, 120s);
+}

@@ -1,0 +1,73 @@
+"""A misbehaving Docker Engine API on a unix socket, for fault tests.
+
+    python3 fake_daemon.py SOCKET MODE
+
+It answers /_ping and /version as Docker 20.10 does, then, per MODE:
+  500       every other request gets 500 with a Docker error body;
+  cut       every other request gets a head promising 1000 bytes, 10 of them, then a close;
+  bigframe  one exited job `big` whose log stream announces a 2 GiB frame.
+"""
+import json
+import os
+import socketserver
+import sys
+
+SOCK, MODE = sys.argv[1], sys.argv[2]
+
+CONTAINER = {"Id": "c0ffee", "Names": ["/big-node-0"], "State": "exited", "Created": 1700000000,
+             "Labels": {"trainer.kubeflow.org/trainjob-name": "big",
+                        "trainer.kubeflow.org/step": "node-0",
+                        "trainer.kubeflow.org/runtime-name": "torch-distributed"}}
+INSPECT = {"Id": "c0ffee", "Config": {"Tty": False, "Labels": CONTAINER["Labels"]},
+           "State": {"Status": "exited", "ExitCode": 0, "OOMKilled": False, "Pid": 0, "Error": ""}}
+
+
+class Handler(socketserver.StreamRequestHandler):
+    def send(self, status, body, ctype="application/json", extra=""):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        head = "HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\nApi-Version: 1.41\r\n%sConnection: close\r\n\r\n" % (
+            status, ctype, len(data), extra)
+        self.wfile.write(head.encode() + data)
+
+    def handle(self):
+        line = self.rfile.readline().decode()
+        length = 0
+        while True:
+            h = self.rfile.readline()
+            if h in (b"\r\n", b"\n", b""):
+                break
+            if h.lower().startswith(b"content-length:"):
+                length = int(h.split(b":")[1])
+        if length:
+            self.rfile.read(length)
+        path = line.split(" ")[1] if " " in line else "/"
+        if path.endswith("/_ping"):
+            return self.send(200, b"OK", "text/plain")
+        if path.endswith("/version"):
+            return self.send(200, {"Version": "20.10.24", "ApiVersion": "1.41", "MinAPIVersion": "1.12"})
+        if MODE == "500":
+            return self.send(500, {"message": "injected failure: the daemon is broken"})
+        if MODE == "cut":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n[{\"Id\":\"ab")
+            self.wfile.flush()
+            return
+        if MODE == "bigframe":
+            if "/containers/json" in path:
+                return self.send(200, [CONTAINER])
+            if path.split("?")[0].endswith("/json"):
+                return self.send(200, INSPECT)
+            if "/logs" in path:
+                frame = bytes([1, 0, 0, 0, 0x7F, 0xFF, 0xFF, 0xFF]) + b"x" * 100
+                return self.send(200, frame, "application/vnd.docker.raw-stream")
+        return self.send(404, {"message": "page not found"})
+
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+if os.path.exists(SOCK):
+    os.unlink(SOCK)
+with Server(SOCK, Handler) as srv:
+    print("ready", flush=True)
+    srv.serve_forever()

@@ -1,0 +1,155 @@
+// The pure parts of the container backend: log frames, line splitting,
+// endpoints, the create body (GPU DeviceRequest included) and status mapping.
+#include "adapters/container/docker_api.hpp"
+#include "adapters/container/layout.hpp"
+#include "adapters/http/http_client.hpp"
+
+#include <tjob/error.hpp>
+
+#include <boost/json/serialize.hpp>
+#include <doctest/doctest.h>
+
+using namespace tjob;
+using namespace tjob::container;
+namespace json = boost::json;
+
+namespace {
+std::string frame(int stream, const std::string& payload) {
+  std::string h(8, '\0');
+  h[0] = static_cast<char>(stream);
+  auto n = payload.size();
+  h[4] = static_cast<char>((n >> 24) & 0xff);
+  h[5] = static_cast<char>((n >> 16) & 0xff);
+  h[6] = static_cast<char>((n >> 8) & 0xff);
+  h[7] = static_cast<char>(n & 0xff);
+  return h + payload;
+}
+errc code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const tjob::error& e) {
+    return static_cast<errc>(e.code().value());
+  }
+  return errc{};
+}
+}  // namespace
+
+TEST_CASE("frame_decoder splits multiplexed frames fed byte by byte") {
+  std::string bytes = frame(1, "out1\n") + frame(2, "err1\n") + frame(1, "") + frame(1, "out2\n");
+  frame_decoder d;
+  std::string out, err;
+  for (char c : bytes)
+    d.feed(std::string_view(&c, 1), [&](int s, std::string_view p) { (s == 2 ? err : out) += p; });
+  CHECK(out == "out1\nout2\n");
+  CHECK(err == "err1\n");
+  CHECK(d.at_boundary());
+  d.feed(frame(1, "abc").substr(0, 5), [](int, std::string_view) {});
+  CHECK_FALSE(d.at_boundary());
+}
+
+TEST_CASE("frame_decoder rejects an oversized or malformed frame and passes TTY streams raw") {
+  frame_decoder small(false, 16);
+  CHECK(code_of([&] { small.feed(frame(1, std::string(17, 'x')), [](int, std::string_view) {}); }) ==
+        errc::protocol_error);
+  frame_decoder d;
+  CHECK(code_of([&] { d.feed(std::string_view("\x07\0\0\0\0\0\0\x01x", 9), [](int, std::string_view) {}); }) ==
+        errc::protocol_error);
+  frame_decoder raw(true);
+  std::string got;
+  raw.feed("plain\r\ntext", [&](int s, std::string_view p) {
+    CHECK(s == 1);
+    got += p;
+  });
+  CHECK(got == "plain\r\ntext");
+}
+
+TEST_CASE("line_splitter keeps lines across pieces and bounds a line") {
+  http::line_splitter s(10, "events");
+  std::vector<std::string> out;
+  s.feed("ab", out);
+  s.feed("c\r\nde\nf", out);
+  CHECK(out == std::vector<std::string>{"abc", "de"});
+  CHECK(s.finish() == std::optional<std::string>("f"));
+  CHECK(code_of([&] { s.feed(std::string(11, 'x'), out); }) == errc::protocol_error);
+}
+
+TEST_CASE("parse_endpoint takes unix sockets and TCP, and explains what it refuses") {
+  auto u = http::parse_endpoint("unix:///run/docker.sock");
+  CHECK(u.type == http::endpoint::kind::unix_socket);
+  CHECK(u.path == "/run/docker.sock");
+  CHECK(http::parse_endpoint("/tmp/x.sock").path == "/tmp/x.sock");
+  auto t = http::parse_endpoint("tcp://127.0.0.1:2375");
+  CHECK(t.type == http::endpoint::kind::tcp);
+  CHECK(t.host == "127.0.0.1");
+  CHECK(t.port == 2375);
+  CHECK(http::parse_endpoint("http://[::1]:80").host == "::1");
+  for (const char* bad : {"ftp://x", "unix://relative", "tcp://host", "tcp://h:99999", "tcp://h:x"})
+    CHECK(code_of([&] { http::parse_endpoint(bad); }) == errc::invalid_argument);
+}
+
+TEST_CASE("url_encode leaves unreserved characters alone") {
+  CHECK(http::url_encode("a-b_c.d~e") == "a-b_c.d~e");
+  CHECK(http::url_encode("{\"label\":[\"a=b\"]}") == "%7B%22label%22%3A%5B%22a%3Db%22%5D%7D");
+}
+
+TEST_CASE("create_body lays a node out as Kubeflow does, with limits and a GPU request") {
+  node_spec n;
+  n.job = "j1";
+  n.step = "node-1";
+  n.container_name = node_name("j1", 1);
+  n.image = "localhost/img:1";
+  n.network_id = "net123";
+  n.runtime = "torch-distributed";
+  n.workdir = "/home/u/.tjob/containers/j1";
+  n.cmd = {"python3", "x.py"};
+  n.env = {{"A", "1; $(rm -rf /)"}};
+  n.network = container_network::job;
+  n.network_name = network_name("j1");
+  n.volumes = {"/data:/data:ro"};
+  n.memory = 268435456;
+  n.nano_cpus = 500000000;
+  n.gpus = 2;
+  auto b = create_body(n);
+  auto& labels = b.at("Labels").as_object();
+  CHECK(labels.at(label_job) == "j1");
+  CHECK(labels.at(label_step) == "node-1");
+  CHECK(labels.at(label_network) == "net123");
+  CHECK(b.at("Env").as_array()[0] == "A=1; $(rm -rf /)");  // data, never a shell line
+  CHECK(b.at("WorkingDir") == "/workspace");
+  auto& host = b.at("HostConfig").as_object();
+  CHECK(host.at("NetworkMode") == "j1-net");
+  CHECK(host.at("Init") == true);
+  CHECK(host.at("Memory") == 268435456);
+  CHECK(host.at("NanoCpus") == 500000000);
+  CHECK(host.at("Binds").as_array()[0] == "/home/u/.tjob/containers/j1:/workspace:rw");
+  CHECK(host.at("Binds").as_array()[1] == "/data:/data:ro");
+  CHECK(json::serialize(host.at("DeviceRequests")) ==
+        R"([{"Driver":"","Count":2,"DeviceIDs":null,"Capabilities":[["gpu"]],"Options":{}}])");
+  CHECK(b.at("NetworkingConfig").at("EndpointsConfig").at("j1-net").at("Aliases").as_array()[0] ==
+        "j1-node-1");
+
+  n.network = container_network::host;
+  n.gpus = 0;
+  auto h = create_body(n);
+  CHECK(h.at("HostConfig").at("NetworkMode") == "host");
+  CHECK_FALSE(h.at("HostConfig").as_object().contains("DeviceRequests"));
+  CHECK_FALSE(h.contains("NetworkingConfig"));
+  n.network = container_network::none;
+  CHECK(create_body(n).at("HostConfig").at("NetworkMode") == "none");
+}
+
+TEST_CASE("status_of maps container states as Kubeflow does") {
+  CHECK(status_of("running", std::nullopt) == job_status::running);
+  CHECK(status_of("created", std::nullopt) == job_status::created);
+  CHECK(status_of("exited", 0) == job_status::complete);
+  CHECK(status_of("exited", 1) == job_status::failed);
+  CHECK(status_of("exited", std::nullopt) == job_status::failed);
+  CHECK(status_of("dead", 137) == job_status::failed);
+}
+
+TEST_CASE("check_volume wants absolute HOST:CONTAINER[:ro|rw]") {
+  check_volume("/usr:/usr:ro");
+  check_volume("/data:/data");
+  for (const char* bad : {"usr:/usr", "/usr", "/a:/b:xx", "/a:/workspace", "/a:rel"})
+    CHECK(code_of([&] { check_volume(bad); }) == errc::invalid_argument);
+}
