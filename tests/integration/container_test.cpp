@@ -432,3 +432,24 @@ TEST_CASE("dockerd restarting while a log is followed: the follower ends, the st
   }
   tjob::test::run({script, "stop", d.str()}, {}, 120s);
 }
+
+TEST_CASE_TEMPLATE("the README's container command trains the linear example", D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty() || !tjob::test::system_python_has("torch")) return;
+  std::vector<std::string> argv = {tjob::test::tjob_bin(), "run", "--backend", "container",
+                                   "--container-runtime", D::name,
+                                   "--container-host", "unix://" + sock,
+                                   "--image", "localhost/tjob-host:bookworm", "--network", "host"};
+  for (const auto& v : host_volumes) {
+    argv.push_back("-v");
+    argv.push_back(v);
+  }
+  for (const char* a : {"--func", "train_model"}) argv.push_back(a);
+  argv.push_back(tjob::test::source_dir() + "/examples/train_linear.py");
+  auto r = tjob::test::run(argv, fx.env(), 300s);
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("Epoch 5/5, Loss: ") != std::string::npos);
+  CHECK(r.out.find("Training completed!\n") != std::string::npos);
+  CHECK(r.err.find("Complete") != std::string::npos);
+}
