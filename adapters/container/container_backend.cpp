@@ -766,9 +766,9 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
     detail::wake_signal sig(ctx.ex);
     detail::wake_registration reg(waiters, &sig);
     // the stream first, so no change can fall between a read and the wait
-    while (!events_connected && events_running && steady::now() < deadline)
-      if (!co_await sig.wait_until(std::min(deadline, steady::now() + std::chrono::seconds(1))))
-        break;
+    auto settle = std::min(deadline, steady::now() + std::chrono::seconds(5));
+    while (!events_connected && events_running && steady::now() < settle)
+      if (!co_await sig.wait_until(settle)) break;
     std::optional<steady::time_point> unreachable_since;
     for (;;) {
       if (stopping) fail(errc::shut_down, "the engine is shutting down");
@@ -794,7 +794,11 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
                                              " and cannot reach the status asked for");
       }
       while (mark(name) == m) {
-        auto until = job ? deadline : std::min(deadline, steady::now() + std::chrono::seconds(1));
+        // Without the event stream (the daemon restarting, or refusing /events)
+        // status is re-read each second until the stream is back.
+        auto until = job && events_connected
+                         ? deadline
+                         : std::min(deadline, steady::now() + std::chrono::seconds(1));
         if (!co_await sig.wait_until(until)) {
           if (steady::now() >= deadline) {
             std::string set;
