@@ -12,6 +12,17 @@ bool same_nocase(std::string_view a, std::string_view b) {
                   std::tolower(static_cast<unsigned char>(y));
          });
 }
+
+bool same(std::string_view a, std::string_view b) { return a == b; }
+
+// The value among `all` whose name `matches` s.
+template <class E>
+std::optional<E> parse_among(std::string_view s, std::initializer_list<E> all,
+                             bool (*matches)(std::string_view, std::string_view)) {
+  for (auto v : all)
+    if (matches(s, to_string(v))) return v;
+  return std::nullopt;
+}
 }  // namespace
 
 std::string_view to_string(backend_kind k) noexcept {
@@ -24,9 +35,7 @@ std::string_view to_string(backend_kind k) noexcept {
 }
 
 std::optional<backend_kind> parse_backend_kind(std::string_view s) noexcept {
-  for (auto k : {backend_kind::local, backend_kind::container, backend_kind::kubernetes})
-    if (s == to_string(k)) return k;
-  return std::nullopt;
+  return parse_among(s, {backend_kind::local, backend_kind::container, backend_kind::kubernetes}, same);
 }
 
 std::string_view to_string(pull_policy p) noexcept {
@@ -39,9 +48,8 @@ std::string_view to_string(pull_policy p) noexcept {
 }
 
 std::optional<pull_policy> parse_pull_policy(std::string_view s) noexcept {
-  for (auto p : {pull_policy::if_not_present, pull_policy::always, pull_policy::never})
-    if (same_nocase(s, to_string(p))) return p;
-  return std::nullopt;
+  return parse_among(s, {pull_policy::if_not_present, pull_policy::always, pull_policy::never},
+                     same_nocase);
 }
 
 std::string_view to_string(container_network n) noexcept {
@@ -54,9 +62,8 @@ std::string_view to_string(container_network n) noexcept {
 }
 
 std::optional<container_network> parse_container_network(std::string_view s) noexcept {
-  for (auto n : {container_network::job, container_network::host, container_network::none})
-    if (s == to_string(n)) return n;
-  return std::nullopt;
+  return parse_among(s, {container_network::job, container_network::host, container_network::none},
+                     same);
 }
 
 }  // namespace tjob

@@ -7,6 +7,7 @@
 #include "adapters/process/python_setup.hpp"
 #include "engine/log_files.hpp"
 #include "engine/log_stream_impl.hpp"
+#include "engine/messages.hpp"
 #include "engine/names.hpp"
 #include "engine/runtimes.hpp"
 #include "engine/spec_json.hpp"
@@ -873,31 +874,16 @@ asio::awaitable<bool> foreign_watch::wait_until(steady::time_point deadline) {
 // messages
 
 std::string engine::impl::failure_message(const train_job& job) {
-  std::string msg = "TrainJob " + job.name + " is Failed";
-  for (const auto& s : job.steps) {
-    if (s.status != job_status::failed) continue;
-    msg += "\n  " + s.name + ": status=Failed, exit_code=" +
-           (s.exit_code ? std::to_string(*s.exit_code) : std::string("none")) +
-           ", reason=" + s.reason;
-  }
-  msg += "\n  Last logs:";
+  std::map<std::string, std::string> last_logs;
   for (const auto& s : job.steps) {
     if (s.status != job_status::failed) continue;
     auto path = jobs_dir / job.name / "logs" / (s.name + ".log");
     detail::log_cursor cur(path, detail::tail_offset(path, cfg.failure_log_lines));
-    std::string text;
+    auto& text = last_logs[s.name];
     while (cur.read_more(text) > 0 && text.size() < (1u << 20)) {
     }
-    std::size_t start = 0;
-    while (start < text.size()) {
-      auto nl = text.find('\n', start);
-      auto line = std::string_view(text).substr(start, nl == std::string::npos ? nl : nl - start);
-      msg += "\n    " + std::string(line.substr(0, 500));
-      if (nl == std::string::npos) break;
-      start = nl + 1;
-    }
   }
-  return msg;
+  return detail::failure_message(job, last_logs);
 }
 
 // ---------------------------------------------------------------------------
@@ -968,14 +954,7 @@ std::string find_program(const std::string& who, const std::string& prog,
 
 // The phases of a command job: the command itself.
 void engine::impl::plan_command(job_rec& j, const std::string& who, command_trainer& ct) {
-  if (ct.command.empty())
-    fail(errc::invalid_argument,
-         who + ": the trainer's command is empty; give the program to run and its arguments");
-  for (const auto& a : ct.command)
-    if (has_nul(a))
-      fail(errc::invalid_argument, who + ": a command argument holds a NUL byte, which no "
-                                         "program can receive; remove it");
-  check_env(who, ct.env);
+  detail::check_command(who, ct);
   ct.working_dir = check_working_dir(who, ct.working_dir);
   phase ph;
   ph.name = "command";
@@ -993,10 +972,6 @@ void engine::impl::plan_command(job_rec& j, const std::string& who, command_trai
 // right: venv, pip (only when there is something to install), the code.
 void engine::impl::plan_python(job_rec& j, const std::string& who, python_trainer& pt,
                                const runtime& rt, int num_nodes) {
-  if (num_nodes > 1 && rt.trainer.framework != "torch")
-    fail(errc::invalid_argument, who + ": num_nodes=" + std::to_string(num_nodes) + " needs a torch "
-                                       "runtime (the nodes meet through torchrun); runtime '" +
-                                       rt.name + "' is framework " + rt.trainer.framework);
   std::string source = detail::check_python_code(who, pt);
   pt.working_dir = check_working_dir(who, pt.working_dir);
   std::vector<std::string> packages;
@@ -1102,22 +1077,10 @@ asio::awaitable<std::string> engine::train(train_request req) {
   auto& e = *impl_;
   e.check_running();
   const bool generated = req.name.empty();
-  std::string name = generated ? detail::generate_job_name() : req.name;
-  std::string who = "TrainJob " + quote(name);
-  if (!generated) {
-    if (auto problem = detail::name_problem(name))
-      fail(errc::invalid_name,
-           "Invalid job name " + quote(name) + ": " + *problem +
-               ". Use an RFC 1035 label: lowercase letters, digits and '-', starting with a "
-               "letter and ending with a letter or digit, at most 63 characters");
-  }
-  if (req.runtime.empty()) req.runtime = std::string(detail::default_runtime_name);
   auto catalog = e.runtimes();
-  const runtime* rt = catalog.find(req.runtime);
-  if (!rt) fail(errc::runtime_not_found, who + ": " + catalog.not_found_message(req.runtime));
-  if (req.num_nodes < 1 || req.num_nodes > 64)
-    fail(errc::invalid_argument, who + ": num_nodes=" + std::to_string(req.num_nodes) +
-                                     " is out of range; give 1 to 64 nodes");
+  const runtime* rt = &detail::check_request(req, catalog);
+  std::string name = req.name;
+  std::string who = detail::who(name);
   if (req.num_nodes != 1 && std::holds_alternative<command_trainer>(req.job_trainer))
     fail(errc::invalid_argument, who + ": num_nodes=" + std::to_string(req.num_nodes) +
                                      ": a command job runs one node; use a Python trainer on a "
@@ -1166,7 +1129,7 @@ asio::awaitable<std::string> engine::train(train_request req) {
                                      " already exists; choose another name, or delete it first "
                                      "(tjob delete " + name + ")");
     name = detail::generate_job_name();
-    who = "TrainJob " + quote(name);
+    who = detail::who(name);
     plan();  // the paths in the plan hold the name
   }
   try {
@@ -1373,13 +1336,11 @@ struct local_log final : log_stream::impl {
   bool follow = false;
   std::shared_ptr<job_rec> owned;  // null when another process runs the job
   detail::log_cursor cursor;
-  std::string buf;
+  detail::line_buffer buf;
   bool ending = false;
   std::unique_ptr<foreign_watch> foreign;
   std::unique_ptr<detail::wake_signal> wake;
   std::unique_ptr<detail::wake_registration> reg;
-
-  static constexpr std::size_t max_line = 1 << 20;  // longer lines come in pieces
 
   local_log(std::shared_ptr<engine::impl> eng, std::string j, std::string s, bool f,
             std::filesystem::path path, std::uint64_t offset)
@@ -1419,31 +1380,11 @@ struct local_log final : log_stream::impl {
     co_await foreign->wait_until(steady::time_point::max());
   }
 
-  // Cuts what `buf` holds: one line (`whole_lines` false) or every complete
-  // line; nullopt when no complete line is there.
-  std::optional<std::string> take(bool whole_lines) {
-    auto nl = whole_lines ? buf.rfind('\n') : buf.find('\n');
-    if (nl == std::string::npos) return std::nullopt;
-    std::string out = buf.substr(0, nl + 1);
-    buf.erase(0, nl + 1);
-    return out;
-  }
-
   asio::awaitable<std::optional<std::string>> next(bool whole_lines) override {
     for (;;) {
-      if (auto out = take(whole_lines)) co_return out;
-      if (buf.size() >= max_line) {
-        std::string piece = std::move(buf);
-        buf.clear();
-        co_return piece;
-      }
-      if (cursor.read_more(buf) > 0) continue;
-      if (ending || !follow) {
-        if (buf.empty()) co_return std::nullopt;
-        std::string rest = std::move(buf);
-        buf.clear();
-        co_return rest;
-      }
+      if (auto out = buf.take(whole_lines)) co_return out;
+      if (cursor.read_more(buf.bytes()) > 0) continue;
+      if (ending || !follow) co_return buf.take_rest();
       if (step_ended()) {
         ending = true;  // one more read takes whatever was written before the end
         continue;

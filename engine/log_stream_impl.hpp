@@ -1,7 +1,11 @@
-// What a log_stream reads from: each backend has its own source.
+// What a log_stream reads from: each backend has its own source. They share
+// the cutting of bytes into lines.
 #pragma once
 
 #include <tjob/engine.hpp>
+
+#include <optional>
+#include <string>
 
 namespace tjob {
 
@@ -12,4 +16,38 @@ struct log_stream::impl {
   virtual boost::asio::awaitable<std::optional<std::string>> next(bool whole_lines) = 0;
 };
 
+namespace detail {
+
+/// The bytes a log source has read and not yet handed out, cut at '\n'.
+class line_buffer {
+ public:
+  /// Longer lines are handed out in pieces of this size.
+  static constexpr std::size_t max_line = 1 << 20;
+
+  /// Where a source appends what it reads.
+  std::string& bytes() { return buf_; }
+  bool empty() const { return buf_.empty(); }
+  /// One line (`whole_lines` false) or every complete line, each with its
+  /// '\n'; a line grown to max_line comes as a piece; nullopt when neither.
+  std::optional<std::string> take(bool whole_lines) {
+    auto nl = whole_lines ? buf_.rfind('\n') : buf_.find('\n');
+    if (nl == std::string::npos) return buf_.size() >= max_line ? take_rest() : std::nullopt;
+    std::string out = buf_.substr(0, nl + 1);
+    buf_.erase(0, nl + 1);
+    return out;
+  }
+  /// Everything held (a last line without '\n' once the stream has ended);
+  /// nullopt when nothing is.
+  std::optional<std::string> take_rest() {
+    if (buf_.empty()) return std::nullopt;
+    std::string rest = std::move(buf_);
+    buf_.clear();
+    return rest;
+  }
+
+ private:
+  std::string buf_;
+};
+
+}  // namespace detail
 }  // namespace tjob

@@ -45,4 +45,11 @@ std::string printable(std::string_view s, std::size_t max) {
   return out;
 }
 
+std::string quote(std::string_view s) {
+  std::string out(1, '\'');
+  out += printable(s);
+  out.push_back('\'');
+  return out;
+}
+
 }  // namespace tjob::detail

@@ -19,4 +19,7 @@ std::optional<std::string> name_problem(std::string_view name);
 /// non-ASCII bytes escaped, long names cut.
 std::string printable(std::string_view s, std::size_t max = 80);
 
+/// 'text', printable (for messages).
+std::string quote(std::string_view s);
+
 }  // namespace tjob::detail

@@ -24,13 +24,6 @@ namespace {
 [[noreturn]] void fail(errc e, std::string message) { throw error(e, std::move(message)); }
 }  // namespace
 
-std::string quote(std::string_view s) {
-  std::string out(1, '\'');
-  out += printable(s);
-  out.push_back('\'');
-  return out;
-}
-
 bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
 
 void check_env(const std::string& who, const std::map<std::string, std::string>& env) {
@@ -58,6 +51,42 @@ std::string read_source(const std::string& who, const std::string& file) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+const runtime& check_request(train_request& req, const runtime_catalog& catalog) {
+  if (req.name.empty()) {
+    req.name = generate_job_name();
+  } else if (auto problem = name_problem(req.name)) {
+    fail(errc::invalid_name,
+         "Invalid job name " + quote(req.name) + ": " + *problem +
+             ". Use an RFC 1035 label: lowercase letters, digits and '-', starting with a "
+             "letter and ending with a letter or digit, at most 63 characters");
+  }
+  auto me = who(req.name);
+  if (req.runtime.empty()) req.runtime = std::string(default_runtime_name);
+  const runtime* rt = catalog.find(req.runtime);
+  if (!rt) fail(errc::runtime_not_found, me + ": " + catalog.not_found_message(req.runtime));
+  if (req.num_nodes < 1 || req.num_nodes > 64)
+    fail(errc::invalid_argument, me + ": num_nodes=" + std::to_string(req.num_nodes) +
+                                     " is out of range; give 1 to 64 nodes");
+  if (req.num_nodes > 1 && std::holds_alternative<python_trainer>(req.job_trainer) &&
+      rt->trainer.framework != "torch")
+    fail(errc::invalid_argument, me + ": num_nodes=" + std::to_string(req.num_nodes) +
+                                     " needs a torch runtime (the nodes meet through torchrun); "
+                                     "runtime '" + rt->name + "' is framework " +
+                                     rt->trainer.framework);
+  return *rt;
+}
+
+void check_command(const std::string& who, const command_trainer& ct) {
+  if (ct.command.empty())
+    fail(errc::invalid_argument,
+         who + ": the trainer's command is empty; give the program to run and its arguments");
+  for (const auto& a : ct.command)
+    if (has_nul(a))
+      fail(errc::invalid_argument, who + ": a command argument holds a NUL byte, which no "
+                                         "program can receive; remove it");
+  check_env(who, ct.env);
 }
 
 std::string check_python_code(const std::string& who, python_trainer& pt) {

@@ -5,14 +5,15 @@
 
 #include <tjob/types.hpp>
 
+#include "engine/names.hpp"
+#include "engine/runtimes.hpp"
+
 #include <map>
 #include <string>
 #include <string_view>
 
 namespace tjob::detail {
 
-/// 'text', with control characters shown escaped (for messages).
-std::string quote(std::string_view s);
 bool has_nul(std::string_view s);
 /// Env names are non-empty without '=' or NUL; values without NUL.
 void check_env(const std::string& who, const std::map<std::string, std::string>& env);
@@ -22,6 +23,17 @@ std::string read_source(const std::string& who, const std::string& file);
 /// function_args, args, packages, env) and returns the source text (empty for
 /// a script file given by path). Makes source_file absolute.
 std::string check_python_code(const std::string& who, python_trainer& pt);
+
+/// The checks of a request every backend makes first. Fills in the name
+/// (generated when empty) and the runtime (torch-distributed when empty);
+/// checks num_nodes (1 to 64; several need a torch runtime for a Python
+/// trainer). Returns the runtime, from `catalog`.
+const runtime& check_request(train_request& req, const runtime_catalog& catalog);
+/// "TrainJob 'name'", the prefix of every message about a job.
+inline std::string who(const std::string& name) { return "TrainJob " + quote(name); }
+
+/// A command trainer's command (not empty, no NUL) and env.
+void check_command(const std::string& who, const command_trainer& ct);
 
 /// A TCP port on 127.0.0.1 nobody listens on now (the kernel picks it), for a
 /// torch rendezvous: concurrent jobs do not collide on 29500.

@@ -3,7 +3,9 @@
 #include "adapters/container/docker_api.hpp"
 #include "adapters/container/layout.hpp"
 #include "adapters/process/python_setup.hpp"
+#include "engine/job_state.hpp"
 #include "engine/log_stream_impl.hpp"
+#include "engine/messages.hpp"
 #include "engine/names.hpp"
 #include "engine/trainer_checks.hpp"
 #include "engine/wake.hpp"
@@ -29,11 +31,17 @@ namespace json = boost::json;
 namespace fs = std::filesystem;
 using steady = std::chrono::steady_clock;
 using detail::quote;
+using detail::who;
 
 namespace {
 
 [[noreturn]] void fail(errc e, std::string message, std::string diagnostics = {}) {
   throw error(e, std::move(message), std::move(diagnostics));
+}
+
+// The same error (code and diagnostics) with `prefix` saying where it happened.
+[[noreturn]] void rethrow_as(const error& e, const std::string& prefix) {
+  throw error(e.code(), prefix + e.what(), e.diagnostics());
 }
 
 std::string str_of(const json::object& o, std::string_view key) {
@@ -132,6 +140,7 @@ struct seen {
   std::int64_t created = 0;
   std::optional<int> exit_code;
   bool oom = false;
+  bool tty = false;  // its log is a raw stream, not frames
   std::string error;
   std::int64_t pid = 0;
 };
@@ -155,8 +164,6 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   detail::wake_signal loop_done, backoff_wake;
   bool stopping = false;
   std::map<std::string, json::object> exited;  // inspect answers of exited containers (final)
-
-  std::string who(const std::string& job) const { return "TrainJob " + quote(job); }
 
   // --- the daemon -----------------------------------------------------------
 
@@ -266,6 +273,8 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
         }
         ins = &*fresh;
       }
+      if (auto* config = obj_of(*ins, "Config"))
+        if (auto* t = config->if_contains("Tty"); t && t->is_bool()) c.tty = t->as_bool();
       if (auto* st = obj_of(*ins, "State")) {
         c.state = str_of(*st, "Status");
         if (auto* p = st->if_contains("Pid"); p && p->is_number()) c.pid = p->to_number<std::int64_t>();
@@ -322,23 +331,13 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
       j.steps.push_back(std::move(s));
     }
     j.num_nodes = std::max(nodes, 1);
-    j.status = detail_aggregate(statuses);
+    j.status = detail::aggregate(statuses);
     for (const auto& s : j.steps)
       if (s.status == job_status::failed && j.reason.empty()) j.reason = s.reason;
     j.creation_timestamp = clock::time_point(std::chrono::seconds(created));
     return j;
   }
 
-  // Kubeflow's aggregation: any Failed, else any Running, else all Complete, else Created.
-  static job_status detail_aggregate(const std::vector<job_status>& s) {
-    auto any = [&](job_status x) { return std::find(s.begin(), s.end(), x) != s.end(); };
-    if (any(job_status::failed)) return job_status::failed;
-    if (any(job_status::running)) return job_status::running;
-    if (!s.empty() && std::all_of(s.begin(), s.end(), [](job_status x) { return x == job_status::complete; }))
-      return job_status::complete;
-    if (any(job_status::complete)) return job_status::running;  // some done, some not started
-    return job_status::created;
-  }
 
   [[noreturn]] void not_found(const std::string& name) {
     fail(errc::job_not_found, "No TrainJob with name " + quote(name) + " on " + api->describe() +
@@ -417,39 +416,24 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   // --- messages -------------------------------------------------------------
 
   asio::awaitable<std::string> failure_message(const train_job& job) {
-    std::string msg = "TrainJob " + job.name + " is Failed";
+    std::map<std::string, std::string> last_logs;
     for (const auto& s : job.steps) {
       if (s.status != job_status::failed) continue;
-      msg += "\n  " + s.name + ": status=Failed, exit_code=" +
-             (s.exit_code ? std::to_string(*s.exit_code) : std::string("none")) +
-             ", reason=" + s.reason;
-    }
-    msg += "\n  Last logs:";
-    for (const auto& s : job.steps) {
-      if (s.status != job_status::failed) continue;
+      auto& text = last_logs[s.name];
       try {
         auto body = co_await api->container_logs(container_of(job.name, s.name), false,
                                                  ctx.failure_log_lines);
         frame_decoder dec;
-        std::string text;
         while (auto piece = co_await body.read_some()) {
           dec.feed(*piece, [&](int, std::string_view p) {
             if (text.size() < (1u << 20)) text.append(p);
           });
         }
-        std::size_t start = 0;
-        while (start < text.size()) {
-          auto nl = text.find('\n', start);
-          auto line = std::string_view(text).substr(start, nl == std::string::npos ? nl : nl - start);
-          msg += "\n    " + std::string(line.substr(0, 500));
-          if (nl == std::string::npos) break;
-          start = nl + 1;
-        }
       } catch (const error& e) {
-        msg += "\n    (" + s.name + ": cannot read its log: " + e.what() + ")";
+        text = "(" + s.name + ": cannot read its log: " + e.what() + ")";
       }
     }
-    co_return msg;
+    co_return detail::failure_message(job, last_logs);
   }
 
   static std::string container_of(const std::string& job, const std::string& step) {
@@ -481,15 +465,10 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   }
 
   asio::awaitable<std::string> train(train_request r) {
-    auto name = r.name.empty() ? detail::generate_job_name() : r.name;
-    if (auto problem = detail::name_problem(name))
-      fail(errc::invalid_name, "Invalid job name " + quote(name) + ": " + *problem);
-    auto me = who(name);
-    if (r.num_nodes < 1) fail(errc::invalid_argument, me + ": num_nodes must be 1 or more");
     auto catalog = ctx.runtimes();
-    auto rt_name = r.runtime.empty() ? std::string("torch-distributed") : r.runtime;
-    const runtime* rt = catalog.find(rt_name);
-    if (!rt) fail(errc::runtime_not_found, catalog.not_found_message(rt_name));
+    const runtime* rt = &detail::check_request(r, catalog);
+    const auto name = r.name;
+    auto me = who(name);
     for (const auto& v : cfg.volumes) check_volume(v);
 
     // what each node runs
@@ -498,16 +477,10 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
     std::string image = cfg.image, working_dir = workspace;
     std::vector<std::pair<std::string, std::string>> files;  // under .tjob/
     json::object plan;
-    bool torch = false;
     std::int64_t memory = 0, nano_cpus = 0;
     int gpus = 0, procs = 1;
     if (auto* ct = std::get_if<command_trainer>(&r.job_trainer)) {
-      if (ct->command.empty())
-        fail(errc::invalid_argument, me + ": the trainer's command is empty; give the program to "
-                                          "run in the container and its arguments");
-      for (const auto& a : ct->command)
-        if (detail::has_nul(a)) fail(errc::invalid_argument, me + ": a command argument holds a NUL byte");
-      detail::check_env(me, ct->env);
+      detail::check_command(me, *ct);
       if (!ct->working_dir.empty()) {
         if (ct->working_dir.front() != '/')
           fail(errc::invalid_argument, me + ": working_dir " + quote(ct->working_dir) +
@@ -519,9 +492,6 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
       if (!ct->image.empty()) image = ct->image;
     } else {
       auto& pt = std::get<python_trainer>(r.job_trainer);
-      if (r.num_nodes > 1 && rt->trainer.framework != "torch")
-        fail(errc::invalid_argument, me + ": num_nodes=" + std::to_string(r.num_nodes) +
-                                         " needs a torch runtime (the nodes meet through torchrun)");
       auto source = detail::check_python_code(me, pt);
       if (!pt.working_dir.empty())
         fail(errc::invalid_argument, me + ": working_dir is a local-backend field; a container "
@@ -542,10 +512,9 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
       for (const auto& p : pt.packages_to_install) pk.emplace_back(p);
       for (const auto& u : process::index_urls(pt.pip_index_urls)) urls.emplace_back(u);
       for (const auto& a : pt.args) args.emplace_back(a);
-      torch = rt->trainer.framework == "torch";
       plan = {{"packages", std::move(pk)}, {"index_urls", std::move(urls)},
               {"script", "/workspace/.tjob/train.py"}, {"args", std::move(args)},
-              {"torch", torch}};
+              {"torch", rt->trainer.framework == "torch"}};
       env = pt.env;
       env.emplace("PYTHONUNBUFFERED", "1");
       // the node's plan file is the last argument
@@ -639,10 +608,8 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
           made.push_back(id);
           co_await d.container_start(id);
         } catch (const error& e) {
-          fail(e.code().category() == category() ? static_cast<errc>(e.code().value()) : errc::backend_error,
-               me + ": node-" + std::to_string(rank) + " (container " + quote(n.container_name) +
-                   "): " + e.what(),
-               e.diagnostics());
+          rethrow_as(e, me + ": node-" + std::to_string(rank) + " (container " +
+                            quote(n.container_name) + "): ");
         }
         if (rank == 0 && r.num_nodes > 1 && cfg.network == container_network::job &&
             d.info().kind == daemon_kind::podman) {
@@ -688,35 +655,20 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
     std::string what, container;
     bool follow;
     std::optional<std::size_t> tail;
-    bool raw;
     std::optional<http::body_stream> body;
     frame_decoder dec;
-    std::string buf;
+    detail::line_buffer buf;
     bool ended = false;
-    static constexpr std::size_t max_line = 1 << 20;
 
     container_log(std::shared_ptr<backend::impl> bk, std::string w, std::string c, bool f,
                   std::optional<std::size_t> t, bool tty)
         : b(std::move(bk)), what(std::move(w)), container(std::move(c)), follow(f), tail(t),
-          raw(tty), dec(tty) {}
-
-    std::optional<std::string> take(bool whole_lines) {
-      auto nl = whole_lines ? buf.rfind('\n') : buf.find('\n');
-      if (nl == std::string::npos) return std::nullopt;
-      std::string out = buf.substr(0, nl + 1);
-      buf.erase(0, nl + 1);
-      return out;
-    }
+          dec(tty) {}
 
     asio::awaitable<std::optional<std::string>> next(bool whole_lines) override {
       for (;;) {
-        if (auto out = take(whole_lines)) co_return out;
-        if (buf.size() >= max_line || (ended && !buf.empty())) {
-          std::string piece = std::move(buf);
-          buf.clear();
-          co_return piece;
-        }
-        if (ended) co_return std::nullopt;
+        if (auto out = buf.take(whole_lines)) co_return out;
+        if (ended) co_return buf.take_rest();
         try {
           if (!body) body.emplace(co_await b->api->container_logs(container, follow, tail));
           auto piece = co_await body->read_some();
@@ -726,11 +678,9 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
             ended = true;
             continue;
           }
-          dec.feed(*piece, [&](int, std::string_view p) { buf.append(p); });
+          dec.feed(*piece, [&](int, std::string_view p) { buf.bytes().append(p); });
         } catch (const error& e) {
-          fail(static_cast<errc>(e.code().category() == category() ? e.code().value()
-                                                                     : int(errc::backend_error)),
-               what + " (container " + quote(container) + "): " + e.what(), e.diagnostics());
+          rethrow_as(e, what + " (container " + quote(container) + "): ");
         }
       }
     }
@@ -742,13 +692,9 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
     std::string known;
     for (const auto& c : cs) {
       if (c.step == o.step) {
-        bool tty = false;
-        if (auto ins = co_await api->container_inspect(c.id))
-          if (auto* cfgo = obj_of(*ins, "Config"))
-            if (auto* t = cfgo->if_contains("Tty"); t && t->is_bool()) tty = t->as_bool();
         co_return log_stream(std::make_unique<container_log>(
             shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step),
-            c.id, o.follow, o.tail, tty));
+            c.id, o.follow, o.tail, c.tty));
       }
       known += (known.empty() ? "" : ", ") + c.step;
     }

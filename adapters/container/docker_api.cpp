@@ -1,5 +1,7 @@
 #include "adapters/container/docker_api.hpp"
 
+#include "engine/names.hpp"
+
 #include <tjob/error.hpp>
 
 #include <boost/json/parse.hpp>
@@ -12,14 +14,13 @@ namespace tjob::container {
 
 namespace asio = boost::asio;
 namespace json = boost::json;
+using detail::quote;
 
 namespace {
 
 [[noreturn]] void fail(errc code, std::string message, std::string diagnostics = {}) {
   throw error(make_error_code(code), std::move(message), std::move(diagnostics));
 }
-
-std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 // "localhost/bb:latest" → ("localhost/bb", "latest"); a digest stays whole.
 std::pair<std::string, std::string> split_reference(const std::string& image) {
@@ -131,6 +132,21 @@ asio::awaitable<http::response> docker_api::call(std::string method, std::string
   co_return co_await http_.send(std::move(r));
 }
 
+asio::awaitable<http::body_stream> docker_api::stream(std::string method, std::string p,
+                                                     std::string what) {
+  http::request r;
+  r.method = std::move(method);
+  r.target = path(p);
+  r.timeout = timeout;
+  auto body = co_await http_.open(std::move(r));
+  if (body.status() != 200) {
+    auto text = co_await body.read_all(1 << 20);  // (not inside a braced init: g++ 12)
+    http::response resp{body.status(), body.headers(), std::move(text)};
+    refuse(what, resp);
+  }
+  co_return body;
+}
+
 asio::awaitable<daemon_info> docker_api::connect(std::chrono::milliseconds t) {
   http::request r;
   r.target = "/_ping";
@@ -190,17 +206,9 @@ asio::awaitable<std::optional<json::object>> docker_api::image_inspect(const std
 asio::awaitable<void> docker_api::image_pull(const std::string& image,
                                              std::function<void(const std::string&)> progress) {
   auto [repo, tag] = split_reference(image);
-  http::request r;
-  r.method = "POST";
-  r.target = path("/images/create?fromImage=" + http::url_encode(repo) +
-                  (tag.empty() ? "" : "&tag=" + http::url_encode(tag)));
-  r.timeout = timeout;
-  auto body = co_await http_.open(r);
-  if (body.status() != 200) {
-    auto text = co_await body.read_all(1 << 20);  // (not inside a braced init: g++ 12)
-    http::response resp{body.status(), body.headers(), std::move(text)};
-    refuse("pulling image " + quote(image), resp);
-  }
+  std::string q = "/images/create?fromImage=" + http::url_encode(repo) +
+                  (tag.empty() ? "" : "&tag=" + http::url_encode(tag));
+  auto body = co_await stream("POST", std::move(q), "pulling image " + quote(image));
   http::line_splitter lines(1 << 20, "pulling image " + quote(image));
   std::vector<std::string> got;
   std::string last_error;
@@ -307,15 +315,9 @@ asio::awaitable<std::optional<json::object>> docker_api::container_inspect(const
 }
 
 asio::awaitable<int> docker_api::container_wait(const std::string& id) {
-  http::request r;
-  r.method = "POST";
-  r.target = path("/containers/" + http::url_encode(id) + "/wait");
-  r.timeout = timeout;
-  auto body = co_await http_.open(r);
-  auto text = co_await body.read_all(1 << 16);
-  http::response resp{body.status(), body.headers(), text};
-  if (resp.status != 200) refuse("waiting for container " + quote(id), resp);
-  auto v = parse_json(text, "waiting for container " + quote(id));
+  auto r = co_await call("POST", "/containers/" + http::url_encode(id) + "/wait");
+  if (r.status != 200) refuse("waiting for container " + quote(id), r);
+  auto v = parse_json(r.body, "waiting for container " + quote(id));
   if (v.is_int64()) co_return static_cast<int>(v.as_int64());
   if (v.is_object())
     if (auto* c = v.as_object().if_contains("StatusCode"); c && c->is_number())
@@ -363,17 +365,12 @@ asio::awaitable<json::array> docker_api::container_list(const std::vector<std::s
 
 asio::awaitable<http::body_stream> docker_api::container_logs(const std::string& id, bool follow,
                                                               std::optional<std::size_t> tail) {
-  http::request r;
-  r.target = path("/containers/" + http::url_encode(id) + "/logs?stdout=1&stderr=1" +
+  // (named, not temporaries in the co_await: g++ 12)
+  std::string q = "/containers/" + http::url_encode(id) + "/logs?stdout=1&stderr=1" +
                   (follow ? "&follow=1" : "") +
-                  (tail ? "&tail=" + std::to_string(*tail) : std::string()));
-  r.timeout = timeout;
-  auto body = co_await http_.open(r);
-  if (body.status() != 200) {
-    auto text = co_await body.read_all(1 << 20);  // (not inside a braced init: g++ 12)
-    http::response resp{body.status(), body.headers(), std::move(text)};
-    refuse("reading the log of container " + quote(id), resp);
-  }
+                  (tail ? "&tail=" + std::to_string(*tail) : std::string());
+  std::string what = "reading the log of container " + quote(id);
+  auto body = co_await stream("GET", std::move(q), std::move(what));
   co_return body;
 }
 
@@ -382,15 +379,7 @@ asio::awaitable<http::body_stream> docker_api::events(const json::object& filter
   std::string q = "/events?filters=" + http::url_encode(json::serialize(filters));
   if (since > 0) q += "&since=" + std::to_string(since);
   if (until > 0) q += "&until=" + std::to_string(until);
-  http::request r;
-  r.target = path(q);
-  r.timeout = timeout;
-  auto body = co_await http_.open(r);
-  if (body.status() != 200) {
-    auto text = co_await body.read_all(1 << 20);  // (not inside a braced init: g++ 12)
-    http::response resp{body.status(), body.headers(), std::move(text)};
-    refuse("reading events", resp);
-  }
+  auto body = co_await stream("GET", std::move(q), "reading events");
   co_return body;
 }
 

@@ -115,6 +115,9 @@ class docker_api {
  private:
   boost::asio::awaitable<http::response> call(std::string method, std::string path,
                                               std::string body = {});
+  /// Opens a streamed answer; anything but 200 is refused (`what` names the call).
+  boost::asio::awaitable<http::body_stream> stream(std::string method, std::string path,
+                                                   std::string what);
   std::string path(std::string_view p) const;
   [[noreturn]] void refuse(const std::string& what, const http::response& r) const;
 
