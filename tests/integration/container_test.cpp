@@ -83,6 +83,13 @@ std::string docker_cli(const std::string& socket, std::vector<std::string> args)
 
 std::string all_of(log_reader reader) { return reader.read_all(); }
 
+// A job that runs until stopped, once it is Running.
+std::string started_sleeper(trainer_client& client) {
+  auto name = client.train(shell_job("sleep 600"));
+  client.wait_for_job_status(name, {job_status::running}, 60s);
+  return name;
+}
+
 python_trainer linear_trainer() {
   python_trainer t;
   t.source_file = tjob::test::source_dir() + "/examples/train_linear.py";
@@ -148,7 +155,13 @@ TEST_CASE_TEMPLATE("a failing container job raises with each step's exit code an
   auto job = client.get_job(name);
   CHECK(job.status == job_status::failed);
   CHECK(job.reason == "exit code 3");
-  client.delete_job(name);
+  // auto_remove off (--keep-workdir): delete keeps the work dir, not the containers
+  auto cfg = fx.config(sock);
+  cfg.container.auto_remove = false;
+  trainer_client keeping(cfg);
+  keeping.delete_job(name);
+  CHECK(code_of([&] { keeping.get_job(name); }) == errc::job_not_found);
+  CHECK(fs::is_directory(fs::path(fx.home()) / "containers" / name));
 }
 
 TEST_CASE_TEMPLATE("another process sees the container jobs of the first, with the same status", D,
@@ -157,11 +170,11 @@ TEST_CASE_TEMPLATE("another process sees the container jobs of the first, with t
   auto sock = socket_of(D::name);
   if (sock.empty()) return;
   trainer_client client(fx.config(sock));
-  auto name = client.train(shell_job("sleep 600"));
-  client.wait_for_job_status(name, {job_status::running}, 60s);
+  auto name = started_sleeper(client);
   auto env = fx.env();
-  auto r = tjob::test::run({tjob::test::tjob_bin(), "list", "--backend", "container",
-                            "--container-host", "unix://" + sock, "-o", "json"},
+  env["TJOB_BACKEND"] = "container";  // the CLI's default backend
+  auto r = tjob::test::run({tjob::test::tjob_bin(), "list", "--container-host", "unix://" + sock,
+                            "-o", "json"},
                            env);
   REQUIRE(r.exit_code == 0);
   auto v = boost::json::parse(r.out);
@@ -185,8 +198,7 @@ TEST_CASE_TEMPLATE("a container removed behind the engine's back ends a waiter w
   auto sock = socket_of(D::name);
   if (sock.empty()) return;
   trainer_client client(fx.config(sock));
-  auto name = client.train(shell_job("sleep 600"));
-  client.wait_for_job_status(name, {job_status::running}, 60s);
+  auto name = started_sleeper(client);
   auto waiter = std::async(std::launch::async, [&] {
     return code_of([&] { client.wait_for_job_status(name, {job_status::complete}, 120s); });
   });
@@ -399,6 +411,24 @@ TEST_CASE("a log frame longer than the limit is refused, naming the job and the 
   CHECK(msg.find("TrainJob 'big'") != std::string::npos);
   CHECK(msg.find("c0ffee") != std::string::npos);
   CHECK(msg.find("over the limit") != std::string::npos);
+}
+
+TEST_CASE("without the daemon's event stream a waiter still sees the job end") {
+  fixture fx;
+  fake_daemon fake("noevents");
+  trainer_client client(fx.config(fake.socket));
+  CHECK(client.get_job("big").status == job_status::running);
+  CHECK(client.wait_for_job_status("big", {job_status::complete}, 60s).status == job_status::complete);
+}
+
+TEST_CASE("container options without the container backend are a usage error") {
+  fixture fx;
+  auto r = tjob::test::run({tjob::test::tjob_bin(), "list", "--network", "host"}, fx.env());
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("add --backend container") != std::string::npos);
+  auto i = tjob::test::run({tjob::test::tjob_bin(), "run", "--image", "x", "--", "true"}, fx.env());
+  CHECK(i.exit_code == 2);
+  CHECK(i.err.find("--image is for the container backend") != std::string::npos);
 }
 
 TEST_CASE("dockerd restarting while a log is followed: the follower ends, the status is re-read") {

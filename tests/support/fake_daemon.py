@@ -5,12 +5,15 @@
 It answers /_ping and /version as Docker 20.10 does, then, per MODE:
   500       every other request gets 500 with a Docker error body;
   cut       every other request gets a head promising 1000 bytes, 10 of them, then a close;
-  bigframe  one exited job `big` whose log stream announces a 2 GiB frame.
+  bigframe  one exited job `big` whose log stream announces a 2 GiB frame;
+  noevents  one job `big` that runs for 2 s after the first listing, then exits 0; /events is 500.
 """
 import json
 import os
 import socketserver
 import sys
+import threading
+import time
 
 SOCK, MODE = sys.argv[1], sys.argv[2]
 
@@ -20,6 +23,19 @@ CONTAINER = {"Id": "c0ffee", "Names": ["/big-node-0"], "State": "exited", "Creat
                         "trainer.kubeflow.org/runtime-name": "torch-distributed"}}
 INSPECT = {"Id": "c0ffee", "Config": {"Tty": False, "Labels": CONTAINER["Labels"]},
            "State": {"Status": "exited", "ExitCode": 0, "OOMKilled": False, "Pid": 0, "Error": ""}}
+
+
+FIRST_LIST = []
+LOCK = threading.Lock()
+
+
+def state():
+    """`noevents`: running for 2 s after the first listing, then exited."""
+    with LOCK:
+        if not FIRST_LIST:
+            FIRST_LIST.append(time.monotonic())
+        done = MODE != "noevents" or time.monotonic() - FIRST_LIST[0] > 2
+    return "exited" if done else "running"
 
 
 class Handler(socketserver.StreamRequestHandler):
@@ -51,11 +67,14 @@ class Handler(socketserver.StreamRequestHandler):
             self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n[{\"Id\":\"ab")
             self.wfile.flush()
             return
-        if MODE == "bigframe":
+        if MODE in ("bigframe", "noevents"):
+            if "/events" in path:
+                return self.send(500, {"message": "events are broken here"})
+            st = state()
             if "/containers/json" in path:
-                return self.send(200, [CONTAINER])
+                return self.send(200, [dict(CONTAINER, State=st)])
             if path.split("?")[0].endswith("/json"):
-                return self.send(200, INSPECT)
+                return self.send(200, dict(INSPECT, State=dict(INSPECT["State"], Status=st)))
             if "/logs" in path:
                 frame = bytes([1, 0, 0, 0, 0x7F, 0xFF, 0xFF, 0xFF]) + b"x" * 100
                 return self.send(200, frame, "application/vnd.docker.raw-stream")
