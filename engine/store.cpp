@@ -5,7 +5,11 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <system_error>
+#include <unistd.h>
 
 namespace tjob::detail {
 namespace {
@@ -152,11 +156,22 @@ store::store(const std::filesystem::path& db_path, std::chrono::milliseconds bus
   exec("PRAGMA journal_mode=WAL");
   exec("PRAGMA synchronous=NORMAL");
   exec("PRAGMA foreign_keys=ON");
+  auto wake = wake_path(path_);
+  wake_fd_ = ::open(wake.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (wake_fd_ < 0)
+    throw error(errc::store_unavailable, "cannot open " + wake.string() + ": " +
+                                             std::strerror(errno) + "; " +
+                                             fix_for(errc::store_unavailable, path_));
 }
 
 store::~store() {
   for (auto& [sql, s] : cache_) sqlite3_finalize(s);
   if (db_) sqlite3_close_v2(db_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+std::filesystem::path store::wake_path(const std::filesystem::path& db_path) {
+  return std::filesystem::path(db_path.string() + "-wake");
 }
 
 void store::fail(int rc, std::string_view what) {
@@ -186,7 +201,17 @@ sqlite3_stmt* store::prepare(std::string_view sql) {
 }
 
 void store::begin() { exec("BEGIN IMMEDIATE"); }
-void store::commit() { exec("COMMIT"); }
+void store::commit() {
+  exec("COMMIT");
+  // A commit reaches the WAL file first and becomes visible only when the
+  // shared-memory index is updated, which no inotify watch sees. A process woken
+  // by the WAL write may read before that and then wait with nothing more to
+  // come. One byte written after COMMIT returns is a change it cannot miss.
+  if (wake_fd_ >= 0) {
+    while (::pwrite(wake_fd_, "w", 1, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
 void store::rollback() noexcept { sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr); }
 
 bool store::insert_job(const job_row& job) {

@@ -64,7 +64,10 @@ class store {
   const std::filesystem::path& path() const noexcept { return path_; }
 
   void begin();             ///< BEGIN IMMEDIATE (waits up to the busy timeout)
+  /// COMMIT, then a write to wake_path(): readers watching the directory are
+  /// woken once the commit is visible to them.
   void commit();
+  static std::filesystem::path wake_path(const std::filesystem::path& db_path);
   void rollback() noexcept;
 
   bool insert_job(const job_row& job);  ///< false when the name is taken
@@ -97,6 +100,7 @@ class store {
 
   std::filesystem::path path_;
   sqlite3* db_ = nullptr;
+  int wake_fd_ = -1;
   std::vector<std::pair<std::string, sqlite3_stmt*>> cache_;
 };
 

@@ -6,6 +6,10 @@
 #include <doctest/doctest.h>
 #include <sqlite3.h>
 
+#include <cstring>
+#include <sys/inotify.h>
+#include <unistd.h>
+
 using namespace tjob;
 using namespace tjob::detail;
 
@@ -119,4 +123,48 @@ TEST_CASE("a write lock held elsewhere times out as store_locked and loses nothi
   sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
   sqlite3_close(other);
   CHECK(db.load_job("kept"));
+}
+
+TEST_CASE("the last change a commit makes in the store's directory is to the wake file") {
+  // A reader in another process is woken by inotify on the directory. SQLite
+  // writes the WAL before the commit is visible (the index lives in shared
+  // memory, which inotify does not see), so a reader woken by the WAL alone can
+  // read the old state and then wait forever. The wake file changes last.
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  store writer(path, std::chrono::milliseconds(1000));
+  store reader(path, std::chrono::milliseconds(1000));
+  int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::inotify_add_watch(fd, d.path().c_str(), IN_MODIFY | IN_CREATE | IN_MOVED_TO) >= 0);
+  auto drain = [&] {
+    std::vector<std::string> names;
+    alignas(inotify_event) char buf[8192];
+    for (;;) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      for (char* p = buf; p < buf + n;) {
+        inotify_event ev;
+        std::memcpy(&ev, p, sizeof ev);
+        names.emplace_back(ev.len ? p + sizeof(inotify_event) : "");
+        p += sizeof(inotify_event) + ev.len;
+      }
+    }
+    return names;
+  };
+  for (int round = 0; round < 3; ++round) {
+    drain();
+    writer.begin();
+    if (round == 0) CHECK(writer.insert_job(sample("a")));
+    writer.update_job_status("a", round == 2 ? job_status::complete : job_status::running, "");
+    writer.commit();
+    auto names = drain();
+    REQUIRE_FALSE(names.empty());
+    CHECK(names.back() == "tjob.db-wake");
+    auto j = reader.load_job("a");
+    REQUIRE(j);
+    CHECK(j->status == (round == 2 ? job_status::complete : job_status::running));
+  }
+  ::close(fd);
+  CHECK(std::filesystem::exists(store::wake_path(path)));
 }
