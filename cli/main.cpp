@@ -81,6 +81,7 @@ struct common_options {
   std::string backend, container_runtime, container_host, pull_policy, network;
   std::vector<std::string> volumes;
   bool keep_workdir = false;
+  std::string kube_namespace, kube_context, kubeconfig;
 };
 
 backend_kind backend_of(const common_options& o) {
@@ -112,6 +113,13 @@ engine_config make_config(const common_options& o) {
   if (container_options && cfg.backend != backend_kind::container)
     throw usage_error("--container-runtime, --container-host, --pull-policy, --network, --volume "
                       "and --keep-workdir are for the container backend; add --backend container");
+  bool kube_options = !o.kube_namespace.empty() || !o.kube_context.empty() || !o.kubeconfig.empty();
+  if (kube_options && cfg.backend != backend_kind::kubernetes)
+    throw usage_error("--namespace, --context and --kubeconfig are for the kubernetes backend; "
+                      "add --backend kubernetes");
+  cfg.kubernetes.namespace_name = o.kube_namespace;
+  cfg.kubernetes.context = o.kube_context;
+  if (!o.kubeconfig.empty()) cfg.kubernetes.config_file = std::filesystem::absolute(o.kubeconfig).string();
   auto& c = cfg.container;
   if (!o.container_runtime.empty() && o.container_runtime != "docker" && o.container_runtime != "podman")
     throw usage_error("--container-runtime " + o.container_runtime + ": use docker or podman");
@@ -240,8 +248,14 @@ train_request make_request(const job_options& o, backend_kind backend) {
   req.runtime = o.runtime;
   std::error_code ec;
   bool in_container = backend == backend_kind::container;
-  if (!o.image.empty() && !in_container)
-    throw usage_error("--image is for the container backend; add --backend container");
+  bool in_cluster = backend == backend_kind::kubernetes;
+  if (!o.image.empty() && !in_container && !in_cluster)
+    throw usage_error("--image is for the container and kubernetes backends; add --backend container "
+                      "or --backend kubernetes");
+  if (in_cluster && !o.workdir.empty())
+    throw usage_error("--workdir: a TrainJob has no working directory; on a cluster the job runs "
+                      "where the image says; drop --workdir");
+  if (in_cluster) in_container = true;  // no host directory either
   // In a container the job runs in /workspace unless --workdir names a
   // directory inside the container.
   std::string workdir = in_container ? o.workdir
@@ -388,6 +402,13 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_flag("--keep-workdir", common.keep_workdir,
                "Container backend: delete keeps the job's work dir on the host (auto_remove off)");
+  app.add_option("--namespace", common.kube_namespace,
+                 "Kubernetes backend: the namespace; default: the kubeconfig context's, else default");
+  app.add_option("--context", common.kube_context,
+                 "Kubernetes backend: the kubeconfig context; default: its current-context");
+  app.add_option("--kubeconfig", common.kubeconfig,
+                 "Kubernetes backend: the kubeconfig file; default: $KUBECONFIG, else ~/.kube/config "
+                 "(in a pod: the service account)");
   app.fallthrough();
 
   job_options run_opts, train_opts;

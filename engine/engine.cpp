@@ -1,6 +1,7 @@
 #include "engine/engine_impl.hpp"
 
 #include "adapters/container/container_backend.hpp"
+#include "adapters/kubernetes/kube_backend.hpp"
 
 #include "adapters/process/cgroup.hpp"
 #include "adapters/process/proc_info.hpp"
@@ -892,9 +893,14 @@ std::string engine::impl::failure_message(const train_job& job) {
 engine::engine(asio::any_io_executor ex, engine_config config)
     : impl_(std::make_shared<impl>(ex, std::move(config))) {
   auto& e = *impl_;
-  if (e.cfg.backend == backend_kind::kubernetes)
-    fail(errc::invalid_argument,
-         "the kubernetes backend is not built yet; use --backend local or --backend container");
+  if (e.cfg.backend == backend_kind::kubernetes) {
+    kube::context ctx;
+    ctx.ex = e.ex;
+    ctx.log = e.log;
+    ctx.grace_period = e.cfg.grace_period;
+    ctx.failure_log_lines = e.cfg.failure_log_lines;
+    e.containers = std::make_shared<kube::backend>(std::move(ctx), e.cfg.kubernetes);
+  }
   if (e.cfg.backend == backend_kind::container) {
     container::context ctx;
     ctx.ex = e.ex;
@@ -1190,8 +1196,6 @@ asio::awaitable<std::vector<train_job>> engine::list_jobs(std::optional<std::str
 asio::awaitable<train_job> engine::wait_for_job_status(std::string name,
                                                        std::set<job_status> statuses,
                                                        std::chrono::milliseconds timeout) {
-  if (auto c = impl_->containers) co_return co_await c->wait_for_job_status(std::move(name), std::move(statuses), timeout);
-  auto& e = *impl_;
   if (timeout <= std::chrono::milliseconds::zero())
     fail(errc::invalid_argument,
          "Timeout must be a positive number, got timeout=" + std::to_string(timeout.count()) +
@@ -1200,6 +1204,8 @@ asio::awaitable<train_job> engine::wait_for_job_status(std::string name,
     fail(errc::invalid_argument, "waiting for TrainJob " + quote(name) +
                                      ": the set of statuses to wait for is empty; give at "
                                      "least one of Created, Running, Complete, Failed");
+  if (auto c = impl_->containers) co_return co_await c->wait_for_job_status(std::move(name), std::move(statuses), timeout);
+  auto& e = *impl_;
   auto deadline = steady::now() + timeout;
   auto settle = [&](const train_job& job) -> bool {
     if (statuses.count(job.status)) return true;
@@ -1291,6 +1297,8 @@ detail::runtime_catalog engine::impl::runtimes(bool report) const {
 }
 
 asio::awaitable<std::vector<runtime>> engine::list_runtimes() {
+  if (auto c = impl_->containers)
+    if (auto r = co_await c->list_runtimes()) co_return std::move(*r);
   co_return impl_->runtimes().runtimes;
 }
 
@@ -1299,6 +1307,14 @@ asio::awaitable<std::vector<std::string>> engine::runtime_problems() {
 }
 
 asio::awaitable<runtime> engine::get_runtime(std::string name) {
+  if (auto c = impl_->containers)
+    if (auto r = co_await c->list_runtimes()) {
+      detail::runtime_catalog cat;
+      cat.runtimes = std::move(*r);
+      auto* found = cat.find(name);
+      if (!found) fail(errc::runtime_not_found, cat.not_found_message(name));
+      co_return *found;
+    }
   auto cat = impl_->runtimes();
   auto* r = cat.find(name);
   if (!r) fail(errc::runtime_not_found, cat.not_found_message(name));

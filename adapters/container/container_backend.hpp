@@ -11,6 +11,7 @@
 
 #include <tjob/engine.hpp>
 
+#include "engine/remote_backend.hpp"
 #include "engine/runtimes.hpp"
 
 #include <functional>
@@ -28,22 +29,22 @@ struct context {
   std::size_t failure_log_lines = 10;
 };
 
-class backend {
+class backend final : public detail::remote_backend {
  public:
   backend(context ctx, container_backend_config cfg);
-  ~backend();
+  ~backend() override;
 
-  boost::asio::awaitable<std::string> train(train_request request);
-  boost::asio::awaitable<train_job> get_job(std::string name);
-  boost::asio::awaitable<std::vector<train_job>> list_jobs(std::optional<std::string> runtime);
-  boost::asio::awaitable<log_stream> get_job_logs(std::string name, log_options options);
+  boost::asio::awaitable<std::string> train(train_request request) override;
+  boost::asio::awaitable<train_job> get_job(std::string name) override;
+  boost::asio::awaitable<std::vector<train_job>> list_jobs(std::optional<std::string> runtime) override;
+  boost::asio::awaitable<log_stream> get_job_logs(std::string name, log_options options) override;
   boost::asio::awaitable<train_job> wait_for_job_status(std::string name,
                                                         std::set<job_status> statuses,
-                                                        std::chrono::milliseconds timeout);
-  boost::asio::awaitable<void> cancel_job(std::string name);
-  boost::asio::awaitable<void> delete_job(std::string name);
-  boost::asio::awaitable<std::vector<event>> get_job_events(std::string name);
-  boost::asio::awaitable<void> shutdown();
+                                                        std::chrono::milliseconds timeout) override;
+  boost::asio::awaitable<void> cancel_job(std::string name) override;
+  boost::asio::awaitable<void> delete_job(std::string name) override;
+  boost::asio::awaitable<std::vector<event>> get_job_events(std::string name) override;
+  boost::asio::awaitable<void> shutdown() override;
 
   struct impl;
 

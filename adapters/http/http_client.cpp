@@ -7,6 +7,10 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/basic_stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -16,6 +20,10 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <array>
 #include <cctype>
@@ -29,6 +37,7 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using asio::use_awaitable;
 using generic_stream = beast::basic_stream<asio::generic::stream_protocol>;
+using tls_stream = asio::ssl::stream<generic_stream>;
 
 namespace {
 
@@ -63,7 +72,8 @@ std::string describe(const request& r) {
 
 std::string endpoint::url() const {
   if (type == kind::unix_socket) return "unix://" + path;
-  return "tcp://" + host + ":" + std::to_string(port);
+  auto h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return (tls ? "https://" : "tcp://") + h + ":" + std::to_string(port);
 }
 
 endpoint parse_endpoint(std::string_view url) {
@@ -75,11 +85,24 @@ endpoint parse_endpoint(std::string_view url) {
   };
   if (url.starts_with("/")) ep.path = std::string(url);
   else if (url.starts_with("unix://")) ep.path = std::string(url.substr(7));
-  else if (url.starts_with("tcp://") || url.starts_with("http://")) {
+  else if (url.starts_with("tcp://") || url.starts_with("http://") ||
+           url.starts_with("https://")) {
     ep.type = endpoint::kind::tcp;
+    ep.tls = url.starts_with("https://");
     auto rest = url.substr(url.find("://") + 3);
     if (auto slash = rest.find('/'); slash != std::string_view::npos) rest = rest.substr(0, slash);
     auto colon = rest.rfind(':');
+    if (colon != std::string_view::npos && rest.find(']') != std::string_view::npos &&
+        colon < rest.find(']'))
+      colon = std::string_view::npos;  // [::1] without a port
+    if (colon == std::string_view::npos && ep.tls) {
+      ep.host = std::string(rest);
+      if (ep.host.size() > 2 && ep.host.front() == '[' && ep.host.back() == ']')
+        ep.host = ep.host.substr(1, ep.host.size() - 2);
+      ep.port = 443;
+      if (ep.host.empty()) return bad("no host");
+      return ep;
+    }
     if (colon == std::string_view::npos) return bad("no port");
     ep.host = std::string(rest.substr(0, colon));
     if (ep.host.size() > 2 && ep.host.front() == '[' && ep.host.back() == ']')
@@ -172,19 +195,63 @@ std::map<std::string, std::string> header_map(const Fields& f) {
 
 }  // namespace
 
+struct client::tls_state {
+  asio::ssl::context ctx{asio::ssl::context::tls_client};
+  tls_config cfg;
+};
+
+namespace {
+
+// The OpenSSL error queue as text (certificate and key problems), emptied.
+std::string ssl_errors() {
+  std::string out;
+  while (unsigned long e = ::ERR_get_error()) {
+    char buf[256];
+    ::ERR_error_string_n(e, buf, sizeof buf);
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out;
+}
+
+bool is_ip_address(const std::string& host) {
+  boost::system::error_code ec;
+  asio::ip::make_address(host, ec);
+  return !ec;
+}
+
+}  // namespace
+
+/// One connection, plain or TLS: the operations below pick the layer.
+struct transport {
+  std::optional<generic_stream> plain;
+  std::optional<tls_stream> tls;
+  generic_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
+};
+
 struct body_stream::impl {
   endpoint ep;
   std::string what;
-  generic_stream stream;
+  transport stream;
   beast::flat_buffer buf;
   bhttp::response_parser<bhttp::buffer_body> parser;
   std::map<std::string, std::string> headers;
   std::array<char, 1 << 16> chunk{};
   bool closed = false;
 
-  impl(endpoint e, std::string w, generic_stream s)
+  impl(endpoint e, std::string w, transport s)
       : ep(std::move(e)), what(std::move(w)), stream(std::move(s)) {}
 };
+
+namespace {
+
+template <class Op>
+asio::awaitable<void> on_stream(transport& t, Op op) {
+  if (t.tls) co_await op(*t.tls);
+  else co_await op(*t.plain);
+}
+
+}  // namespace
 
 body_stream::body_stream(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 body_stream::body_stream(body_stream&&) noexcept = default;
@@ -206,8 +273,9 @@ void body_stream::close() {
   if (!impl_ || impl_->closed) return;
   impl_->closed = true;
   boost::system::error_code ec;
-  impl_->stream.socket().shutdown(asio::socket_base::shutdown_both, ec);
-  impl_->stream.close();
+  auto& low = impl_->stream.lowest();
+  low.socket().shutdown(asio::socket_base::shutdown_both, ec);
+  low.close();
 }
 
 asio::awaitable<std::optional<std::string>> body_stream::read_some() {
@@ -219,11 +287,13 @@ asio::awaitable<std::optional<std::string>> body_stream::read_some() {
     body.data = p.chunk.data();
     body.size = p.chunk.size();
     boost::system::error_code ec;
-    p.stream.expires_never();
-    co_await bhttp::async_read_some(p.stream, p.buf, p.parser,
-                                    asio::redirect_error(use_awaitable, ec));
+    p.stream.lowest().expires_never();
+    co_await on_stream(p.stream, [&](auto& s) -> asio::awaitable<void> {
+      co_await bhttp::async_read_some(s, p.buf, p.parser, asio::redirect_error(use_awaitable, ec));
+    });
     std::size_t got = p.chunk.size() - body.size;
     if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec == asio::ssl::error::stream_truncated) ec = bhttp::error::partial_message;
     if (ec) {
       if (p.closed) fail(errc::shut_down, p.what + " was closed");
       if (ec == bhttp::error::partial_message || ec == asio::error::eof ||
@@ -247,8 +317,44 @@ asio::awaitable<std::string> body_stream::read_all(std::size_t limit) {
   co_return out;
 }
 
-client::client(asio::any_io_executor ex, endpoint ep, std::size_t max_body)
-    : ex_(std::move(ex)), ep_(std::move(ep)), max_body_(max_body) {}
+client::client(asio::any_io_executor ex, endpoint ep, std::size_t max_body,
+               std::optional<tls_config> tls)
+    : ex_(std::move(ex)), ep_(std::move(ep)), max_body_(max_body) {
+  if (!ep_.tls) return;
+  auto st = std::make_shared<tls_state>();
+  st->cfg = tls.value_or(tls_config{});
+  const auto& c = st->cfg;
+  auto from = c.source.empty() ? std::string() : " (" + c.source + ")";
+  ::ERR_clear_error();
+  boost::system::error_code ec;
+  st->ctx.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                      asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                      asio::ssl::context::no_tlsv1_1);
+  if (!c.insecure_skip_verify) {
+    st->ctx.set_verify_mode(asio::ssl::verify_peer, ec);
+    if (!c.ca_pem.empty()) {
+      st->ctx.add_certificate_authority(asio::buffer(c.ca_pem), ec);
+      if (ec)
+        fail(errc::invalid_argument, "the certificate authority for " + ep_.url() + from +
+                                         " is not a PEM certificate: " + ssl_errors());
+    } else {
+      st->ctx.set_default_verify_paths(ec);
+    }
+  } else {
+    st->ctx.set_verify_mode(asio::ssl::verify_none, ec);
+  }
+  if (!c.client_cert_pem.empty() || !c.client_key_pem.empty()) {
+    st->ctx.use_certificate_chain(asio::buffer(c.client_cert_pem), ec);
+    if (ec)
+      fail(errc::invalid_argument, "the client certificate for " + ep_.url() + from +
+                                       " is not a PEM certificate: " + ssl_errors());
+    st->ctx.use_private_key(asio::buffer(c.client_key_pem), asio::ssl::context::pem, ec);
+    if (ec)
+      fail(errc::invalid_argument, "the client key for " + ep_.url() + from +
+                                       " is not a PEM private key matching its certificate");
+  }
+  tls_ = std::move(st);
+}
 
 asio::awaitable<response> client::send(request r) {
   auto body = co_await open(r);
@@ -261,17 +367,49 @@ asio::awaitable<response> client::send(request r) {
 
 asio::awaitable<body_stream> client::open(request r) {
   auto what = describe(r);
-  auto s = co_await connect(ex_, ep_, r.timeout);
+  transport t;
+  t.plain.emplace(co_await connect(ex_, ep_, r.timeout));
+  if (ep_.tls) {
+    if (!tls_) fail(errc::invalid_argument, "no TLS settings for " + ep_.url());
+    t.tls.emplace(std::move(*t.plain), tls_->ctx);
+    t.plain.reset();
+    const auto& name = tls_->cfg.server_name.empty() ? ep_.host : tls_->cfg.server_name;
+    if (!is_ip_address(name)) ::SSL_set_tlsext_host_name(t.tls->native_handle(), name.c_str());
+    if (!tls_->cfg.insecure_skip_verify)
+      t.tls->set_verify_callback(asio::ssl::host_name_verification(name));
+    boost::system::error_code hec;
+    t.lowest().expires_after(r.timeout);
+    co_await t.tls->async_handshake(asio::ssl::stream_base::client,
+                                    asio::redirect_error(use_awaitable, hec));
+    if (hec) {
+      long v = ::SSL_get_verify_result(t.tls->native_handle());
+      if (v != X509_V_OK && !tls_->cfg.insecure_skip_verify)
+        fail(errc::backend_unavailable,
+             "cannot verify the server certificate of " + ep_.url() + ": " +
+                 ::X509_verify_cert_error_string(v) +
+                 "; check the certificate authority" +
+                 (tls_->cfg.source.empty() ? std::string() : " in " + tls_->cfg.source) +
+                 " (or name the right one)");
+      if (hec == beast::error::timeout)
+        fail(errc::backend_unavailable, "the TLS handshake with " + ep_.url() + " timed out");
+      fail(errc::backend_unavailable,
+           "the TLS handshake with " + ep_.url() + " failed: " + hec.message());
+    }
+  }
   auto req = make_request(r, ep_);
-  auto p = std::make_unique<body_stream::impl>(ep_, what, std::move(s));
+  auto p = std::make_unique<body_stream::impl>(ep_, what, std::move(t));
   p->parser.body_limit(boost::none);
   p->parser.header_limit(64 * 1024);
   boost::system::error_code ec;
-  p->stream.expires_after(r.timeout);
-  co_await bhttp::async_write(p->stream, req, asio::redirect_error(use_awaitable, ec));
+  p->stream.lowest().expires_after(r.timeout);
+  co_await on_stream(p->stream, [&](auto& s) -> asio::awaitable<void> {
+    co_await bhttp::async_write(s, req, asio::redirect_error(use_awaitable, ec));
+  });
   if (ec) peer_failed(ep_, what, ec);
-  co_await bhttp::async_read_header(p->stream, p->buf, p->parser,
-                                    asio::redirect_error(use_awaitable, ec));
+  co_await on_stream(p->stream, [&](auto& s) -> asio::awaitable<void> {
+    co_await bhttp::async_read_header(s, p->buf, p->parser, asio::redirect_error(use_awaitable, ec));
+  });
+  if (ec == asio::ssl::error::stream_truncated) ec = bhttp::error::partial_message;
   if (ec) {
     if (ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
         ec == bhttp::error::partial_message || ec == asio::error::connection_reset)

@@ -1,5 +1,5 @@
-// HTTP/1.1 client on Boost.Beast over unix sockets and TCP, for the daemon and
-// API-server adapters. One request per connection; bodies are read whole (up to
+// HTTP/1.1 client on Boost.Beast over unix sockets, TCP and TLS (OpenSSL), for
+// the daemon and API-server adapters. One request per connection; bodies are read whole (up to
 // a bound) or piecewise for streams (logs, events, watches).
 //
 // Threading: a client and its streams belong to the executor they were made
@@ -33,13 +33,26 @@ struct endpoint {
   std::string path;         ///< unix socket path
   std::string host;         ///< TCP host name or address
   std::uint16_t port = 0;   ///< TCP port
-  /// unix:///path or tcp://host:port, for messages.
+  bool tls = false;         ///< https: TLS over the TCP connection
+  /// unix:///path, tcp://host:port or https://host:port, for messages.
   std::string url() const;
 };
 
-/// Parses `unix:///path` (or a bare absolute path), `tcp://host:port` or
-/// `http://host:port`. Throws tjob::error(invalid_argument) naming the problem.
+/// Parses `unix:///path` (or a bare absolute path), `tcp://host:port`,
+/// `http://host:port` or `https://host[:port]` (port 443 when absent). Throws
+/// tjob::error(invalid_argument) naming the problem.
 endpoint parse_endpoint(std::string_view url);
+
+/// How a TLS connection is checked and who we are. Verification is on unless
+/// `insecure_skip_verify`; without a CA the system's trust store is used.
+struct tls_config {
+  std::string ca_pem;               ///< PEM certificates of the CAs to trust
+  bool insecure_skip_verify = false;
+  std::string client_cert_pem;      ///< client certificate chain (PEM), optional
+  std::string client_key_pem;       ///< its private key (PEM); never shown in errors
+  std::string server_name;          ///< name to verify (and SNI); empty: the endpoint's host
+  std::string source;               ///< where these came from, for messages ("kubeconfig /x, user u")
+};
 
 struct request {
   std::string method = "GET";
@@ -84,8 +97,11 @@ class body_stream {
 
 class client {
  public:
-  /// `max_body`: the most a whole-body response may hold.
-  client(boost::asio::any_io_executor ex, endpoint ep, std::size_t max_body = 64 << 20);
+  /// `max_body`: the most a whole-body response may hold. An https endpoint
+  /// needs `tls` (throws invalid_argument when a certificate or key is not
+  /// usable PEM).
+  client(boost::asio::any_io_executor ex, endpoint ep, std::size_t max_body = 64 << 20,
+         std::optional<tls_config> tls = std::nullopt);
   const endpoint& where() const { return ep_; }
   /// Sends the request and reads the whole response.
   boost::asio::awaitable<response> send(request r);
@@ -93,9 +109,11 @@ class client {
   boost::asio::awaitable<body_stream> open(request r);
 
  private:
+  struct tls_state;
   boost::asio::any_io_executor ex_;
   endpoint ep_;
   std::size_t max_body_;
+  std::shared_ptr<tls_state> tls_;
 };
 
 /// Splits a byte stream into lines ('\n'-terminated, the '\n' dropped, a

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,6 +50,23 @@ struct container_backend_config {
   std::vector<std::string> volumes;
   /// Timeout of each call to the daemon (streams are not bounded).
   std::chrono::milliseconds request_timeout{30'000};
+};
+
+/// A Kubernetes cluster running Kubeflow Trainer (Kubeflow's
+/// KubernetesBackendConfig). Jobs are TrainJob objects; the cluster keeps them.
+struct kubernetes_backend_config {
+  /// Where jobs go; empty: the kubeconfig context's namespace, else "default".
+  std::string namespace_name;
+  /// A kubeconfig file; empty: $KUBECONFIG (a ':'-separated list, merged as
+  /// kubectl merges it), else ~/.kube/config; inside a pod, the in-cluster
+  /// service account.
+  std::string config_file;
+  /// The kubeconfig context; empty: its current-context.
+  std::string context;
+  /// Timeout of each request to the API server (watches and log streams are not bounded).
+  std::chrono::milliseconds request_timeout{30'000};
+  /// The service-account directory that means "running in a pod".
+  std::filesystem::path in_cluster_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
 };
 
 }  // namespace tjob

@@ -69,6 +69,7 @@ struct engine_config {
   /// talking to the same daemon sees the same jobs.
   backend_kind backend = backend_kind::local;
   container_backend_config container;
+  kubernetes_backend_config kubernetes;
 };
 
 /// $TJOB_HOME, else ${XDG_STATE_HOME:-$HOME/.local/state}/tjob.

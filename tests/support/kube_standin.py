@@ -483,10 +483,14 @@ class Controller:
         d = self.pod_dir(name)
         log_path = os.path.join(d, "node.log")
         argv = list(c.get("command") or []) + list(c.get("args") or [])
-        env = dict(os.environ)
+        # What a container would see: an image's PATH, a home of its own (pip
+        # --user installs go there), the pod's name; not the server's environment.
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "HOME": d, "HOSTNAME": name, "LANG": "C.UTF-8"}
+        if "PIP_CONFIG_FILE" in os.environ:
+            env["PIP_CONFIG_FILE"] = os.environ["PIP_CONFIG_FILE"]
         for e in c.get("env", []):
             env[e["name"]] = e.get("value", "")
-        env["HOSTNAME"] = name
         with self.lock:
             if self.store.objects.get(("pods", ns, name)) is None:
                 return  # deleted before it started

@@ -1,0 +1,616 @@
+#include "adapters/kubernetes/kube_backend.hpp"
+
+#include "adapters/kubernetes/informer.hpp"
+#include "adapters/kubernetes/kube_api.hpp"
+#include "adapters/kubernetes/kubeconfig.hpp"
+#include "adapters/kubernetes/trainjob.hpp"
+#include "adapters/process/python_setup.hpp"
+#include "engine/log_stream_impl.hpp"
+#include "engine/messages.hpp"
+#include "engine/names.hpp"
+#include "engine/trainer_checks.hpp"
+#include "engine/wake.hpp"
+
+#include <boost/json.hpp>
+
+#include <spdlog/spdlog.h>
+
+namespace tjob::kube {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using steady = std::chrono::steady_clock;
+using detail::quote;
+using detail::who;
+
+namespace {
+
+[[noreturn]] void fail(errc c, const std::string& message) { throw error(c, message); }
+
+// The fixed program of a Python node on a cluster (python3 -c): everything
+// the user gave is data in the plan, its one argument. It writes the code to
+// a fresh directory, installs the packages (pip --user, then system-wide, as
+// Kubeflow) and runs the code under torchrun, from the controller's PET_*
+// variables, when the runtime is torch and the image has torch; else python.
+constexpr const char* entry_py = R"PY(import importlib.util, json, os, subprocess, sys, tempfile
+plan = json.loads(sys.argv[1])
+work = tempfile.mkdtemp(prefix="tjob-")
+script = os.path.join(work, "train.py")
+with open(script, "w", encoding="utf-8") as f:
+    f.write(plan["code"])
+if plan.get("kwargs") is not None:
+    with open(os.path.join(work, "train.kwargs.json"), "w", encoding="utf-8") as f:
+        f.write(plan["kwargs"])
+packages = plan.get("packages") or []
+if packages:
+    urls = plan["index_urls"]
+    base = [sys.executable, "-m", "pip", "install", "--no-warn-script-location", "--index-url", urls[0]]
+    for url in urls[1:]:
+        base += ["--extra-index-url", url]
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_BREAK_SYSTEM_PACKAGES="1")
+    log_path = os.path.join(work, "pip_install.log")
+    where = None
+    with open(log_path, "wb") as log:
+        if subprocess.call(base + ["--user"] + packages, stdout=log, stderr=subprocess.STDOUT, env=env) == 0:
+            where = "user"
+        elif subprocess.call(base + packages, stdout=log, stderr=subprocess.STDOUT, env=env) == 0:
+            where = "system-wide"
+    if where is None:
+        print("ERROR: Failed to install Python packages: " + " ".join(packages), file=sys.stderr)
+        sys.stderr.write(open(log_path, encoding="utf-8", errors="replace").read())
+        sys.exit(1)
+    print("Successfully installed Python packages (%s): %s" % (where, " ".join(packages)), flush=True)
+if plan.get("torch") and importlib.util.find_spec("torch") is not None:
+    e = os.environ
+    nproc = e.get("PET_NPROC_PER_NODE", "")
+    if not nproc.isdigit():
+        nproc = str(plan.get("procs", 1))
+    addr, port = e.get("PET_MASTER_ADDR", "127.0.0.1"), e.get("PET_MASTER_PORT", "29500")
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=" + nproc,
+            "--nnodes=" + e.get("PET_NNODES", "1"), "--node_rank=" + e.get("PET_NODE_RANK", "0"),
+            "--rdzv_backend=static", "--rdzv_endpoint=%s:%s" % (addr, port),
+            "--master_addr=" + addr, "--master_port=" + port, "--monitor_interval=0.2",
+            "--redirects", "9:1", "--tee", "9:1", script]
+else:
+    argv = [sys.executable, script]
+argv += plan.get("args") or []
+sys.stdout.flush()
+os.execv(argv[0], argv)
+)PY";
+
+constexpr std::size_t max_arg = 1 << 20;  // the CRD's limit on one trainer argument
+const std::set<std::string> reserved_env{"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK",
+                                         "PET_MASTER_ADDR", "PET_MASTER_PORT"};
+
+const json::object* obj(const json::object& o, std::string_view key) {
+  auto it = o.find(key);
+  return it != o.end() && it->value().is_object() ? &it->value().as_object() : nullptr;
+}
+
+std::string label_of(const json::object& o, const char* key) {
+  auto* md = obj(o, "metadata");
+  auto* l = md ? obj(*md, "labels") : nullptr;
+  if (!l) return {};
+  auto it = l->find(key);
+  return it != l->end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
+}
+
+}  // namespace
+
+struct backend::impl : std::enable_shared_from_this<impl> {
+  context ctx;
+  kubernetes_backend_config cfg;
+  std::shared_ptr<api> a;
+  std::string ns, jobs_path, pods_path, where;
+  std::unique_ptr<informer> jobs_inf, pods_inf;
+  std::map<std::string, int> runtime_nodes;  // numNodes of runtimes seen
+  bool stopping = false;
+
+  impl(context c, kubernetes_backend_config k) : ctx(std::move(c)), cfg(std::move(k)) {
+    load_options o;
+    o.config_file = cfg.config_file;
+    o.context = cfg.context;
+    o.ns = cfg.namespace_name;
+    o.in_cluster_dir = cfg.in_cluster_dir;
+    auto conn = load(o);
+    bool ns_ok = !conn.ns.empty() && conn.ns.size() <= 63 && conn.ns.front() != '-' &&
+                 conn.ns.back() != '-' &&
+                 std::all_of(conn.ns.begin(), conn.ns.end(), [](char c) {
+                   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+                 });
+    if (!ns_ok)
+      fail(errc::invalid_argument, "namespace " + quote(conn.ns) + " (from " + conn.source +
+                                       ") is not a valid namespace name; give one with --namespace");
+    ns = conn.ns;
+    where = "namespace " + quote(ns) + " on " + conn.server;
+    a = std::make_shared<api>(ctx.ex, std::move(conn), cfg.request_timeout);
+    jobs_path = std::string("/apis/") + group + "/" + version + "/namespaces/" + ns + "/trainjobs";
+    pods_path = "/api/v1/namespaces/" + ns + "/pods";
+  }
+
+  [[noreturn]] void not_found(const std::string& name) const {
+    fail(errc::job_not_found, "No TrainJob with name " + quote(name) + " in " + where +
+                                  "; `tjob list --backend kubernetes` shows the jobs there");
+  }
+
+  [[noreturn]] static void rethrow_as(const error& e, const std::string& prefix) {
+    if (auto* se = dynamic_cast<const status_error*>(&e))
+      throw status_error(e.code(), prefix + e.what(), se->http_code(), se->reason());
+    throw error(e.code(), prefix + e.what(), e.diagnostics());
+  }
+
+  void check_running() const {
+    if (stopping) fail(errc::shut_down, "the engine is shutting down");
+  }
+
+  void ensure_watches() {
+    if (!jobs_inf) {
+      jobs_inf = std::make_unique<informer>(ctx.ex, a, jobs_path, "", "TrainJobs in " + where, ctx.log);
+      pods_inf = std::make_unique<informer>(ctx.ex, a, pods_path, label_jobset, "pods in " + where, ctx.log);
+    }
+    jobs_inf->start();
+    pods_inf->start();
+  }
+
+  // --- runtimes -------------------------------------------------------------
+
+  // Kubeflow's list_runtimes: namespaced TrainingRuntimes (a 404 tolerated)
+  // and ClusterTrainingRuntimes; the namespaced one wins a name clash;
+  // runtimes without the framework label are skipped with a warning.
+  asio::awaitable<std::vector<runtime>> cluster_runtimes() {
+    std::vector<runtime> out;
+    std::set<std::string> names;
+    auto add = [&](const json::value& list) {
+      auto* items = list.as_object().if_contains("items");
+      if (!items || !items->is_array()) return;
+      for (const auto& it : items->as_array()) {
+        if (!it.is_object()) continue;
+        std::string problem;
+        auto rt = runtime_from(it.as_object(), problem);
+        if (!rt) {
+          ctx.log->warn("skipping runtime: {}", problem);
+          continue;
+        }
+        if (!names.insert(rt->name).second) continue;
+        runtime_nodes[rt->name] = rt->trainer.num_nodes;
+        out.push_back(std::move(*rt));
+      }
+    };
+    std::string tr = std::string("/apis/") + group + "/" + version + "/namespaces/" + ns + "/trainingruntimes";
+    if (auto l = co_await a->get_if(tr)) add(*l);
+    std::string ctr = std::string("/apis/") + group + "/" + version + "/clustertrainingruntimes";
+    auto cl = co_await a->get(ctr);
+    add(cl);
+    std::sort(out.begin(), out.end(), [](const runtime& x, const runtime& y) { return x.name < y.name; });
+    co_return out;
+  }
+
+  asio::awaitable<int> nodes_of_runtime(const std::string& name) {
+    if (auto it = runtime_nodes.find(name); it != runtime_nodes.end()) co_return it->second;
+    try {
+      co_await cluster_runtimes();
+    } catch (const error& e) {
+      ctx.log->warn("cannot read the runtimes in {}: {}", where, e.what());
+    }
+    // A runtime deleted since is no reason to fail (Kubeflow's #797): one node.
+    auto it = runtime_nodes.find(name);
+    co_return it == runtime_nodes.end() ? 1 : it->second;
+  }
+
+  // --- train ----------------------------------------------------------------
+
+  asio::awaitable<std::string> train(train_request r) {
+    check_running();
+    detail::runtime_catalog cat;
+    cat.runtimes = co_await cluster_runtimes();
+    const runtime rt = detail::check_request(r, cat);
+    const auto name = r.name;
+    auto me = who(name);
+    trainer_spec t;
+    t.num_nodes = r.num_nodes;
+    if (auto* ct = std::get_if<command_trainer>(&r.job_trainer)) {
+      detail::check_command(me, *ct);
+      if (!ct->working_dir.empty())
+        fail(errc::invalid_argument, me + ": working_dir is not a TrainJob field; on a cluster the "
+                                          "command runs in the image's working directory (use "
+                                          "`sh -c 'cd DIR && ...'` as the command, or leave it empty)");
+      t.command = ct->command;
+      t.env = ct->env;
+      t.image = ct->image;
+    } else {
+      auto& pt = std::get<python_trainer>(r.job_trainer);
+      auto source = detail::check_python_code(me, pt);
+      if (!pt.working_dir.empty())
+        fail(errc::invalid_argument, me + ": working_dir is a local-backend field; on a cluster "
+                                          "the code runs in a directory of its own; leave it empty");
+      if (source.empty()) source = detail::read_source(me, pt.source_file);
+      for (const auto& p : pt.packages_to_install)
+        if (!process::requirement_name(p))
+          fail(errc::invalid_argument, me + ": package " + quote(p) + " is not a requirement "
+                                            "(a name, optionally with extras and a version)");
+      json::array pk, urls, args;
+      for (const auto& p : pt.packages_to_install) pk.emplace_back(p);
+      for (const auto& u : process::index_urls(pt.pip_index_urls)) urls.emplace_back(u);
+      for (const auto& x : pt.args) args.emplace_back(x);
+      int procs = pt.gpus > 0 ? pt.gpus : pt.procs_per_node;
+      json::object plan{
+          {"code", pt.function.empty()
+                       ? source
+                       : process::training_file(source, pt.function, !pt.function_args.empty())},
+          {"packages", std::move(pk)}, {"index_urls", std::move(urls)}, {"args", std::move(args)},
+          {"torch", rt.trainer.framework == "torch"}, {"procs", procs}};
+      if (!pt.function_args.empty()) plan["kwargs"] = pt.function_args;
+      auto text = json::serialize(plan);
+      if (text.size() > max_arg)
+        fail(errc::invalid_argument, me + ": the training code and its arguments take " +
+                                         std::to_string(text.size()) + " bytes; a TrainJob "
+                                         "argument holds at most 1 MiB (put the data in the "
+                                         "image or fetch it from the code)");
+      t.command = {pt.python.empty() ? std::string("python3") : pt.python, "-c", entry_py};
+      t.args = {std::move(text)};
+      t.env = pt.env;
+      t.env.emplace("PYTHONUNBUFFERED", "1");
+      t.image = pt.image;
+      if (pt.gpus < 0) fail(errc::invalid_argument, me + ": gpus must be 0 or more");
+      std::map<std::string, std::string> res;
+      if (pt.gpus > 0) res["gpu"] = std::to_string(pt.gpus);
+      if (pt.cpu_limit) res["cpu"] = std::to_string(pt.procs_per_node);
+      if (pt.memory_limit > 0) res["memory"] = std::to_string(pt.memory_limit);
+      t.resources = resources_per_node(me, res);
+      if (procs > 1) t.num_proc_per_node = procs;
+    }
+    for (const auto& [k, v] : t.env)
+      if (reserved_env.count(k))
+        fail(errc::invalid_argument, me + ": env " + k + " is set by the Kubeflow Trainer "
+                                          "controller on every node; remove it from the env");
+    for (const auto& x : t.command)
+      if (x.size() > max_arg)
+        fail(errc::invalid_argument, me + ": a command argument is over 1 MiB, the most a "
+                                          "TrainJob holds");
+    auto body = trainjob_body(name, ns, rt, t);
+    try {
+      co_await a->post(jobs_path, std::move(body));
+    } catch (const status_error& e) {
+      if (e.http_code() == 409)
+        fail(errc::duplicate_name, me + " exists already in " + where +
+                                       "; delete it (tjob delete) or choose another name");
+      rethrow_as(e, me + ": ");
+    }
+    co_return name;
+  }
+
+  // --- reading --------------------------------------------------------------
+
+  asio::awaitable<std::vector<json::object>> pods_of(const std::string& name) {
+    auto target = pods_path + "?labelSelector=" + http::url_encode(pod_selector(name));
+    auto v = co_await a->get(std::move(target));
+    std::vector<json::object> out;
+    if (auto* items = v.as_object().if_contains("items"); items && items->is_array())
+      for (auto& p : items->as_array())
+        if (p.is_object()) out.push_back(std::move(p.as_object()));
+    co_return out;
+  }
+
+  static std::vector<pod_step> steps_of(const std::vector<json::object>& pods) {
+    std::vector<const json::object*> ptrs;
+    for (const auto& p : pods) ptrs.push_back(&p);
+    return steps_from_pods(ptrs);
+  }
+
+  asio::awaitable<json::object> trainjob(const std::string& name) {
+    if (auto problem = detail::name_problem(name))
+      fail(errc::job_not_found, "No TrainJob with name " + quote(name) + " in " + where +
+                                    " (" + *problem + ")");
+    auto v = co_await a->get_if(jobs_path + "/" + name);
+    if (!v || !v->is_object()) not_found(name);
+    co_return std::move(v->as_object());
+  }
+
+  asio::awaitable<train_job> get(const std::string& name) {
+    auto tj = co_await trainjob(name);
+    auto pods = co_await pods_of(name);
+    int fallback = 1;
+    if (!num_nodes_of(tj)) fallback = co_await nodes_of_runtime(runtime_of(tj));
+    co_return to_job(tj, steps_of(pods), fallback);
+  }
+
+  asio::awaitable<std::vector<train_job>> list(std::optional<std::string> runtime_filter) {
+    auto jobs = co_await a->get(jobs_path);
+    auto target = pods_path + "?labelSelector=" + http::url_encode(label_jobset);
+    auto pods = co_await a->get(std::move(target));
+    std::map<std::string, std::vector<const json::object*>> by_job;
+    if (auto* items = pods.as_object().if_contains("items"); items && items->is_array())
+      for (const auto& p : items->as_array())
+        if (p.is_object()) by_job[label_of(p.as_object(), label_jobset)].push_back(&p.as_object());
+    std::vector<train_job> out;
+    if (auto* items = jobs.as_object().if_contains("items"); items && items->is_array())
+      for (const auto& j : items->as_array()) {
+        if (!j.is_object()) continue;
+        auto& tj = j.as_object();
+        if (runtime_filter && runtime_of(tj) != *runtime_filter) continue;
+        int fallback = 1;
+        if (!num_nodes_of(tj)) fallback = co_await nodes_of_runtime(runtime_of(tj));
+        out.push_back(to_job(tj, steps_from_pods(by_job[name_of(tj)]), fallback));
+      }
+    std::stable_sort(out.begin(), out.end(), [](const train_job& x, const train_job& y) {
+      return x.creation_timestamp != y.creation_timestamp ? x.creation_timestamp < y.creation_timestamp
+                                                          : x.name < y.name;
+    });
+    co_return out;
+  }
+
+  // The job from what the watches hold; nullopt when the job is not there.
+  std::optional<train_job> from_watches(const std::string& name) {
+    auto& jobs = jobs_inf->items();
+    auto it = jobs.find(name);
+    if (it == jobs.end()) return std::nullopt;
+    std::vector<const json::object*> pods;
+    for (const auto& [pn, p] : pods_inf->items())
+      if (label_of(p, label_jobset) == name) pods.push_back(&p);
+    auto n = num_nodes_of(it->second);
+    int fallback = 1;
+    if (!n)
+      if (auto r = runtime_nodes.find(runtime_of(it->second)); r != runtime_nodes.end())
+        fallback = r->second;
+    return to_job(it->second, steps_from_pods(pods), fallback);
+  }
+
+  std::string watch_trouble() const {
+    std::string s;
+    if (jobs_inf && !jobs_inf->last_error().empty()) s = jobs_inf->last_error();
+    else if (pods_inf && !pods_inf->last_error().empty()) s = pods_inf->last_error();
+    return s.empty() ? s : " (the watch is failing: " + s + ")";
+  }
+
+  // Waits until `done` holds of the watched job, or the deadline. `done`
+  // gets nullopt when the job is not (or no longer) there.
+  template <class F>
+  asio::awaitable<bool> watch_until(const std::string& name, steady::time_point deadline, F done) {
+    ensure_watches();
+    detail::wake_signal sig(ctx.ex);
+    detail::wake_registration r1(jobs_inf->waiters(), &sig), r2(pods_inf->waiters(), &sig);
+    for (;;) {
+      check_running();
+      if (jobs_inf->synced() && pods_inf->synced() && done(from_watches(name))) co_return true;
+      if (!co_await sig.wait_until(deadline) && steady::now() >= deadline) co_return false;
+    }
+  }
+
+  asio::awaitable<std::string> failure_message(const train_job& job) {
+    std::map<std::string, std::string> last;
+    std::vector<json::object> pods;
+    try {
+      pods = co_await pods_of(job.name);
+    } catch (const error&) {
+    }
+    for (const auto& s : steps_of(pods)) {
+      if (status_of_phase(s.phase) != job_status::failed) continue;
+      try {
+        auto target = pods_path + "/" + s.pod + "/log?container=node&tailLines=" +
+                      std::to_string(ctx.failure_log_lines);
+        auto body = co_await a->stream(std::move(target));
+        last[s.step] = co_await body.read_all(1 << 20);
+      } catch (const error& e) {
+        last[s.step] = std::string("(its log cannot be read: ") + e.what() + ")\n";
+      }
+    }
+    co_return detail::failure_message(job, last);
+  }
+
+  asio::awaitable<train_job> wait(const std::string& name, const std::set<job_status>& want,
+                                  std::chrono::milliseconds timeout) {
+    auto deadline = steady::now() + timeout;
+    // Read once directly: a job that is not there is an error now, and a
+    // runtime's node count is known before the watches answer.
+    auto first = co_await get(name);
+    if (want.count(first.status)) co_return first;
+    std::optional<train_job> seen;
+    bool gone = false;
+    bool ok = co_await watch_until(name, deadline, [&](const std::optional<train_job>& j) {
+      if (!j) {
+        gone = true;
+        return true;
+      }
+      seen = j;
+      return want.count(j->status) > 0 || is_terminal(j->status);
+    });
+    if (!ok) {
+      std::string set;
+      for (auto s : want) set += (set.empty() ? "" : ", ") + std::string(tjob::to_string(s));
+      fail(errc::timeout, "Timeout waiting for TrainJob " + name + " to reach status: {" + set + "}" +
+                              watch_trouble());
+    }
+    if (gone) fail(errc::job_not_found, "TrainJob " + quote(name) + " was deleted from " + where +
+                                            " while it was waited for");
+    if (want.count(seen->status)) co_return *seen;
+    if (seen->status == job_status::failed) fail(errc::job_failed, co_await failure_message(*seen));
+    fail(errc::unreachable_status, "TrainJob " + name + " is " +
+                                       std::string(tjob::to_string(seen->status)) +
+                                       " and cannot reach the status asked for");
+  }
+
+  // --- logs -----------------------------------------------------------------
+
+  struct pod_log final : log_stream::impl {
+    std::shared_ptr<backend::impl> b;
+    std::string job, step, what;
+    bool follow;
+    std::optional<std::size_t> tail;
+    std::optional<http::body_stream> body;
+    detail::line_buffer buf;
+    bool ended = false;
+
+    pod_log(std::shared_ptr<backend::impl> bk, std::string j, std::string s, bool f,
+            std::optional<std::size_t> t)
+        : b(std::move(bk)), job(std::move(j)), step(std::move(s)), follow(f), tail(t) {
+      what = "the log of TrainJob " + quote(job) + " step " + quote(step);
+    }
+
+    // The pod of the step once it has started; nullopt when there is none to
+    // read (not following and not started, or the job ended before it did).
+    asio::awaitable<std::optional<std::string>> started_pod() {
+      for (bool last_look = false;;) {
+        auto pods = co_await b->pods_of(job);
+        for (const auto& s : steps_of(pods))
+          if (s.step == step && s.phase != "Pending") co_return s.pod;
+        // Kubeflow returns nothing here (#182); a follower waits for the start.
+        if (!follow || last_look) co_return std::nullopt;
+        bool started = false;
+        co_await b->watch_until(job, steady::time_point::max(), [&](const std::optional<train_job>& j) {
+          if (!j || is_terminal(j->status)) {
+            last_look = true;  // read the pods once more: the two watches need not agree yet
+            return true;
+          }
+          for (const auto& [pn, p] : b->pods_inf->items()) {
+            if (label_of(p, label_jobset) != job) continue;
+            std::vector<const json::object*> one{&p};
+            for (const auto& s : steps_from_pods(one))
+              if (s.step == step && s.phase != "Pending") started = true;
+          }
+          return started;
+        });
+      }
+    }
+
+    asio::awaitable<std::optional<std::string>> next(bool whole_lines) override {
+      for (;;) {
+        if (auto out = buf.take(whole_lines)) co_return out;
+        if (ended) co_return buf.take_rest();
+        try {
+          if (!body) {
+            auto pod = co_await started_pod();
+            if (!pod) {
+              ended = true;
+              continue;
+            }
+            auto target = b->pods_path + "/" + *pod + "/log?container=node" +
+                          (follow ? "&follow=true" : "") +
+                          (tail ? "&tailLines=" + std::to_string(*tail) : "");
+            try {
+              body.emplace(co_await b->a->stream(std::move(target)));
+            } catch (const status_error& e) {
+              // started between our read and the request: wait and try again
+              if (follow && e.http_code() == 400 && std::string(e.what()).find("waiting to start") != std::string::npos)
+                continue;
+              throw;
+            }
+          }
+          auto piece = co_await body->read_some();
+          if (!piece) {
+            ended = true;
+            continue;
+          }
+          buf.bytes().append(*piece);
+        } catch (const error& e) {
+          rethrow_as(e, what + ": ");
+        }
+      }
+    }
+  };
+
+  asio::awaitable<log_stream> logs(const std::string& name, const log_options& o) {
+    auto tj = co_await trainjob(name);
+    auto pods = co_await pods_of(name);
+    auto steps = steps_of(pods);
+    int nodes = 1;
+    if (auto n = num_nodes_of(tj)) nodes = *n;
+    else nodes = co_await nodes_of_runtime(runtime_of(tj));
+    std::set<std::string> known;
+    for (int i = 0; i < nodes; ++i) known.insert("node-" + std::to_string(i));
+    for (const auto& s : steps) known.insert(s.step);
+    if (!known.count(o.step)) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      fail(errc::step_not_found, "TrainJob " + quote(name) + " has no step " + quote(o.step) +
+                                     "; its steps are: " + list);
+    }
+    co_return log_stream(std::make_unique<pod_log>(shared_from_this(), name, o.step, o.follow, o.tail));
+  }
+
+  // --- cancel / delete / events ---------------------------------------------
+
+  // A TrainJob has no cancel: suspending it is how Kubernetes stops its pods
+  // and keeps the object. The annotation makes it read Failed (cancelled).
+  asio::awaitable<void> cancel(const std::string& name) {
+    auto job = co_await get(name);
+    if (is_terminal(job.status)) co_return;
+    json::object patch{{"metadata", json::object{{"annotations", json::object{{annotation_cancel, "true"}}}}},
+                       {"spec", json::object{{"suspend", true}}}};
+    try {
+      co_await a->merge_patch(jobs_path + "/" + name, std::move(patch));
+    } catch (const status_error& e) {
+      if (e.http_code() == 404) not_found(name);
+      rethrow_as(e, who(name) + ": cannot cancel: ");
+    }
+    auto deadline = steady::now() + ctx.grace_period + std::chrono::seconds(30);
+    bool ok = co_await watch_until(name, deadline, [](const std::optional<train_job>& j) {
+      return !j || is_terminal(j->status);
+    });
+    if (!ok)
+      fail(errc::timeout, who(name) + " was suspended to cancel it, but its pods were still "
+                                      "running after " +
+                              std::to_string((ctx.grace_period.count() + 999) / 1000 + 30) +
+                              " s; the cluster's controller is not acting on it" + watch_trouble());
+  }
+
+  asio::awaitable<void> remove(const std::string& name) {
+    if (auto problem = detail::name_problem(name)) not_found(name);
+    try {
+      co_await a->del(jobs_path + "/" + name);
+    } catch (const status_error& e) {
+      if (e.http_code() == 404) not_found(name);
+      rethrow_as(e, who(name) + ": cannot delete: ");
+    }
+  }
+
+  asio::awaitable<std::vector<event>> job_events(const std::string& name) {
+    auto tj = co_await trainjob(name);
+    auto pods = co_await pods_of(name);
+    auto evs = co_await a->get("/api/v1/namespaces/" + ns + "/events");
+    auto* items = evs.as_object().if_contains("items");
+    json::array empty;
+    co_return events_of(items && items->is_array() ? items->as_array() : empty, name, steps_of(pods));
+  }
+
+  void shutdown() {
+    stopping = true;
+    if (jobs_inf) jobs_inf->stop();
+    if (pods_inf) pods_inf->stop();
+  }
+};
+
+backend::backend(context ctx, kubernetes_backend_config cfg)
+    : impl_(std::make_shared<impl>(std::move(ctx), std::move(cfg))) {}
+backend::~backend() {
+  if (impl_) impl_->shutdown();
+}
+
+asio::awaitable<std::string> backend::train(train_request request) {
+  co_return co_await impl_->train(std::move(request));
+}
+asio::awaitable<train_job> backend::get_job(std::string name) { co_return co_await impl_->get(name); }
+asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::string> runtime) {
+  co_return co_await impl_->list(std::move(runtime));
+}
+asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options options) {
+  co_return co_await impl_->logs(name, options);
+}
+asio::awaitable<train_job> backend::wait_for_job_status(std::string name,
+                                                        std::set<job_status> statuses,
+                                                        std::chrono::milliseconds timeout) {
+  co_return co_await impl_->wait(name, statuses, timeout);
+}
+asio::awaitable<void> backend::cancel_job(std::string name) { co_await impl_->cancel(name); }
+asio::awaitable<void> backend::delete_job(std::string name) { co_await impl_->remove(name); }
+asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {
+  co_return co_await impl_->job_events(name);
+}
+asio::awaitable<void> backend::shutdown() {
+  impl_->shutdown();
+  co_return;
+}
+asio::awaitable<std::optional<std::vector<runtime>>> backend::list_runtimes() {
+  co_return co_await impl_->cluster_runtimes();
+}
+
+}  // namespace tjob::kube

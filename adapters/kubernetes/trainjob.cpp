@@ -1,0 +1,337 @@
+#include "adapters/kubernetes/trainjob.hpp"
+
+#include "engine/runtimes.hpp"
+
+#include <tjob/error.hpp>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <ctime>
+
+namespace tjob::kube {
+
+namespace json = boost::json;
+
+namespace {
+
+const json::object* obj(const json::object& o, std::string_view key) {
+  auto it = o.find(key);
+  return it != o.end() && it->value().is_object() ? &it->value().as_object() : nullptr;
+}
+const json::array* arr(const json::object& o, std::string_view key) {
+  auto it = o.find(key);
+  return it != o.end() && it->value().is_array() ? &it->value().as_array() : nullptr;
+}
+std::string str(const json::object* o, std::string_view key) {
+  if (!o) return {};
+  auto it = o->find(key);
+  return it != o->end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
+}
+std::string label(const json::object& o, std::string_view key) {
+  auto* md = obj(o, "metadata");
+  return md ? str(obj(*md, "labels"), key) : "";
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::string pod_selector(const std::string& job) {
+  return std::string(label_jobset) + "=" + job + "," + label_rjob +
+         " in (dataset-initializer,model-initializer,launcher,node)";
+}
+
+std::map<std::string, std::string> resources_per_node(const std::string& who,
+                                                      const std::map<std::string, std::string>& in) {
+  std::map<std::string, std::string> out;
+  std::string mig;
+  bool gpu = false;
+  for (const auto& [k, v] : in) {
+    auto l = lower(k);
+    std::string key = k;
+    if (l == "cpu" || l == "memory" || l == "ephemeral-storage") key = l;
+    else if (l == "gpu") key = "nvidia.com/gpu";
+    else if (l == "storage") key = "ephemeral-storage";
+    else if (l.starts_with("mig-")) key = "nvidia.com/" + l;
+    if (key == "nvidia.com/gpu") gpu = true;
+    if (key.starts_with("nvidia.com/mig-")) {
+      if (!mig.empty() && mig != key)
+        throw error(errc::invalid_argument, who + ": resources_per_node asks for two MIG kinds (" +
+                                                mig + ", " + key + "); give one");
+      mig = key;
+    }
+    out[key] = v;
+  }
+  if (gpu && !mig.empty())
+    throw error(errc::invalid_argument, who + ": resources_per_node asks for GPUs and MIG slices (" +
+                                            mig + ") together; give one of them");
+  return out;
+}
+
+json::object trainjob_body(const std::string& name, const std::string& ns, const runtime& rt,
+                           const trainer_spec& t, const std::map<std::string, std::string>& labels,
+                           const std::map<std::string, std::string>& annotations) {
+  json::object md{{"name", name}, {"namespace", ns}};
+  if (!labels.empty()) {
+    json::object l;
+    for (const auto& [k, v] : labels) l[k] = v;
+    md["labels"] = std::move(l);
+  }
+  if (!annotations.empty()) {
+    json::object a;
+    for (const auto& [k, v] : annotations) a[k] = v;
+    md["annotations"] = std::move(a);
+  }
+  json::object trainer;
+  trainer["numNodes"] = t.num_nodes;
+  if (!t.resources.empty()) {
+    json::object q;
+    for (const auto& [k, v] : t.resources) q[k] = v;
+    trainer["resourcesPerNode"] = json::object{{"requests", q}, {"limits", q}};
+  }
+  if (!t.command.empty()) {
+    json::array c;
+    for (const auto& a : t.command) c.emplace_back(a);
+    trainer["command"] = std::move(c);
+  }
+  if (!t.args.empty()) {
+    json::array c;
+    for (const auto& a : t.args) c.emplace_back(a);
+    trainer["args"] = std::move(c);
+  }
+  if (!t.image.empty()) trainer["image"] = t.image;
+  if (!t.env.empty()) {
+    json::array e;
+    for (const auto& [k, v] : t.env) e.emplace_back(json::object{{"name", k}, {"value", v}});
+    trainer["env"] = std::move(e);
+  }
+  if (t.num_proc_per_node) trainer["numProcPerNode"] = *t.num_proc_per_node;
+  json::object spec{{"runtimeRef", json::object{{"name", rt.name}, {"apiGroup", group}, {"kind", rt.kind}}},
+                    {"trainer", std::move(trainer)}};
+  return json::object{{"apiVersion", api_version}, {"kind", "TrainJob"}, {"metadata", std::move(md)},
+                      {"spec", std::move(spec)}};
+}
+
+std::optional<clock::time_point> parse_time(std::string_view s) {
+  std::tm tm{};
+  int y, mo, d, h, mi, sec;
+  if (s.size() < 19 || std::sscanf(std::string(s.substr(0, 19)).c_str(), "%d-%d-%dT%d:%d:%d", &y,
+                                   &mo, &d, &h, &mi, &sec) != 6)
+    return std::nullopt;
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = sec;
+  auto t = clock::from_time_t(::timegm(&tm));
+  if (s.size() > 20 && s[19] == '.') {
+    std::size_t i = 20;
+    long frac = 0, scale = 1;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])) && scale < 1000000000) {
+      frac = frac * 10 + (s[i] - '0');
+      scale *= 10;
+      ++i;
+    }
+    t += std::chrono::duration_cast<clock::duration>(std::chrono::nanoseconds(frac * (1000000000 / scale)));
+  }
+  return t;
+}
+
+std::string name_of(const json::object& o) {
+  auto* md = obj(o, "metadata");
+  return str(md, "name");
+}
+
+std::string runtime_of(const json::object& tj) {
+  auto* spec = obj(tj, "spec");
+  return spec ? str(obj(*spec, "runtimeRef"), "name") : "";
+}
+
+std::optional<int> num_nodes_of(const json::object& tj) {
+  auto* spec = obj(tj, "spec");
+  auto* tr = spec ? obj(*spec, "trainer") : nullptr;
+  if (!tr) return std::nullopt;
+  auto it = tr->find("numNodes");
+  if (it == tr->end() || !it->value().is_int64()) return std::nullopt;
+  return static_cast<int>(it->value().as_int64());
+}
+
+job_status status_of_phase(std::string_view phase) {
+  if (phase == "Running") return job_status::running;
+  if (phase == "Succeeded") return job_status::complete;
+  if (phase == "Failed") return job_status::failed;
+  return job_status::created;
+}
+
+std::vector<pod_step> steps_from_pods(const std::vector<const json::object*>& pods) {
+  std::vector<const json::object*> sorted(pods);
+  auto created = [](const json::object* p) {
+    auto* md = obj(*p, "metadata");
+    return str(md, "creationTimestamp") + "|" + str(md, "resourceVersion");
+  };
+  // newest first: a restarted component's new pod wins
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](auto* a, auto* b) { return created(a) > created(b); });
+  std::map<std::string, pod_step> by_key;
+  for (auto* p : sorted) {
+    auto role = label(*p, label_rjob);
+    if (role.empty()) continue;
+    std::string key = role;
+    if (role == "node" || role == "launcher") {
+      auto idx = label(*p, label_index);
+      if (idx.empty()) continue;
+      key = role + "-" + idx;
+    }
+    if (by_key.count(key)) continue;
+    pod_step s;
+    s.step = key;
+    s.pod = name_of(*p);
+    auto* st = obj(*p, "status");
+    s.phase = str(st, "phase");
+    if (s.phase.empty()) s.phase = "Pending";
+    if (st)
+      if (auto* cs = arr(*st, "containerStatuses"))
+        for (const auto& c : *cs) {
+          if (!c.is_object()) continue;
+          auto& co = c.as_object();
+          auto cname = str(&co, "name");
+          if (cname != "node" && cname != role) continue;
+          auto* state = obj(co, "state");
+          auto* term = state ? obj(*state, "terminated") : nullptr;
+          if (term) {
+            auto it = term->find("exitCode");
+            if (it != term->end() && it->value().is_int64())
+              s.exit_code = static_cast<int>(it->value().as_int64());
+            s.terminated_reason = str(term, "reason");
+          }
+        }
+    by_key.emplace(key, std::move(s));
+  }
+  std::vector<pod_step> out;
+  for (auto& [k, v] : by_key) out.push_back(std::move(v));
+  std::sort(out.begin(), out.end(), [](const pod_step& a, const pod_step& b) {
+    return a.step.size() != b.step.size() ? a.step.size() < b.step.size() : a.step < b.step;
+  });
+  return out;
+}
+
+train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int fallback_nodes) {
+  train_job j;
+  j.name = name_of(tj);
+  j.runtime = runtime_of(tj);
+  j.num_nodes = num_nodes_of(tj).value_or(fallback_nodes);
+  if (auto t = parse_time(str(obj(tj, "metadata"), "creationTimestamp"))) j.creation_timestamp = *t;
+  for (const auto& ps : steps) {
+    step s;
+    s.name = ps.step;
+    s.status = status_of_phase(ps.phase);
+    s.exit_code = ps.exit_code;
+    if (s.status == job_status::failed)
+      s.reason = ps.exit_code ? "exit code " + std::to_string(*ps.exit_code)
+                              : (ps.terminated_reason.empty() ? "pod failed" : ps.terminated_reason);
+    j.steps.push_back(std::move(s));
+  }
+  // Kubeflow's rule: a True Complete or Failed condition decides; without
+  // one, Running once every node pod runs or has succeeded. (Kubeflow stays
+  // Created whenever any condition exists, even a Resumed Suspended one; we
+  // apply the Running rule then too.)
+  bool decided = false;
+  if (auto* st = obj(tj, "status"))
+    if (auto* conds = arr(*st, "conditions"))
+      for (const auto& c : *conds) {
+        if (!c.is_object()) continue;
+        auto& co = c.as_object();
+        if (str(&co, "status") != "True") continue;
+        auto type = str(&co, "type");
+        if (type == "Complete") {
+          j.status = job_status::complete;
+          decided = true;
+        } else if (type == "Failed") {
+          j.status = job_status::failed;
+          j.reason = str(&co, "reason") == "DeadlineExceeded" ? "deadline exceeded" : "";
+          for (const auto& s : j.steps)
+            if (s.status == job_status::failed && j.reason.empty()) j.reason = s.reason;
+          if (j.reason.empty()) j.reason = str(&co, "message");
+          decided = true;
+        }
+        if (decided) break;
+      }
+  if (!decided) {
+    auto* md = obj(tj, "metadata");
+    if (md && !str(obj(*md, "annotations"), annotation_cancel).empty()) {
+      bool live = false;
+      for (const auto& s : j.steps) live = live || s.status == job_status::running;
+      if (!live) {
+        j.status = job_status::failed;
+        j.reason = "cancelled";
+        for (auto& s : j.steps)
+          if (!is_terminal(s.status)) {
+            s.status = job_status::failed;
+            s.reason = "cancelled";
+          }
+        return j;
+      }
+    }
+    int up = 0;
+    for (const auto& s : j.steps)
+      if (s.name.starts_with("node-") &&
+          (s.status == job_status::running || s.status == job_status::complete))
+        ++up;
+    if (up > 0 && up == j.num_nodes) j.status = job_status::running;
+  }
+  return j;
+}
+
+std::vector<event> events_of(const json::array& items, const std::string& job,
+                             const std::vector<pod_step>& steps) {
+  std::map<std::string, std::string> step_of;  // object name -> step
+  step_of[job] = "";
+  for (const auto& s : steps) {
+    step_of[s.pod] = s.step;
+    step_of.emplace(s.step, s.step);
+  }
+  static const std::set<std::string> kinds{"TrainJob", "JobSet", "Job", "Pod"};
+  std::vector<event> out;
+  for (const auto& v : items) {
+    if (!v.is_object()) continue;
+    auto& e = v.as_object();
+    auto* io = obj(e, "involvedObject");
+    if (!io || !kinds.count(str(io, "kind"))) continue;
+    auto it = step_of.find(str(io, "name"));
+    if (it == step_of.end()) continue;
+    auto ts = str(&e, "firstTimestamp");
+    if (ts.empty()) ts = str(&e, "eventTime");
+    auto t = parse_time(ts);
+    if (!t) continue;
+    event ev;
+    ev.time = *t;
+    ev.step = it->second;
+    ev.reason = str(&e, "reason");
+    ev.message = str(io, "kind") + " " + str(io, "name") + ": " + str(&e, "message");
+    out.push_back(std::move(ev));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const event& a, const event& b) { return a.time < b.time; });
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].seq = static_cast<std::int64_t>(i + 1);
+  return out;
+}
+
+std::optional<runtime> runtime_from(const json::object& cr, std::string& problem) {
+  std::vector<runtime> out;
+  std::vector<std::string> sources, problems;
+  auto kind = str(&cr, "kind");
+  detail::parse_runtime_documents(json::serialize(cr), kind + " " + name_of(cr), out, sources, problems);
+  if (out.empty()) {
+    problem = problems.empty() ? kind + " " + name_of(cr) + " is not a usable runtime" : problems.front();
+    return std::nullopt;
+  }
+  if (!kind.empty()) out.front().kind = kind;
+  return out.front();
+}
+
+}  // namespace tjob::kube
