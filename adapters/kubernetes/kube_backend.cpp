@@ -364,14 +364,16 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
   // Waits until `done` holds of the watched job, or the deadline. `done`
   // gets nullopt when the job is not (or no longer) there.
+  // With `after_change`, only what changes after the call counts.
   template <class F>
-  asio::awaitable<bool> watch_until(const std::string& name, steady::time_point deadline, F done) {
+  asio::awaitable<bool> watch_until(const std::string& name, steady::time_point deadline, F done,
+                                    bool after_change = false) {
     ensure_watches();
     detail::wake_signal sig(ctx.ex);
     detail::wake_registration r1(jobs_inf->waiters(), &sig), r2(pods_inf->waiters(), &sig);
-    for (;;) {
+    for (bool check = !after_change;; check = true) {
       check_running();
-      if (jobs_inf->synced() && pods_inf->synced() && done(from_watches(name))) co_return true;
+      if (check && jobs_inf->synced() && pods_inf->synced() && done(from_watches(name))) co_return true;
       if (!co_await sig.wait_until(deadline) && steady::now() >= deadline) co_return false;
     }
   }
@@ -404,29 +406,33 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     // runtime's node count is known before the watches answer.
     auto first = co_await get(name);
     if (want.count(first.status)) co_return first;
-    std::optional<train_job> seen;
-    bool gone = false;
-    bool ok = co_await watch_until(name, deadline, [&](const std::optional<train_job>& j) {
-      if (!j) {
-        gone = true;
-        return true;
+    for (bool disagreed = false;; disagreed = true) {
+      bool gone = false;
+      bool ok = co_await watch_until(name, deadline, [&](const std::optional<train_job>& j) {
+        if (!j) {
+          gone = true;
+          return true;
+        }
+        return want.count(j->status) > 0 || is_terminal(j->status);
+      }, disagreed);
+      if (!ok) {
+        std::string set;
+        for (auto s : want) set += (set.empty() ? "" : ", ") + std::string(tjob::to_string(s));
+        fail(errc::timeout, "Timeout waiting for TrainJob " + name + " to reach status: {" + set +
+                                "}" + watch_trouble());
       }
-      seen = j;
-      return want.count(j->status) > 0 || is_terminal(j->status);
-    });
-    if (!ok) {
-      std::string set;
-      for (auto s : want) set += (set.empty() ? "" : ", ") + std::string(tjob::to_string(s));
-      fail(errc::timeout, "Timeout waiting for TrainJob " + name + " to reach status: {" + set + "}" +
-                              watch_trouble());
+      if (gone) fail(errc::job_not_found, "TrainJob " + quote(name) + " was deleted from " + where +
+                                              " while it was waited for");
+      // The two watches need not agree at every moment (the job's condition
+      // may arrive before its pod's phase): what is returned is read afresh.
+      auto job = co_await get(name);
+      if (want.count(job.status)) co_return job;
+      if (job.status == job_status::failed) fail(errc::job_failed, co_await failure_message(job));
+      if (is_terminal(job.status))
+        fail(errc::unreachable_status, "TrainJob " + name + " is " +
+                                           std::string(tjob::to_string(job.status)) +
+                                           " and cannot reach the status asked for");
     }
-    if (gone) fail(errc::job_not_found, "TrainJob " + quote(name) + " was deleted from " + where +
-                                            " while it was waited for");
-    if (want.count(seen->status)) co_return *seen;
-    if (seen->status == job_status::failed) fail(errc::job_failed, co_await failure_message(*seen));
-    fail(errc::unreachable_status, "TrainJob " + name + " is " +
-                                       std::string(tjob::to_string(seen->status)) +
-                                       " and cannot reach the status asked for");
   }
 
   // --- logs -----------------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "tests/support/test_support.hpp"
 
+#include <boost/json.hpp>
+
 #include <doctest/doctest.h>
 
 #include <cerrno>
@@ -288,6 +290,43 @@ std::size_t open_fds() {
     if (e->d_name[0] != '.') ++n;
   ::closedir(d);
   return n - 1;  // the directory stream itself
+}
+
+}  // namespace tjob::test
+
+namespace tjob::test {
+
+kube_standin::kube_standin(const std::vector<std::string>& extra) {
+  std::vector<std::string> argv{"python3", source_dir() + "/tests/support/kube_standin.py", "serve",
+                                dir.str()};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  server = std::make_unique<background>(argv);
+  if (!server->wait_for_stdout("standin: serving on", std::chrono::seconds(60)))
+    throw std::runtime_error("the Kubernetes stand-in did not start: " + server->err());
+  auto info = boost::json::parse(read_file(dir.path() / "ready.json")).as_object();
+  url = std::string(info.at("url").as_string());
+  token = std::string(info.at("token").as_string());
+  ca = std::string(info.at("ca").as_string());
+}
+
+kube_standin::~kube_standin() {
+  run({"python3", source_dir() + "/tests/support/kube_standin.py", "stop", dir.str()}, {},
+      std::chrono::seconds(30));
+  if (server) server->wait(std::chrono::seconds(15));
+}
+
+std::string kube_standin::ctl(const std::string& action, const std::string& json) const {
+  auto r = run({"python3", source_dir() + "/tests/support/kube_standin.py", "ctl", dir.str(), action, json},
+               {}, std::chrono::seconds(60));
+  if (r.exit_code != 0) throw std::runtime_error("stand-in ctl " + action + " failed: " + r.err);
+  return r.out;
+}
+
+kubernetes_backend_config kube_standin::config() const {
+  kubernetes_backend_config c;
+  c.config_file = kubeconfig();
+  c.in_cluster_dir.clear();
+  return c;
 }
 
 }  // namespace tjob::test

@@ -123,6 +123,23 @@ struct package_index {
   package_index();
 };
 
+/// The Kubernetes API stand-in (tests/support/kube_standin.py) on
+/// 127.0.0.1, with TLS from a CA it makes and a bearer token; its kubeconfig
+/// is `kubeconfig()`. Stopped (its pods killed) when the value goes.
+struct kube_standin {
+  temp_dir dir;
+  std::unique_ptr<background> server;
+  std::string url, token, ca;
+  explicit kube_standin(const std::vector<std::string>& extra = {});
+  ~kube_standin();
+  std::string kubeconfig() const { return (dir.path() / "kubeconfig").string(); }
+  /// A fault or a query (drop-watches, compact, fail, delay, inject-line,
+  /// stats, reset-stats): the server's JSON answer.
+  std::string ctl(const std::string& action, const std::string& json = "{}") const;
+  /// An engine_config part that talks to it.
+  kubernetes_backend_config config() const;
+};
+
 std::string read_file(const std::filesystem::path& p);
 /// Number of open descriptors of this process.
 std::size_t open_fds();

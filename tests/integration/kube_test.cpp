@@ -1,0 +1,309 @@
+// The kubernetes backend against the API stand-in (tests/support/kube_standin.py):
+// each test starts its own server (TLS, a token, a controller that runs pods as
+// local processes), so faults injected in one test touch no other.
+#include "tests/support/test_support.hpp"
+
+#include <tjob/client.hpp>
+
+#include <boost/json.hpp>
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+using namespace tjob;
+using namespace std::chrono_literals;
+using tjob::test::code_of;
+using tjob::test::helper_job;
+using tjob::test::message_of;
+using tjob::test::tjob_bin;
+namespace json = boost::json;
+
+namespace {
+
+struct kube_fixture : tjob::test::home_fixture {
+  tjob::test::kube_standin server;
+  kube_fixture() = default;
+  explicit kube_fixture(const std::vector<std::string>& extra) : server(extra) {}
+  engine_config kube_config() const {
+    auto c = config();
+    c.backend = backend_kind::kubernetes;
+    c.kubernetes = server.config();
+    return c;
+  }
+  std::vector<std::string> cli(std::vector<std::string> args) const {
+    std::vector<std::string> argv{tjob_bin(), "--backend", "kubernetes", "--kubeconfig", server.kubeconfig()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  // Requests the server saw: all, and the watch connections.
+  std::pair<std::size_t, std::size_t> stats() const {
+    auto v = json::parse(server.ctl("stats")).as_object();
+    return {v.at("requests").as_array().size(), static_cast<std::size_t>(v.at("watches_opened").as_int64())};
+  }
+  std::size_t lists_of(const std::string& plural) const {
+    auto v = json::parse(server.ctl("stats")).as_object();
+    std::size_t n = 0;
+    for (const auto& r : v.at("requests").as_array()) {
+      auto& a = r.as_array();
+      auto path = std::string(a[1].as_string());
+      if (a[0].as_string() == "GET" && !a[2].as_bool() && path.ends_with("/" + plural)) ++n;
+    }
+    return n;
+  }
+  std::string kubectl(const std::vector<std::string>& args, std::chrono::milliseconds deadline = 60s) const {
+    std::vector<std::string> argv{"kubectl", "--kubeconfig", server.kubeconfig()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = tjob::test::run(argv, {}, deadline);
+    INFO("kubectl " << args.front() << ": " << r.err);
+    CHECK(r.exit_code == 0);
+    return r.out;
+  }
+};
+
+bool have_kubectl() {
+  auto r = tjob::test::run({"kubectl", "version", "--client"}, {}, 60s);
+  if (r.exit_code == 0) return true;
+  if (std::getenv("CI")) FAIL("kubectl is not installed; CI machines have it (peers.md §3)");
+  return false;
+}
+
+train_request sleeper(const std::string& name, const std::string& ms) {
+  return helper_job({"print", "up\n", "sleep", ms, "print", "done\n"}, name);
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(kube_fixture, "a command job runs on the cluster: body, status, steps, logs, events, delete") {
+  trainer_client c(kube_config());
+  auto req = helper_job({"print", "hello from the pod\n", "env", "GREETING"}, "hello", {{"GREETING", "hi there"}});
+  req.num_nodes = 2;
+  CHECK(c.train(req) == "hello");
+  auto job = c.wait_for_job_status("hello", {job_status::complete}, 60s);
+  CHECK(job.status == job_status::complete);
+  CHECK(job.num_nodes == 2);
+  CHECK(job.runtime == "torch-distributed");
+  REQUIRE(job.steps.size() == 2);
+  CHECK(job.steps[0].name == "node-0");
+  CHECK(job.steps[1].name == "node-1");
+  CHECK(job.steps[1].status == job_status::complete);
+  CHECK(job.steps[1].exit_code == 0);
+  auto log = c.get_job_logs("hello", {.step = "node-1"}).read_all();
+  CHECK(log.find("hello from the pod\n") != std::string::npos);
+  CHECK(log.find("hi there") != std::string::npos);
+  CHECK(c.get_job_logs("hello", {.tail = 1}).read_all().find("hello from the pod") == std::string::npos);
+
+  // what the server holds is what Kubeflow's SDK sends
+  auto tj = json::parse(kubectl({"get", "trainjob", "hello", "-o", "json"})).as_object();
+  auto& spec = tj.at("spec").as_object();
+  CHECK(spec.at("runtimeRef").at("name").as_string() == "torch-distributed");
+  CHECK(spec.at("trainer").at("numNodes").as_int64() == 2);
+  CHECK(spec.at("trainer").at("command").as_array()[0].as_string() == tjob::test::helper_bin());
+  CHECK(spec.at("trainer").at("env").as_array()[0].at("name").as_string() == "GREETING");
+
+  auto listed = c.list_jobs();
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].status == job_status::complete);
+  CHECK(c.list_jobs("other-runtime").empty());
+  auto events = c.get_job_events("hello");
+  bool started = false, scheduled = false;
+  for (const auto& e : events) {
+    started = started || (e.reason == "Started" && e.step == "node-1");
+    scheduled = scheduled || e.reason == "Scheduled";
+  }
+  CHECK(started);
+  CHECK(scheduled);
+  CHECK(code_of([&] { c.train(req); }) == errc::duplicate_name);
+  CHECK(code_of([&] { c.get_job_logs("hello", {.step = "node-7"}); }) == errc::step_not_found);
+  c.delete_job("hello");
+  CHECK(code_of([&] { c.get_job("hello"); }) == errc::job_not_found);
+  CHECK(message_of([&] { c.delete_job("hello"); }).find("namespace 'default' on https://127.0.0.1") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "a failing node fails the wait with its exit code and last log lines") {
+  trainer_client c(kube_config());
+  c.train(helper_job({"print", "about to fail\n", "exit", "3"}, "bad"));
+  auto m = message_of([&] { c.wait_for_job_status("bad", {job_status::complete}, 60s); });
+  CHECK(m.find("TrainJob bad is Failed") != std::string::npos);
+  CHECK(m.find("exit code 3") != std::string::npos);
+  CHECK(m.find("about to fail") != std::string::npos);
+  auto job = c.get_job("bad");
+  CHECK(job.status == job_status::failed);
+  CHECK(job.reason == "exit code 3");
+  CHECK(job.steps[0].exit_code == 3);
+  CHECK(c.wait_for_job_status("bad", {job_status::failed}, 10s).status == job_status::failed);
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "a function job installs its packages from the index with pip inside the pod") {
+  tjob::test::package_index index;
+  trainer_client c(kube_config());
+  train_request r;
+  r.name = "fn";
+  python_trainer pt;
+  pt.source = "def train(greeting):\n    import tinyjob\n    print(greeting, tinyjob.hello())\n";
+  pt.function = "train";
+  pt.function_args = R"({"greeting": "it says"})";
+  pt.packages_to_install = {"tinyjob"};
+  pt.pip_index_urls = {index.url};
+  pt.python = "/usr/bin/python3";
+  r.job_trainer = pt;
+  c.train(r);
+  auto job = c.wait_for_job_status("fn", {job_status::complete, job_status::failed}, 120s);
+  auto log = c.get_job_logs("fn", {}).read_all();
+  INFO(log);
+  CHECK(job.status == job_status::complete);
+  CHECK(log.find("Successfully installed Python packages") != std::string::npos);
+  CHECK(log.find("it says hi from tinyjob 1.2.0 on tinydep 0.1.0") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "waiting 30 seconds costs the watch connections, not a request every few seconds") {
+  trainer_client c(kube_config());
+  c.train(sleeper("slow", "30000"));
+  c.wait_for_job_status("slow", {job_status::running}, 60s);
+  auto [before, watches_before] = stats();
+  auto job = c.wait_for_job_status("slow", {job_status::complete}, 90s);
+  auto [after, watches_after] = stats();
+  CHECK(job.status == job_status::complete);
+  // Kubeflow polls every 2 s: 15 get_job rounds of 2+ requests each. The watches
+  // were opened by the first wait and are still up.
+  INFO("requests during the wait: " << after - before);
+  CHECK(after - before <= 4);  // one direct read of the job (and its pods), nothing else
+  CHECK(watches_after == watches_before);
+  CHECK(watches_after == 2);
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "a tjob wait survives a cut watch and a 410 and reports the right status") {
+  trainer_client c(kube_config());
+  c.train(sleeper("cut", "4000"));
+  tjob::test::background waiter(cli({"wait", "cut", "--status", "Complete", "--timeout", "60"}), env());
+  std::this_thread::sleep_for(1s);
+  server.ctl("drop-watches");
+  std::this_thread::sleep_for(500ms);
+  server.ctl("compact");  // the version the waiter holds is now too old: 410, relist
+  std::this_thread::sleep_for(300ms);
+  server.ctl("inject-line", R"({"line": "this is not json"})");
+  CHECK(waiter.wait(60s) == 0);
+  CHECK(waiter.out() == "Complete\n");
+  CHECK(lists_of("trainjobs") >= 2);  // it listed again after the 410
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "500s are retried, a slow server times out with a clear error, Status errors are quoted") {
+  trainer_client c(kube_config());
+  c.train(helper_job({"print", "x\n"}, "r"));
+  server.ctl("fail", R"({"count": 3, "code": 500, "path": "/apis/trainer.kubeflow.org"})");
+  CHECK(c.get_job("r").name == "r");  // read again after each 500
+
+  server.ctl("fail", R"({"count": 1, "code": 403, "path": "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"})");
+  auto m = message_of([&] { c.get_job("r"); });
+  CHECK(m.find("403") != std::string::npos);
+  CHECK(m.find("injected fault 403") != std::string::npos);
+  CHECK(m.find(server.token) == std::string::npos);
+
+  server.ctl("fail", R"({"count": 1, "code": 422, "path": "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"})");
+  auto bad = helper_job({"print", "x\n"}, "rejected");
+  m = message_of([&] { c.train(bad); });
+  CHECK(m.find("TrainJob 'rejected'") != std::string::npos);
+  CHECK(m.find("422") != std::string::npos);
+
+  auto cfg = kube_config();
+  cfg.kubernetes.request_timeout = 500ms;
+  trainer_client impatient(cfg);
+  server.ctl("delay", R"({"seconds": 3, "path": "/apis"})");
+  m = message_of([&] { impatient.get_job("r"); });
+  CHECK(m.find("timed out") != std::string::npos);
+  server.ctl("delay", R"({"seconds": 0})");
+  CHECK(impatient.get_job("r").name == "r");
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "TLS is verified: a wrong CA is refused by name, and the token is never shown") {
+  tjob::test::kube_standin other;
+  // this server's address with the other server's CA
+  auto text = tjob::test::read_file(server.kubeconfig());
+  auto wrong = dir.path() / "wrong-ca.kubeconfig";
+  auto pos = text.find(server.ca);
+  REQUIRE(pos != std::string::npos);
+  text.replace(pos, server.ca.size(), other.ca);
+  std::ofstream(wrong) << text;
+  auto cfg = kube_config();
+  cfg.kubernetes.config_file = wrong.string();
+  trainer_client c(cfg);
+  auto m = message_of([&] { c.list_jobs(); });
+  CHECK(m.find("cannot verify the server certificate") != std::string::npos);
+  CHECK(m.find(wrong.string()) != std::string::npos);
+  CHECK(m.find(server.token) == std::string::npos);
+
+  auto r = tjob::test::run({tjob_bin(), "--backend", "kubernetes", "--kubeconfig", wrong.string(), "list"}, env());
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("certificate") != std::string::npos);
+  CHECK((r.out + r.err).find(server.token) == std::string::npos);
+
+  // a missing context from the CLI
+  r = tjob::test::run(cli({"--context", "nope", "list"}), env());
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("no context 'nope'") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "cancel suspends the TrainJob: its pods stop and it reads Failed (cancelled)") {
+  trainer_client c(kube_config());
+  c.train(sleeper("stopme", "60000"));
+  c.wait_for_job_status("stopme", {job_status::running}, 60s);
+  c.cancel_job("stopme");
+  auto job = c.get_job("stopme");
+  CHECK(job.status == job_status::failed);
+  CHECK(job.reason == "cancelled");
+  auto tj = json::parse(kubectl({"get", "trainjob", "stopme", "-o", "json"})).as_object();
+  CHECK(tj.at("spec").at("suspend").as_bool());
+  CHECK(kubectl({"get", "pods", "-o", "name"}).empty());
+}
+
+TEST_CASE("logs -f of a pod that is still Pending waits for it to start (Kubeflow's #182)") {
+  tjob::test::home_fixture home;
+  tjob::test::kube_standin server({"--start-delay", "2"});
+  auto cfg = home.config();
+  cfg.backend = backend_kind::kubernetes;
+  cfg.kubernetes = server.config();
+  trainer_client c(cfg);
+  c.train(helper_job({"print", "late\n", "sleep", "300", "print", "later\n"}, "pending"));
+  CHECK(c.get_job("pending").status == job_status::created);
+  CHECK(c.get_job_logs("pending", {}).read_all().empty());  // not following: nothing yet
+  auto log = c.get_job_logs("pending", {.follow = true}).read_all();
+  CHECK(log == "late\nlater\n");
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "kubectl reads, watches, follows and creates TrainJobs on the stand-in") {
+  if (!have_kubectl()) return;
+  trainer_client c(kube_config());
+  c.train(helper_job({"print", "from tjob\n"}, "made-by-tjob"));
+  c.wait_for_job_status("made-by-tjob", {job_status::complete}, 60s);
+  auto table = kubectl({"get", "trainjobs"});
+  CHECK(table.find("STATE") != std::string::npos);
+  CHECK(table.find("made-by-tjob") != std::string::npos);
+  CHECK(table.find("Complete") != std::string::npos);
+
+  tjob::test::background watcher({"kubectl", "--kubeconfig", server.kubeconfig(), "get", "trainjobs", "-w"});
+  CHECK(watcher.wait_for_stdout("made-by-tjob"));
+  auto yaml = dir.path() / "tj.yaml";
+  std::ofstream(yaml) << "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n"
+                         "  name: made-by-kubectl\nspec:\n  runtimeRef:\n    name: torch-distributed\n"
+                         "  trainer:\n    numNodes: 1\n    command: [\""
+                      << tjob::test::helper_bin() << "\", print, \"from kubectl\\n\", sleep, \"500\"]\n";
+  CHECK(kubectl({"create", "-f", yaml.string()}).find("created") != std::string::npos);
+  CHECK(watcher.wait_for_stdout("made-by-kubectl"));
+  auto pods = kubectl({"get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=made-by-kubectl", "-o", "name"});
+  REQUIRE_FALSE(pods.empty());
+  auto pod = pods.substr(0, pods.find('\n'));
+  auto logs = tjob::test::run({"kubectl", "--kubeconfig", server.kubeconfig(), "logs", "-f", pod}, {}, 60s);
+  // Pending at first: kubectl's own message, then it works once running
+  for (int i = 0; i < 50 && logs.exit_code != 0; ++i) {
+    std::this_thread::sleep_for(100ms);
+    logs = tjob::test::run({"kubectl", "--kubeconfig", server.kubeconfig(), "logs", "-f", pod}, {}, 60s);
+  }
+  CHECK(logs.exit_code == 0);
+  CHECK(logs.out == "from kubectl\n");
+  // tjob sees what kubectl made
+  auto job = c.wait_for_job_status("made-by-kubectl", {job_status::complete}, 60s);
+  CHECK(job.num_nodes == 1);
+  CHECK(c.get_job_logs("made-by-kubectl", {}).read_all() == "from kubectl\n");
+  CHECK(watcher.wait_for_stdout("Complete"));
+}
