@@ -293,10 +293,10 @@ TEST_CASE_TEMPLATE("packages are installed in the container with pip from the in
   client.delete_job(name);
 }
 
-TEST_CASE("one spec, two backends: the linear example has the same statuses, steps and lines") {
+TEST_CASE("one spec, three backends: the linear example and a command job have the same statuses, steps and lines") {
   auto sock = socket_of("docker");
   if (sock.empty() || !tjob::test::system_python_has("torch")) return;
-  auto lines_of = [](const std::string& log) {
+  auto lines_of = [](const std::string& log, const std::string& first) {
     std::vector<std::string> out;
     std::size_t start = 0;
     while (start < log.size()) {
@@ -304,46 +304,70 @@ TEST_CASE("one spec, two backends: the linear example has the same statuses, ste
       auto line = log.substr(start, nl - start);
       // The training code's lines: setup output differs by design (the local
       // backend pip-installs the runtime's packages, as Kubeflow's local backend
-      // does; a container has them in its image).
-      if (line.starts_with("Epoch 1/") || !out.empty()) out.push_back(line);
+      // does; a container or a pod has them in its image).
+      if (line.starts_with(first) || !out.empty()) out.push_back(line);
       if (nl == std::string::npos) break;
       start = nl + 1;
     }
     return out;
   };
   struct seen {
+    std::string backend;
     job_status status;
     std::vector<std::pair<std::string, job_status>> steps;
+    std::vector<std::optional<int>> exit_codes;
     std::vector<std::string> lines;
   };
-  std::vector<seen> results;
-  for (auto backend : {backend_kind::local, backend_kind::container}) {
-    fixture fx;
-    auto cfg = fx.config(sock, container_network::host);
-    cfg.backend = backend;
-    cfg.container.volumes = host_volumes;
-    cfg.container.image = "localhost/tjob-host:bookworm";
-    trainer_client client(cfg);
-    auto t = linear_trainer();
-    t.system_site_packages = true;
-    train_request r;
-    r.job_trainer = t;
-    auto name = client.train(r);
-    auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed}, 300s);
-    seen s{job.status, {}, lines_of(all_of(client.get_job_logs(name, {})))};
-    for (const auto& st : job.steps) s.steps.emplace_back(st.name, st.status);
-    results.push_back(s);
-    client.delete_job(name);
+  for (bool python : {true, false}) {
+    std::vector<seen> results;
+    for (auto backend : {backend_kind::local, backend_kind::container, backend_kind::kubernetes}) {
+      fixture fx;
+      std::optional<tjob::test::kube_standin> cluster;
+      auto cfg = fx.config(sock, container_network::host);
+      cfg.backend = backend;
+      cfg.container.volumes = host_volumes;
+      cfg.container.image = "localhost/tjob-host:bookworm";
+      if (backend == backend_kind::kubernetes) {
+        cluster.emplace();
+        cfg.kubernetes = cluster->config();
+      }
+      trainer_client client(cfg);
+      train_request r;
+      if (python) {
+        auto t = linear_trainer();
+        t.system_site_packages = true;
+        r.job_trainer = t;
+      } else {
+        command_trainer t;
+        t.command = {"sh", "-c", "echo one; echo two >&2; exit 5"};
+        r.job_trainer = t;
+      }
+      auto name = client.train(r);
+      auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed}, 300s);
+      seen s{std::string(to_string(backend)), job.status, {}, {},
+             lines_of(all_of(client.get_job_logs(name, {})), python ? "Epoch 1/" : "one")};
+      for (const auto& st : job.steps) {
+        s.steps.emplace_back(st.name, st.status);
+        s.exit_codes.push_back(st.exit_code);
+      }
+      results.push_back(s);
+      client.delete_job(name);
+    }
+    CAPTURE(python);
+    CHECK(results[0].status == (python ? job_status::complete : job_status::failed));
+    for (std::size_t i = 1; i < results.size(); ++i) {
+      CAPTURE(results[i].backend);
+      CHECK(results[0].status == results[i].status);
+      CHECK(results[0].steps == results[i].steps);
+      CHECK(results[0].exit_codes == results[i].exit_codes);
+      std::string a, b;
+      for (const auto& l : results[0].lines) a += l + "\n";
+      for (const auto& l : results[i].lines) b += l + "\n";
+      CHECK(a == b);
+    }
+    auto& last = results.back().lines;
+    CHECK(std::find(last.begin(), last.end(), python ? "Training completed!" : "two") != last.end());
   }
-  CHECK(results[0].status == job_status::complete);
-  CHECK(results[0].status == results[1].status);
-  CHECK(results[0].steps == results[1].steps);
-  std::string a, b;
-  for (const auto& l : results[0].lines) a += l + "\n";
-  for (const auto& l : results[1].lines) b += l + "\n";
-  CHECK(a == b);
-  CHECK(std::find(results[1].lines.begin(), results[1].lines.end(), "Training completed!") !=
-        results[1].lines.end());
 }
 
 // ---------------------------------------------------------------------------

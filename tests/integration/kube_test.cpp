@@ -62,11 +62,11 @@ struct kube_fixture : tjob::test::home_fixture {
   }
 };
 
+// kubectl is on every machine of this project (the Debian image has it; peers.md §3).
 bool have_kubectl() {
   auto r = tjob::test::run({"kubectl", "version", "--client"}, {}, 60s);
-  if (r.exit_code == 0) return true;
-  if (std::getenv("CI")) FAIL("kubectl is not installed; CI machines have it (peers.md §3)");
-  return false;
+  if (r.exit_code != 0) FAIL("kubectl is not installed or does not run: " << r.err);
+  return true;
 }
 
 train_request sleeper(const std::string& name, const std::string& ms) {
@@ -306,4 +306,28 @@ TEST_CASE_FIXTURE(kube_fixture, "kubectl reads, watches, follows and creates Tra
   CHECK(job.num_nodes == 1);
   CHECK(c.get_job_logs("made-by-kubectl", {}).read_all() == "from kubectl\n");
   CHECK(watcher.wait_for_stdout("Complete"));
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "the README's kubernetes command trains the linear example") {
+  if (!tjob::test::system_python_has("torch")) return;
+  auto r = tjob::test::run(cli({"run", "--func", "train_model",
+                                tjob::test::source_dir() + "/examples/train_linear.py"}),
+                           env(), 300s);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("Epoch 5/5") != std::string::npos);
+  CHECK(r.out.find("Training completed!") != std::string::npos);
+  CHECK(r.err.find("Complete") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "tjob run streams a pod's log while the job runs and exits with its status") {
+  tjob::test::background run(cli({"run", "--name", "live", "--", tjob::test::helper_bin(), "print",
+                                  "first\n", "sleep", "3000", "print", "second\n", "exit", "2"}),
+                             env());
+  REQUIRE(run.wait_for_stdout("first\n"));
+  trainer_client c(kube_config());
+  CHECK(c.get_job("live").status == job_status::running);  // the line came while it ran
+  CHECK(run.wait(60s) == 1);
+  CHECK(run.out() == "first\nsecond\n");
+  CHECK(run.err().find("exit code 2") != std::string::npos);
 }
