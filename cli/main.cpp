@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <map>
+#include <tuple>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -142,7 +143,7 @@ engine_config make_config(const common_options& o) {
 
 struct job_options {
   std::string name, runtime, workdir;
-  std::vector<std::string> env;
+  std::vector<std::string> env, labels, annotations;
   std::vector<std::string> command;
   bool command_mode = false;  // `--` was given: run a program, not Python
   std::vector<std::string> packages, index_urls;
@@ -156,6 +157,11 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--runtime", o.runtime, "Runtime name; default: torch-distributed");
   cmd->add_option("--env", o.env, "Environment variable NAME=VALUE for the job (repeatable); "
                                   "laid over tjob's own environment")
+      ->allow_extra_args(false);
+  cmd->add_option("--label", o.labels, "Kubernetes backend: a label KEY=VALUE of the TrainJob (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--annotation", o.annotations,
+                  "Kubernetes backend: an annotation KEY=VALUE of the TrainJob (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--workdir", o.workdir,
                   "Working directory of the job; default: the current directory");
@@ -262,6 +268,17 @@ train_request make_request(const job_options& o, backend_kind backend) {
                         : o.workdir.empty() ? std::filesystem::current_path(ec).string()
                                             : std::filesystem::absolute(o.workdir, ec).string();
   req.num_nodes = o.num_nodes;
+  if ((!o.labels.empty() || !o.annotations.empty()) && !in_cluster)
+    throw usage_error("--label and --annotation are for the kubernetes backend; add --backend kubernetes");
+  for (const auto& [flag, from, into] : {std::tuple{"--label", &o.labels, &req.labels},
+                                         std::tuple{"--annotation", &o.annotations, &req.annotations}})
+    for (const auto& e : *from) {
+      auto eq = e.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw usage_error(std::string(flag) + " '" + e + "': expected KEY=VALUE (for example " + flag +
+                          " team=vision)");
+      (*into)[e.substr(0, eq)] = e.substr(eq + 1);
+    }
   bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() ||
                         !o.args.empty() || !o.python.empty() || o.system_site_packages ||
                         o.keep_venv || !o.resources.empty();

@@ -1079,6 +1079,12 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
 }
 
 asio::awaitable<std::string> engine::train(train_request req) {
+  if (impl_->cfg.backend != backend_kind::kubernetes && (!req.labels.empty() || !req.annotations.empty()))
+    fail(errc::invalid_argument,
+         std::string(req.labels.empty() ? "Annotations" : "Labels") +
+             " option is not compatible with the " + std::string(to_string(impl_->cfg.backend)) +
+             " backend (TrainJob " + quote(req.name) +
+             "); only the kubernetes backend keeps labels and annotations");
   if (auto c = impl_->containers) co_return co_await c->train(std::move(req));
   auto& e = *impl_;
   e.check_running();

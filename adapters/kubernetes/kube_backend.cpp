@@ -267,7 +267,13 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       if (x.size() > max_arg)
         fail(errc::invalid_argument, me + ": a command argument is over 1 MiB, the most a "
                                           "TrainJob holds");
-    auto body = trainjob_body(name, ns, rt, t);
+    for (const auto* m : {&r.labels, &r.annotations})
+      for (const auto& [k, v] : *m)
+        if (k.empty() || detail::has_nul(k) || detail::has_nul(v))
+          fail(errc::invalid_argument, me + ": " + (m == &r.labels ? "label" : "annotation") +
+                                           " keys must not be empty and neither keys nor values "
+                                           "may hold NUL");
+    auto body = trainjob_body(name, ns, rt, t, r.labels, r.annotations);
     try {
       co_await a->post(jobs_path, std::move(body));
     } catch (const status_error& e) {

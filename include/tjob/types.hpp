@@ -63,6 +63,10 @@ struct train_request {
   std::string runtime;    ///< runtime name; empty: "torch-distributed"
   trainer job_trainer;
   int num_nodes = 1;
+  /// Kubernetes backend: the TrainJob's labels and annotations (Kubeflow's
+  /// Labels and Annotations options); the other backends refuse them.
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
 };
 
 /// The trainer part of a runtime, as Kubeflow's `RuntimeTrainer`.

@@ -79,6 +79,8 @@ TEST_CASE_FIXTURE(kube_fixture, "a command job runs on the cluster: body, status
   trainer_client c(kube_config());
   auto req = helper_job({"print", "hello from the pod\n", "env", "GREETING"}, "hello", {{"GREETING", "hi there"}});
   req.num_nodes = 2;
+  req.labels = {{"team", "vision"}};
+  req.annotations = {{"note", "it's \"quoted\"; $(not run)"}};
   CHECK(c.train(req) == "hello");
   auto job = c.wait_for_job_status("hello", {job_status::complete}, 60s);
   CHECK(job.status == job_status::complete);
@@ -101,6 +103,9 @@ TEST_CASE_FIXTURE(kube_fixture, "a command job runs on the cluster: body, status
   CHECK(spec.at("trainer").at("numNodes").as_int64() == 2);
   CHECK(spec.at("trainer").at("command").as_array()[0].as_string() == tjob::test::helper_bin());
   CHECK(spec.at("trainer").at("env").as_array()[0].at("name").as_string() == "GREETING");
+  CHECK(tj.at("metadata").at("labels").at("team").as_string() == "vision");
+  CHECK(tj.at("metadata").at("annotations").at("note").as_string() == "it's \"quoted\"; $(not run)");
+  CHECK(kubectl({"get", "trainjobs", "-l", "team=vision", "-o", "name"}) == "trainjob.trainer.kubeflow.org/hello\n");
 
   auto listed = c.list_jobs();
   REQUIRE(listed.size() == 1);
@@ -330,4 +335,23 @@ TEST_CASE_FIXTURE(kube_fixture, "tjob run streams a pod's log while the job runs
   CHECK(run.wait(60s) == 1);
   CHECK(run.out() == "first\nsecond\n");
   CHECK(run.err().find("exit code 2") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "labels and annotations are the kubernetes backend's and the others refuse them") {
+  trainer_client local(config());
+  auto r = helper_job({"print", "x\n"}, "labelled");
+  r.labels = {{"team", "a"}};
+  auto m = message_of([&] { local.train(r); });
+  CHECK(m.find("Labels option is not compatible with the local backend") != std::string::npos);
+  CHECK(local.list_jobs().empty());
+  auto cli_r = tjob::test::run({tjob_bin(), "run", "--label", "team=a", "--", "true"}, env());
+  CHECK(cli_r.exit_code == 2);
+  CHECK(cli_r.err.find("--label and --annotation are for the kubernetes backend") != std::string::npos);
+  cli_r = tjob::test::run(cli({"train", "--name", "lab", "--label", "team=b", "--annotation", "a=b=c", "--",
+                               tjob::test::helper_bin(), "print", "x\n"}),
+                          env());
+  CHECK(cli_r.exit_code == 0);
+  auto tj = json::parse(kubectl({"get", "trainjob", "lab", "-o", "json"})).as_object();
+  CHECK(tj.at("metadata").at("labels").at("team").as_string() == "b");
+  CHECK(tj.at("metadata").at("annotations").at("a").as_string() == "b=c");
 }

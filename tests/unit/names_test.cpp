@@ -1,8 +1,10 @@
 #include "engine/names.hpp"
 #include "engine/strings.hpp"
+#include "tests/support/test_support.hpp"
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <set>
 #include <vector>
 
@@ -54,4 +56,25 @@ TEST_CASE("comma lists are split, trimmed and empty items dropped") {
   CHECK(split_list("").empty());
   CHECK(split_list(" , ,").empty());
   CHECK(split_list("torch") == v{"torch"});
+}
+
+// doctest_discover_tests hands names to CMake, where ';' splits a list: a
+// test named with one is registered cut short and its filter matches nothing,
+// so it "passes" without running.
+TEST_CASE("no test case name holds a semicolon (ctest would run nothing for it)") {
+  namespace fs = std::filesystem;
+  std::size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(tjob::test::source_dir()) / "tests")) {
+    if (e.path().extension() != ".cpp") continue;
+    ++files;
+    auto text = tjob::test::read_file(e.path());
+    for (std::size_t pos = 0; (pos = text.find("\nTEST_CASE", pos)) != std::string::npos; ++pos) {
+      auto open = text.find('"', pos);
+      auto close = open == std::string::npos ? open : text.find('"', open + 1);
+      if (close == std::string::npos) break;
+      auto name = text.substr(open + 1, close - open - 1);
+      CHECK_MESSAGE(name.find(';') == std::string::npos, e.path().filename().string() << ": " << name);
+    }
+  }
+  CHECK(files > 5);
 }

@@ -80,7 +80,7 @@ TEST_CASE("the built-in runtimes are torch-distributed and python") {
   CHECK(py->trainer.packages.empty());
 }
 
-TEST_CASE("a manifest in kubeflow/trainer's shape loads; other kinds in the file are ignored") {
+TEST_CASE("a manifest in kubeflow/trainer's shape loads and other kinds in the file are ignored") {
   std::vector<std::string> problems;
   auto rts = parse(upstream_shape, problems);
   CHECK(problems.empty());
