@@ -69,6 +69,17 @@ bool have_kubectl() {
   return true;
 }
 
+// Polls a peer's state until `pred` holds (true) or 30 s pass (false).
+template <class F>
+bool poll_until(F pred) {
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
 train_request sleeper(const std::string& name, const std::string& ms) {
   return helper_job({"print", "up\n", "sleep", ms, "print", "done\n"}, name);
 }
@@ -178,19 +189,38 @@ TEST_CASE_FIXTURE(kube_fixture, "waiting 30 seconds costs the watch connections,
   CHECK(watches_after == 2);
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "a tjob wait survives a cut watch and a 410 and reports the right status") {
+TEST_CASE_FIXTURE(kube_fixture, "a tjob wait survives a cut watch, a 410 and a bad line and reports the right status") {
   trainer_client c(kube_config());
-  c.train(sleeper("cut", "4000"));
+  c.train(sleeper("cut", "6000"));
+  auto [r0, w0] = stats();
   tjob::test::background waiter(cli({"wait", "cut", "--status", "Complete", "--timeout", "60"}), env());
-  std::this_thread::sleep_for(1s);
+  // each fault hits watches that are up: the server says when they are
+  auto watches_at_least = [&](std::size_t n) {
+    return poll_until([&] { return stats().second >= n; });
+  };
+  REQUIRE(watches_at_least(w0 + 2));
   server.ctl("drop-watches");
-  std::this_thread::sleep_for(500ms);
-  server.ctl("compact");  // the version the waiter holds is now too old: 410, relist
-  std::this_thread::sleep_for(300ms);
+  REQUIRE(watches_at_least(w0 + 4));  // both came back
+  auto lists = lists_of("trainjobs");
+  server.ctl("compact");  // the versions they hold are now too old: ERROR 410, relist
+  REQUIRE(poll_until([&] { return lists_of("trainjobs") > lists; }));
+  REQUIRE(watches_at_least(w0 + 6));
   server.ctl("inject-line", R"({"line": "this is not json"})");
   CHECK(waiter.wait(60s) == 0);
   CHECK(waiter.out() == "Complete\n");
-  CHECK(lists_of("trainjobs") >= 2);  // it listed again after the 410
+  CHECK(waiter.err().find("a watch line is not JSON") != std::string::npos);  // said once, clearly
+  CHECK(c.get_job("cut").status == job_status::complete);
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "a watch line over the limit is an error the watch recovers from") {
+  trainer_client c(kube_config());
+  c.train(sleeper("long", "4000"));
+  tjob::test::background waiter(cli({"wait", "long", "--status", "Complete", "--timeout", "60"}), env());
+  REQUIRE(poll_until([&] { return stats().second >= 2; }));
+  server.ctl("inject-long-line", R"({"bytes": 17000000})");
+  CHECK(waiter.wait(60s) == 0);
+  CHECK(waiter.out() == "Complete\n");
+  CHECK(waiter.err().find("a line is longer than 16777216 bytes") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(kube_fixture, "500s are retried, a slow server times out with a clear error, Status errors are quoted") {
@@ -313,16 +343,29 @@ TEST_CASE_FIXTURE(kube_fixture, "kubectl reads, watches, follows and creates Tra
   CHECK(watcher.wait_for_stdout("Complete"));
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "the README's kubernetes command trains the linear example") {
+TEST_CASE("the README's kubernetes commands start the stand-in and train the linear example") {
   if (!tjob::test::system_python_has("torch")) return;
-  auto r = tjob::test::run(cli({"run", "--func", "train_model",
-                                tjob::test::source_dir() + "/examples/train_linear.py"}),
-                           env(), 300s);
+  tjob::test::home_fixture home;
+  auto standin = tjob::test::source_dir() + "/tests/support/kube_standin.py";
+  auto dir = (home.dir.path() / "tjob-kube").string();
+  auto kubeconfig = dir + "/kubeconfig";
+  auto started = tjob::test::run({standin, "start", dir}, {}, 60s);
+  REQUIRE_MESSAGE(started.exit_code == 0, started.err);
+  struct stop_at_end {
+    std::string standin, dir;
+    ~stop_at_end() { tjob::test::run({standin, "stop", dir}, {}, 30s); }
+  } stop{standin, dir};
+  auto r = tjob::test::run({tjob_bin(), "run", "--backend", "kubernetes", "--kubeconfig", kubeconfig,
+                            "--func", "train_model", tjob::test::source_dir() + "/examples/train_linear.py"},
+                           home.env(), 300s);
   INFO(r.err);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("Epoch 5/5") != std::string::npos);
   CHECK(r.out.find("Training completed!") != std::string::npos);
   CHECK(r.err.find("Complete") != std::string::npos);
+  auto got = tjob::test::run({"kubectl", "--kubeconfig", kubeconfig, "get", "trainjobs"}, {}, 60s);
+  CHECK(got.exit_code == 0);
+  CHECK(got.out.find("Complete") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(kube_fixture, "tjob run streams a pod's log while the job runs and exits with its status") {

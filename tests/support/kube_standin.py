@@ -17,11 +17,14 @@ conditions. Differences from a cluster: PET_MASTER_ADDR is 127.0.0.1 with a
 free port (pods share the host's network), and pods run in a directory of
 their own under DIR/pods/.
 
-  kube_standin.py serve DIR [--no-tls] [--token T] [--bookmark-interval S]
+  kube_standin.py serve DIR [--no-tls] [--token T] [--bookmark-interval S] [--start-delay S]
       writes DIR/ready.json ({url, port, ca, token}) and DIR/kubeconfig, then serves
+  kube_standin.py start DIR [options]
+      the same in the background (log in DIR/standin.log); returns once it serves
   kube_standin.py ctl DIR ACTION [JSON]
       drives faults: drop-watches, compact, fail (JSON {count, code, path}),
-      delay (JSON {seconds, path}), inject-line (JSON {line}), stats, reset-stats
+      delay (JSON {seconds, path}), inject-line (JSON {line}),
+      inject-long-line (JSON {bytes}), stats, reset-stats
   kube_standin.py stop DIR
 """
 
@@ -1010,6 +1013,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 f.delay = arg if arg.get("seconds") else None
             elif action == "inject-line":
                 f.inject.append(arg["line"])
+            elif action == "inject-long-line":
+                f.inject.append("x" * int(arg["bytes"]))
             elif action == "drop-watches":
                 f.drop += 1
             elif action != "compact":
@@ -1116,6 +1121,26 @@ def main(argv):
             if a == "--start-delay":
                 opts["start_delay"] = float(args[i + 1])
         serve(argv[2], **opts)
+    elif len(argv) >= 3 and argv[1] == "start":
+        d = argv[2]
+        os.makedirs(d, exist_ok=True)
+        for stale in ("ready.json", "pid"):
+            try:
+                os.remove(os.path.join(d, stale))
+            except OSError:
+                pass
+        log = open(os.path.join(d, "standin.log"), "ab")
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve"] + argv[2:],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(d, "ready.json")):
+            if proc.poll() is not None or time.time() > deadline:
+                sys.stderr.write("standin: did not start; see %s\n" % os.path.join(d, "standin.log"))
+                return 1
+            time.sleep(0.05)
+        info = json.load(open(os.path.join(d, "ready.json")))
+        print("standin: serving on %s; kubeconfig %s" % (info["url"], os.path.join(d, "kubeconfig")))
     elif len(argv) >= 4 and argv[1] == "ctl":
         ctl(argv[2], argv[3], argv[4] if len(argv) > 4 else None)
     elif len(argv) == 3 and argv[1] == "stop":
