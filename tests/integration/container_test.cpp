@@ -452,7 +452,7 @@ TEST_CASE("container options without the container backend are a usage error") {
   CHECK(r.err.find("add --backend container") != std::string::npos);
   auto i = tjob::test::run({tjob::test::tjob_bin(), "run", "--image", "x", "--", "true"}, fx.env());
   CHECK(i.exit_code == 2);
-  CHECK(i.err.find("--image is for the container backend") != std::string::npos);
+  CHECK(i.err.find("--image is for the container and kubernetes backends") != std::string::npos);
 }
 
 TEST_CASE("dockerd restarting while a log is followed: the follower ends, the status is re-read") {
