@@ -66,7 +66,9 @@ struct engine_config {
   std::shared_ptr<spdlog::logger> logger;
   /// Where jobs run. The local backend keeps its jobs in the store; the
   /// container backend keeps them in the daemon (labels), so any process
-  /// talking to the same daemon sees the same jobs.
+  /// talking to the same daemon sees the same jobs; the kubernetes backend
+  /// keeps them in the cluster (TrainJob objects), and the constructor throws
+  /// when the kubeconfig cannot be used.
   backend_kind backend = backend_kind::local;
   container_backend_config container;
   kubernetes_backend_config kubernetes;

@@ -289,12 +289,13 @@ TEST_CASE_FIXTURE(kube_fixture, "cancel suspends the TrainJob: its pods stop and
   CHECK(job.reason == "cancelled");
   auto tj = json::parse(kubectl({"get", "trainjob", "stopme", "-o", "json"})).as_object();
   CHECK(tj.at("spec").at("suspend").as_bool());
-  CHECK(kubectl({"get", "pods", "-o", "name"}).empty());
+  // the controller deletes the suspended job's pods once they have stopped
+  CHECK(poll_until([&] { return kubectl({"get", "pods", "-o", "name"}).empty(); }));
 }
 
 TEST_CASE("logs -f of a pod that is still Pending waits for it to start (Kubeflow's #182)") {
   tjob::test::home_fixture home;
-  tjob::test::kube_standin server({"--start-delay", "2"});
+  tjob::test::kube_standin server({"--start-delay", "4"});
   auto cfg = home.config();
   cfg.backend = backend_kind::kubernetes;
   cfg.kubernetes = server.config();
