@@ -76,6 +76,15 @@ api::api(asio::any_io_executor ex, connection conn, std::chrono::milliseconds ti
   http_ = std::make_unique<http::client>(ex_, ep, 64 << 20, std::move(tls));
 }
 
+std::string api::bearer() {
+  auto now = std::chrono::steady_clock::now();
+  if (!conn_.token_file.empty() && now - token_read_ >= std::chrono::minutes(1)) {
+    token_read_ = now;
+    if (auto t = read_token(conn_.token_file); t && !t->empty()) conn_.token = std::move(*t);
+  }
+  return conn_.token.empty() ? std::string() : "Bearer " + conn_.token;
+}
+
 asio::awaitable<http::response> api::send(std::string method, std::string path, std::string body,
                                           std::string content_type) {
   http::request r;
@@ -85,7 +94,7 @@ asio::awaitable<http::response> api::send(std::string method, std::string path, 
   r.content_type = std::move(content_type);
   r.timeout = timeout_;
   r.headers.emplace_back("Accept", "application/json");
-  if (!conn_.token.empty()) r.headers.emplace_back("Authorization", "Bearer " + conn_.token);
+  if (auto b = bearer(); !b.empty()) r.headers.emplace_back("Authorization", std::move(b));
   // Reads are retried with backoff when the server is away or answers 5xx;
   // writes are not (a create that timed out may have happened).
   bool idempotent = r.method == "GET";
@@ -157,7 +166,7 @@ asio::awaitable<http::body_stream> api::stream(std::string path) {
   r.target = path;
   r.timeout = timeout_;
   r.headers.emplace_back("Accept", "application/json");
-  if (!conn_.token.empty()) r.headers.emplace_back("Authorization", "Bearer " + conn_.token);
+  if (auto b = bearer(); !b.empty()) r.headers.emplace_back("Authorization", std::move(b));
   ++requests_;
   auto s = co_await http_->open(r);
   if (s.status() < 200 || s.status() >= 300) {

@@ -74,11 +74,15 @@ class api {
  private:
   boost::asio::awaitable<http::response> send(std::string method, std::string path,
                                               std::string body, std::string content_type);
+  /// The Authorization header's value, the token file re-read once a minute
+  /// (service-account tokens rotate); empty without a token.
+  std::string bearer();
   boost::asio::any_io_executor ex_;
   connection conn_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<http::client> http_;
   std::uint64_t requests_ = 0;
+  std::chrono::steady_clock::time_point token_read_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace tjob::kube

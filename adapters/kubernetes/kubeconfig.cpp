@@ -206,11 +206,10 @@ connection from_kubeconfig(const load_options& opt) {
       auto tf = scalar(u.body, "tokenFile");
       if (!tf.empty()) {
         auto path = resolve(u, tf);
-        auto text = read_text(path, 1 << 20);
+        auto text = read_token(path);
         if (!text) bad(where_us + ": cannot read its tokenFile " + path.string());
-        while (!text->empty() && (text->back() == '\n' || text->back() == '\r' || text->back() == ' '))
-          text->pop_back();
         c.token = *text;
+        c.token_file = path;
       }
     }
     c.tls.client_cert_pem = file_or_data(u, "client-certificate", "client certificate", where_us);
@@ -236,10 +235,10 @@ connection in_cluster(const load_options& opt) {
   std::string h = host;
   if (h.find(':') != std::string::npos) h = "[" + h + "]";
   c.server = "https://" + h + ":" + port;
-  auto token = read_text(dir / "token", 1 << 20);
+  auto token = read_token(dir / "token");
   if (!token) bad(src + ": cannot read " + (dir / "token").string());
-  while (!token->empty() && (token->back() == '\n' || token->back() == ' ')) token->pop_back();
   c.token = *token;
+  c.token_file = dir / "token";
   if (auto ca = read_text(dir / "ca.crt")) c.tls.ca_pem = *ca;
   else bad(src + ": cannot read " + (dir / "ca.crt").string());
   c.tls.source = src;
@@ -282,6 +281,14 @@ connection load(const load_options& opt) {
       fs::exists(opt.in_cluster_dir / "token", ec))
     return in_cluster(opt);
   return from_kubeconfig(opt);
+}
+
+std::optional<std::string> read_token(const fs::path& file) {
+  auto text = read_text(file, 1 << 20);
+  if (!text) return std::nullopt;
+  while (!text->empty() && (text->back() == '\n' || text->back() == '\r' || text->back() == ' '))
+    text->pop_back();
+  return text;
 }
 
 std::optional<std::string> base64_decode(std::string_view in) {

@@ -19,6 +19,9 @@ struct connection {
   std::string server;        ///< https://host:port (or http:// for a plain server)
   http::tls_config tls;      ///< CA, client certificate, verification
   std::string token;         ///< bearer token; empty: none
+  /// Where the token came from (tokenFile, or the service account's); it is
+  /// read again as it rotates (api re-reads it each minute). Empty: fixed token.
+  std::filesystem::path token_file;
   std::string ns;            ///< the namespace jobs go to
   std::string context;       ///< the kubeconfig context used; empty in-cluster
   std::string source;        ///< for messages: "kubeconfig /x (context c)" or "in-cluster service account"
@@ -39,6 +42,9 @@ connection load(const load_options& opt);
 /// The files $KUBECONFIG names (':'-separated, empty entries dropped); when it
 /// is unset or empty, ~/.kube/config.
 std::vector<std::filesystem::path> kubeconfig_files();
+
+/// A token file's text without its trailing newline; nullopt when unreadable.
+std::optional<std::string> read_token(const std::filesystem::path& file);
 
 /// Decodes standard base64 (whitespace ignored); nullopt when it is not base64.
 std::optional<std::string> base64_decode(std::string_view in);

@@ -109,6 +109,7 @@ TEST_CASE("a kubeconfig gives the current context's cluster, user and namespace"
   c = load(o);
   CHECK(c.server == "https://example.invalid");
   CHECK(c.token == "file-token");
+  CHECK(c.token_file == d.path() / "tok");  // read again as it rotates
   CHECK(c.ns == "default");
   CHECK(c.tls.insecure_skip_verify);
   o.ns = "other";
@@ -200,6 +201,7 @@ TEST_CASE("inside a pod the service account is used, as Kubeflow does without a 
   auto c = load(o);
   CHECK(c.server == "https://127.0.0.1:6443");
   CHECK(c.token == "sa-token");
+  CHECK(c.token_file == d.path() / "token");
   CHECK(c.ns == "jobs");
   CHECK(c.tls.ca_pem == "PEM");
   ::unsetenv("KUBERNETES_SERVICE_HOST");
