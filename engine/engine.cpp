@@ -1317,6 +1317,7 @@ asio::awaitable<runtime> engine::get_runtime(std::string name) {
     if (auto r = co_await c->list_runtimes()) {
       detail::runtime_catalog cat;
       cat.runtimes = std::move(*r);
+      cat.how_to_add = "create one in the cluster (a TrainingRuntime or a ClusterTrainingRuntime)";
       auto* found = cat.find(name);
       if (!found) fail(errc::runtime_not_found, cat.not_found_message(name));
       co_return *found;

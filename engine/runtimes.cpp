@@ -211,7 +211,10 @@ std::string runtime_catalog::not_found_message(std::string_view name) const {
   for (const auto& r : runtimes) known += (known.empty() ? "" : ", ") + r.name;
   if (known.empty()) known = "none";
   return "Runtime '" + printable(name) + "' not found. Known runtimes: " + known +
-         ". Pass one of them, or add a ClusterTrainingRuntime manifest to a runtime directory.";
+         ". Pass one of them, or " +
+         (how_to_add.empty() ? std::string("add a ClusterTrainingRuntime manifest to a runtime directory")
+                             : how_to_add) +
+         ".";
 }
 
 }  // namespace tjob::detail

@@ -22,6 +22,8 @@ struct runtime_catalog {
   std::vector<runtime> runtimes;       ///< by name
   std::vector<std::string> sources;    ///< where each came from, same order
   std::vector<std::string> problems;   ///< one line per manifest that could not be used
+  /// How to add one, for the not-found message; empty: a runtime directory.
+  std::string how_to_add;
 
   const runtime* find(std::string_view name) const;
   /// "Runtime 'x' not found. Known runtimes: a, b. ..."

@@ -203,6 +203,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     check_running();
     detail::runtime_catalog cat;
     cat.runtimes = co_await cluster_runtimes();
+    cat.how_to_add = "create a TrainingRuntime in " + where + " or a ClusterTrainingRuntime";
     const runtime rt = detail::check_request(r, cat);
     const auto name = r.name;
     auto me = who(name);

@@ -399,3 +399,58 @@ TEST_CASE_FIXTURE(kube_fixture, "labels and annotations are the kubernetes backe
   CHECK(tj.at("metadata").at("labels").at("team").as_string() == "b");
   CHECK(tj.at("metadata").at("annotations").at("a").as_string() == "b=c");
 }
+
+TEST_CASE_FIXTURE(kube_fixture, "runtimes come from the cluster and a namespaced TrainingRuntime wins its name") {
+  trainer_client c(kube_config());
+  auto rts = c.list_runtimes();
+  REQUIRE(rts.size() == 1);
+  CHECK(rts[0].name == "torch-distributed");
+  CHECK(rts[0].kind == "ClusterTrainingRuntime");
+  CHECK(rts[0].trainer.framework == "torch");
+  auto yaml = dir.path() / "rt.yaml";
+  std::ofstream(yaml) << R"(apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata:
+  name: torch-distributed
+  labels: {trainer.kubeflow.org/framework: torch}
+spec:
+  mlPolicy: {numNodes: 1, torch: {}}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata:
+            labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}
+          spec:
+            template:
+              spec:
+                containers: [{name: node, image: "example.invalid/team-torch:1"}]
+---
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata:
+  name: unlabelled
+spec:
+  mlPolicy: {numNodes: 1}
+  template: {spec: {replicatedJobs: [{name: node, template: {spec: {template: {spec: {containers: [{name: node, image: x}]}}}}}]}}
+)";
+  kubectl({"create", "-f", yaml.string()});
+  rts = c.list_runtimes();
+  REQUIRE(rts.size() == 1);  // the unlabelled one is skipped, as Kubeflow skips it
+  CHECK(rts[0].kind == "TrainingRuntime");
+  CHECK(rts[0].trainer.image == "example.invalid/team-torch:1");
+  CHECK(c.get_runtime("torch-distributed").kind == "TrainingRuntime");
+  CHECK(code_of([&] { c.get_runtime("nope"); }) == errc::runtime_not_found);
+  auto r = helper_job({"print", "x\n"}, "wrongrt");
+  r.runtime = "nope";
+  auto m = message_of([&] { c.train(r); });
+  CHECK(m.find("nope") != std::string::npos);
+  CHECK(m.find("torch-distributed") != std::string::npos);  // the known ones are listed
+  CHECK(m.find("create a TrainingRuntime in namespace 'default'") != std::string::npos);
+  // a job names the namespaced runtime by kind
+  c.train(helper_job({"print", "x\n"}, "nsrt"));
+  auto tj = json::parse(kubectl({"get", "trainjob", "nsrt", "-o", "json"})).as_object();
+  CHECK(tj.at("spec").at("runtimeRef").at("kind").as_string() == "TrainingRuntime");
+  CHECK(c.wait_for_job_status("nsrt", {job_status::complete}, 60s).status == job_status::complete);
+}
