@@ -108,6 +108,15 @@ struct reset_guard {
 
 store::store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout)
     : path_(db_path) {
+  try {
+    open(busy_timeout);
+  } catch (...) {
+    close();  // no destructor runs for a constructor that throws
+    throw;
+  }
+}
+
+void store::open(std::chrono::milliseconds busy_timeout) {
   int rc = sqlite3_open_v2(path_.c_str(), &db_,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
@@ -164,10 +173,15 @@ store::store(const std::filesystem::path& db_path, std::chrono::milliseconds bus
                                              fix_for(errc::store_unavailable, path_));
 }
 
-store::~store() {
+store::~store() { close(); }
+
+void store::close() noexcept {
   for (auto& [sql, s] : cache_) sqlite3_finalize(s);
-  if (db_) sqlite3_close_v2(db_);
+  cache_.clear();
+  if (db_) sqlite3_close_v2(db_);  // also a handle whose open failed
+  db_ = nullptr;
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  wake_fd_ = -1;
 }
 
 std::filesystem::path store::wake_path(const std::filesystem::path& db_path) {

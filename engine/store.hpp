@@ -92,6 +92,8 @@ class store {
 
  private:
   struct stmt;
+  void open(std::chrono::milliseconds busy_timeout);
+  void close() noexcept;
   sqlite3_stmt* prepare(std::string_view sql);
   void exec(const char* sql);
   [[noreturn]] void fail(int rc, std::string_view what);
