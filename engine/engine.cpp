@@ -1309,6 +1309,8 @@ asio::awaitable<std::vector<runtime>> engine::list_runtimes() {
 }
 
 asio::awaitable<std::vector<std::string>> engine::runtime_problems() {
+  if (auto c = impl_->containers)
+    if (auto p = co_await c->runtime_problems()) co_return std::move(*p);
   co_return impl_->runtimes(false).problems;
 }
 

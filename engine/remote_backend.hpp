@@ -31,6 +31,10 @@ class remote_backend {
   virtual boost::asio::awaitable<std::optional<std::vector<runtime>>> list_runtimes() {
     co_return std::nullopt;
   }
+  /// The runtimes that could not be used, one line each; nullopt: the engine's own.
+  virtual boost::asio::awaitable<std::optional<std::vector<std::string>>> runtime_problems() {
+    co_return std::nullopt;
+  }
 };
 
 }  // namespace tjob::detail

@@ -104,6 +104,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   std::string ns, jobs_path, pods_path, where;
   std::unique_ptr<informer> jobs_inf, pods_inf;
   std::map<std::string, int> runtime_nodes;  // numNodes of runtimes seen
+  std::vector<std::string> runtime_problems;  // of the last listing
   bool stopping = false;
 
   impl(context c, kubernetes_backend_config k) : ctx(std::move(c)), cfg(std::move(k)) {
@@ -160,6 +161,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   asio::awaitable<std::vector<runtime>> cluster_runtimes() {
     std::vector<runtime> out;
     std::set<std::string> names;
+    std::vector<std::string> problems;
     auto add = [&](const json::value& list) {
       auto* items = list.as_object().if_contains("items");
       if (!items || !items->is_array()) return;
@@ -169,6 +171,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
         auto rt = runtime_from(it.as_object(), problem);
         if (!rt) {
           ctx.log->warn("skipping runtime: {}", problem);
+          problems.push_back(problem);
           continue;
         }
         if (!names.insert(rt->name).second) continue;
@@ -182,6 +185,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     auto cl = co_await a->get(ctr);
     add(cl);
     std::sort(out.begin(), out.end(), [](const runtime& x, const runtime& y) { return x.name < y.name; });
+    runtime_problems = std::move(problems);
     co_return out;
   }
 
@@ -624,6 +628,10 @@ asio::awaitable<void> backend::shutdown() {
 }
 asio::awaitable<std::optional<std::vector<runtime>>> backend::list_runtimes() {
   co_return co_await impl_->cluster_runtimes();
+}
+asio::awaitable<std::optional<std::vector<std::string>>> backend::runtime_problems() {
+  co_await impl_->cluster_runtimes();
+  co_return impl_->runtime_problems;
 }
 
 }  // namespace tjob::kube

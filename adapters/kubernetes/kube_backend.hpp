@@ -40,6 +40,7 @@ class backend final : public detail::remote_backend {
   boost::asio::awaitable<std::vector<event>> get_job_events(std::string name) override;
   boost::asio::awaitable<void> shutdown() override;
   boost::asio::awaitable<std::optional<std::vector<runtime>>> list_runtimes() override;
+  boost::asio::awaitable<std::optional<std::vector<std::string>>> runtime_problems() override;
 
   struct impl;
 

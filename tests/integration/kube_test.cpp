@@ -438,6 +438,9 @@ spec:
   kubectl({"create", "-f", yaml.string()});
   rts = c.list_runtimes();
   REQUIRE(rts.size() == 1);  // the unlabelled one is skipped, as Kubeflow skips it
+  auto problems = c.runtime_problems();
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("unlabelled") != std::string::npos);
   CHECK(rts[0].kind == "TrainingRuntime");
   CHECK(rts[0].trainer.image == "example.invalid/team-torch:1");
   CHECK(c.get_runtime("torch-distributed").kind == "TrainingRuntime");
