@@ -383,8 +383,9 @@ asio::awaitable<body_stream> client::open(request r) {
                                     asio::redirect_error(use_awaitable, hec));
     if (hec) {
       long v = ::SSL_get_verify_result(t.tls->native_handle());
+      // Not backend_unavailable: trying again will not make the certificate right.
       if (v != X509_V_OK && !tls_->cfg.insecure_skip_verify)
-        fail(errc::backend_unavailable,
+        fail(errc::backend_error,
              "cannot verify the server certificate of " + ep_.url() + ": " +
                  ::X509_verify_cert_error_string(v) +
                  "; check the certificate authority" +

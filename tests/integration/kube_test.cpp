@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <thread>
 
 using namespace tjob;
@@ -456,4 +457,103 @@ spec:
   auto tj = json::parse(kubectl({"get", "trainjob", "nsrt", "-o", "json"})).as_object();
   CHECK(tj.at("spec").at("runtimeRef").at("kind").as_string() == "TrainingRuntime");
   CHECK(c.wait_for_job_status("nsrt", {job_status::complete}, 60s).status == job_status::complete);
+}
+
+namespace {
+// A kubeconfig for `server` with the given cluster and user fields.
+std::string write_kubeconfig(const std::filesystem::path& file, const std::string& url,
+                             json::object cluster, json::object user) {
+  cluster["server"] = url;
+  json::object cfg{{"apiVersion", "v1"},
+                   {"kind", "Config"},
+                   {"current-context", "c"},
+                   {"clusters", json::array{json::object{{"name", "k"}, {"cluster", cluster}}}},
+                   {"users", json::array{json::object{{"name", "u"}, {"user", user}}}},
+                   {"contexts", json::array{json::object{
+                                    {"name", "c"}, {"context", json::object{{"cluster", "k"}, {"user", "u"}}}}}}};
+  std::ofstream(file) << json::serialize(cfg);
+  return file.string();
+}
+}  // namespace
+
+TEST_CASE_FIXTURE(kube_fixture, "a client certificate, insecure-skip-tls-verify and no credentials at all") {
+  auto info = json::parse(tjob::test::read_file(server.dir.path() / "ready.json")).as_object();
+  auto cert = std::string(info.at("client_cert").as_string());
+  auto key = std::string(info.at("client_key").as_string());
+  auto cfg = kube_config();
+  // the client certificate instead of the token, the key given as data
+  auto key_pem = tjob::test::read_file(key);
+  static const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string key_data;
+  for (std::size_t i = 0; i < key_pem.size(); i += 3) {
+    unsigned v = static_cast<unsigned char>(key_pem[i]) << 16;
+    if (i + 1 < key_pem.size()) v |= static_cast<unsigned char>(key_pem[i + 1]) << 8;
+    if (i + 2 < key_pem.size()) v |= static_cast<unsigned char>(key_pem[i + 2]);
+    key_data += b64[(v >> 18) & 63];
+    key_data += b64[(v >> 12) & 63];
+    key_data += i + 1 < key_pem.size() ? b64[(v >> 6) & 63] : '=';
+    key_data += i + 2 < key_pem.size() ? b64[v & 63] : '=';
+  }
+  cfg.kubernetes.config_file = write_kubeconfig(dir.path() / "cert.kubeconfig", server.url,
+                                                {{"certificate-authority", server.ca}},
+                                                {{"client-certificate", cert}, {"client-key-data", key_data}});
+  {
+    trainer_client c(cfg);
+    c.train(helper_job({"print", "by certificate\n"}, "certified"));
+    CHECK(c.wait_for_job_status("certified", {job_status::complete}, 60s).status == job_status::complete);
+  }
+  // a certificate the server does not know, but verification off as the kubeconfig says
+  tjob::test::kube_standin other;
+  cfg.kubernetes.config_file = write_kubeconfig(dir.path() / "insecure.kubeconfig", server.url,
+                                                {{"certificate-authority", other.ca}, {"insecure-skip-tls-verify", true}},
+                                                {{"token", server.token}});
+  {
+    trainer_client c(cfg);
+    CHECK(c.get_job("certified").status == job_status::complete);
+  }
+  // neither a token nor a certificate: the server's 401, quoted
+  cfg.kubernetes.config_file = write_kubeconfig(dir.path() / "anonymous.kubeconfig", server.url,
+                                                {{"certificate-authority", server.ca}}, {});
+  trainer_client c(cfg);
+  auto m = message_of([&] { c.list_jobs(); });
+  CHECK(m.find("401 Unauthorized") != std::string::npos);
+  // a key that does not match the certificate is refused before any request
+  cfg.kubernetes.config_file = write_kubeconfig(dir.path() / "mismatch.kubeconfig", server.url,
+                                                {{"certificate-authority", server.ca}},
+                                                {{"client-certificate", cert},
+                                                 {"client-key", (server.dir.path() / "server.key").string()}});
+  m = message_of([&] { trainer_client bad(cfg); });
+  CHECK(m.find("client key") != std::string::npos);
+  CHECK(m.find("BEGIN") == std::string::npos);  // no key material in the message
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "inside a pod the service account reaches the API server") {
+  auto sa = dir.path() / "serviceaccount";
+  std::filesystem::create_directories(sa);
+  std::ofstream(sa / "token") << server.token << "\n";
+  std::filesystem::copy_file(server.ca, sa / "ca.crt");
+  std::ofstream(sa / "namespace") << "default\n";
+  ::setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
+  ::setenv("KUBERNETES_SERVICE_PORT", server.url.substr(server.url.rfind(':') + 1).c_str(), 1);
+  auto cfg = kube_config();
+  cfg.kubernetes.config_file.clear();
+  cfg.kubernetes.in_cluster_dir = sa;
+  trainer_client c(cfg);
+  c.train(helper_job({"print", "in a pod\n"}, "incluster"));
+  CHECK(c.wait_for_job_status("incluster", {job_status::complete}, 60s).status == job_status::complete);
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  ::unsetenv("KUBERNETES_SERVICE_PORT");
+}
+
+TEST_CASE_FIXTURE(kube_fixture, "many jobs waited for at once share one watch per kind") {
+  trainer_client c(kube_config());
+  std::vector<std::string> names;
+  for (int i = 0; i < 6; ++i) names.push_back(c.train(sleeper("many-" + std::to_string(i), std::to_string(500 + 200 * i))));
+  std::vector<std::future<job_status>> waits;
+  for (const auto& n : names)
+    waits.push_back(std::async(std::launch::async, [&c, n] {
+      return c.wait_for_job_status(n, {job_status::complete}, 60s).status;
+    }));
+  for (auto& w : waits) CHECK(w.get() == job_status::complete);
+  CHECK(stats().second == 2);
 }
