@@ -899,7 +899,7 @@ engine::engine(asio::any_io_executor ex, engine_config config)
     ctx.log = e.log;
     ctx.grace_period = e.cfg.grace_period;
     ctx.failure_log_lines = e.cfg.failure_log_lines;
-    e.containers = std::make_shared<kube::backend>(std::move(ctx), e.cfg.kubernetes);
+    e.remote = std::make_shared<kube::backend>(std::move(ctx), e.cfg.kubernetes);
   }
   if (e.cfg.backend == backend_kind::container) {
     container::context ctx;
@@ -910,7 +910,7 @@ engine::engine(asio::any_io_executor ex, engine_config config)
     ctx.runtimes = [weak] { return weak.lock()->runtimes(); };
     ctx.grace_period = e.cfg.grace_period;
     ctx.failure_log_lines = e.cfg.failure_log_lines;
-    e.containers = std::make_shared<container::backend>(std::move(ctx), e.cfg.container);
+    e.remote = std::make_shared<container::backend>(std::move(ctx), e.cfg.container);
   }
 }
 
@@ -1085,7 +1085,7 @@ asio::awaitable<std::string> engine::train(train_request req) {
              " option is not compatible with the " + std::string(to_string(impl_->cfg.backend)) +
              " backend (TrainJob " + quote(req.name) +
              "); only the kubernetes backend keeps labels and annotations");
-  if (auto c = impl_->containers) co_return co_await c->train(std::move(req));
+  if (auto c = impl_->remote) co_return co_await c->train(std::move(req));
   auto& e = *impl_;
   e.check_running();
   const bool generated = req.name.empty();
@@ -1174,7 +1174,7 @@ asio::awaitable<std::string> engine::train(train_request req) {
 }
 
 asio::awaitable<train_job> engine::get_job(std::string name) {
-  if (auto c = impl_->containers) co_return co_await c->get_job(std::move(name));
+  if (auto c = impl_->remote) co_return co_await c->get_job(std::move(name));
   auto& e = *impl_;
   if (auto j = e.owned(name)) co_return e.snapshot(*j);
   auto row = e.load_fresh(name);
@@ -1183,7 +1183,7 @@ asio::awaitable<train_job> engine::get_job(std::string name) {
 }
 
 asio::awaitable<std::vector<train_job>> engine::list_jobs(std::optional<std::string> runtime) {
-  if (auto c = impl_->containers) co_return co_await c->list_jobs(std::move(runtime));
+  if (auto c = impl_->remote) co_return co_await c->list_jobs(std::move(runtime));
   auto& e = *impl_;
   std::vector<train_job> out;
   for (auto& row : e.db->load_jobs()) {
@@ -1210,7 +1210,7 @@ asio::awaitable<train_job> engine::wait_for_job_status(std::string name,
     fail(errc::invalid_argument, "waiting for TrainJob " + quote(name) +
                                      ": the set of statuses to wait for is empty; give at "
                                      "least one of Created, Running, Complete, Failed");
-  if (auto c = impl_->containers) co_return co_await c->wait_for_job_status(std::move(name), std::move(statuses), timeout);
+  if (auto c = impl_->remote) co_return co_await c->wait_for_job_status(std::move(name), std::move(statuses), timeout);
   auto& e = *impl_;
   auto deadline = steady::now() + timeout;
   auto settle = [&](const train_job& job) -> bool {
@@ -1255,7 +1255,7 @@ asio::awaitable<train_job> engine::wait_for_job_status(std::string name,
 }
 
 asio::awaitable<void> engine::cancel_job(std::string name) {
-  if (auto c = impl_->containers) co_return co_await c->cancel_job(std::move(name));
+  if (auto c = impl_->remote) co_return co_await c->cancel_job(std::move(name));
   auto& e = *impl_;
   e.check_running();
   if (auto j = e.owned(name)) {
@@ -1266,7 +1266,7 @@ asio::awaitable<void> engine::cancel_job(std::string name) {
 }
 
 asio::awaitable<void> engine::delete_job(std::string name) {
-  if (auto c = impl_->containers) co_return co_await c->delete_job(std::move(name));
+  if (auto c = impl_->remote) co_return co_await c->delete_job(std::move(name));
   auto& e = *impl_;
   e.check_running();
   if (auto j = e.owned(name)) {
@@ -1283,7 +1283,7 @@ asio::awaitable<void> engine::delete_job(std::string name) {
 }
 
 asio::awaitable<std::vector<event>> engine::get_job_events(std::string name) {
-  if (auto c = impl_->containers) co_return co_await c->get_job_events(std::move(name));
+  if (auto c = impl_->remote) co_return co_await c->get_job_events(std::move(name));
   auto& e = *impl_;
   e.flush();
   if (!e.owned(name) && !e.load_fresh(name)) e.throw_not_found(name);
@@ -1303,19 +1303,19 @@ detail::runtime_catalog engine::impl::runtimes(bool report) const {
 }
 
 asio::awaitable<std::vector<runtime>> engine::list_runtimes() {
-  if (auto c = impl_->containers)
+  if (auto c = impl_->remote)
     if (auto r = co_await c->list_runtimes()) co_return std::move(*r);
   co_return impl_->runtimes().runtimes;
 }
 
 asio::awaitable<std::vector<std::string>> engine::runtime_problems() {
-  if (auto c = impl_->containers)
+  if (auto c = impl_->remote)
     if (auto p = co_await c->runtime_problems()) co_return std::move(*p);
   co_return impl_->runtimes(false).problems;
 }
 
 asio::awaitable<runtime> engine::get_runtime(std::string name) {
-  if (auto c = impl_->containers)
+  if (auto c = impl_->remote)
     if (auto r = co_await c->list_runtimes()) {
       detail::runtime_catalog cat;
       cat.runtimes = std::move(*r);
@@ -1333,7 +1333,7 @@ asio::awaitable<runtime> engine::get_runtime(std::string name) {
 asio::awaitable<void> engine::shutdown() {
   auto self = impl_;
   auto& e = *impl_;
-  if (e.containers) co_await e.containers->shutdown();
+  if (e.remote) co_await e.remote->shutdown();
   if (!e.stopping) {
     e.stopping = true;
     for (auto& [name, j] : e.jobs) {
@@ -1436,7 +1436,7 @@ asio::awaitable<std::optional<std::string>> log_stream::read_some() {
 }
 
 asio::awaitable<log_stream> engine::get_job_logs(std::string name, log_options options) {
-  if (auto c = impl_->containers) co_return co_await c->get_job_logs(std::move(name), std::move(options));
+  if (auto c = impl_->remote) co_return co_await c->get_job_logs(std::move(name), std::move(options));
   auto& e = *impl_;
   std::vector<std::string> steps;
   auto j = e.owned(name);

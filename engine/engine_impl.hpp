@@ -108,7 +108,7 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   std::vector<std::string> gpu_devices;
   detail::wake_list device_waiters;  // woken when this engine releases devices
   pid_t self_pid = 0;
-  std::shared_ptr<detail::remote_backend> containers;  // set for the container and kubernetes backends
+  std::shared_ptr<detail::remote_backend> remote;  // set for the container and kubernetes backends
   std::uint64_t self_start = 0;
 
   // store
