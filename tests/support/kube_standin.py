@@ -18,6 +18,7 @@ free port (pods share the host's network), and pods run in a directory of
 their own under DIR/pods/.
 
   kube_standin.py serve DIR [--no-tls] [--token T] [--bookmark-interval S] [--start-delay S]
+                           [--die-with-parent]
       writes DIR/ready.json ({url, port, ca, token}) and DIR/kubeconfig, then serves
   kube_standin.py start DIR [options]
       the same in the background (log in DIR/standin.log); returns once it serves
@@ -1061,6 +1062,16 @@ def make_certs(d):
     return p("ca.crt"), p("server.crt"), p("server.key")
 
 
+def die_with_parent():
+    """SIGTERM when the process that started us dies (Linux PR_SET_PDEATHSIG),
+    so a test killed mid-run leaves no server or pod behind."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() == 1:  # the parent was already gone
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def serve(d, tls=True, token=None, bookmark_interval=1.0, start_delay=0.1):
     os.makedirs(d, exist_ok=True)
     token = token if token is not None else "standin-" + uuid.uuid4().hex
@@ -1123,6 +1134,8 @@ def main(argv):
     if len(argv) >= 3 and argv[1] == "serve":
         args = argv[3:]
         opts = {"tls": "--no-tls" not in args, "token": None, "bookmark_interval": 1.0, "start_delay": 0.1}
+        if "--die-with-parent" in args:
+            die_with_parent()
         for i, a in enumerate(args):
             if a == "--token":
                 opts["token"] = args[i + 1]

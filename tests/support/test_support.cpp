@@ -298,7 +298,7 @@ namespace tjob::test {
 
 kube_standin::kube_standin(const std::vector<std::string>& extra) {
   std::vector<std::string> argv{"python3", source_dir() + "/tests/support/kube_standin.py", "serve",
-                                dir.str()};
+                                dir.str(), "--die-with-parent"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   server = std::make_unique<background>(argv);
   if (!server->wait_for_stdout("standin: serving on", std::chrono::seconds(60)))
