@@ -893,25 +893,19 @@ std::string engine::impl::failure_message(const train_job& job) {
 engine::engine(asio::any_io_executor ex, engine_config config)
     : impl_(std::make_shared<impl>(ex, std::move(config))) {
   auto& e = *impl_;
-  if (e.cfg.backend == backend_kind::kubernetes) {
-    kube::context ctx;
-    ctx.ex = e.ex;
-    ctx.log = e.log;
-    ctx.grace_period = e.cfg.grace_period;
-    ctx.failure_log_lines = e.cfg.failure_log_lines;
-    e.remote = std::make_shared<kube::backend>(std::move(ctx), e.cfg.kubernetes);
-  }
-  if (e.cfg.backend == backend_kind::container) {
-    container::context ctx;
-    ctx.ex = e.ex;
-    ctx.home = e.home;
-    ctx.log = e.log;
-    std::weak_ptr<impl> weak = impl_;
-    ctx.runtimes = [weak] { return weak.lock()->runtimes(); };
-    ctx.grace_period = e.cfg.grace_period;
-    ctx.failure_log_lines = e.cfg.failure_log_lines;
+  if (e.cfg.backend == backend_kind::local) return;
+  detail::remote_context ctx;
+  ctx.ex = e.ex;
+  ctx.home = e.home;
+  ctx.log = e.log;
+  std::weak_ptr<impl> weak = impl_;
+  ctx.runtimes = [weak] { return weak.lock()->runtimes(); };
+  ctx.grace_period = e.cfg.grace_period;
+  ctx.failure_log_lines = e.cfg.failure_log_lines;
+  if (e.cfg.backend == backend_kind::container)
     e.remote = std::make_shared<container::backend>(std::move(ctx), e.cfg.container);
-  }
+  else
+    e.remote = std::make_shared<kube::backend>(std::move(ctx), e.cfg.kubernetes);
 }
 
 engine::~engine() = default;

@@ -49,5 +49,27 @@ class line_buffer {
   std::string buf_;
 };
 
+/// A log read from a stream in pieces (a daemon's, an API server's): the
+/// cutting into lines and the end are here; a source says what comes next.
+class piecewise_log : public log_stream::impl {
+ public:
+  boost::asio::awaitable<std::optional<std::string>> next(bool whole_lines) final {
+    for (;;) {
+      if (auto out = buf_.take(whole_lines)) co_return out;
+      if (ended_) co_return buf_.take_rest();
+      if (!co_await read_piece(buf_.bytes())) ended_ = true;
+    }
+  }
+
+ protected:
+  /// Appends the next bytes to `out` (none is fine: it is asked again);
+  /// false when the log has ended.
+  virtual boost::asio::awaitable<bool> read_piece(std::string& out) = 0;
+
+ private:
+  line_buffer buf_;
+  bool ended_ = false;
+};
+
 }  // namespace detail
 }  // namespace tjob

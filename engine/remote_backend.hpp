@@ -6,12 +6,25 @@
 
 #include <tjob/engine.hpp>
 
+#include "engine/runtimes.hpp"
+
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 namespace tjob::detail {
+
+/// What a remote backend borrows from the engine.
+struct remote_context {
+  boost::asio::any_io_executor ex;
+  std::filesystem::path home;
+  std::shared_ptr<spdlog::logger> log;
+  std::function<runtime_catalog()> runtimes;  ///< the engine's own runtimes
+  std::chrono::milliseconds grace_period{10'000};
+  std::size_t failure_log_lines = 10;
+};
 
 class remote_backend {
  public:

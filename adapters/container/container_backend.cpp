@@ -4,6 +4,7 @@
 #include "adapters/container/layout.hpp"
 #include "adapters/process/python_setup.hpp"
 #include "engine/job_state.hpp"
+#include "engine/json_fields.hpp"
 #include "engine/log_stream_impl.hpp"
 #include "engine/messages.hpp"
 #include "engine/names.hpp"
@@ -30,7 +31,9 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 namespace fs = std::filesystem;
 using steady = std::chrono::steady_clock;
+using detail::obj_of;
 using detail::quote;
+using detail::str_of;
 using detail::who;
 
 namespace {
@@ -42,16 +45,6 @@ namespace {
 // The same error (code and diagnostics) with `prefix` saying where it happened.
 [[noreturn]] void rethrow_as(const error& e, const std::string& prefix) {
   throw error(e.code(), prefix + e.what(), e.diagnostics());
-}
-
-std::string str_of(const json::object& o, std::string_view key) {
-  auto* v = o.if_contains(key);
-  return v && v->is_string() ? std::string(v->as_string()) : std::string();
-}
-
-const json::object* obj_of(const json::object& o, std::string_view key) {
-  auto* v = o.if_contains(key);
-  return v && v->is_object() ? &v->as_object() : nullptr;
 }
 
 // Labels as the list and inspect answers hold them ("Labels"; libpod "labels").
@@ -650,38 +643,31 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
 
   // --- logs -----------------------------------------------------------------
 
-  struct container_log final : log_stream::impl {
+  struct container_log final : detail::piecewise_log {
     std::shared_ptr<backend::impl> b;
     std::string what, container;
     bool follow;
     std::optional<std::size_t> tail;
     std::optional<http::body_stream> body;
     frame_decoder dec;
-    detail::line_buffer buf;
-    bool ended = false;
 
     container_log(std::shared_ptr<backend::impl> bk, std::string w, std::string c, bool f,
                   std::optional<std::size_t> t, bool tty)
         : b(std::move(bk)), what(std::move(w)), container(std::move(c)), follow(f), tail(t),
           dec(tty) {}
 
-    asio::awaitable<std::optional<std::string>> next(bool whole_lines) override {
-      for (;;) {
-        if (auto out = buf.take(whole_lines)) co_return out;
-        if (ended) co_return buf.take_rest();
-        try {
-          if (!body) body.emplace(co_await b->api->container_logs(container, follow, tail));
-          auto piece = co_await body->read_some();
-          if (!piece) {
-            if (!dec.at_boundary())
-              fail(errc::protocol_error, "the stream ended inside a frame");
-            ended = true;
-            continue;
-          }
-          dec.feed(*piece, [&](int, std::string_view p) { buf.bytes().append(p); });
-        } catch (const error& e) {
-          rethrow_as(e, what + " (container " + quote(container) + "): ");
+    asio::awaitable<bool> read_piece(std::string& out) override {
+      try {
+        if (!body) body.emplace(co_await b->api->container_logs(container, follow, tail));
+        auto piece = co_await body->read_some();
+        if (!piece) {
+          if (!dec.at_boundary()) fail(errc::protocol_error, "the stream ended inside a frame");
+          co_return false;
         }
+        dec.feed(*piece, [&](int, std::string_view p) { out.append(p); });
+        co_return true;
+      } catch (const error& e) {
+        rethrow_as(e, what + " (container " + quote(container) + "): ");
       }
     }
   };

@@ -12,22 +12,12 @@
 #include <tjob/engine.hpp>
 
 #include "engine/remote_backend.hpp"
-#include "engine/runtimes.hpp"
 
-#include <functional>
 #include <memory>
 
 namespace tjob::container {
 
-/// What the backend borrows from the engine.
-struct context {
-  boost::asio::any_io_executor ex;
-  std::filesystem::path home;
-  std::shared_ptr<spdlog::logger> log;
-  std::function<detail::runtime_catalog()> runtimes;
-  std::chrono::milliseconds grace_period{10'000};
-  std::size_t failure_log_lines = 10;
-};
+using context = detail::remote_context;
 
 class backend final : public detail::remote_backend {
  public:

@@ -18,14 +18,6 @@ namespace json = boost::json;
 namespace {
 constexpr std::size_t max_watch_line = 16 << 20;  // one object; Kubernetes' own limit is ~3 MiB
 constexpr int watch_timeout_s = 300;
-
-std::string rv_of(const json::object& o) {
-  auto it = o.find("metadata");
-  if (it == o.end() || !it->value().is_object()) return {};
-  auto& md = it->value().as_object();
-  auto r = md.find("resourceVersion");
-  return r != md.end() && r->value().is_string() ? std::string(r->value().as_string()) : "";
-}
 }  // namespace
 
 struct informer::state {
@@ -118,7 +110,7 @@ struct informer::state {
           }
           throw error(errc::backend_error, what + " watch: the server sent an error: " + m);
         }
-        auto v = rv_of(ev.object);
+        auto v = resource_version_of(ev.object);
         if (ev.type == "BOOKMARK") {
           if (!v.empty()) rv = v;
           continue;

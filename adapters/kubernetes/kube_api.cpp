@@ -1,5 +1,7 @@
 #include "adapters/kubernetes/kube_api.hpp"
 
+#include "engine/json_fields.hpp"
+
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
@@ -10,11 +12,6 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 
 namespace {
-
-std::string str(const json::object& o, std::string_view key) {
-  auto it = o.find(key);
-  return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
-}
 
 // Only the path for messages: a query may hold selectors, never secrets, but
 // it is noise.
@@ -29,8 +26,8 @@ status_error status_failure(const std::string& server, const std::string& what, 
   auto v = json::parse(body, ec);
   if (!ec && v.is_object()) {
     const auto& o = v.as_object();
-    reason = str(o, "reason");
-    message = str(o, "message");
+    reason = detail::str_of(o, "reason");
+    message = detail::str_of(o, "message");
   }
   if (message.empty()) {
     std::string text(body.substr(0, 300));
@@ -60,7 +57,7 @@ watch_event parse_watch_event(std::string_view line, const std::string& what) {
   if (!v.is_object()) throw error(errc::protocol_error, what + ": a watch line is not an object: " + head());
   auto& o = v.as_object();
   watch_event ev;
-  ev.type = str(o, "type");
+  ev.type = detail::str_of(o, "type");
   auto it = o.find("object");
   if (ev.type.empty() || it == o.end() || !it->value().is_object())
     throw error(errc::protocol_error, what + ": a watch line has no type or object: " + head());

@@ -15,6 +15,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 namespace tjob::kube {
 
 namespace asio = boost::asio;
@@ -81,19 +83,6 @@ os.execv(argv[0], argv)
 constexpr std::size_t max_arg = 1 << 20;  // the CRD's limit on one trainer argument
 const std::set<std::string> reserved_env{"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK",
                                          "PET_MASTER_ADDR", "PET_MASTER_PORT"};
-
-const json::object* obj(const json::object& o, std::string_view key) {
-  auto it = o.find(key);
-  return it != o.end() && it->value().is_object() ? &it->value().as_object() : nullptr;
-}
-
-std::string label_of(const json::object& o, const char* key) {
-  auto* md = obj(o, "metadata");
-  auto* l = md ? obj(*md, "labels") : nullptr;
-  if (!l) return {};
-  auto it = l->find(key);
-  return it != l->end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
-}
 
 }  // namespace
 
@@ -448,24 +437,25 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
   // --- logs -----------------------------------------------------------------
 
-  struct pod_log final : log_stream::impl {
+  struct pod_log final : detail::piecewise_log {
     std::shared_ptr<backend::impl> b;
     std::string job, step, what;
     bool follow;
     std::optional<std::size_t> tail;
     std::optional<http::body_stream> body;
-    detail::line_buffer buf;
-    bool ended = false;
+    std::optional<std::string> started;  // the step's pod, when it had started as the log was asked for
 
     pod_log(std::shared_ptr<backend::impl> bk, std::string j, std::string s, bool f,
-            std::optional<std::size_t> t)
-        : b(std::move(bk)), job(std::move(j)), step(std::move(s)), follow(f), tail(t) {
+            std::optional<std::size_t> t, std::optional<std::string> pod)
+        : b(std::move(bk)), job(std::move(j)), step(std::move(s)), follow(f), tail(t),
+          started(std::move(pod)) {
       what = "the log of TrainJob " + quote(job) + " step " + quote(step);
     }
 
     // The pod of the step once it has started; nullopt when there is none to
     // read (not following and not started, or the job ended before it did).
     asio::awaitable<std::optional<std::string>> started_pod() {
+      if (started) co_return std::exchange(started, std::nullopt);
       for (bool last_look = false;;) {
         auto pods = co_await b->pods_of(job);
         for (const auto& s : steps_of(pods))
@@ -489,38 +479,31 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       }
     }
 
-    asio::awaitable<std::optional<std::string>> next(bool whole_lines) override {
-      for (;;) {
-        if (auto out = buf.take(whole_lines)) co_return out;
-        if (ended) co_return buf.take_rest();
-        try {
-          if (!body) {
-            auto pod = co_await started_pod();
-            if (!pod) {
-              ended = true;
-              continue;
-            }
-            auto target = b->pods_path + "/" + *pod + "/log?container=node" +
-                          (follow ? "&follow=true" : "") +
-                          (tail ? "&tailLines=" + std::to_string(*tail) : "");
-            try {
-              body.emplace(co_await b->a->stream(std::move(target)));
-            } catch (const status_error& e) {
-              // started between our read and the request: wait and try again
-              if (follow && e.http_code() == 400 && std::string(e.what()).find("waiting to start") != std::string::npos)
-                continue;
-              throw;
-            }
+    asio::awaitable<bool> read_piece(std::string& out) override {
+      try {
+        if (!body) {
+          auto pod = co_await started_pod();
+          if (!pod) co_return false;
+          auto target = b->pods_path + "/" + *pod + "/log?container=node" +
+                        (follow ? "&follow=true" : "") +
+                        (tail ? "&tailLines=" + std::to_string(*tail) : "");
+          bool not_yet = false;
+          try {
+            body.emplace(co_await b->a->stream(std::move(target)));
+          } catch (const status_error& e) {
+            // started between our read and the request: wait and try again
+            not_yet = follow && e.http_code() == 400 &&
+                      std::string(e.what()).find("waiting to start") != std::string::npos;
+            if (!not_yet) throw;
           }
-          auto piece = co_await body->read_some();
-          if (!piece) {
-            ended = true;
-            continue;
-          }
-          buf.bytes().append(*piece);
-        } catch (const error& e) {
-          rethrow_as(e, what + ": ");
+          if (not_yet) co_return true;
         }
+        auto piece = co_await body->read_some();
+        if (!piece) co_return false;
+        out.append(*piece);
+        co_return true;
+      } catch (const error& e) {
+        rethrow_as(e, what + ": ");
       }
     }
   };
@@ -541,7 +524,11 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       fail(errc::step_not_found, "TrainJob " + quote(name) + " has no step " + quote(o.step) +
                                      "; its steps are: " + list);
     }
-    co_return log_stream(std::make_unique<pod_log>(shared_from_this(), name, o.step, o.follow, o.tail));
+    std::optional<std::string> started;
+    for (const auto& s : steps)
+      if (s.step == o.step && s.phase != "Pending") started = s.pod;
+    co_return log_stream(
+        std::make_unique<pod_log>(shared_from_this(), name, o.step, o.follow, o.tail, std::move(started)));
   }
 
   // --- cancel / delete / events ---------------------------------------------

@@ -15,12 +15,7 @@
 
 namespace tjob::kube {
 
-struct context {
-  boost::asio::any_io_executor ex;
-  std::shared_ptr<spdlog::logger> log;
-  std::chrono::milliseconds grace_period{10'000};
-  std::size_t failure_log_lines = 10;
-};
+using context = detail::remote_context;
 
 class backend final : public detail::remote_backend {
  public:

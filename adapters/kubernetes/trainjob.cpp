@@ -1,5 +1,6 @@
 #include "adapters/kubernetes/trainjob.hpp"
 
+#include "engine/json_fields.hpp"
 #include "engine/runtimes.hpp"
 
 #include <tjob/error.hpp>
@@ -13,26 +14,11 @@
 namespace tjob::kube {
 
 namespace json = boost::json;
+using detail::arr_of;
+using detail::obj_of;
+using detail::str_of;
 
 namespace {
-
-const json::object* obj(const json::object& o, std::string_view key) {
-  auto it = o.find(key);
-  return it != o.end() && it->value().is_object() ? &it->value().as_object() : nullptr;
-}
-const json::array* arr(const json::object& o, std::string_view key) {
-  auto it = o.find(key);
-  return it != o.end() && it->value().is_array() ? &it->value().as_array() : nullptr;
-}
-std::string str(const json::object* o, std::string_view key) {
-  if (!o) return {};
-  auto it = o->find(key);
-  return it != o->end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
-}
-std::string label(const json::object& o, std::string_view key) {
-  auto* md = obj(o, "metadata");
-  return md ? str(obj(*md, "labels"), key) : "";
-}
 
 std::string lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -40,6 +26,15 @@ std::string lower(std::string s) {
 }
 
 }  // namespace
+
+std::string label_of(const json::object& o, std::string_view key) {
+  auto* md = obj_of(o, "metadata");
+  return md ? str_of(obj_of(*md, "labels"), key) : "";
+}
+
+std::string resource_version_of(const json::object& o) {
+  return str_of(obj_of(o, "metadata"), "resourceVersion");
+}
 
 std::string pod_selector(const std::string& job) {
   return std::string(label_jobset) + "=" + job + "," + label_rjob +
@@ -144,18 +139,18 @@ std::optional<clock::time_point> parse_time(std::string_view s) {
 }
 
 std::string name_of(const json::object& o) {
-  auto* md = obj(o, "metadata");
-  return str(md, "name");
+  auto* md = obj_of(o, "metadata");
+  return str_of(md, "name");
 }
 
 std::string runtime_of(const json::object& tj) {
-  auto* spec = obj(tj, "spec");
-  return spec ? str(obj(*spec, "runtimeRef"), "name") : "";
+  auto* spec = obj_of(tj, "spec");
+  return spec ? str_of(obj_of(*spec, "runtimeRef"), "name") : "";
 }
 
 std::optional<int> num_nodes_of(const json::object& tj) {
-  auto* spec = obj(tj, "spec");
-  auto* tr = spec ? obj(*spec, "trainer") : nullptr;
+  auto* spec = obj_of(tj, "spec");
+  auto* tr = spec ? obj_of(*spec, "trainer") : nullptr;
   if (!tr) return std::nullopt;
   auto it = tr->find("numNodes");
   if (it == tr->end() || !it->value().is_int64()) return std::nullopt;
@@ -172,19 +167,19 @@ job_status status_of_phase(std::string_view phase) {
 std::vector<pod_step> steps_from_pods(const std::vector<const json::object*>& pods) {
   std::vector<const json::object*> sorted(pods);
   auto created = [](const json::object* p) {
-    auto* md = obj(*p, "metadata");
-    return str(md, "creationTimestamp") + "|" + str(md, "resourceVersion");
+    auto* md = obj_of(*p, "metadata");
+    return str_of(md, "creationTimestamp") + "|" + str_of(md, "resourceVersion");
   };
   // newest first: a restarted component's new pod wins
   std::stable_sort(sorted.begin(), sorted.end(),
                    [&](auto* a, auto* b) { return created(a) > created(b); });
   std::map<std::string, pod_step> by_key;
   for (auto* p : sorted) {
-    auto role = label(*p, label_rjob);
+    auto role = label_of(*p, label_rjob);
     if (role.empty()) continue;
     std::string key = role;
     if (role == "node" || role == "launcher") {
-      auto idx = label(*p, label_index);
+      auto idx = label_of(*p, label_index);
       if (idx.empty()) continue;
       key = role + "-" + idx;
     }
@@ -192,23 +187,23 @@ std::vector<pod_step> steps_from_pods(const std::vector<const json::object*>& po
     pod_step s;
     s.step = key;
     s.pod = name_of(*p);
-    auto* st = obj(*p, "status");
-    s.phase = str(st, "phase");
+    auto* st = obj_of(*p, "status");
+    s.phase = str_of(st, "phase");
     if (s.phase.empty()) s.phase = "Pending";
     if (st)
-      if (auto* cs = arr(*st, "containerStatuses"))
+      if (auto* cs = arr_of(*st, "containerStatuses"))
         for (const auto& c : *cs) {
           if (!c.is_object()) continue;
           auto& co = c.as_object();
-          auto cname = str(&co, "name");
+          auto cname = str_of(&co, "name");
           if (cname != "node" && cname != role) continue;
-          auto* state = obj(co, "state");
-          auto* term = state ? obj(*state, "terminated") : nullptr;
+          auto* state = obj_of(co, "state");
+          auto* term = state ? obj_of(*state, "terminated") : nullptr;
           if (term) {
             auto it = term->find("exitCode");
             if (it != term->end() && it->value().is_int64())
               s.exit_code = static_cast<int>(it->value().as_int64());
-            s.terminated_reason = str(term, "reason");
+            s.terminated_reason = str_of(term, "reason");
           }
         }
     by_key.emplace(key, std::move(s));
@@ -226,7 +221,7 @@ train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int
   j.name = name_of(tj);
   j.runtime = runtime_of(tj);
   j.num_nodes = num_nodes_of(tj).value_or(fallback_nodes);
-  if (auto t = parse_time(str(obj(tj, "metadata"), "creationTimestamp"))) j.creation_timestamp = *t;
+  if (auto t = parse_time(str_of(obj_of(tj, "metadata"), "creationTimestamp"))) j.creation_timestamp = *t;
   for (const auto& ps : steps) {
     step s;
     s.name = ps.step;
@@ -242,29 +237,29 @@ train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int
   // Created whenever any condition exists, even a Resumed Suspended one; we
   // apply the Running rule then too.)
   bool decided = false;
-  if (auto* st = obj(tj, "status"))
-    if (auto* conds = arr(*st, "conditions"))
+  if (auto* st = obj_of(tj, "status"))
+    if (auto* conds = arr_of(*st, "conditions"))
       for (const auto& c : *conds) {
         if (!c.is_object()) continue;
         auto& co = c.as_object();
-        if (str(&co, "status") != "True") continue;
-        auto type = str(&co, "type");
+        if (str_of(&co, "status") != "True") continue;
+        auto type = str_of(&co, "type");
         if (type == "Complete") {
           j.status = job_status::complete;
           decided = true;
         } else if (type == "Failed") {
           j.status = job_status::failed;
-          j.reason = str(&co, "reason") == "DeadlineExceeded" ? "deadline exceeded" : "";
+          j.reason = str_of(&co, "reason") == "DeadlineExceeded" ? "deadline exceeded" : "";
           for (const auto& s : j.steps)
             if (s.status == job_status::failed && j.reason.empty()) j.reason = s.reason;
-          if (j.reason.empty()) j.reason = str(&co, "message");
+          if (j.reason.empty()) j.reason = str_of(&co, "message");
           decided = true;
         }
         if (decided) break;
       }
   if (!decided) {
-    auto* md = obj(tj, "metadata");
-    if (md && !str(obj(*md, "annotations"), annotation_cancel).empty()) {
+    auto* md = obj_of(tj, "metadata");
+    if (md && !str_of(obj_of(*md, "annotations"), annotation_cancel).empty()) {
       bool live = false;
       for (const auto& s : j.steps) live = live || s.status == job_status::running;
       if (!live) {
@@ -301,19 +296,19 @@ std::vector<event> events_of(const json::array& items, const std::string& job,
   for (const auto& v : items) {
     if (!v.is_object()) continue;
     auto& e = v.as_object();
-    auto* io = obj(e, "involvedObject");
-    if (!io || !kinds.count(str(io, "kind"))) continue;
-    auto it = step_of.find(str(io, "name"));
+    auto* io = obj_of(e, "involvedObject");
+    if (!io || !kinds.count(str_of(io, "kind"))) continue;
+    auto it = step_of.find(str_of(io, "name"));
     if (it == step_of.end()) continue;
-    auto ts = str(&e, "firstTimestamp");
-    if (ts.empty()) ts = str(&e, "eventTime");
+    auto ts = str_of(&e, "firstTimestamp");
+    if (ts.empty()) ts = str_of(&e, "eventTime");
     auto t = parse_time(ts);
     if (!t) continue;
     event ev;
     ev.time = *t;
     ev.step = it->second;
-    ev.reason = str(&e, "reason");
-    ev.message = str(io, "kind") + " " + str(io, "name") + ": " + str(&e, "message");
+    ev.reason = str_of(&e, "reason");
+    ev.message = str_of(io, "kind") + " " + str_of(io, "name") + ": " + str_of(&e, "message");
     out.push_back(std::move(ev));
   }
   std::stable_sort(out.begin(), out.end(), [](const event& a, const event& b) { return a.time < b.time; });
@@ -324,7 +319,7 @@ std::vector<event> events_of(const json::array& items, const std::string& job,
 std::optional<runtime> runtime_from(const json::object& cr, std::string& problem) {
   std::vector<runtime> out;
   std::vector<std::string> sources, problems;
-  auto kind = str(&cr, "kind");
+  auto kind = str_of(&cr, "kind");
   detail::parse_runtime_documents(json::serialize(cr), kind + " " + name_of(cr), out, sources, problems);
   if (out.empty()) {
     problem = problems.empty() ? kind + " " + name_of(cr) + " is not a usable runtime" : problems.front();

@@ -75,6 +75,10 @@ train_job to_job(const boost::json::object& tj, const std::vector<pod_step>& ste
 /// numNodes of the TrainJob's trainer, if it says.
 std::optional<int> num_nodes_of(const boost::json::object& tj);
 std::string name_of(const boost::json::object& obj);
+/// metadata.labels[key] of an object; "" when absent.
+std::string label_of(const boost::json::object& obj, std::string_view key);
+/// metadata.resourceVersion of an object; "" when absent.
+std::string resource_version_of(const boost::json::object& obj);
 std::string runtime_of(const boost::json::object& tj);
 
 /// Kubeflow's get_job_events: events whose involved object is the job, one
