@@ -178,9 +178,12 @@ TEST_CASE_FIXTURE(kube_fixture, "waiting 30 seconds costs the watch connections,
   trainer_client c(kube_config());
   c.train(sleeper("slow", "30000"));
   c.wait_for_job_status("slow", {job_status::running}, 60s);
-  auto [before, watches_before] = stats();
+  // Plain variables, not structured bindings: clang 14 cannot capture those (INFO does).
+  auto stats_before = stats();
+  auto before = stats_before.first, watches_before = stats_before.second;
   auto job = c.wait_for_job_status("slow", {job_status::complete}, 90s);
-  auto [after, watches_after] = stats();
+  auto stats_after = stats();
+  auto after = stats_after.first, watches_after = stats_after.second;
   CHECK(job.status == job_status::complete);
   // Kubeflow polls every 2 s: 15 get_job rounds of 2+ requests each. The watches
   // were opened by the first wait and are still up.
