@@ -193,10 +193,9 @@ engine::impl::impl(asio::any_io_executor executor, engine_config config)
   reconcile_all();
 }
 
-void engine::impl::queue_write(std::function<void(detail::store&)> w,
-                               std::function<void()> after) {
-  pending.push_back(std::move(w));
-  if (after) after_commit.push_back(std::move(after));
+void engine::impl::queue_write(std::function<void(detail::store&)> w, std::function<void()> after,
+                               std::function<void(std::exception_ptr)> failed) {
+  pending.push_back({std::move(w), std::move(after), std::move(failed)});
   if (!flush_posted) {
     flush_posted = true;
     asio::post(ex, [self = shared_from_this()] {
@@ -205,40 +204,78 @@ void engine::impl::queue_write(std::function<void(detail::store&)> w,
   }
 }
 
+asio::awaitable<bool> engine::impl::insert_job(detail::job_row row, std::string created_message) {
+  struct outcome {
+    explicit outcome(const asio::any_io_executor& ex) : done(ex) {}
+    bool inserted = false;
+    std::exception_ptr error;
+    detail::wake_signal done;
+  };
+  auto st = std::make_shared<outcome>(ex);
+  queue_write(
+      [st, row = std::move(row), message = std::move(created_message)](detail::store& db) {
+        st->inserted = db.insert_job(row);
+        if (st->inserted) db.append_event(row.name, "", row.created_ms, "Created", message);
+      },
+      [st] { st->done.notify(); },
+      [st](std::exception_ptr x) {
+        st->error = x;
+        st->done.notify();
+      });
+  co_await st->done.wait_until(steady::time_point::max());
+  if (st->error) std::rethrow_exception(st->error);
+  co_return st->inserted;
+}
+
 // Group commit: every write queued during one reactor turn goes into one
 // transaction; the notifications that depend on it run after it commits.
 void engine::impl::flush() {
   flush_posted = false;
-  if (pending.empty() && after_commit.empty()) return;
+  if (pending.empty()) return;
   auto writes = std::move(pending);
-  auto afters = std::move(after_commit);
   pending.clear();
-  after_commit.clear();
-  if (!writes.empty()) {
-    try {
-      db->begin();
-      for (auto& w : writes) {
-        try {
-          w(*db);
-        } catch (const std::exception& e) {
+  std::vector<std::function<void()>> done;  // what runs once the commit is visible
+  try {
+    db->begin();
+    for (auto& w : writes) {
+      if (!w.apply) continue;
+      try {
+        w.apply(*db);
+      } catch (const std::exception& e) {
+        if (w.failed) {
+          // Its caller hears of it; the write is not retried.
+          done.push_back([f = std::move(w.failed), x = std::current_exception()] { f(x); });
+          w.after = nullptr;
+        } else {
           log->error("store write skipped: {}", e.what());
         }
       }
-      db->commit();
-    } catch (const std::exception& e) {
-      db->rollback();
-      log->error("store commit failed, {} writes will be retried: {}", writes.size(), e.what());
-      // Keep them, in order, ahead of anything queued since.
-      for (auto& w : pending) writes.push_back(std::move(w));
-      pending = std::move(writes);
-      for (auto& a : after_commit) afters.push_back(std::move(a));
-      after_commit = std::move(afters);
+    }
+    db->commit();
+  } catch (const std::exception& e) {
+    db->rollback();
+    // Writes whose caller waits for the answer (a new job's record) fail now;
+    // the rest are kept, in order, ahead of anything queued since, and retried.
+    auto error = std::current_exception();
+    std::vector<pending_write> keep;
+    for (auto& w : writes) {
+      if (w.failed)
+        w.failed(error);
+      else
+        keep.push_back(std::move(w));
+    }
+    log->error("store commit failed, {} writes will be retried: {}", keep.size(), e.what());
+    for (auto& w : pending) keep.push_back(std::move(w));
+    pending = std::move(keep);
+    if (!pending.empty()) {
       auto timer = std::make_shared<asio::steady_timer>(ex, std::chrono::milliseconds(200));
       timer->async_wait([self = shared_from_this(), timer](error_code) { self->flush(); });
-      return;
     }
+    return;
   }
-  for (auto& a : afters) a();
+  for (auto& w : writes)
+    if (w.after) done.push_back(std::move(w.after));
+  for (auto& d : done) d();
 }
 
 // ---------------------------------------------------------------------------
@@ -369,10 +406,42 @@ void engine::impl::fail_unfinished(job_rec& j, const std::string& why) {
 // (a venv serves every node of the job), then each node's own code at the
 // same time. One node failing stops the others (JobSet's default policy).
 asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
-  std::size_t nodes = j->steps.size();
   if (j->torch_port) j->master_port = detail::free_port();
+  if (j->gpus_per_node > 0 && !co_await lease_gpus(j)) {
+    for (auto& s : j->steps)
+      apply(*j, s, {event_kind::cancelled}, "cancelled while waiting for GPUs", "cancelled");
+    co_return;
+  }
+  // A running job costs this frame, run_phases' and its pidfd: what several
+  // nodes need lives in run_nodes, the ending in finish_job.
+  std::vector<step_outcome> outcomes;
+  if (j->steps.size() > 1) {
+    outcomes = co_await run_nodes(j);
+  } else {
+    std::vector<phase*> all;
+    for (auto& ph : j->phases) all.push_back(&ph);
+    all.push_back(&j->node_phases[0]);
+    step_outcome out = co_await run_phases(j, 0, std::move(all), false);
+    outcomes.push_back(std::move(out));
+  }
+  co_await finish_job(j, std::move(outcomes));
+}
+
+asio::awaitable<std::vector<step_outcome>> engine::impl::run_nodes(std::shared_ptr<job_rec> j) {
+  std::size_t nodes = j->steps.size();
   std::vector<phase*> setup;
   for (auto& ph : j->phases) setup.push_back(&ph);
+  std::vector<step_outcome> outcomes(nodes);
+  auto& first = outcomes[0];
+  if (!setup.empty()) first = co_await run_phases(j, 0, setup, false);
+  bool setup_ok = setup.empty() || (first.ev.kind == event_kind::exited && first.ev.exit_code == 0 &&
+                                    !j->cancel_requested);
+  if (!setup_ok) {
+    for (std::size_t i = 1; i < nodes; ++i)
+      outcomes[i] = {{event_kind::start_failed}, "not started: node-0's setup did not succeed",
+                     j->cancel_requested ? "cancelled" : "setup failed in node-0", false};
+    co_return outcomes;
+  }
   // Shared with the node coroutines, which may outlive this frame on shutdown.
   struct node_group {
     explicit node_group(const asio::any_io_executor& ex, std::size_t n) : outcomes(n), done(ex) {}
@@ -381,48 +450,38 @@ asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
     detail::wake_signal done;
   };
   auto group = std::make_shared<node_group>(ex, nodes);
-  auto& outcomes = group->outcomes;
-  auto& first = outcomes[0];
-  if (j->gpus_per_node > 0 && !co_await lease_gpus(j)) {
-    for (std::size_t i = 0; i < nodes; ++i)
-      apply(*j, j->steps[i], {event_kind::cancelled}, "cancelled while waiting for GPUs", "cancelled");
-    co_return;
+  group->remaining = nodes;
+  for (std::size_t i = 0; i < nodes; ++i) {
+    std::vector<phase*> code{&j->node_phases[i]};
+    bool started = i == 0 && !setup.empty();
+    ++internal_coroutines;
+    asio::co_spawn(
+        ex,
+        [](std::shared_ptr<engine::impl> self, std::shared_ptr<job_rec> j, std::size_t i,
+           std::vector<phase*> code, bool started,
+           std::shared_ptr<node_group> g) -> asio::awaitable<void> {
+          auto out = co_await self->run_phases(j, i, code, started);
+          g->outcomes[i] = out;
+          bool failed = !(out.ev.kind == event_kind::exited && out.ev.exit_code == 0);
+          if (failed && !j->failed_node && !j->cancel_requested) {
+            j->failed_node = j->steps[i].row.name;
+            self->stop_other_nodes(j, i);
+          }
+        }(shared_from_this(), j, i, std::move(code), started, group),
+        asio::bind_cancellation_slot(j->steps[i].stop->slot(),
+                                     [self = shared_from_this(), group](std::exception_ptr) {
+                                       --group->remaining;
+                                       group->done.notify();
+                                       if (--self->internal_coroutines == 0) self->idle.notify();
+                                     }));
   }
-  if (!setup.empty()) first = co_await run_phases(j, 0, setup, false);
-  bool setup_ok = setup.empty() || (first.ev.kind == event_kind::exited && first.ev.exit_code == 0 &&
-                                    !j->cancel_requested);
-  if (setup_ok) {
-    group->remaining = nodes;
-    for (std::size_t i = 0; i < nodes; ++i) {
-      std::vector<phase*> code{&j->node_phases[i]};
-      bool started = i == 0 && !setup.empty();
-      ++internal_coroutines;
-      asio::co_spawn(
-          ex,
-          [](std::shared_ptr<engine::impl> self, std::shared_ptr<job_rec> j, std::size_t i,
-             std::vector<phase*> code, bool started,
-             std::shared_ptr<node_group> g) -> asio::awaitable<void> {
-            auto out = co_await self->run_phases(j, i, code, started);
-            g->outcomes[i] = out;
-            bool failed = !(out.ev.kind == event_kind::exited && out.ev.exit_code == 0);
-            if (failed && !j->failed_node && !j->cancel_requested) {
-              j->failed_node = j->steps[i].row.name;
-              self->stop_other_nodes(j, i);
-            }
-          }(shared_from_this(), j, i, std::move(code), started, group),
-          asio::bind_cancellation_slot(j->steps[i].stop->slot(),
-                                       [self = shared_from_this(), group](std::exception_ptr) {
-                                         --group->remaining;
-                                         group->done.notify();
-                                         if (--self->internal_coroutines == 0) self->idle.notify();
-                                       }));
-    }
-    while (group->remaining > 0) co_await group->done.wait_until(steady::time_point::max());
-  } else {
-    for (std::size_t i = 1; i < nodes; ++i)
-      outcomes[i] = {{event_kind::start_failed}, "not started: node-0's setup did not succeed",
-                     j->cancel_requested ? "cancelled" : "setup failed in node-0", false};
-  }
+  while (group->remaining > 0) co_await group->done.wait_until(steady::time_point::max());
+  co_return std::move(group->outcomes);
+}
+
+asio::awaitable<void> engine::impl::finish_job(std::shared_ptr<job_rec> j,
+                                               std::vector<step_outcome> outcomes) {
+  std::size_t nodes = j->steps.size();
   // The venv and the GPUs go before the end is recorded: whoever waits for
   // the end finds them gone.
   if (j->gpus_per_node > 0) release_gpus(*j);
@@ -507,80 +566,106 @@ void engine::impl::stop_other_nodes(std::shared_ptr<job_rec> j, std::size_t fail
   if (any) spawn_internal(escalate(j, /*terminated=*/true), "stopping the other nodes");
 }
 
+// Starts one phase of step `index`; its process writes its output straight
+// into the step's log, so the log is complete whatever happens to the engine,
+// and the engine holds no pipe. False, with `out` saying why, when it could not
+// start. Not a coroutine: nothing it builds (the environment, argv) stays in
+// the job's frame while the process runs.
+bool engine::impl::start_phase(job_rec& j, std::size_t index, const phase& ph, step_outcome& out) {
+  step_rec& s = j.steps[index];
+  process::spawn_spec spec;
+  spec.executable = ph.executable;
+  spec.argv = ph.argv;
+  if (ph.torch_port)
+    spec.argv.insert(spec.argv.begin() + 3, "--master_port=" + std::to_string(j.master_port));
+  auto env = ph.env;
+  env.emplace(token_variable, job_token(j.row));
+  if (ph.final && index < j.node_devices.size())
+    env.insert_or_assign("CUDA_VISIBLE_DEVICES", j.node_devices[index]);
+  spec.env = process::merge_environment(environ, env);
+  spec.cwd = ph.cwd;
+  if (!ph.title.empty()) log_progress(j, s, "[tjob] " + ph.title + "\n");
+  spec.stdout_path = s.log_path;
+  error_code ec;
+  std::string failed_step;
+  auto child = process::child::spawn(ex, spec, ec, &failed_step);
+  if (ec) {
+    out.message = "cannot start " + quote(spec.executable) + " (" + ph.name + "): " +
+                  (failed_step == "open the log" ? "cannot open its log " + s.log_path + ": " : std::string()) +
+                  ec.message();
+    if (!out.started) {
+      out.ev = {event_kind::start_failed};
+      out.reason = "start failed: " + ec.message();
+    } else {
+      out.ev = {event_kind::exited, 127};
+      out.reason = "setup failed: " + ph.name + ": " + ec.message();
+      log_progress(j, s, "[tjob] " + out.message + "\n");
+    }
+    return false;
+  }
+  s.proc = std::move(child);
+  s.row.pid = s.proc.pid();
+  s.row.pid_start = s.proc.start_time();
+  if (ph.memory_limit) {
+    // posix_spawn cannot set limits in the child; the program has only just
+    // been exec'd, so what it starts later inherits the limit.
+    rlimit lim{ph.memory_limit, ph.memory_limit};
+    if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
+      log_progress(j, s, std::string("[tjob] could not set the memory limit: ") + std::strerror(errno) + "\n");
+  }
+  if (ph.cpu_limit > 0) {
+    // As with the memory limit: moved right after exec, before it starts workers.
+    std::string why_not;
+    auto dir = process::limit_cpu(s.row.pid, job_token(j.row) + "-" + s.row.name, ph.cpu_limit, why_not);
+    if (dir) {
+      s.cgroup = *dir;
+      log_progress(j, s, "[tjob] CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")\n");
+    } else {
+      log_progress(j, s, "[tjob] CPU time not limited: " + why_not + "\n");
+    }
+  }
+  std::string what = "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " +
+                     join_argv(ph.argv);
+  if (!out.started) {
+    apply(j, s, {event_kind::started}, what, {});
+    out.started = true;
+  } else {
+    queue_write([name = j.row.name, row = s.row, t = now_ms(), what](detail::store& db) {
+      db.update_step(name, row);  // the pid that a crash recovery must kill
+      db.append_event(name, row.name, t, "Setup", what);
+    });
+  }
+  return true;
+}
+
 // Runs `phases` as step `index`, one after another; the outcome says how
 // the last one that ran ended. The step is Running from its first phase.
 asio::awaitable<step_outcome> engine::impl::run_phases(std::shared_ptr<job_rec> j, std::size_t index,
                                                        std::vector<phase*> phases, bool started) {
   step_rec& s = j->steps[index];
   step_outcome out{{event_kind::cancelled}, "cancelled before it started", "cancelled", started};
-  for (auto* php : phases) {
-    auto& ph = *php;
+  for (auto* ph : phases) {
     if (j->cancel_requested || s.stopped) break;
-    process::spawn_spec spec;
-    spec.executable = ph.executable;
-    spec.argv = ph.argv;
-    if (ph.torch_port)
-      spec.argv.insert(spec.argv.begin() + 3, "--master_port=" + std::to_string(j->master_port));
-    auto env = ph.env;
-    env.emplace(token_variable, job_token(j->row));
-    if (ph.final && index < j->node_devices.size())
-      env.insert_or_assign("CUDA_VISIBLE_DEVICES", j->node_devices[index]);
-    spec.env = process::merge_environment(environ, env);
-    spec.cwd = ph.cwd;
-    if (!ph.title.empty()) log_progress(*j, s, "[tjob] " + ph.title + "\n");
     auto t0 = steady::now();
+    if (!start_phase(*j, index, *ph, out)) co_return out;
+    // Started: what it was built from is not needed while it runs (a job of
+    // one node lets go of its whole plan once its code runs).
+    const std::string what = ph->name;
+    const bool final = ph->final;
+    ph->release_plan();
+    if (final && j->steps.size() == 1) {
+      std::vector<phase>().swap(j->phases);
+      std::vector<phase>().swap(j->node_phases);
+    }
     error_code ec;
-    auto child = process::child::spawn(ex, spec, ec);
-    if (ec) {
-      out.message = "cannot start " + quote(spec.executable) + " (" + ph.name + "): " + ec.message();
-      if (!out.started) {
-        out.ev = {event_kind::start_failed};
-        out.reason = "start failed: " + ec.message();
-      } else {
-        out.ev = {event_kind::exited, 127};
-        out.reason = "setup failed: " + ph.name + ": " + ec.message();
-        log_progress(*j, s, "[tjob] " + out.message + "\n");
-      }
-      co_return out;
-    }
-    s.proc = std::move(child);
-    s.row.pid = s.proc.pid();
-    s.row.pid_start = s.proc.start_time();
-    if (ph.memory_limit) {
-      // posix_spawn cannot set limits in the child; the program has only just
-      // been exec'd, so what it starts later inherits the limit.
-      rlimit lim{ph.memory_limit, ph.memory_limit};
-      if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
-        log_progress(*j, s, std::string("[tjob] could not set the memory limit: ") + std::strerror(errno) + "\n");
-    }
-    if (ph.cpu_limit > 0) {
-      // As with the memory limit: moved right after exec, before it starts workers.
-      std::string why_not;
-      auto dir = process::limit_cpu(s.row.pid, job_token(j->row) + "-" + s.row.name, ph.cpu_limit, why_not);
-      if (dir) {
-        s.cgroup = *dir;
-        log_progress(*j, s, "[tjob] CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")\n");
-      } else {
-        log_progress(*j, s, "[tjob] CPU time not limited: " + why_not + "\n");
-      }
-    }
-    s.output_done = false;
-    s.drain_timer.emplace(ex);
-    std::string what = "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " +
-                       join_argv(ph.argv);
-    if (!out.started) {
-      apply(*j, s, {event_kind::started}, what, {});
-      out.started = true;
-    } else {
-      queue_write([name = j->row.name, row = s.row, t = now_ms(), what](detail::store& db) {
-        db.update_step(name, row);  // the pid that a crash recovery must kill
-        db.append_event(name, row.name, t, "Setup", what);
-      });
-    }
-
-    using namespace asio::experimental::awaitable_operators;
-    process::exit_status st = co_await (wait_exit(*j, s) && pump_output(*j, s));
-    s.proc = process::child();  // the pidfd and pipe go now: two descriptors per running job
+    co_await s.proc.exit_signal().async_wait(asio::posix::descriptor_base::wait_read,
+                                             asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) throw boost::system::system_error(ec, "waiting for process " + std::to_string(s.row.pid));
+    process::exit_status st = s.proc.reap();
+    // The step ends with its main process, as a container does: whatever it
+    // left behind in its process group goes with it.
+    s.proc.signal_group(SIGKILL);
+    s.proc = process::child();  // its pidfd: the one descriptor a running job holds
     if (!s.cgroup.empty()) {
       process::remove_cgroup(s.cgroup);  // its processes are gone: the group was killed
       s.cgroup.clear();
@@ -596,16 +681,16 @@ asio::awaitable<step_outcome> engine::impl::run_phases(std::shared_ptr<job_rec> 
       co_return out;
     }
     out.ev = {event_kind::exited, st.code};
-    if (!ph.final) {
+    if (!final) {
       if (st.code != 0) {
-        log_progress(*j, s, fmt::format("[tjob] {} failed after {:.2f} s: {}\n", ph.name, secs, describe(st)));
-        out.message = ph.name + " failed: " + describe(st) + " (its output is in the step's log)";
-        out.reason = "setup failed: " + ph.name + " " + describe(st);
+        log_progress(*j, s, fmt::format("[tjob] {} failed after {:.2f} s: {}\n", what, secs, describe(st)));
+        out.message = what + " failed: " + describe(st) + " (its output is in the step's log)";
+        out.reason = "setup failed: " + what + " " + describe(st);
         co_return out;
       }
-      log_progress(*j, s, fmt::format("[tjob] {} done in {:.2f} s\n", ph.name, secs));
+      log_progress(*j, s, fmt::format("[tjob] {} done in {:.2f} s\n", what, secs));
       queue_write([name = j->row.name, step = s.row.name, t = now_ms(),
-                   text = fmt::format("{} done in {:.2f} s", ph.name, secs)](detail::store& db) {
+                   text = fmt::format("{} done in {:.2f} s", what, secs)](detail::store& db) {
         db.append_event(name, step, t, "Setup", text);
       });
       continue;
@@ -629,69 +714,8 @@ asio::awaitable<void> engine::impl::remove_tree(std::filesystem::path dir, std::
 
 void engine::impl::log_progress(job_rec& j, step_rec& s, const std::string& line) {
   if (auto ec = detail::append_file(s.log_path, line))
-    log->warn("job {}: cannot write {}: {}", j.row.name, s.log_path.string(), ec.message());
+    log->warn("job {}: cannot write {}: {}", j.row.name, s.log_path, ec.message());
   j.watchers.notify_all();
-}
-
-asio::awaitable<process::exit_status> engine::impl::wait_exit(job_rec& j, step_rec& s) {
-  auto st = co_await s.proc.wait();
-  // The step ends with its main process, as a container does: whatever it
-  // left behind in its process group goes with it.
-  s.proc.signal_group(SIGKILL);
-  if (!s.output_done) {
-    s.drain_timer->expires_after(cfg.drain_timeout);
-    error_code ec;
-    co_await s.drain_timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    if (!s.output_done) {
-      log->warn("job {} step {}: output still open {} ms after the process ended; closing it",
-                j.row.name, s.row.name, cfg.drain_timeout.count());
-      s.proc.close_output();
-    }
-  }
-  co_return st;
-}
-
-asio::awaitable<void> engine::impl::pump_output(job_rec& j, step_rec& s) {
-  bool write_failed = false;
-  while (s.proc.has_output()) {
-    error_code ec = co_await s.proc.wait_output();
-    if (ec) break;
-    bool eof = false;
-    std::size_t total = 0;
-    int fd = -1;
-    // At most 16 reads per wake-up, so one flooding job cannot starve the rest.
-    for (int i = 0; i < 16; ++i) {
-      std::size_t n = s.proc.read_output(read_buf, ec);
-      if (ec == asio::error::would_block) break;
-      if (ec || n == 0) {
-        eof = true;
-        break;
-      }
-      if (fd < 0)
-        fd = ::open(s.log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-      std::string_view data(read_buf.data(), n);
-      while (fd >= 0 && !data.empty()) {
-        ssize_t w = ::write(fd, data.data(), data.size());
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) break;
-        data.remove_prefix(static_cast<std::size_t>(w));
-      }
-      if ((fd < 0 || !data.empty()) && !write_failed) {
-        write_failed = true;
-        log->error("job {} step {}: cannot write {}: {}", j.row.name, s.row.name,
-                   s.log_path.string(), std::strerror(errno));
-      }
-      total += n;
-    }
-    if (fd >= 0) ::close(fd);
-    if (total) j.watchers.notify_all();
-    if (eof) {
-      s.proc.close_output();
-      break;
-    }
-  }
-  s.output_done = true;
-  if (s.drain_timer) s.drain_timer->cancel();
 }
 
 asio::awaitable<void> engine::impl::escalate(std::shared_ptr<job_rec> j, bool terminated) {
@@ -764,7 +788,7 @@ asio::awaitable<void> engine::impl::cancel_foreign(const std::string& name) {
   };
   if (co_await wait_for_end(steady::now() + cfg.grace_period)) co_return;
   if (auto r = db->load_job(name)) signal_steps(*r, SIGKILL);
-  if (!co_await wait_for_end(steady::now() + cfg.drain_timeout + std::chrono::seconds(30)))
+  if (!co_await wait_for_end(steady::now() + std::chrono::seconds(30)))
     fail(errc::timeout, "TrainJob " + quote(name) +
                             " did not end after SIGKILL; its owner (pid " +
                             std::to_string(row->owner_pid) + ") is not answering");
@@ -983,9 +1007,9 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
   auto python = find_program(who, pt.python.empty() ? "python3" : pt.python, pt.env, {},
                              "install python3 or pass the interpreter (--python)");
 
-  j.venv = j.dir / "venv";
+  j.venv = std::filesystem::path(j.dir) / "venv";
   j.remove_venv = cfg.cleanup_venv && !pt.keep_venv;
-  auto work = j.dir / "work";
+  auto work = std::filesystem::path(j.dir) / "work";
   auto cwd = pt.working_dir.empty() ? work.string() : pt.working_dir;
   auto venv_python = (j.venv / "bin" / "python").string();
   std::map<std::string, std::string> env = pt.env;
@@ -1097,7 +1121,7 @@ asio::awaitable<std::string> engine::train(train_request req) {
     j->phases.clear();
     j->node_phases.clear();
     j->files.clear();
-    j->dir = e.jobs_dir / name;
+    j->dir = (e.jobs_dir / name).string();
     j->row.name = name;
     if (auto* ct = std::get_if<command_trainer>(&req.job_trainer))
       e.plan_command(*j, who, *ct);
@@ -1122,14 +1146,16 @@ asio::awaitable<std::string> engine::train(train_request req) {
       st.name = "node-" + std::to_string(node);
       j->row.steps.push_back(st);
     }
-    std::string summary = join_argv(j->node_phases[0].argv);
-    bool inserted = e.transact([&](detail::store& db) {
-      if (!db.insert_job(j->row)) return false;
-      db.append_event(name, "", j->row.created_ms, "Created",
-                      "created by process " + std::to_string(e.self_pid) + ": " + summary);
-      return true;
-    });
-    if (inserted) break;
+    std::string created = "created by process " + std::to_string(e.self_pid) + ": " +
+                          join_argv(j->node_phases[0].argv);
+    detail::job_row row = j->row;
+    bool inserted = co_await e.insert_job(std::move(row), std::move(created));
+    if (inserted) {
+      // The request is in the store now; a running job does not keep a copy.
+      std::string().swap(j->spec);
+      std::string().swap(j->row.spec);
+      break;
+    }
     if (!generated)
       fail(errc::duplicate_name, "TrainJob " + quote(name) +
                                      " already exists; choose another name, or delete it first "
@@ -1138,9 +1164,18 @@ asio::awaitable<std::string> engine::train(train_request req) {
     who = detail::who(name);
     plan();  // the paths in the plan hold the name
   }
+  // The job's own work dir is made only when something runs or is written in
+  // it (a command given a working dir needs none: a directory less per job).
+  const std::string work = j->dir + "/work";
+  bool needs_work = !j->files.empty();
+  for (auto* list : {&j->phases, &j->node_phases})
+    for (auto& ph : *list) {
+      if (ph.cwd.empty()) ph.cwd = work;
+      needs_work |= ph.cwd == work;
+    }
   try {
-    make_private_dirs(j->dir / "logs");
-    make_private_dirs(j->dir / "work");
+    make_private_dirs(j->dir + "/logs");
+    if (needs_work) make_private_dirs(work);
     for (const auto& [path, text] : j->files) {
       if (auto ec = detail::append_file(path, text))
         throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
@@ -1152,13 +1187,10 @@ asio::awaitable<std::string> engine::train(train_request req) {
     fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + x.what() +
                                       "; check that " + e.jobs_dir.string() + " is writable");
   }
-  for (auto* list : {&j->phases, &j->node_phases})
-    for (auto& ph : *list)
-      if (ph.cwd.empty()) ph.cwd = (j->dir / "work").string();
   for (auto& s : j->row.steps) {
     step_rec sr;
     sr.row = s;
-    sr.log_path = j->dir / "logs" / (s.name + ".log");
+    sr.log_path = j->dir + "/logs/" + s.name + ".log";
     j->steps.push_back(std::move(sr));
   }
   j->row.steps.clear();
@@ -1290,7 +1322,7 @@ asio::awaitable<std::vector<event>> engine::get_job_events(std::string name) {
 detail::runtime_catalog engine::impl::runtimes(bool report) const {
   auto dirs = cfg.runtime_dirs;
   if (dirs.empty()) dirs.push_back(home / "runtimes");
-  auto cat = detail::load_runtimes(dirs);
+  auto cat = runtime_cache.load(dirs);
   if (report)
     for (const auto& p : cat.problems) log->warn("runtime skipped: {}", p);
   return cat;
@@ -1360,6 +1392,7 @@ struct local_log final : log_stream::impl {
   std::unique_ptr<foreign_watch> foreign;
   std::unique_ptr<detail::wake_signal> wake;
   std::unique_ptr<detail::wake_registration> reg;
+  int log_wd = -1;
 
   local_log(std::shared_ptr<engine::impl> eng, std::string j, std::string s, bool f,
             std::filesystem::path path, std::uint64_t offset)
@@ -1381,11 +1414,16 @@ struct local_log final : log_stream::impl {
     return true;
   }
 
+  // Woken by the log growing (the job writes it directly: inotify on its
+  // directory) and by the step's end (a transition here, or through the
+  // store's watch for another process's job).
   asio::awaitable<void> wait_for_more() {
     if (owned) {
       if (!wake) {
         wake = std::make_unique<detail::wake_signal>(e->ex);
         reg = std::make_unique<detail::wake_registration>(owned->watchers, wake.get());
+        log_wd = e->watch.add(e->jobs_dir / job / "logs", wake.get());
+        co_return;  // re-check once the watch is in place: nothing can slip between
       }
       co_await wake->wait_until(steady::time_point::max());
       co_return;
@@ -1397,6 +1435,10 @@ struct local_log final : log_stream::impl {
       co_return;  // re-check once the watch is in place: nothing can slip between
     }
     co_await foreign->wait_until(steady::time_point::max());
+  }
+
+  ~local_log() override {
+    if (wake) e->watch.remove(log_wd, wake.get());
   }
 
   asio::awaitable<std::optional<std::string>> next(bool whole_lines) override {

@@ -33,15 +33,13 @@ inline constexpr const char* token_variable = "TJOB_JOB_TOKEN";
 
 struct step_rec {
   detail::step_row row;
-  std::filesystem::path log_path;
+  std::string log_path;  // a string, not a path: a path also keeps its components
   process::child proc;
   // ends the node's coroutine on shutdown (a pointer: signals do not move)
   std::unique_ptr<boost::asio::cancellation_signal> stop =
       std::make_unique<boost::asio::cancellation_signal>();
-  bool output_done = false;
   bool stopped = false;  // stopped because another node failed
   std::string cgroup;    // the cgroup of its code, removed when the step ends
-  std::optional<boost::asio::steady_timer> drain_timer;
 };
 
 /// One process a step runs: a setup phase (venv, pip) or the job's own code.
@@ -56,6 +54,16 @@ struct phase {
   std::uint64_t memory_limit = 0;  ///< RLIMIT_AS of the process (and what it starts)
   int cpu_limit = 0;               ///< CPUs of CPU time for its process tree (cgroup quota); 0: none
   bool torch_port = false;  ///< add --master_port with a free port at start
+
+  /// Frees what the process was started from (argv, environment, paths) once
+  /// it runs; `name` and `final` stay for what follows its exit.
+  void release_plan() {
+    title = {};
+    executable = {};
+    argv = {};
+    env = {};
+    cwd = {};
+  }
 };
 
 /// A job this engine runs. Jobs of other processes are read from the store.
@@ -66,7 +74,7 @@ struct job_rec {
   std::vector<phase> node_phases;  // each node's code (node-0's is also phases.back())
   std::vector<std::pair<std::string, std::string>> files;  // written into the job dir at creation
   std::string spec;
-  std::filesystem::path dir;
+  std::string dir;
   std::filesystem::path venv;  // empty for command jobs
   bool remove_venv = false;
   bool torch_port = false;  // the nodes rendezvous on one free port, chosen at start
@@ -97,13 +105,19 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   std::unique_ptr<detail::store> db;
   detail::fs_watch watch;
   std::map<std::string, std::shared_ptr<job_rec>, std::less<>> jobs;
-  std::vector<std::function<void(detail::store&)>> pending;
-  std::vector<std::function<void()>> after_commit;
+  /// A write for the next group commit: `apply` runs in the transaction,
+  /// `after` once it has committed; `failed` (when set) hears why it did not,
+  /// and such a write is not retried.
+  struct pending_write {
+    std::function<void(detail::store&)> apply;
+    std::function<void()> after;
+    std::function<void(std::exception_ptr)> failed;
+  };
+  std::vector<pending_write> pending;
   bool flush_posted = false;
   bool stopping = false;
   std::size_t internal_coroutines = 0;
   detail::wake_signal idle;
-  std::array<char, 1 << 16> read_buf{};
   boost::asio::thread_pool pool{1};
   std::vector<std::string> gpu_devices;
   detail::wake_list device_waiters;  // woken when this engine releases devices
@@ -112,7 +126,11 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   std::uint64_t self_start = 0;
 
   // store
-  void queue_write(std::function<void(detail::store&)> w, std::function<void()> after = {});
+  void queue_write(std::function<void(detail::store&)> w, std::function<void()> after = {},
+                   std::function<void(std::exception_ptr)> failed = {});
+  /// Records a new job (and its Created event) in the next group commit;
+  /// false when the name is taken.
+  boost::asio::awaitable<bool> insert_job(detail::job_row row, std::string created_message);
   void flush();
   template <class F>
   auto transact(F&& f) {
@@ -141,6 +159,9 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   void start_job(std::shared_ptr<job_rec> j);
   void spawn_internal(boost::asio::awaitable<void> op, const char* what);
   boost::asio::awaitable<void> run_job(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<std::vector<step_outcome>> run_nodes(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<void> finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes);
+  bool start_phase(job_rec& j, std::size_t index, const phase& ph, step_outcome& out);
   boost::asio::awaitable<step_outcome> run_phases(std::shared_ptr<job_rec> j, std::size_t index,
                                                   std::vector<phase*> phases, bool started);
   void stop_other_nodes(std::shared_ptr<job_rec> j, std::size_t failed);
@@ -152,8 +173,6 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
                    int num_nodes);
   void log_progress(job_rec& j, step_rec& s, const std::string& line);
   boost::asio::awaitable<void> remove_tree(std::filesystem::path dir, std::string job);
-  boost::asio::awaitable<process::exit_status> wait_exit(job_rec& j, step_rec& s);
-  boost::asio::awaitable<void> pump_output(job_rec& j, step_rec& s);
   boost::asio::awaitable<void> escalate(std::shared_ptr<job_rec> j, bool terminated);
   boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<void> cancel_foreign(const std::string& name);
@@ -170,6 +189,7 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   /// dropped into a runtime directory is seen by the next call).
   /// `report`: warn about each manifest that cannot be used.
   detail::runtime_catalog runtimes(bool report = true) const;
+  mutable detail::runtime_cache runtime_cache;
 
   // messages
   std::string failure_message(const train_job& job);

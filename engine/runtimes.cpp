@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <sys/stat.h>
 #include <fstream>
 #include <sstream>
 
@@ -198,6 +199,34 @@ runtime_catalog load_runtimes(const std::vector<std::filesystem::path>& dirs) {
   }
   sorted.problems = std::move(cat.problems);
   return sorted;
+}
+
+std::vector<runtime_cache::stamp> runtime_cache::stamps_of(
+    const std::vector<std::filesystem::path>& dirs) {
+  std::vector<stamp> out;
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      auto ext = e.path().extension();
+      if (ext != ".yaml" && ext != ".yml") continue;
+      struct stat st {};
+      if (::stat(e.path().c_str(), &st) != 0) continue;
+      out.push_back({e.path().string(), static_cast<std::uintmax_t>(st.st_size),
+                     static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const stamp& a, const stamp& b) { return a.path < b.path; });
+  return out;
+}
+
+const runtime_catalog& runtime_cache::load(const std::vector<std::filesystem::path>& dirs) {
+  auto stamps = stamps_of(dirs);
+  if (!catalog_ || dirs != dirs_ || stamps != stamps_) {
+    catalog_ = load_runtimes(dirs);
+    dirs_ = dirs;
+    stamps_ = std::move(stamps);
+  }
+  return *catalog_;
 }
 
 const runtime* runtime_catalog::find(std::string_view name) const {

@@ -5,6 +5,7 @@
 
 #include <tjob/types.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -41,5 +42,27 @@ void parse_runtime_documents(std::string_view text, const std::string& source,
 /// name order; a later runtime of the same name replaces an earlier one.
 /// Directories that do not exist are skipped.
 runtime_catalog load_runtimes(const std::vector<std::filesystem::path>& dirs);
+
+/// load_runtimes, parsed again only when a manifest file in `dirs` appeared,
+/// went, or changed size or modification time since the last call: a manifest
+/// dropped into a runtime directory is still seen by the next call, and a
+/// `train` does not parse YAML when nothing changed.
+class runtime_cache {
+ public:
+  const runtime_catalog& load(const std::vector<std::filesystem::path>& dirs);
+
+ private:
+  struct stamp {
+    std::string path;
+    std::uintmax_t size = 0;
+    std::int64_t mtime_ns = 0;
+    bool operator==(const stamp&) const = default;
+  };
+  static std::vector<stamp> stamps_of(const std::vector<std::filesystem::path>& dirs);
+
+  std::optional<runtime_catalog> catalog_;
+  std::vector<std::filesystem::path> dirs_;
+  std::vector<stamp> stamps_;
+};
 
 }  // namespace tjob::detail

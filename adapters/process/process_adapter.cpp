@@ -5,24 +5,24 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/redirect_error.hpp>
-// Boost.Process v2 as shipped in 1.81 compiles header-only only in this order.
-#include <boost/asio/detail/throw_error.hpp>
-#include <boost/process/v2/process.hpp>
-#include <boost/process/v2/process_handle.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
-#include <spawn.h>
+#include <linux/close_range.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 namespace tjob::process {
 
 namespace asio = boost::asio;
-namespace bp2 = boost::process::v2;
 using boost::system::error_code;
 
 std::string describe(const exit_status& s) {
@@ -89,15 +89,12 @@ std::vector<std::string> merge_environment(char** base,
 }
 
 struct child::impl {
-  impl(asio::any_io_executor ex, pid_t p, int out)
-      : pid(p), handle(ex, p), output(ex) {
-    if (out >= 0) output.assign(out);
+  impl(asio::any_io_executor ex, pid_t p, int fd) : pid(p), pidfd(ex, fd) {
     start = process::start_time(p).value_or(0);
   }
   pid_t pid;
   std::uint64_t start = 0;
-  bp2::basic_process_handle<asio::any_io_executor> handle;
-  asio::posix::stream_descriptor output;
+  asio::posix::stream_descriptor pidfd;  // readable once the process has exited
 };
 
 child::child() = default;
@@ -105,46 +102,130 @@ child::child(child&&) noexcept = default;
 child& child::operator=(child&&) noexcept = default;
 child::~child() = default;
 
-child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code& ec) {
+namespace {
+
+// What the child of spawn() needs, in memory it shares with the parent
+// (CLONE_VM); `err` is how it says what failed before exec.
+struct launch {
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  const char* cwd;          // null: stay
+  const char* stdout_path;  // opened in the child when stdout_fd < 0
+  int stdin_fd;
+  int stdout_fd;
+  bool new_session;
+  int err = 0;
+  const char* step = "";
+};
+
+// The kernel's struct sigaction (rt_sigaction), not glibc's.
+struct kernel_sigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  std::uint64_t mask;
+};
+
+// Raw system calls only: the child shares the parent's memory and runs on a
+// stack of its own until exec, so it must touch nothing of the parent's (no
+// libc state, no sanitizer interceptors, no errno that matters).
+#define TJOB_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
+
+// Returns the result, or -errno.
+TJOB_NO_SANITIZE long sys(long n, long a = 0, long b = 0, long c = 0, long d = 0) {
+#if defined(__x86_64__)
+  long r;
+  register long r10 asm("r10") = d;
+  asm volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+  return r;
+#else
+  long r = ::syscall(n, a, b, c, d);  // sets the parent's errno: harmless, it is suspended
+  return r < 0 ? -errno : r;
+#endif
+}
+
+[[noreturn]] TJOB_NO_SANITIZE void child_fail(launch* l, long r, const char* step) {
+  l->err = static_cast<int>(-r);
+  l->step = step;
+  for (;;) sys(SYS_exit, 127);
+}
+
+// Moves `fd` above the three standard descriptors, so that placing one of
+// them can never overwrite another that is still to be placed.
+TJOB_NO_SANITIZE long above_stdio(long fd) {
+  if (fd < 0 || fd > 2) return fd;
+  long moved = sys(SYS_fcntl, fd, F_DUPFD, 3);
+  sys(SYS_close, fd);
+  return moved;
+}
+
+TJOB_NO_SANITIZE int child_main(void* arg) {
+  auto* l = static_cast<launch*>(arg);
+  // A descriptor table of its own holding only what the child needs: the
+  // copy costs the same however many descriptors the engine has open
+  // (posix_spawn copies them all and then closes them all, twice O(engine)).
+  long keep = 3;
+  if (l->stdin_fd >= keep) keep = l->stdin_fd + 1;
+  if (l->stdout_fd >= keep) keep = l->stdout_fd + 1;
+  long r = sys(SYS_close_range, keep, ~0U, CLOSE_RANGE_UNSHARE);
+  if (r < 0) {
+    r = sys(SYS_unshare, CLONE_FILES);
+    if (r < 0) child_fail(l, r, "unshare");
+    r = sys(SYS_close_range, keep, ~0U, 0);
+    if (r < 0) child_fail(l, r, "close_range");
+  }
+  // Default dispositions for every signal (the parent's handlers must not run
+  // here); the mask was all-blocked by the parent and is emptied before exec.
+  kernel_sigaction dfl{SIG_DFL, 0, nullptr, 0};
+  for (long sig = 1; sig < 65; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) sys(SYS_rt_sigaction, sig, reinterpret_cast<long>(&dfl), 0, 8);
+  r = l->new_session ? sys(SYS_setsid) : sys(SYS_setpgid, 0, 0);
+  if (r < 0) child_fail(l, r, l->new_session ? "setsid" : "setpgid");
+  long in = l->stdin_fd >= 0 ? l->stdin_fd
+                             : sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/dev/null"), O_RDONLY);
+  if (in < 0) child_fail(l, in, "open /dev/null");
+  in = above_stdio(in);
+  long out = l->stdout_fd >= 0
+                 ? l->stdout_fd
+                 : sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>(l->stdout_path),
+                       O_WRONLY | O_APPEND | O_CREAT, 0600);
+  if (out < 0) child_fail(l, out, "open the log");
+  out = above_stdio(out);
+  if ((r = sys(SYS_dup2, in, 0)) < 0 || (r = sys(SYS_dup2, out, 1)) < 0 || (r = sys(SYS_dup2, out, 2)) < 0)
+    child_fail(l, r, "dup2");
+  sys(SYS_close_range, 3, ~0U, 0);
+  if (l->cwd && (r = sys(SYS_chdir, reinterpret_cast<long>(l->cwd))) < 0) child_fail(l, r, "chdir");
+  std::uint64_t none = 0;
+  sys(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&none), 0, 8);
+  r = sys(SYS_execve, reinterpret_cast<long>(l->path), reinterpret_cast<long>(l->argv),
+          reinterpret_cast<long>(l->envp));
+  child_fail(l, r, "execve");
+}
+
+// The child's stack until exec (the parent waits meanwhile: CLONE_VFORK), one
+// per thread that spawns.
+char* child_stack_top() {
+  constexpr std::size_t size = 256 * 1024;
+  thread_local char* base = nullptr;
+  if (!base) {
+    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    base = static_cast<char*>(m);
+  }
+  return base + size;
+}
+
+}  // namespace
+
+child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code& ec,
+                   std::string* failed_step) {
   ec.clear();
   child c;
-  int pipe_fds[2] = {-1, -1};
-  int out_fd = spec.stdout_fd;
-  if (out_fd < 0) {
-    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
-      ec.assign(errno, boost::system::system_category());
-      return c;
-    }
-    out_fd = pipe_fds[1];
+  if (spec.stdout_fd < 0 && spec.stdout_path.empty()) {
+    ec.assign(EBADF, boost::system::system_category());
+    return c;
   }
-
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attr);
-  if (spec.stdin_fd >= 0)
-    posix_spawn_file_actions_adddup2(&actions, spec.stdin_fd, STDIN_FILENO);
-  else
-    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out_fd, STDERR_FILENO);
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-  if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str());
-
-  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-  if (spec.new_session)
-    flags |= POSIX_SPAWN_SETSID;
-  else {
-    flags |= POSIX_SPAWN_SETPGROUP;
-    posix_spawnattr_setpgroup(&attr, 0);
-  }
-  posix_spawnattr_setflags(&attr, flags);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-
   std::vector<char*> argv;
   argv.reserve(spec.argv.size() + 1);
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -153,67 +234,66 @@ child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code&
   envp.reserve(spec.env.size() + 1);
   for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  launch l{spec.executable.c_str(), argv.data(), envp.data(),
+           spec.cwd.empty() ? nullptr : spec.cwd.c_str(), spec.stdout_path.c_str(),
+           spec.stdin_fd, spec.stdout_fd, spec.new_session};
 
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, spec.executable.c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (pipe_fds[1] >= 0) ::close(pipe_fds[1]);
-  if (rc != 0) {
-    if (pipe_fds[0] >= 0) ::close(pipe_fds[0]);
-    ec.assign(rc, boost::system::system_category());
+  char* stack = child_stack_top();
+  if (!stack) {
+    ec.assign(ENOMEM, boost::system::system_category());
     return c;
   }
-  int read_end = pipe_fds[0];
-  if (read_end >= 0) ::fcntl(read_end, F_SETFL, ::fcntl(read_end, F_GETFL) | O_NONBLOCK);
-  c.impl_ = std::make_unique<impl>(ex, pid, read_end);
+  // All signals blocked while the child shares our memory (it unblocks them
+  // just before exec); the pidfd comes with the clone, so no pid can be reused
+  // between the two.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  int pidfd = -1;
+  pid_t pid = ::clone(child_main, stack, CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_PIDFD | SIGCHLD,
+                      &l, &pidfd);
+  int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    ec.assign(clone_errno, boost::system::system_category());
+    return c;
+  }
+  if (l.err != 0) {
+    // It has exited (127) before exec: reap it and say why.
+    siginfo_t info{};
+    ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
+    ::close(pidfd);
+    ec.assign(l.err, boost::system::system_category());
+    if (failed_step) *failed_step = l.step;
+    return c;
+  }
+  c.impl_ = std::make_unique<impl>(ex, pid, pidfd);
   return c;
 }
 
 pid_t child::pid() const noexcept { return impl_ ? impl_->pid : -1; }
 std::uint64_t child::start_time() const noexcept { return impl_ ? impl_->start : 0; }
 
-asio::awaitable<exit_status> child::wait() {
-  error_code ec;
-  int native = co_await impl_->handle.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) throw boost::system::system_error(ec, "waiting for process " + std::to_string(impl_->pid));
+asio::posix::stream_descriptor& child::exit_signal() noexcept { return impl_->pidfd; }
+
+exit_status child::reap() {
+  siginfo_t info{};
+  int rc;
+  do {
+    rc = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(impl_->pidfd.native_handle()),
+                  &info, WEXITED);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0)
+    throw boost::system::system_error(errno, boost::system::system_category(),
+                                      "reaping process " + std::to_string(impl_->pid));
   exit_status st;
-  if (WIFSIGNALED(native)) {
-    st.signal = WTERMSIG(native);
+  if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) {
+    st.signal = info.si_status;
     st.code = 128 + st.signal;
   } else {
-    st.code = WEXITSTATUS(native);
+    st.code = info.si_status;
   }
-  co_return st;
-}
-
-bool child::has_output() const noexcept { return impl_ && impl_->output.is_open(); }
-
-asio::awaitable<error_code> child::wait_output() {
-  error_code ec;
-  co_await impl_->output.async_wait(asio::posix::descriptor_base::wait_read,
-                                    asio::redirect_error(asio::use_awaitable, ec));
-  co_return ec;
-}
-
-std::size_t child::read_output(std::span<char> buf, error_code& ec) {
-  ec.clear();
-  for (;;) {
-    ssize_t n = ::read(impl_->output.native_handle(), buf.data(), buf.size());
-    if (n >= 0) return static_cast<std::size_t>(n);
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK)
-      ec = asio::error::would_block;
-    else
-      ec.assign(errno, boost::system::system_category());
-    return 0;
-  }
-}
-
-void child::close_output() noexcept {
-  if (!impl_) return;
-  error_code ignored;
-  impl_->output.close(ignored);
+  return st;
 }
 
 bool child::signal_group(int sig) noexcept {

@@ -2,22 +2,21 @@
 //
 // Threading: a `child` belongs to the executor it was spawned on; call it only
 // from there. `find_executable` and `merge_environment` are pure.
-// Cancellation: `wait()` and `wait_output()` honour the coroutine's
-// cancellation slot (the awaited operation completes with operation_aborted).
+// Cancellation: `wait()` honours the coroutine's cancellation slot (the
+// awaited operation completes with operation_aborted).
 // Errors: spawn failures come back as an errno-category error_code.
 // Lifetime: destroying a `child` closes its descriptors but never signals or
 // reaps the process; shutting an engine down is not cancelling its jobs.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/awaitable.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,7 +32,11 @@ struct spawn_spec {
   std::string cwd;                 ///< working directory of the child
   bool new_session = false;        ///< setsid() instead of a new process group
   int stdin_fd = -1;               ///< -1: /dev/null
-  int stdout_fd = -1;              ///< -1: a new pipe, read through the child
+  /// Where stdout and stderr go: a file the child opens for appending
+  /// (created 0600), so a job writes its output straight into its log; or,
+  /// when `stdout_fd` is not -1, that descriptor (the caller keeps it).
+  std::string stdout_path;
+  int stdout_fd = -1;
 };
 
 /// How a process ended: `code` is the exit status, or 128 + the signal number
@@ -57,8 +60,7 @@ std::vector<std::string> merge_environment(char** base,
                                            const std::map<std::string, std::string>& overlay);
 
 /// A running (or exited, not yet waited for) child process in its own process
-/// group, with its stdout and stderr on one pipe. Holds two descriptors: the
-/// pidfd and the pipe's read end.
+/// group. Holds one descriptor: its pidfd.
 class child {
  public:
   child();
@@ -66,25 +68,25 @@ class child {
   child& operator=(child&&) noexcept;
   ~child();
 
+  /// Starts `spec` (clone(CLONE_VM|CLONE_VFORK), so nothing of the engine's
+  /// memory is copied, with a descriptor table of its own that holds only its
+  /// stdin/stdout/stderr: the cost does not grow with the engine's open
+  /// descriptors). Errors before exec (no such file, a bad cwd, the log cannot
+  /// be opened) come back in `ec`, and what failed ("execve", "open the
+  /// log", "chdir", …) in `failed_step`.
   static child spawn(boost::asio::any_io_executor ex, const spawn_spec& spec,
-                     boost::system::error_code& ec);
+                     boost::system::error_code& ec, std::string* failed_step = nullptr);
 
   pid_t pid() const noexcept;
   /// Start time in clock ticks since boot (see proc_info.hpp); 0 if unknown.
   std::uint64_t start_time() const noexcept;
 
-  /// Waits for the process to exit (pidfd) and reaps it.
-  boost::asio::awaitable<exit_status> wait();
-
-  /// True while the output pipe is open.
-  bool has_output() const noexcept;
-  /// Waits until the pipe is readable (data or end of file).
-  boost::asio::awaitable<boost::system::error_code> wait_output();
-  /// Non-blocking read into `buf`: bytes read, 0 at end of file; sets
-  /// `would_block` when nothing is there now.
-  std::size_t read_output(std::span<char> buf, boost::system::error_code& ec);
-  /// Closes the pipe (and cancels a pending wait_output).
-  void close_output() noexcept;
+  /// The pidfd, readable once the process has exited: await that, then
+  /// reap(). (Awaited directly by the job's coroutine, so a running job
+  /// costs no frame of its own here.)
+  boost::asio::posix::stream_descriptor& exit_signal() noexcept;
+  /// Reaps the exited process; throws boost::system::system_error when it cannot.
+  exit_status reap();
 
   /// Sends `sig` to the child's whole process group; false if none is left.
   bool signal_group(int sig) noexcept;

@@ -41,10 +41,6 @@ struct engine_config {
   std::filesystem::path home;
   /// Time between SIGTERM and SIGKILL when a job is cancelled or deleted.
   std::chrono::milliseconds grace_period{10'000};
-  /// After a step's main process exits, its process group is killed; this is
-  /// how long its output pipe may stay open after that (a descendant that left
-  /// the group can hold it) before the engine stops reading.
-  std::chrono::milliseconds drain_timeout{2'000};
   /// How long a store write waits for another process's lock.
   std::chrono::milliseconds store_busy_timeout{5'000};
   /// Directories of runtime manifests (ClusterTrainingRuntime YAML) that
