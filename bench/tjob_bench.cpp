@@ -1,0 +1,298 @@
+// tjob-bench: the engine side of each benchmark (bench/floor.c is the floor
+// side). The engine is embedded as a scheduler embeds it: tjob::engine on an
+// io_context run by this thread. Every mode prints one JSON object on stdout;
+// bench/run pairs it with the floor's and prints the report.
+//
+//   tjob-bench HOME spawn N K PROG [ARGS]   N command jobs, at most K in flight
+//   tjob-bench HOME ingest PROG [ARGS]      one job and one live follower
+//   tjob-bench HOME hold N PROG [ARGS]      N jobs left running: launch time,
+//                                           memory and descriptors per job
+//   tjob-bench HOME wake N UNTIL            wake-up of a waiter after each exit
+//   tjob-bench HOME python PY INDEX MARKER  a Python job with a package: submit
+//                                           until MARKER is in its log, twice
+//                                           (the second finds the venv cached)
+//   tjob-bench HOME container RUNTIME HOST IMAGE N
+//                                           N command jobs `true`, one at a time
+#include <tjob/engine.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <signal.h>
+#include <set>
+#include <string>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <vector>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+double cpu_seconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+long rss_bytes() {
+  long pages = 0, rss = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+    std::fclose(f);
+  }
+  return rss * ::sysconf(_SC_PAGESIZE);
+}
+
+int open_fds() {
+  int n = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+double seconds_since(steady::time_point t) {
+  return std::chrono::duration<double>(steady::now() - t).count();
+}
+
+double pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+// g++ 12 cannot take a braced list inside a co_await's arguments ("array used
+// as initializer"), so the status sets are named.
+const std::set<tjob::job_status> complete_only{tjob::job_status::complete};
+const std::set<tjob::job_status> running_only{tjob::job_status::running};
+const std::set<tjob::job_status> failed_only{tjob::job_status::failed};
+
+void kill_job(const tjob::train_job& job) {
+  if (!job.steps.empty() && job.steps[0].pid > 0) ::killpg(static_cast<pid_t>(job.steps[0].pid), SIGKILL);
+}
+
+tjob::train_request command_job(std::vector<std::string> argv) {
+  tjob::train_request r;
+  tjob::command_trainer t;
+  t.command = std::move(argv);
+  t.working_dir = ".";  // as `tjob run` does, and as the floor runs them: in the current directory
+  r.job_trainer = std::move(t);
+  return r;
+}
+
+const tjob::log_options follow{.follow = true};
+const std::vector<std::string> true_argv{"/bin/true"};
+
+struct bench {
+  tjob::engine& eng;
+  std::vector<std::string> args;  // after the mode
+
+  asio::awaitable<void> spawn() {
+    int n = std::stoi(args.at(0)), k = std::stoi(args.at(1));
+    std::vector<std::string> argv(args.begin() + 2, args.end());
+    std::vector<double> lat;
+    lat.reserve(static_cast<std::size_t>(n));
+    int next = 0, running = k;
+    double cpu0 = cpu_seconds();
+    auto t0 = steady::now();
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer done(ex, steady::time_point::max());
+    for (int w = 0; w < k; ++w)
+      asio::co_spawn(
+          ex,
+          [&]() -> asio::awaitable<void> {
+            while (next < n) {
+              ++next;
+              auto t = steady::now();
+              auto name = co_await eng.train(command_job(argv));
+              co_await eng.wait_for_job_status(name, complete_only, 600s);
+              lat.push_back(seconds_since(t) * 1e6);
+            }
+            if (--running == 0) done.cancel();
+          },
+          asio::detached);
+    boost::system::error_code ec;
+    co_await done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    double wall = seconds_since(t0);
+    double cpu = cpu_seconds() - cpu0;
+    std::printf(
+        "{\"runs\":%d,\"in_flight\":%d,\"wall_s\":%.6f,\"per_s\":%.3f,\"cpu_us_per_run\":%.3f,"
+        "\"p50_us\":%.3f,\"p99_us\":%.3f}\n",
+        n, k, wall, n / wall, cpu / n * 1e6, pct(lat, 0.5), pct(lat, 0.99));
+  }
+
+  asio::awaitable<void> ingest() {
+    double cpu0 = cpu_seconds();
+    auto t0 = steady::now();
+    auto name = co_await eng.train(command_job(args));
+    auto log = co_await eng.get_job_logs(name, follow);
+    std::uint64_t bytes = 0, lines = 0;
+    while (auto chunk = co_await log.read_some()) {
+      bytes += chunk->size();
+      const char* p = chunk->data();
+      const char* end = p + chunk->size();
+      while ((p = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p))))) {
+        ++lines;
+        ++p;
+      }
+    }
+    co_await eng.wait_for_job_status(name, complete_only, 600s);
+    double cpu = cpu_seconds() - cpu0;
+    std::printf(
+        "{\"bytes\":%llu,\"lines\":%llu,\"wall_s\":%.6f,\"cpu_s\":%.6f,\"cpu_s_per_gib\":%.6f}\n",
+        static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(lines),
+        seconds_since(t0), cpu, cpu / (static_cast<double>(bytes) / (1 << 30)));
+  }
+
+  asio::awaitable<void> hold() {
+    int n = std::stoi(args.at(0));
+    std::vector<std::string> argv(args.begin() + 1, args.end());
+    // One job first, so that what is allocated once (store, caches) is not counted per job.
+    auto warm = co_await eng.train(command_job(true_argv));
+    co_await eng.wait_for_job_status(warm, complete_only, 60s);
+    long rss0 = rss_bytes();
+    int fds0 = open_fds();
+    auto t0 = steady::now();
+    std::vector<std::string> names;
+    names.reserve(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      auto name = co_await eng.train(command_job(argv));
+      names.push_back(std::move(name));
+    }
+    for (auto& name : names) co_await eng.wait_for_job_status(name, running_only, 600s);
+    double launch = seconds_since(t0);
+    long rss1 = rss_bytes();
+    int fds1 = open_fds();
+    for (auto& name : names) {
+      auto job = co_await eng.get_job(name);
+      kill_job(job);
+    }
+    for (auto& name : names) co_await eng.wait_for_job_status(name, failed_only, 600s);
+    std::printf(
+        "{\"runs\":%d,\"launch_s\":%.6f,\"rss_bytes_per_run\":%.1f,\"fds_per_run\":%.3f,"
+        "\"peak_fds\":%d}\n",
+        n, launch, static_cast<double>(rss1 - rss0) / n, static_cast<double>(fds1 - fds0) / n, fds1);
+  }
+
+  asio::awaitable<void> wake() {
+    int n = std::stoi(args.at(0));
+    std::vector<double> lat;
+    for (int i = 0; i < n; ++i) {
+      auto deadline = steady::now() + 20ms;
+      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+      std::vector<std::string> argv{args.at(1), std::to_string(ns)};
+      auto name = co_await eng.train(command_job(std::move(argv)));
+      co_await eng.wait_for_job_status(name, complete_only, 60s);
+      lat.push_back(std::chrono::duration<double, std::micro>(steady::now() - deadline).count());
+    }
+    std::printf("{\"runs\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f}\n", n, pct(lat, 0.5), pct(lat, 0.99));
+  }
+
+  // Submit until the training function has printed MARKER (it does so first).
+  asio::awaitable<double> python_start(const std::string& py, const std::string& index,
+                                       const std::string& marker) {
+    tjob::train_request r;
+    r.runtime = "python";
+    tjob::python_trainer t;
+    t.source = "def train():\n    print('" + marker + "', flush=True)\n    import tinyjob\n";
+    t.function = "train";
+    t.python = py;
+    t.packages_to_install = {"tinyjob"};
+    t.pip_index_urls = {index};
+    r.job_trainer = t;
+    auto t0 = steady::now();
+    auto name = co_await eng.train(r);
+    auto log = co_await eng.get_job_logs(name, follow);
+    double at = -1;
+    std::string all;
+    while (auto line = co_await log.next()) {
+      all += *line;
+      if (at < 0 && line->find(marker) != std::string::npos) at = seconds_since(t0);
+    }
+    co_await eng.wait_for_job_status(name, complete_only, 600s);
+    if (at < 0) throw std::runtime_error("the marker never came; the log was:\n" + all);
+    co_return at;
+  }
+
+  asio::awaitable<void> python() {
+    double cold = co_await python_start(args.at(0), args.at(1), args.at(2));
+    double warm = co_await python_start(args.at(0), args.at(1), args.at(2));
+    std::printf("{\"cold_s\":%.6f,\"warm_s\":%.6f}\n", cold, warm);
+  }
+
+  asio::awaitable<void> container() {
+    int n = std::stoi(args.at(3));
+    std::vector<double> complete, removed;
+    for (int i = 0; i < n; ++i) {
+      auto t0 = steady::now();
+      std::vector<std::string> argv{"true"};
+      auto name = co_await eng.train(command_job(std::move(argv)));
+      co_await eng.wait_for_job_status(name, complete_only, 120s);
+      complete.push_back(seconds_since(t0));
+      co_await eng.delete_job(name);
+      removed.push_back(seconds_since(t0));
+    }
+    std::printf("{\"runs\":%d,\"complete_s\":%.6f,\"removed_s\":%.6f}\n", n, pct(complete, 0.5),
+                pct(removed, 0.5));
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: tjob-bench HOME spawn|ingest|hold|wake|python|container ARGS...\n");
+    return 2;
+  }
+  std::string mode = argv[2];
+  tjob::engine_config cfg;
+  cfg.home = argv[1];
+  std::vector<std::string> args(argv + 3, argv + argc);
+  if (mode == "container") {
+    cfg.backend = tjob::backend_kind::container;
+    cfg.container.container_runtime = args.at(0);
+    cfg.container.container_host = args.at(1);
+    cfg.container.image = args.at(2);
+    cfg.container.network = tjob::container_network::none;
+    cfg.container.pull = tjob::pull_policy::never;
+  }
+  asio::io_context ctx(1);
+  int rc = 0;
+  {
+    tjob::engine eng(ctx.get_executor(), cfg);
+    asio::co_spawn(
+        ctx,
+        [&]() -> asio::awaitable<void> {
+          bench b{eng, args};
+          try {
+            if (mode == "spawn") co_await b.spawn();
+            else if (mode == "ingest") co_await b.ingest();
+            else if (mode == "hold") co_await b.hold();
+            else if (mode == "wake") co_await b.wake();
+            else if (mode == "python") co_await b.python();
+            else if (mode == "container") co_await b.container();
+            else throw std::runtime_error("unknown mode " + mode);
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "tjob-bench %s: %s\n", mode.c_str(), e.what());
+            rc = 1;
+          }
+          co_await eng.shutdown();
+        },
+        asio::detached);
+    ctx.run();
+  }
+  std::fflush(stdout);
+  return rc;
+}
