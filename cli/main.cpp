@@ -83,6 +83,7 @@ struct common_options {
   std::vector<std::string> volumes;
   bool keep_workdir = false;
   std::string kube_namespace, kube_context, kubeconfig;
+  bool no_venv_cache = false;
 };
 
 backend_kind backend_of(const common_options& o) {
@@ -104,6 +105,8 @@ engine_config make_config(const common_options& o) {
     for (const auto& d : o.runtime_dirs) cfg.runtime_dirs.push_back(std::filesystem::absolute(d));
   }
   if (o.grace_seconds < 0) throw usage_error("--grace must be 0 or more seconds");
+  if (const char* v = std::getenv("TJOB_VENV_CACHE"); v && std::string_view(v) == "0") cfg.venv_cache = false;
+  if (o.no_venv_cache) cfg.venv_cache = false;
   cfg.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000));
   if (const char* t = std::getenv("TJOB_STORE_BUSY_TIMEOUT_MS"); t && *t)
     cfg.store_busy_timeout = std::chrono::milliseconds(std::atoll(t));
@@ -426,6 +429,9 @@ int main(int argc, char** argv) {
   app.add_option("--kubeconfig", common.kubeconfig,
                  "Kubernetes backend: the kubeconfig file; default: $KUBECONFIG, else ~/.kube/config "
                  "(in a pod: the service account)");
+  app.add_flag("--no-venv-cache", common.no_venv_cache,
+               "Local Python jobs: build a fresh venv in every job instead of copying the cached "
+               "one ($TJOB_VENV_CACHE=0 does the same)");
   app.fallthrough();
 
   job_options run_opts, train_opts;
@@ -495,6 +501,20 @@ int main(int argc, char** argv) {
   auto* runtimes = app.add_subcommand("runtimes", "List the training runtimes");
   runtimes->add_option("-o,--output", format, "table, json or yaml");
 
+  auto* cache = app.add_subcommand(
+      "cache", "The venv cache of local Python jobs: one venv per interpreter, package list, "
+               "index URLs and system-site-packages flag, copied into each job");
+  cache->require_subcommand(1);
+  auto* cache_list = cache->add_subcommand("list", "List the cached venvs: KEY PYTHON PACKAGES SIZE LAST-USED");
+  cache_list->add_option("-o,--output", format, "table, json or yaml");
+  double unused_days = 7;
+  bool prune_all = false;
+  auto* cache_prune = cache->add_subcommand(
+      "prune", "Remove cached venvs no job has used for --unused-for days (default 7), broken "
+               "ones and abandoned builds; venvs in use are left alone");
+  cache_prune->add_option("--unused-for", unused_days, "Days without a job using it (default 7)");
+  cache_prune->add_flag("--all", prune_all, "Remove every cached venv that is not in use");
+
   if (argc >= 2 && argv[1][0] != '-') {
     std::string known;
     bool found = false;
@@ -558,6 +578,14 @@ int main(int argc, char** argv) {
       write_out(cli::render_events(client.get_job_events(job_name), fmt));
     } else if (*runtimes) {
       write_out(cli::render_runtimes(client.list_runtimes(), fmt));
+    } else if (*cache_list) {
+      write_out(cli::render_venv_cache(client.list_venv_cache(), fmt));
+    } else if (*cache_prune) {
+      if (unused_days < 0) throw usage_error(fmt::format("--unused-for {}: must be 0 or more days", unused_days));
+      auto unused = std::chrono::seconds(prune_all ? 0 : static_cast<long long>(unused_days * 86400));
+      auto removed = client.prune_venv_cache(unused);
+      for (const auto& e : removed) write_out("removed " + e.key + "\n");
+      write_out(fmt::format("{} cached venv(s) removed\n", removed.size()));
     }
     return exit_ok;
   } catch (const usage_error& e) {

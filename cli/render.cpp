@@ -80,6 +80,24 @@ json::value to_json(const runtime& rt) {
   return o;
 }
 
+json::value to_json(const venv_cache_entry& e) {
+  json::object o;
+  o["key"] = e.key;
+  o["python"] = e.python;
+  o["python_version"] = e.python_version;
+  json::array pk, urls;
+  for (const auto& p : e.packages) pk.emplace_back(p);
+  for (const auto& u : e.index_urls) urls.emplace_back(u);
+  o["packages"] = std::move(pk);
+  o["index_urls"] = std::move(urls);
+  o["system_site_packages"] = e.system_site_packages;
+  o["bytes"] = e.bytes;
+  o["created"] = format_time(e.created);
+  o["last_used"] = format_time(e.last_used);
+  o["problem"] = e.problem;
+  return o;
+}
+
 namespace {
 
 void emit(YAML::Emitter& out, const json::value& v) {
@@ -189,6 +207,22 @@ std::string render_runtimes(const std::vector<runtime>& runtimes, output_format 
     std::string pk;
     for (const auto& p : r.trainer.packages) pk += (pk.empty() ? "" : ",") + p;
     rows.push_back({r.name, r.trainer.framework, r.trainer.trainer_type, pk.empty() ? "-" : pk});
+  }
+  return table(rows);
+}
+
+std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, output_format f) {
+  if (f != output_format::table) return render_list(entries, f, "venvs");
+  std::vector<std::vector<std::string>> rows{{"KEY", "PYTHON", "PACKAGES", "SIZE", "LAST USED", "STATE"}};
+  auto now = clock::now();
+  for (const auto& e : entries) {
+    std::string pk;
+    for (const auto& p : e.packages) pk += (pk.empty() ? "" : ",") + p;
+    if (e.system_site_packages) pk += pk.empty() ? "(system site)" : " (+system site)";
+    rows.push_back({e.key, e.python_version.empty() ? e.python : e.python_version, pk.empty() ? "-" : pk,
+                    e.bytes < (1u << 20) ? fmt::format("{:.0f} KiB", static_cast<double>(e.bytes) / 1024)
+                                         : fmt::format("{:.1f} MiB", static_cast<double>(e.bytes) / (1 << 20)),
+                    format_age(e.last_used, now) + " ago", e.problem.empty() ? "ok" : "broken: " + e.problem});
   }
   return table(rows);
 }

@@ -16,6 +16,7 @@ enum class output_format { table, json, yaml };
 boost::json::value to_json(const train_job& job);
 boost::json::value to_json(const event& ev);
 boost::json::value to_json(const runtime& rt);
+boost::json::value to_json(const venv_cache_entry& e);
 
 /// RFC 3339, UTC, millisecond precision.
 std::string format_time(clock::time_point t);
@@ -26,6 +27,7 @@ std::string render_jobs(const std::vector<train_job>& jobs, output_format f);
 std::string render_job(const train_job& job, output_format f);
 std::string render_events(const std::vector<event>& events, output_format f);
 std::string render_runtimes(const std::vector<runtime>& runtimes, output_format f);
+std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, output_format f);
 
 /// JSON value as YAML (block style).
 std::string to_yaml(const boost::json::value& v);

@@ -29,6 +29,7 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   o["trainer"] = detail::to_json(req.job_trainer);
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
+  o["venv_cache"] = cfg.venv_cache;
   json::array dirs;
   for (const auto& d : cfg.runtime_dirs) dirs.emplace_back(d.string());
   o["runtime_dirs"] = std::move(dirs);
@@ -43,6 +44,7 @@ void request_from_json(const json::value& v, train_request& req, engine_config& 
   req.job_trainer = detail::trainer_from_json(o.at("trainer").as_object());
   cfg.home = json::value_to<std::string>(o.at("home"));
   cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
+  cfg.venv_cache = o.at("venv_cache").as_bool();
   for (const auto& d : o.at("runtime_dirs").as_array())
     cfg.runtime_dirs.emplace_back(json::value_to<std::string>(d));
 }

@@ -104,6 +104,12 @@ std::vector<std::string> trainer_client::runtime_problems() {
 runtime trainer_client::get_runtime(const std::string& name) {
   return impl_->call(impl_->eng->get_runtime(name));
 }
+std::vector<venv_cache_entry> trainer_client::list_venv_cache() {
+  return impl_->call(impl_->eng->list_venv_cache());
+}
+std::vector<venv_cache_entry> trainer_client::prune_venv_cache(std::chrono::seconds unused_for) {
+  return impl_->call(impl_->eng->prune_venv_cache(unused_for));
+}
 const std::filesystem::path& trainer_client::home() const { return impl_->eng->home(); }
 
 }  // namespace tjob

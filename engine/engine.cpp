@@ -178,6 +178,7 @@ engine::impl::impl(asio::any_io_executor executor, engine_config config)
                                       "; set TJOB_HOME to a writable directory");
   ::close(fd);
   db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout);
+  venv_store = detail::venv_cache::cache(home / "cache" / "venvs");
   gpu_devices = cfg.gpu_devices;
   if (gpu_devices.empty()) {
     if (const char* env = std::getenv("TJOB_GPU_DEVICES"); env && *env) {
@@ -415,13 +416,25 @@ asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
   // A running job costs this frame, run_phases' and its pidfd: what several
   // nodes need lives in run_nodes, the ending in finish_job.
   std::vector<step_outcome> outcomes;
+  if (j->venv_inputs) {
+    auto ended = co_await prepare_venv(j);
+    if (ended) {
+      outcomes.resize(j->steps.size());
+      outcomes[0] = std::move(*ended);
+      for (std::size_t i = 1; i < outcomes.size(); ++i)
+        outcomes[i] = {{event_kind::start_failed}, "not started: node-0's setup did not succeed",
+                       j->cancel_requested ? "cancelled" : "setup failed in node-0", false};
+      co_await finish_job(j, std::move(outcomes));
+      co_return;
+    }
+  }
   if (j->steps.size() > 1) {
     outcomes = co_await run_nodes(j);
   } else {
     std::vector<phase*> all;
     for (auto& ph : j->phases) all.push_back(&ph);
     all.push_back(&j->node_phases[0]);
-    step_outcome out = co_await run_phases(j, 0, std::move(all), false);
+    step_outcome out = co_await run_phases(j, 0, std::move(all), j->setup_started);
     outcomes.push_back(std::move(out));
   }
   co_await finish_job(j, std::move(outcomes));
@@ -433,7 +446,7 @@ asio::awaitable<std::vector<step_outcome>> engine::impl::run_nodes(std::shared_p
   for (auto& ph : j->phases) setup.push_back(&ph);
   std::vector<step_outcome> outcomes(nodes);
   auto& first = outcomes[0];
-  if (!setup.empty()) first = co_await run_phases(j, 0, setup, false);
+  if (!setup.empty()) first = co_await run_phases(j, 0, setup, j->setup_started);
   bool setup_ok = setup.empty() || (first.ev.kind == event_kind::exited && first.ev.exit_code == 0 &&
                                     !j->cancel_requested);
   if (!setup_ok) {
@@ -453,7 +466,7 @@ asio::awaitable<std::vector<step_outcome>> engine::impl::run_nodes(std::shared_p
   group->remaining = nodes;
   for (std::size_t i = 0; i < nodes; ++i) {
     std::vector<phase*> code{&j->node_phases[i]};
-    bool started = i == 0 && !setup.empty();
+    bool started = i == 0 && (!setup.empty() || j->setup_started);
     ++internal_coroutines;
     asio::co_spawn(
         ex,
@@ -710,6 +723,222 @@ asio::awaitable<void> engine::impl::remove_tree(std::filesystem::path dir, std::
   std::filesystem::remove_all(dir, ec);
   co_await asio::post(self->ex, asio::use_awaitable);
   if (ec) log->warn("job {}: could not remove {}: {}", job, dir.string(), ec.message());
+}
+
+asio::awaitable<void> engine::impl::blocking(std::function<void()> f) {
+  auto self = shared_from_this();
+  co_await asio::post(pool, asio::use_awaitable);
+  std::exception_ptr error;
+  try {
+    f();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  co_await asio::post(self->ex, asio::use_awaitable);
+  if (error) std::rethrow_exception(error);
+}
+
+asio::awaitable<std::optional<std::string>> engine::impl::capture_output(process::spawn_spec spec,
+                                                                         std::chrono::milliseconds timeout) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) co_return std::nullopt;
+  spec.stdout_fd = fds[1];
+  error_code ec;
+  auto child = process::child::spawn(ex, spec, ec);
+  ::close(fds[1]);
+  asio::posix::stream_descriptor out(ex, fds[0]);
+  if (ec) co_return std::nullopt;
+  asio::steady_timer limit(ex, timeout);
+  limit.async_wait([&](error_code e) {
+    if (!e) child.signal_group(SIGKILL);  // too slow: it goes, and its output ends
+  });
+  std::string text;
+  std::array<char, 4096> buf;
+  for (;;) {
+    std::size_t n = co_await out.async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+    if (text.size() < (1u << 16)) text.append(buf.data(), std::min(n, (1u << 16) - text.size()));
+  }
+  co_await child.exit_signal().async_wait(asio::posix::descriptor_base::wait_read,
+                                          asio::redirect_error(asio::use_awaitable, ec));
+  limit.cancel();
+  auto st = child.reap();
+  if (st.code != 0) co_return std::nullopt;
+  co_return text;
+}
+
+// Which interpreter a job's python is. A native binary says it itself; a
+// script (a pyenv shim) picks one when it runs, so it is asked, as the venv
+// phase would run it (same environment and directory).
+asio::awaitable<std::optional<std::pair<std::string, std::string>>> engine::impl::python_identity(job_rec& j) {
+  const std::string given = j.venv_inputs->python;
+  if (auto n = detail::venv_cache::native_identity(given)) co_return n;
+  const phase& venv = j.phases.front();
+  std::string memo = given + "\n" + detail::venv_cache::file_identity(given) + "\n" + venv.cwd;
+  for (const char* v : {"PYENV_VERSION", "PATH"}) {
+    auto it = venv.env.find(v);
+    const char* e = it != venv.env.end() ? it->second.c_str() : std::getenv(v);
+    memo += std::string("\n") + (e ? e : "");
+  }
+  if (auto it = python_identities.find(memo); it != python_identities.end()) {
+    if (detail::venv_cache::file_identity(it->second.first) == it->second.second) co_return it->second;
+  }
+  process::spawn_spec spec;
+  spec.executable = given;
+  spec.argv = {given, "-I", "-S", "-c", "import os, sys; print(os.path.realpath(sys.executable))"};
+  spec.env = process::merge_environment(environ, venv.env);
+  spec.cwd = venv.cwd;
+  auto out = co_await capture_output(std::move(spec), std::chrono::seconds(30));
+  if (!out) co_return std::nullopt;
+  while (!out->empty() && std::isspace(static_cast<unsigned char>(out->back()))) out->pop_back();
+  auto n = detail::venv_cache::native_identity(*out);
+  if (n) python_identities[memo] = *n;
+  co_return n;
+}
+
+// Another builder of `key` is at work: in this engine, its end wakes us; in
+// another process, the entry appearing does (inotify on the cache), and a
+// re-check every 200 ms covers a builder that died and a copy in progress,
+// neither of which changes a file.
+asio::awaitable<void> engine::impl::wait_for_venv(const std::string& key, detail::wake_signal& w) {
+  if (auto it = venv_building.find(key); it != venv_building.end()) {
+    detail::wake_registration reg(it->second, &w);
+    co_await w.wait_until(steady::time_point::max());
+    co_return;
+  }
+  int wd = watch.add(venv_store.root(), &w);
+  co_await w.wait_until(steady::now() + std::chrono::milliseconds(200));
+  watch.remove(wd, &w);
+}
+
+asio::awaitable<std::optional<step_outcome>> engine::impl::prepare_venv(std::shared_ptr<job_rec> j) {
+  auto& s = j->steps[0];
+  auto& in = *j->venv_inputs;
+  auto failed = [&](const std::string& why) {
+    log_progress(*j, s, "[tjob] " + why + "\n");
+    step_outcome out;
+    out.ev = j->setup_started ? job_event{event_kind::exited, 1} : job_event{event_kind::start_failed};
+    out.message = why;
+    out.reason = "setup failed: " + why;
+    out.started = j->setup_started;
+    return out;
+  };
+  auto id = co_await python_identity(*j);
+  if (!id) {
+    // Without knowing the interpreter a cached venv could be the wrong one:
+    // this job builds its own, as without the cache.
+    log_progress(*j, s, "[tjob] venv cache not used: cannot tell which interpreter " + in.python + " runs\n");
+    j->venv_inputs.reset();
+    co_return std::nullopt;
+  }
+  in.python = id->first;
+  in.python_identity = id->second;
+  const std::string key = detail::venv_cache::key_of(in);
+  detail::wake_signal w(ex);
+  detail::wake_registration on_cancel(j->watchers, &w);
+  for (;;) {
+    if (j->cancel_requested)
+      co_return step_outcome{{event_kind::cancelled}, "cancelled before it started", "cancelled", j->setup_started};
+    check_running();
+    int fd = -1;
+    try {
+      // What is there, under a shared lock: nobody rebuilds or removes it meanwhile.
+      fd = venv_store.try_lock(key, false);
+      if (fd >= 0) {
+        std::optional<std::string> problem;
+        co_await blocking([&] { problem = venv_store.check(key); });
+        if (!problem) {
+          auto t0 = steady::now();
+          co_await blocking([&] { venv_store.copy_to(key, j->venv); });
+          detail::venv_cache::cache::unlock(fd);
+          double secs = std::chrono::duration<double>(steady::now() - t0).count();
+          auto text = fmt::format("venv from the cache ({}) in {:.3f} s", key, secs);
+          log_progress(*j, s, "[tjob] " + text + "\n");
+          queue_write([name = j->row.name, t = now_ms(), text](detail::store& db) {
+            db.append_event(name, "node-0", t, "Setup", text);
+          });
+          j->phases.clear();
+          co_return std::nullopt;
+        }
+        detail::venv_cache::cache::unlock(fd);
+        fd = -1;
+        if (*problem != "missing")
+          log_progress(*j, s, "[tjob] the cached venv " + key + " is broken (" + *problem + "); rebuilding it\n");
+      }
+      // Build it, under the exclusive lock.
+      fd = venv_store.try_lock(key, true);
+    } catch (const std::exception& e) {
+      detail::venv_cache::cache::unlock(fd);
+      co_return failed(std::string("venv cache: ") + e.what());
+    }
+    if (fd < 0) {
+      co_await wait_for_venv(key, w);
+      continue;
+    }
+    std::optional<std::string> problem;
+    auto build = venv_store.build_dir(key, j->row.name);
+    try {
+      co_await blocking([&] {
+        problem = venv_store.check(key);
+        if (problem) venv_store.remove(key);  // a broken entry, and builds nobody finished
+      });
+    } catch (const std::exception& e) {
+      detail::venv_cache::cache::unlock(fd);
+      co_return failed(std::string("venv cache: ") + e.what());
+    }
+    if (!problem) {  // somebody finished it just now
+      detail::venv_cache::cache::unlock(fd);
+      continue;
+    }
+    venv_building[key];
+    // The venv and pip phases build into the cache instead of the job.
+    const std::string from = j->venv.string(), to = (build / "venv").string();
+    auto retarget = [&](std::string& p) {
+      if (p.rfind(from, 0) == 0) p = to + p.substr(from.size());
+    };
+    std::vector<phase*> setup;
+    for (auto& ph : j->phases) {
+      retarget(ph.executable);
+      for (auto& a : ph.argv) retarget(a);
+      setup.push_back(&ph);
+    }
+    log_progress(*j, s, "[tjob] building the cached venv " + key + "\n");
+    std::optional<step_outcome> ended;
+    try {
+      co_await blocking([&] {
+        std::error_code ec;
+        std::filesystem::create_directory(build, ec);
+        if (ec) throw std::system_error(ec, "cannot create " + build.string());
+      });
+      auto out = co_await run_phases(j, 0, setup, false);
+      j->setup_started = out.started;
+      if (out.ev.kind == event_kind::exited && out.ev.exit_code == 0 && !j->cancel_requested) {
+        auto t0 = steady::now();
+        co_await blocking([&] {
+          venv_store.finalize(key, build, in);
+          venv_store.copy_to(key, j->venv);
+        });
+        double secs = std::chrono::duration<double>(steady::now() - t0).count();
+        log_progress(*j, s, fmt::format("[tjob] venv cached as {}; copied in {:.3f} s\n", key, secs));
+      } else {
+        ended = std::move(out);
+        co_await blocking([&] {
+          std::error_code ec;
+          std::filesystem::remove_all(build, ec);
+        });
+      }
+    } catch (const std::exception& e) {
+      ended = failed(std::string("venv cache: ") + e.what());
+    }
+    detail::venv_cache::cache::unlock(fd);
+    if (auto it = venv_building.find(key); it != venv_building.end()) {
+      it->second.notify_all();
+      venv_building.erase(it);
+    }
+    if (ended) co_return ended;
+    j->phases.clear();
+    co_return std::nullopt;
+  }
 }
 
 void engine::impl::log_progress(job_rec& j, step_rec& s, const std::string& line) {
@@ -1093,6 +1322,14 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
     ph.argv.insert(ph.argv.end(), pt.args.begin(), pt.args.end());
     j.node_phases.push_back(std::move(ph));
   }
+  if (cfg.venv_cache) {
+    detail::venv_cache::inputs in;
+    in.python = python;  // the real interpreter is found when the job starts
+    in.packages = packages;
+    if (!packages.empty()) in.index_urls = process::index_urls(pt.pip_index_urls);
+    in.system_site_packages = pt.system_site_packages;
+    j.venv_inputs = std::move(in);
+  }
   j.spec = json::serialize(json::object{{"trainer", detail::to_json(pt)}, {"python", python}});
 }
 
@@ -1354,6 +1591,43 @@ asio::awaitable<runtime> engine::get_runtime(std::string name) {
   auto* r = cat.find(name);
   if (!r) fail(errc::runtime_not_found, cat.not_found_message(name));
   co_return *r;
+}
+
+namespace {
+
+venv_cache_entry to_entry(const detail::venv_cache::entry_info& e) {
+  venv_cache_entry v;
+  v.key = e.key;
+  v.python = e.from.python;
+  v.python_version = e.python_version;
+  v.packages = e.from.packages;
+  v.index_urls = e.from.index_urls;
+  v.system_site_packages = e.from.system_site_packages;
+  v.bytes = e.bytes;
+  v.created = from_ms(e.created_ms);
+  v.last_used = from_ms(e.last_used_ms);
+  v.problem = e.problem;
+  return v;
+}
+
+}  // namespace
+
+asio::awaitable<std::vector<venv_cache_entry>> engine::list_venv_cache() {
+  auto& e = *impl_;
+  std::vector<detail::venv_cache::entry_info> found;
+  co_await e.blocking([&] { found = e.venv_store.list(); });
+  std::vector<venv_cache_entry> out;
+  for (const auto& f : found) out.push_back(to_entry(f));
+  co_return out;
+}
+
+asio::awaitable<std::vector<venv_cache_entry>> engine::prune_venv_cache(std::chrono::seconds unused_for) {
+  auto& e = *impl_;
+  std::vector<detail::venv_cache::entry_info> removed;
+  co_await e.blocking([&] { removed = e.venv_store.prune(unused_for); });
+  std::vector<venv_cache_entry> out;
+  for (const auto& f : removed) out.push_back(to_entry(f));
+  co_return out;
 }
 
 asio::awaitable<void> engine::shutdown() {

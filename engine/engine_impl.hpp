@@ -9,6 +9,7 @@
 #include "engine/remote_backend.hpp"
 #include "engine/runtimes.hpp"
 #include "engine/store.hpp"
+#include "engine/venv_cache.hpp"
 #include "engine/wake.hpp"
 
 #include <boost/asio/cancellation_signal.hpp>
@@ -82,6 +83,11 @@ struct job_rec {
   int gpus_per_node = 0;
   std::vector<std::string> node_devices;  // CUDA_VISIBLE_DEVICES of each node, once leased
   std::optional<std::string> failed_node;
+  /// Set when the venv comes from the cache (engine_config::venv_cache):
+  /// what it is built from; `python` is the interpreter as given until
+  /// prepare_venv finds the real one.
+  std::optional<detail::venv_cache::inputs> venv_inputs;
+  bool setup_started = false;  // the venv was built in the job's step: it is Running
   detail::wake_list watchers;  // woken by transitions (after commit) and new log bytes
   boost::asio::cancellation_signal stop;  // ends the job's coroutine on shutdown
   bool cancel_requested = false;
@@ -123,6 +129,9 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   detail::wake_list device_waiters;  // woken when this engine releases devices
   pid_t self_pid = 0;
   std::shared_ptr<detail::remote_backend> remote;  // set for the container and kubernetes backends
+  detail::venv_cache::cache venv_store{""};
+  std::map<std::string, detail::wake_list> venv_building;  // keys this engine builds now: their waiters
+  std::map<std::string, std::pair<std::string, std::string>> python_identities;  // asked of scripts
   std::uint64_t self_start = 0;
 
   // store
@@ -173,6 +182,20 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
                    int num_nodes);
   void log_progress(job_rec& j, step_rec& s, const std::string& line);
   boost::asio::awaitable<void> remove_tree(std::filesystem::path dir, std::string job);
+  /// Runs `f` on the thread pool (blocking file work) and comes back to the
+  /// reactor; rethrows what it threw.
+  boost::asio::awaitable<void> blocking(std::function<void()> f);
+  /// Runs `spec` with its stdout+stderr captured (at most 64 KiB, at most
+  /// `timeout`); nullopt when it could not start, failed or took too long.
+  boost::asio::awaitable<std::optional<std::string>> capture_output(process::spawn_spec spec,
+                                                                    std::chrono::milliseconds timeout);
+  /// The venv of a job whose venv_inputs are set: a copy from the cache,
+  /// built there first when it is not (running the job's venv and pip phases
+  /// for that). nullopt when the venv is ready (the setup phases are then
+  /// gone from the job); else the outcome that ends the job.
+  boost::asio::awaitable<std::optional<step_outcome>> prepare_venv(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<std::optional<std::pair<std::string, std::string>>> python_identity(job_rec& j);
+  boost::asio::awaitable<void> wait_for_venv(const std::string& key, detail::wake_signal& w);
   boost::asio::awaitable<void> escalate(std::shared_ptr<job_rec> j, bool terminated);
   boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<void> cancel_foreign(const std::string& name);

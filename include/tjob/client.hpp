@@ -62,6 +62,8 @@ class trainer_client {
   std::vector<runtime> list_runtimes();
   std::vector<std::string> runtime_problems();
   runtime get_runtime(const std::string& name);
+  std::vector<venv_cache_entry> list_venv_cache();
+  std::vector<venv_cache_entry> prune_venv_cache(std::chrono::seconds unused_for);
 
   const std::filesystem::path& home() const;
 

@@ -51,6 +51,14 @@ struct engine_config {
   /// (Kubeflow's LocalProcessBackendConfig.cleanup_venv; a trainer's
   /// keep_venv overrides it for one job).
   bool cleanup_venv = true;
+  /// Build each distinct venv of Python jobs once (per interpreter, merged
+  /// package list, index URLs and system-site-packages flag) under
+  /// $TJOB_HOME/cache/venvs and give every job a copy of it, so a second job
+  /// with the same packages starts without venv or pip. A package without a
+  /// pinned version stays at what the first build installed until the entry
+  /// is pruned (`tjob cache prune`). False: Kubeflow's way, a fresh venv and
+  /// pip install in every job.
+  bool venv_cache = true;
   /// The GPUs jobs lease (each node gets its own, as CUDA_VISIBLE_DEVICES).
   /// Empty: $TJOB_GPU_DEVICES (comma-separated ids), else one id per
   /// /dev/nvidiaN. Leases are kept in the store, so every engine on the same
@@ -133,6 +141,13 @@ class engine {
   boost::asio::awaitable<std::vector<runtime>> list_runtimes();
   boost::asio::awaitable<std::vector<std::string>> runtime_problems();
   boost::asio::awaitable<runtime> get_runtime(std::string name);
+
+  /// The local backend's venv cache (see engine_config::venv_cache).
+  boost::asio::awaitable<std::vector<venv_cache_entry>> list_venv_cache();
+  /// Removes the cache entries no job has used for `unused_for` (every entry
+  /// when zero), broken ones and abandoned builds; an entry being built or
+  /// copied is left alone. Returns what was removed.
+  boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(std::chrono::seconds unused_for);
 
   /// Flushes the store and stops supervising (see Cancellation above).
   boost::asio::awaitable<void> shutdown();

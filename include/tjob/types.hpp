@@ -116,6 +116,22 @@ struct event {
   std::string message;      ///< for a person
 };
 
+/// One entry of the local backend's venv cache (`tjob cache list`): a venv
+/// built once for this interpreter, package list, index URLs and
+/// system-site-packages flag, copied into every job that needs the same.
+struct venv_cache_entry {
+  std::string key;
+  std::string python;           ///< the interpreter's real executable
+  std::string python_version;
+  std::vector<std::string> packages;
+  std::vector<std::string> index_urls;
+  bool system_site_packages = false;
+  std::uint64_t bytes = 0;
+  clock::time_point created;
+  clock::time_point last_used;  ///< when a job last took a copy
+  std::string problem;          ///< empty when usable; a broken entry is rebuilt, never used
+};
+
 /// Options of `get_job_logs`.
 struct log_options {
   std::string step = "node-0";

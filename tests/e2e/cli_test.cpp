@@ -112,7 +112,7 @@ TEST_CASE_FIXTURE(fixture, "list and get and logs and events and wait and delete
 
 TEST_CASE_FIXTURE(fixture, "every command has --help") {
   CHECK(tjob({"--help"}).exit_code == 0);
-  for (std::string cmd : {"run", "train", "list", "get", "logs", "wait", "delete", "cancel", "events", "runtimes"}) {
+  for (std::string cmd : {"run", "train", "list", "get", "logs", "wait", "delete", "cancel", "events", "runtimes", "cache"}) {
     auto r = tjob({cmd, "--help"});
     CAPTURE(cmd);
     CHECK(r.exit_code == 0);
@@ -342,4 +342,38 @@ TEST_CASE_FIXTURE(fixture, "processes that find a new store at the same time all
   }
   auto all = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
   CHECK(all.size() == 12);
+}
+
+TEST_CASE_FIXTURE(fixture, "tjob cache lists the cached venvs and prune removes them; --no-venv-cache builds afresh") {
+  auto script = dir.path() / "hello.py";
+  std::ofstream(script) << "print('hello from the venv')\n";
+  std::vector<std::string> job = {"run", "--runtime", "python", script.string()};
+  auto first = tjob(job);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.out.find("[tjob] building the cached venv ") != std::string::npos);
+  auto second = tjob(job);
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.out.find("[tjob] venv from the cache (") != std::string::npos);
+  CHECK(second.out.find("hello from the venv\n") != std::string::npos);
+
+  auto list = tjob({"cache", "list"});
+  CHECK(list.exit_code == 0);
+  CHECK(list.out.rfind("KEY", 0) == 0);
+  CHECK(list.out.find(" ok\n") != std::string::npos);
+  auto listed = boost::json::parse(tjob({"cache", "list", "-o", "json"}).out).as_array();
+  REQUIRE(listed.size() == 1);
+  std::string key(listed[0].at("key").as_string());
+
+  auto fresh = tjob({"run", "--no-venv-cache", "--runtime", "python", script.string()});
+  CHECK(fresh.exit_code == 0);
+  CHECK(fresh.out.find("cache") == std::string::npos);
+
+  auto kept = tjob({"cache", "prune"});  // used just now: kept
+  CHECK(kept.out == "0 cached venv(s) removed\n");
+  auto pruned = tjob({"cache", "prune", "--all"});
+  CHECK(pruned.exit_code == 0);
+  CHECK(pruned.out == "removed " + key + "\n1 cached venv(s) removed\n");
+  CHECK(tjob({"cache", "list", "-o", "json"}).out == "[]\n");
+  CHECK(tjob({"cache", "prune", "--unused-for", "-1"}).exit_code == 2);
+  CHECK(tjob({"cache"}).exit_code == 2);
 }
