@@ -13,8 +13,8 @@
  *                                them and this process's memory and descriptors
  *                                per run; kills them after.
  *   floor wake N UNTIL           N runs of `UNTIL <deadline ns>` one at a time;
- *                                how long after its deadline the parent is
- *                                woken by its exit (pidfd).
+ *                                how long after it exits (the time it writes
+ *                                last) the parent is woken by its exit (pidfd).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -260,8 +260,7 @@ static int mode_wake(int n, const char* until) {
   int ep = epoll_create1(EPOLL_CLOEXEC);
   for (int i = 0; i < n; ++i) {
     char deadline[32];
-    int64_t d = now_ns() + 20 * 1000000LL;
-    snprintf(deadline, sizeof deadline, "%lld", (long long)d);
+    snprintf(deadline, sizeof deadline, "%lld", (long long)(now_ns() + 20 * 1000000LL));
     char* argv[] = {(char*)until, deadline, NULL};
     struct run r;
     start(&r, argv);
@@ -270,13 +269,19 @@ static int mode_wake(int n, const char* until) {
     struct epoll_event got;
     while (epoll_wait(ep, &got, 1, -1) < 0 && errno == EINTR) {
     }
-    lat[i] = now_ns() - d;
+    int64_t woken = now_ns();
     siginfo_t si;
     waitid((idtype_t)P_PIDFD, (id_t)r.pidfd, &si, WEXITED);
     epoll_ctl(ep, EPOLL_CTL_DEL, r.pidfd, NULL);
     close(r.pidfd);
-    drain(r.out);
+    /* its last words: the time it exited */
+    fcntl(r.out, F_SETFL, 0);
+    char text[64];
+    ssize_t m = read(r.out, text, sizeof text - 1);
     close(r.out);
+    if (m <= 0) die("reading the exit time");
+    text[m] = 0;
+    lat[i] = woken - strtoll(text, NULL, 10);
   }
   printf("{\"runs\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f}\n", n, pct(lat, n, 0.5), pct(lat, n, 0.99));
   return 0;

@@ -406,15 +406,29 @@ void engine::impl::fail_unfinished(job_rec& j, const std::string& why) {
 // A job runs its phases (engine_impl.hpp): the setup phases once, in node-0
 // (a venv serves every node of the job), then each node's own code at the
 // same time. One node failing stops the others (JobSet's default policy).
+// A job of one node that needs no GPUs and no cached venv (a command job, the
+// common case) runs in this frame: a running job costs it, run_phases' frame
+// and its pidfd. Everything else is in run_other, the ending in finish_job.
 asio::awaitable<void> engine::impl::run_job(std::shared_ptr<job_rec> j) {
+  if (j->steps.size() != 1 || j->gpus_per_node > 0 || j->venv_inputs || j->torch_port) {
+    co_await run_other(j);
+    co_return;
+  }
+  std::vector<phase*> all;
+  for (auto& ph : j->phases) all.push_back(&ph);
+  all.push_back(&j->node_phases[0]);
+  std::vector<step_outcome> outcomes(1);
+  outcomes[0] = co_await run_phases(j, 0, std::move(all), false);
+  co_await finish_job(j, std::move(outcomes));
+}
+
+asio::awaitable<void> engine::impl::run_other(std::shared_ptr<job_rec> j) {
   if (j->torch_port) j->master_port = detail::free_port();
   if (j->gpus_per_node > 0 && !co_await lease_gpus(j)) {
     for (auto& s : j->steps)
       apply(*j, s, {event_kind::cancelled}, "cancelled while waiting for GPUs", "cancelled");
     co_return;
   }
-  // A running job costs this frame, run_phases' and its pidfd: what several
-  // nodes need lives in run_nodes, the ending in finish_job.
   std::vector<step_outcome> outcomes;
   if (j->venv_inputs) {
     auto ended = co_await prepare_venv(j);
@@ -1266,6 +1280,7 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
     for (auto& a : process::pip_install_args(packages, process::index_urls(pt.pip_index_urls)))
       pip.argv.push_back(std::move(a));
     pip.env = env;
+    pip.env.emplace("TJOB_PIP_CACHE", (home / "cache" / "pip").string());
     pip.cwd = cwd;
     j.phases.push_back(pip);
   }
@@ -1328,7 +1343,7 @@ void engine::impl::plan_python(job_rec& j, const std::string& who, python_traine
     in.packages = packages;
     if (!packages.empty()) in.index_urls = process::index_urls(pt.pip_index_urls);
     in.system_site_packages = pt.system_site_packages;
-    j.venv_inputs = std::move(in);
+    j.venv_inputs = std::make_unique<detail::venv_cache::inputs>(std::move(in));
   }
   j.spec = json::serialize(json::object{{"trainer", detail::to_json(pt)}, {"python", python}});
 }

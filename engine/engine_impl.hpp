@@ -86,7 +86,7 @@ struct job_rec {
   /// Set when the venv comes from the cache (engine_config::venv_cache):
   /// what it is built from; `python` is the interpreter as given until
   /// prepare_venv finds the real one.
-  std::optional<detail::venv_cache::inputs> venv_inputs;
+  std::unique_ptr<detail::venv_cache::inputs> venv_inputs;  // a pointer: command jobs pay 8 bytes
   bool setup_started = false;  // the venv was built in the job's step: it is Running
   detail::wake_list watchers;  // woken by transitions (after commit) and new log bytes
   boost::asio::cancellation_signal stop;  // ends the job's coroutine on shutdown
@@ -168,6 +168,7 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   void start_job(std::shared_ptr<job_rec> j);
   void spawn_internal(boost::asio::awaitable<void> op, const char* what);
   boost::asio::awaitable<void> run_job(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<void> run_other(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<std::vector<step_outcome>> run_nodes(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<void> finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes);
   bool start_phase(job_rec& j, std::size_t index, const phase& ph, step_outcome& out);

@@ -32,6 +32,13 @@ class line_buffer {
   std::optional<std::string> take(bool whole_lines) {
     auto nl = whole_lines ? buf_.rfind('\n') : buf_.find('\n');
     if (nl == std::string::npos) return buf_.size() >= max_line ? take_rest() : std::nullopt;
+    if (whole_lines) {
+      // The buffer itself goes out; only the unfinished last line is copied back.
+      std::string out = std::move(buf_);
+      buf_.assign(out, nl + 1);
+      out.resize(nl + 1);
+      return out;
+    }
     std::string out = buf_.substr(0, nl + 1);
     buf_.erase(0, nl + 1);
     return out;

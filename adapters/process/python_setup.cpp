@@ -94,7 +94,7 @@ std::vector<std::string> pip_install_args(const std::vector<std::string>& packag
 }
 
 std::string_view pip_bootstrap_code() {
-  return R"py(import glob, os, runpy, sys
+  return R"py(import glob, os, runpy, shutil, sys, tempfile, zipfile
 try:
     import pip  # the interpreter's own (or the system's, with system site packages)
 except ImportError:
@@ -104,7 +104,23 @@ except ImportError:
     if not wheels:
         sys.exit("tjob: this interpreter has no pip and no bundled pip wheel; "
                  "install python3-pip or use the system site packages")
-    sys.path.insert(0, wheels[-1])
+    where = wheels[-1]
+    cache = os.environ.get("TJOB_PIP_CACHE")
+    if cache:
+        # Unpacked once: imported from a directory, pip's modules are compiled
+        # once and kept, where from the wheel (a zip) they are compiled on every run.
+        unpacked = os.path.join(cache, os.path.basename(where)[:-4])
+        if not os.path.isdir(unpacked):
+            os.makedirs(cache, mode=0o700, exist_ok=True)
+            tmp = tempfile.mkdtemp(dir=cache, prefix=".unpack-")
+            zipfile.ZipFile(where).extractall(tmp)
+            try:
+                os.rename(tmp, unpacked)
+            except OSError:  # another job unpacked it first
+                shutil.rmtree(tmp, ignore_errors=True)
+        where = unpacked
+        sys.dont_write_bytecode = False  # whatever PYTHONDONTWRITEBYTECODE says: this copy is ours
+    sys.path.insert(0, where)
 sys.argv[0] = "pip"
 runpy.run_module("pip", run_name="__main__", alter_sys=True)
 )py";

@@ -39,8 +39,10 @@ std::vector<std::string> pip_install_args(const std::vector<std::string>& packag
                                           const std::vector<std::string>& urls);
 
 /// Python code, run as `python -c CODE ARGS...`, that runs pip with ARGS: the
-/// interpreter's own pip if it has one, else pip straight from the wheel its
-/// ensurepip bundles (no ensurepip run, which is most of a venv's cost).
+/// interpreter's own pip if it has one, else the pip wheel its ensurepip
+/// bundles, without running ensurepip (most of a venv's cost): unpacked once
+/// into $TJOB_PIP_CACHE when that is set (so its compiled modules are kept),
+/// else straight from the wheel.
 std::string_view pip_bootstrap_code();
 
 /// True when `source` defines `function` at top level (`def f(` or `async def f(`).

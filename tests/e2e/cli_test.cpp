@@ -344,7 +344,7 @@ TEST_CASE_FIXTURE(fixture, "processes that find a new store at the same time all
   CHECK(all.size() == 12);
 }
 
-TEST_CASE_FIXTURE(fixture, "tjob cache lists the cached venvs and prune removes them; --no-venv-cache builds afresh") {
+TEST_CASE_FIXTURE(fixture, "tjob cache lists the cached venvs and prune removes them and --no-venv-cache builds afresh") {
   auto script = dir.path() / "hello.py";
   std::ofstream(script) << "print('hello from the venv')\n";
   std::vector<std::string> job = {"run", "--runtime", "python", script.string()};
