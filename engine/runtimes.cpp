@@ -2,6 +2,7 @@
 
 #include "engine/names.hpp"
 #include "engine/strings.hpp"
+#include "engine/yaml_guard.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -49,6 +50,10 @@ void insert(runtime_catalog& cat, runtime rt, std::string source) {
 void parse_runtime_documents(std::string_view text, const std::string& source,
                              std::vector<runtime>& out, std::vector<std::string>& sources,
                              std::vector<std::string>& problems) {
+  if (auto bad = yaml_mapping_problem(text)) {
+    problems.push_back(problem(source, 0, "", "not a manifest: " + *bad));
+    return;
+  }
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(text));

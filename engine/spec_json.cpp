@@ -1,5 +1,7 @@
 #include "engine/spec_json.hpp"
 
+#include <tjob/error.hpp>
+
 #include <boost/json.hpp>
 
 namespace tjob::detail {
@@ -70,7 +72,9 @@ json::object to_json(const trainer& t) {
   return std::visit([](const auto& x) { return to_json(x); }, t);
 }
 
-trainer trainer_from_json(const json::object& o) {
+namespace {
+
+trainer trainer_fields(const json::object& o) {
   if (o.at("kind").as_string() == "python") {
     python_trainer t;
     t.source = json::value_to<std::string>(o.at("source"));
@@ -96,6 +100,19 @@ trainer trainer_from_json(const json::object& o) {
   t.env = string_map(o.at("env"));
   t.working_dir = json::value_to<std::string>(o.at("working_dir"));
   return t;
+}
+
+}  // namespace
+
+trainer trainer_from_json(const json::object& o) {
+  // A spec is data from outside (a pipe, a file): any field missing or of the
+  // wrong type is one clear error, never an exception of the JSON library's.
+  try {
+    return trainer_fields(o);
+  } catch (const std::exception&) {
+    throw error(errc::invalid_argument,
+                "job spec: a field is missing or of the wrong type; a spec is what to_json(trainer) writes");
+  }
 }
 
 }  // namespace tjob::detail

@@ -389,13 +389,7 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   }
 
   void on_event(const std::string& line) {
-    boost::system::error_code ec;
-    auto v = json::parse(line, ec);
-    if (ec || !v.is_object()) return;
-    auto* actor = obj_of(v.as_object(), "Actor");
-    auto* attrs = actor ? obj_of(*actor, "Attributes") : nullptr;
-    if (!attrs) return;
-    auto job = str_of(*attrs, label_job);
+    auto job = job_of_event(line);
     if (job.empty()) return;
     ++generation[job];
     waiters.notify_all();
@@ -811,35 +805,7 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
     std::vector<std::string> got;
     std::vector<event> out;
     auto handle = [&](const std::string& line) {
-      boost::system::error_code ec;
-      auto v = json::parse(line, ec);
-      if (ec || !v.is_object()) return;
-      const auto& o = v.as_object();
-      event e;
-      e.seq = static_cast<std::int64_t>(out.size()) + 1;
-      if (auto* t = o.if_contains("timeNano"); t && t->is_number())
-        e.time = clock::time_point(std::chrono::duration_cast<clock::duration>(
-            std::chrono::nanoseconds(t->to_number<std::int64_t>())));
-      else if (auto* t2 = o.if_contains("time"); t2 && t2->is_number())
-        e.time = clock::time_point(std::chrono::seconds(t2->to_number<std::int64_t>()));
-      auto action = str_of(o, "Action");
-      if (action.empty()) action = str_of(o, "status");
-      auto* actor = obj_of(o, "Actor");
-      auto* attrs = actor ? obj_of(*actor, "Attributes") : nullptr;
-      std::string cname;
-      if (attrs) {
-        e.step = str_of(*attrs, label_step);
-        cname = str_of(*attrs, "name");
-      }
-      e.reason = action;
-      if (!e.reason.empty()) e.reason[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(e.reason[0])));
-      e.message = str_of(o, "Type") + " " + cname + ": " + action;
-      if (attrs && (action == "die" || action == "died")) {
-        auto code = str_of(*attrs, "exitCode");
-        if (code.empty()) code = str_of(*attrs, "containerExitCode");
-        if (!code.empty()) e.message += " (exit code " + code + ")";
-      }
-      out.push_back(std::move(e));
+      if (auto e = event_of_line(line, static_cast<std::int64_t>(out.size()) + 1)) out.push_back(std::move(*e));
     };
     while (auto piece = co_await body.read_some()) {
       got.clear();

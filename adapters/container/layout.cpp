@@ -1,6 +1,13 @@
 #include "adapters/container/layout.hpp"
 
+#include "engine/json_fields.hpp"
+
 #include <tjob/error.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <cctype>
+#include <climits>
 
 namespace tjob::container {
 
@@ -80,6 +87,56 @@ job_status status_of(const std::string& state, std::optional<int> exit_code) {
   if (state == "exited" || state == "stopped")
     return exit_code && *exit_code == 0 ? job_status::complete : job_status::failed;
   return job_status::failed;  // removing, dead
+}
+
+std::string job_of_event(std::string_view line) {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(line, ec);
+  if (ec || !v.is_object()) return {};
+  auto* actor = detail::obj_of(v.as_object(), "Actor");
+  auto* attrs = actor ? detail::obj_of(*actor, "Attributes") : nullptr;
+  return attrs ? detail::str_of(*attrs, label_job) : std::string();
+}
+
+std::optional<event> event_of_line(std::string_view line, std::int64_t seq) {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(line, ec);
+  if (ec || !v.is_object()) return std::nullopt;
+  const auto& o = v.as_object();
+  event e;
+  e.seq = seq;
+  // A number that does not fit (the daemon's, so anything) leaves the time unset.
+  auto whole = [&](std::string_view key) -> std::optional<std::int64_t> {
+    auto* t = o.if_contains(key);
+    if (!t) return std::nullopt;
+    if (t->is_int64()) return t->as_int64();
+    if (t->is_uint64() && t->as_uint64() <= static_cast<std::uint64_t>(INT64_MAX))
+      return static_cast<std::int64_t>(t->as_uint64());
+    return std::nullopt;
+  };
+  constexpr std::int64_t max_seconds = std::int64_t{1} << 33;  // year 2242; nanoseconds still fit
+  if (auto ns = whole("timeNano"))
+    e.time = clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::nanoseconds(*ns)));
+  else if (auto secs = whole("time"); secs && *secs > -max_seconds && *secs < max_seconds)
+    e.time = clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::seconds(*secs)));
+  auto action = detail::str_of(o, "Action");
+  if (action.empty()) action = detail::str_of(o, "status");
+  auto* actor = detail::obj_of(o, "Actor");
+  auto* attrs = actor ? detail::obj_of(*actor, "Attributes") : nullptr;
+  std::string cname;
+  if (attrs) {
+    e.step = detail::str_of(*attrs, label_step);
+    cname = detail::str_of(*attrs, "name");
+  }
+  e.reason = action;
+  if (!e.reason.empty()) e.reason[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(e.reason[0])));
+  e.message = detail::str_of(o, "Type") + " " + cname + ": " + action;
+  if (attrs && (action == "die" || action == "died")) {
+    auto code = detail::str_of(*attrs, "exitCode");
+    if (code.empty()) code = detail::str_of(*attrs, "containerExitCode");
+    if (!code.empty()) e.message += " (exit code " + code + ")";
+  }
+  return e;
 }
 
 }  // namespace tjob::container

@@ -5,6 +5,7 @@
 
 #include <tjob/backends.hpp>
 #include <tjob/status.hpp>
+#include <tjob/types.hpp>
 
 #include <boost/json/object.hpp>
 
@@ -12,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tjob::container {
@@ -53,5 +55,13 @@ void check_volume(const std::string& volume);
 /// Created, exited → Complete (0) or Failed. Kubeflow's "Unknown" for the
 /// rest becomes: paused/restarting → Running, removing/dead → Failed.
 job_status status_of(const std::string& state, std::optional<int> exit_code);
+
+/// The job a line of the daemon's /events stream is about (its trainjob-name
+/// label); empty for anything else, malformed lines included.
+std::string job_of_event(std::string_view line);
+
+/// A line of the daemon's /events stream as a job event (`seq` its place);
+/// nullopt when it is not a JSON object.
+std::optional<event> event_of_line(std::string_view line, std::int64_t seq);
 
 }  // namespace tjob::container

@@ -1,5 +1,7 @@
 #include "adapters/kubernetes/kubeconfig.hpp"
 
+#include "engine/yaml_guard.hpp"
+
 #include <tjob/error.hpp>
 
 #include <yaml-cpp/yaml.h>
@@ -73,6 +75,9 @@ void merge_file(merged& m, const fs::path& file, bool required) {
           "or set KUBECONFIG");
     bad("cannot read kubeconfig " + file.string() + " (unreadable or over 4 MiB)");
   }
+  if (auto problem = detail::yaml_mapping_problem(*text))
+    bad("kubeconfig " + file.string() + " is not a kubeconfig: " + *problem +
+        " (with clusters, users and contexts)");
   YAML::Node root;
   try {
     root = YAML::Load(*text);

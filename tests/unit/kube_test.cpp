@@ -335,3 +335,28 @@ TEST_CASE("events are the job's, its steps' and its pods', by time") {
   CHECK(ev[1].step == "node-0");
   CHECK(ev[1].message.find("m2") != std::string::npos);
 }
+
+TEST_CASE("times from a server are range-checked: a year that does not fit the clock is no time") {
+  // fuzz_watch found a creationTimestamp in 4052 overflowing the nanosecond clock.
+  CHECK_FALSE(parse_time("4052-12-02T10:00:00Z").has_value());
+  CHECK_FALSE(parse_time("2026-13-02T10:00:00Z").has_value());
+  CHECK_FALSE(parse_time("99999999999-12-02T10:00:00Z").has_value());
+  CHECK_FALSE(parse_time("2026-12-02 garbage").has_value());
+  auto t = parse_time("2026-12-02T10:00:00.250Z");
+  REQUIRE(t.has_value());
+  CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(t->time_since_epoch()).count() == 1796205600250);
+}
+
+TEST_CASE("a kubeconfig whose top level is not a mapping is refused, also the one-byte file that hangs yaml-cpp") {
+  tjob::test::temp_dir dir;
+  for (std::string text : {",", "- a\n,", "\"x\","}) {
+    auto file = dir.path() / "config";
+    std::ofstream(file, std::ios::trunc) << text;
+    load_options opt;
+    opt.config_file = file.string();
+    opt.in_cluster_dir = dir.path() / "nowhere";
+    auto msg = tjob::test::message_of([&] { load(opt); });
+    CAPTURE(text);
+    CHECK(msg.find("is not a kubeconfig: document 1 (line 1) must be a mapping") != std::string::npos);
+  }
+}

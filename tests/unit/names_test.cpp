@@ -2,6 +2,11 @@
 #include "engine/strings.hpp"
 #include "tests/support/test_support.hpp"
 
+#include "engine/spec_json.hpp"
+
+#include <tjob/error.hpp>
+
+#include <boost/json.hpp>
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -77,4 +82,18 @@ TEST_CASE("no test case name holds a semicolon (ctest would run nothing for it)"
     }
   }
   CHECK(files > 5);
+}
+
+TEST_CASE("a job spec with a field of the wrong type is one invalid_argument error") {
+  // fuzz_spec found the JSON library's own exception escaping trainer_from_json.
+  auto spec = boost::json::parse(R"({"kind": "command", "command": [{"A": "b"}], "env": {}, "working_dir": ""})");
+  try {
+    tjob::detail::trainer_from_json(spec.as_object());
+    FAIL("accepted");
+  } catch (const tjob::error& e) {
+    CHECK(e.code() == make_error_code(tjob::errc::invalid_argument));
+    CHECK(std::string(e.what()).find("job spec") != std::string::npos);
+  }
+  auto missing = boost::json::parse(R"({"kind": "python"})");
+  CHECK_THROWS_AS(tjob::detail::trainer_from_json(missing.as_object()), tjob::error);
 }

@@ -1,0 +1,49 @@
+// kubeconfig files: any YAML (or not) as the only file of $KUBECONFIG-less
+// loading. Unusable files are tjob::error naming the problem; a token or key
+// in the file never appears in that message.
+#include "adapters/kubernetes/kubeconfig.hpp"
+#include "tests/fuzz/fuzz_support.hpp"
+
+#include <tjob/error.hpp>
+
+#include <cstdlib>
+#include <fcntl.h>
+#include <string>
+#include <unistd.h>
+
+namespace {
+
+std::string scratch_file() {
+  static std::string path = [] {
+    char tmpl[] = "/tmp/tjob-fuzz-kubeconfig-XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    if (fd >= 0) ::close(fd);
+    return std::string(tmpl);
+  }();
+  return path;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  auto text = tjob::fuzz::text(data, size);
+  auto path = scratch_file();
+  int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+  if (fd < 0) std::abort();
+  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) std::abort();
+  ::close(fd);
+  tjob::kube::load_options opt;
+  opt.config_file = path;
+  opt.in_cluster_dir = "/nonexistent";
+  try {
+    auto conn = tjob::kube::load(opt);
+    (void)conn;
+  } catch (const tjob::error& e) {
+    // The secret a fuzzed file carries must not be quoted back.
+    std::string msg = e.what();
+    if (text.find("token: SECRET-FUZZ-TOKEN") != std::string_view::npos &&
+        msg.find("SECRET-FUZZ-TOKEN") != std::string::npos)
+      std::abort();
+  }
+  return 0;
+}

@@ -1,0 +1,37 @@
+// The check that keeps yaml-cpp 0.7 from inputs it never returns from.
+#include "engine/yaml_guard.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+using tjob::detail::yaml_mapping_problem;
+
+TEST_CASE("documents whose root is not a mapping are refused before yaml-cpp sees them") {
+  // Each of these hangs yaml-cpp 0.7, growing its memory (found by fuzz_runtimes).
+  for (std::string text : {",", " ,", ", a", "- a\n,", "[b]\n,", "[b],", "\"x\",", "'x',", "&a x\n,",
+                           "{b: c}\n,", "{b: c},", "a: b\n---\n,", "a: b\n...\n,", "# c\n,", "- - a\n,"}) {
+    CAPTURE(text);
+    auto p = yaml_mapping_problem(text);
+    REQUIRE(p.has_value());
+    CHECK(p->find("must be a mapping") != std::string::npos);
+  }
+  CHECK(*yaml_mapping_problem("a: b\n---\n- x\n") == "document 2 (line 3) must be a mapping: it does not start with a key (key: value)");
+  CHECK(*yaml_mapping_problem("  a: b\n") == "document 1 (line 1) must be a mapping: it does not start at column 0");
+  CHECK(yaml_mapping_problem("{a: [1, 2]}\n# done\nx")->find("text after the closing '}'") != std::string::npos);
+  CHECK(yaml_mapping_problem("{a: [1, 2]")->find("never closed") != std::string::npos);
+}
+
+TEST_CASE("mappings in every form tjob reads pass") {
+  for (std::string text : {
+           "", "\n\n# only a comment\n", "a: b\n", "\xEF\xBB\xBF" "a: b\n", "a:\n  - x\n  - y\n",
+           "\"quoted key\": 1\n", "'it''s': 1\n", "%YAML 1.2\n---\nkind: x\n",
+           "--- # first\nkind: x\n---\nkind: y\n...\n", "kind: x\r\nmetadata: {name: y}\r\n",
+           "script: |\n  , a line that starts with a comma\n  - and a dash\nnext: 1\n",
+           "{\"apiVersion\": \"v1\", \"kind\": \"Config\", \"clusters\": []}\n",
+           "--- {\"kind\": \"Config\"}\n", "{a: \"}\", b: '{'} # fine\n", "url: http://x:80/y\nk: v\n",
+           "key: value # comment\n,not: seen\n"}) {
+    CAPTURE(text);
+    CHECK_FALSE(yaml_mapping_problem(text).has_value());
+  }
+}
