@@ -821,7 +821,8 @@ asio::awaitable<std::optional<std::pair<std::string, std::string>>> engine::impl
 // neither of which changes a file.
 asio::awaitable<void> engine::impl::wait_for_venv(const std::string& key, detail::wake_signal& w) {
   if (auto it = venv_building.find(key); it != venv_building.end()) {
-    detail::wake_registration reg(it->second, &w);
+    auto building = it->second;
+    detail::wake_registration reg(*building, &w);
     co_await w.wait_until(steady::time_point::max());
     co_return;
   }
@@ -909,7 +910,7 @@ asio::awaitable<std::optional<step_outcome>> engine::impl::prepare_venv(std::sha
       detail::venv_cache::cache::unlock(fd);
       continue;
     }
-    venv_building[key];
+    venv_building[key] = std::make_shared<detail::wake_list>();
     // The venv and pip phases build into the cache instead of the job.
     const std::string from = j->venv.string(), to = (build / "venv").string();
     auto retarget = [&](std::string& p) {
@@ -951,7 +952,7 @@ asio::awaitable<std::optional<step_outcome>> engine::impl::prepare_venv(std::sha
     }
     detail::venv_cache::cache::unlock(fd);
     if (auto it = venv_building.find(key); it != venv_building.end()) {
-      it->second.notify_all();
+      it->second->notify_all();
       venv_building.erase(it);
     }
     if (ended) co_return ended;

@@ -130,7 +130,9 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   pid_t self_pid = 0;
   std::shared_ptr<detail::remote_backend> remote;  // set for the container and kubernetes backends
   detail::venv_cache::cache venv_store{""};
-  std::map<std::string, detail::wake_list> venv_building;  // keys this engine builds now: their waiters
+  // Keys this engine builds now, with their waiters (shared: a waiter still
+  // holds the list when the builder has finished and dropped its entry).
+  std::map<std::string, std::shared_ptr<detail::wake_list>> venv_building;
   std::map<std::string, std::pair<std::string, std::string>> python_identities;  // asked of scripts
   std::uint64_t self_start = 0;
 

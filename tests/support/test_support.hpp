@@ -22,6 +22,8 @@ namespace tjob::test {
 /// The built `tjob` and `tjob-test-helper`.
 std::string tjob_bin();
 std::string helper_bin();
+/// The built tjob-stress (tests/support/stress.cpp).
+std::string stress_bin();
 /// The source tree (for the README's examples).
 std::string source_dir();
 
