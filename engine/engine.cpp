@@ -30,6 +30,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <sstream>
 #include <sys/socket.h>
 #include <sys/resource.h>
@@ -132,8 +133,20 @@ std::filesystem::path default_home() {
   if (const char* h = std::getenv("TJOB_HOME"); h && *h) return h;
   if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x)
     return std::filesystem::path(x) / "tjob";
-  const char* home = std::getenv("HOME");
-  return std::filesystem::path(home && *home ? home : "/tmp") / ".local" / "state" / "tjob";
+  std::string home;
+  if (const char* h = std::getenv("HOME"); h && *h) home = h;
+  if (home.empty()) {
+    // Never a guessable place in shared temp space: the user's own home.
+    passwd pw{}, *found = nullptr;
+    std::vector<char> buf(16384);
+    if (::getpwuid_r(::getuid(), &pw, buf.data(), buf.size(), &found) == 0 && found && pw.pw_dir &&
+        *pw.pw_dir)
+      home = pw.pw_dir;
+  }
+  if (home.empty())
+    fail(errc::store_unavailable,
+         "no place for the store: HOME is not set and this user has no home directory; set TJOB_HOME");
+  return std::filesystem::path(home) / ".local" / "state" / "tjob";
 }
 
 train_job to_job(const detail::job_row& row) {
@@ -168,6 +181,21 @@ engine::impl::impl(asio::any_io_executor executor, engine_config config)
          "cannot use " + home.string() + " as TJOB_HOME: " + e.code().message() +
              "; set TJOB_HOME to a writable directory",
          e.what());
+  }
+  // A store somebody else owns, or can write into, could be swapped under us
+  // (a planted directory in shared temp space): refused, as ssh refuses keys.
+  struct stat hs {};
+  if (::stat(home.c_str(), &hs) == 0) {
+    if (hs.st_uid != ::geteuid())
+      fail(errc::store_unavailable, "TJOB_HOME " + home.string() + " belongs to uid " +
+                                        std::to_string(hs.st_uid) + ", not to this user (uid " +
+                                        std::to_string(::geteuid()) +
+                                        "); use a directory of your own (TJOB_HOME)");
+    if (hs.st_mode & (S_IWGRP | S_IWOTH))
+      fail(errc::store_unavailable, "TJOB_HOME " + home.string() +
+                                        " can be written by other users (mode " +
+                                        fmt::format("{:04o}", hs.st_mode & 07777) +
+                                        "); chmod 700 it, or use another directory");
   }
   if (::access(home.c_str(), W_OK | X_OK) != 0 || ::access(jobs_dir.c_str(), W_OK | X_OK) != 0)
     fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " +
@@ -926,9 +954,8 @@ asio::awaitable<std::optional<step_outcome>> engine::impl::prepare_venv(std::sha
     std::optional<step_outcome> ended;
     try {
       co_await blocking([&] {
-        std::error_code ec;
-        std::filesystem::create_directory(build, ec);
-        if (ec) throw std::system_error(ec, "cannot create " + build.string());
+        if (::mkdir(build.c_str(), 0700) != 0)
+          throw std::system_error(errno, std::generic_category(), "cannot create " + build.string());
       });
       auto out = co_await run_phases(j, 0, setup, false);
       j->setup_started = out.started;

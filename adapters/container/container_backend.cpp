@@ -23,6 +23,8 @@
 #include <algorithm>
 #include <fstream>
 
+#include <cerrno>
+#include <cstring>
 #include <sys/stat.h>
 
 namespace tjob::container {
@@ -532,8 +534,10 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
 
     auto dir = workdir(name);
     std::error_code ec;
-    fs::create_directories(dir / ".tjob", ec);
-    if (ec) fail(errc::invalid_argument, me + ": cannot create its work dir " + dir.string() + ": " + ec.message());
+    // The job's work dir is the user's own (0700), as everything in $TJOB_HOME.
+    for (const auto& d : {ctx.home / "containers", dir, dir / ".tjob"})
+      if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST)
+        fail(errc::invalid_argument, me + ": cannot create its work dir " + d.string() + ": " + std::strerror(errno));
 
     std::vector<std::string> made;  // container ids, for cleanup
     std::string network_id;

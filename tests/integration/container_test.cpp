@@ -433,6 +433,35 @@ TEST_CASE("a daemon closing the connection mid-response is an error, not a hang 
   CHECK(code_of([&] { client.list_jobs(); }) == errc::backend_unavailable);
 }
 
+TEST_CASE("a daemon resetting the connection mid-answer is backend_unavailable naming the daemon") {
+  fixture fx;
+  fake_daemon fake("reset");
+  trainer_client client(fx.config(fake.socket));
+  CHECK(code_of([&] { client.list_jobs(); }) == errc::backend_unavailable);
+  CHECK(code_of([&] { client.train(shell_job("true", "on-reset")); }) == errc::backend_unavailable);
+  CHECK(message_of([&] { client.list_jobs(); }).find(fake.socket) != std::string::npos);
+}
+
+TEST_CASE("a daemon that does not answer is a timeout naming the daemon, after the request timeout") {
+  fixture fx;
+  fake_daemon fake("slow");
+  auto cfg = fx.config(fake.socket);
+  cfg.container.request_timeout = 1s;
+  trainer_client client(cfg);
+  auto msg = message_of([&] { client.list_jobs(); });
+  CHECK(msg.find("timed out") != std::string::npos);
+  CHECK(msg.find(fake.socket) != std::string::npos);
+}
+
+TEST_CASE("a daemon answering something that is not the Engine API is a protocol error, never a status") {
+  fixture fx;
+  fake_daemon fake("garbage");
+  trainer_client client(fx.config(fake.socket));
+  CHECK(code_of([&] { client.list_jobs(); }) == errc::protocol_error);
+  CHECK(code_of([&] { client.get_job("big"); }) == errc::protocol_error);
+  CHECK(message_of([&] { client.get_job("big"); }).find("not JSON") != std::string::npos);
+}
+
 TEST_CASE("a log frame longer than the limit is refused, naming the job and the container") {
   fixture fx;
   fake_daemon fake("bigframe");

@@ -7,10 +7,15 @@ It answers /_ping and /version as Docker 20.10 does, then, per MODE:
   cut       every other request gets a head promising 1000 bytes, 10 of them, then a close;
   bigframe  one exited job `big` whose log stream announces a 2 GiB frame;
   noevents  one job `big` that runs for 2 s after the first listing, then exits 0; /events is 500.
+  reset     every other request gets half a head, then a TCP-style reset (SO_LINGER 0);
+  slow      every other request is answered after 30 s;
+  garbage   every other request gets 200 with a body that is not JSON.
 """
 import json
 import os
+import socket
 import socketserver
+import struct
 import sys
 import threading
 import time
@@ -67,6 +72,17 @@ class Handler(socketserver.StreamRequestHandler):
             self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n[{\"Id\":\"ab")
             self.wfile.flush()
             return
+        if MODE == "reset":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Ty")
+            self.wfile.flush()
+            self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.request.close()
+            return
+        if MODE == "slow":
+            time.sleep(30)
+            return self.send(200, [])
+        if MODE == "garbage":
+            return self.send(200, b"<html>this is not the Engine API</html>", "text/html")
         if MODE in ("bigframe", "noevents"):
             if "/events" in path:
                 return self.send(500, {"message": "events are broken here"})
