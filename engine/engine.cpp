@@ -174,16 +174,9 @@ engine::impl::impl(asio::any_io_executor executor, engine_config config)
   home = cfg.home.empty() ? default_home() : cfg.home;
   home = std::filesystem::absolute(home);
   jobs_dir = home / "jobs";
-  try {
-    make_private_dirs(jobs_dir);
-  } catch (const std::system_error& e) {
-    fail(errc::store_unavailable,
-         "cannot use " + home.string() + " as TJOB_HOME: " + e.code().message() +
-             "; set TJOB_HOME to a writable directory",
-         e.what());
-  }
   // A store somebody else owns, or can write into, could be swapped under us
-  // (a planted directory in shared temp space): refused, as ssh refuses keys.
+  // (a planted directory in shared temp space): refused, as ssh refuses keys,
+  // before anything is made in it.
   struct stat hs {};
   if (::stat(home.c_str(), &hs) == 0) {
     if (hs.st_uid != ::geteuid())
@@ -196,6 +189,14 @@ engine::impl::impl(asio::any_io_executor executor, engine_config config)
                                         " can be written by other users (mode " +
                                         fmt::format("{:04o}", hs.st_mode & 07777) +
                                         "); chmod 700 it, or use another directory");
+  }
+  try {
+    make_private_dirs(jobs_dir);
+  } catch (const std::system_error& e) {
+    fail(errc::store_unavailable,
+         "cannot use " + home.string() + " as TJOB_HOME: " + e.code().message() +
+             "; set TJOB_HOME to a writable directory",
+         e.what());
   }
   if (::access(home.c_str(), W_OK | X_OK) != 0 || ::access(jobs_dir.c_str(), W_OK | X_OK) != 0)
     fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " +

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <spawn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -19,6 +20,19 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+// ThreadSanitizer's clone() interceptor cannot follow a CLONE_VM child: its
+// builds spawn with posix_spawn (see spawn_portable).
+#if defined(__SANITIZE_THREAD__)
+#define TJOB_SPAWN_WITH_POSIX_SPAWN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TJOB_SPAWN_WITH_POSIX_SPAWN 1
+#endif
+#endif
+#ifndef TJOB_SPAWN_WITH_POSIX_SPAWN
+#define TJOB_SPAWN_WITH_POSIX_SPAWN 0
+#endif
 
 namespace tjob::process {
 
@@ -104,6 +118,7 @@ child::~child() = default;
 
 namespace {
 
+#if !TJOB_SPAWN_WITH_POSIX_SPAWN
 // What the child of spawn() needs, in memory it shares with the parent
 // (CLONE_VM); `err` is how it says what failed before exec.
 struct launch {
@@ -131,6 +146,7 @@ struct kernel_sigaction {
 // stack of its own until exec, so it must touch nothing of the parent's (no
 // libc state, no sanitizer interceptors, no errno that matters).
 #define TJOB_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
+
 
 // Returns the result, or -errno.
 TJOB_NO_SANITIZE long sys(long n, long a = 0, long b = 0, long c = 0, long d = 0) {
@@ -216,6 +232,62 @@ char* child_stack_top() {
   return base + size;
 }
 
+#endif  // !TJOB_SPAWN_WITH_POSIX_SPAWN
+
+#if TJOB_SPAWN_WITH_POSIX_SPAWN
+// The same start through posix_spawn, for ThreadSanitizer builds only: its
+// clone() interceptor cannot follow a CLONE_VM child ("CHECK failed:
+// !thr->slot"). It copies the engine's descriptor table on every spawn.
+pid_t spawn_portable(const spawn_spec& spec, std::vector<char*>& argv, std::vector<char*>& envp, int& pidfd,
+                     error_code& ec, std::string* failed_step) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  if (spec.stdin_fd >= 0)
+    posix_spawn_file_actions_adddup2(&fa, spec.stdin_fd, STDIN_FILENO);
+  else
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (spec.stdout_fd >= 0)
+    posix_spawn_file_actions_adddup2(&fa, spec.stdout_fd, STDOUT_FILENO);
+  else
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, spec.stdout_path.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0600);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (spec.new_session) {
+    flags |= POSIX_SPAWN_SETSID;
+  } else {
+    flags |= POSIX_SPAWN_SETPGROUP;
+    posix_spawnattr_setpgroup(&attr, 0);
+  }
+  posix_spawnattr_setflags(&attr, flags);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, spec.executable.c_str(), &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    ec.assign(rc, boost::system::system_category());
+    if (failed_step) *failed_step = "execve";
+    return -1;
+  }
+  pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    ec.assign(errno, boost::system::system_category());
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return -1;
+  }
+  return pid;
+}
+#endif
+
 }  // namespace
 
 child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code& ec,
@@ -234,10 +306,16 @@ child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code&
   envp.reserve(spec.env.size() + 1);
   for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+#if TJOB_SPAWN_WITH_POSIX_SPAWN
+  int pidfd = -1;
+  pid_t pid = spawn_portable(spec, argv, envp, pidfd, ec, failed_step);
+  if (ec) return c;
+  c.impl_ = std::make_unique<impl>(ex, pid, pidfd);
+  return c;
+#else
   launch l{spec.executable.c_str(), argv.data(), envp.data(),
            spec.cwd.empty() ? nullptr : spec.cwd.c_str(), spec.stdout_path.c_str(),
            spec.stdin_fd, spec.stdout_fd, spec.new_session};
-
   char* stack = child_stack_top();
   if (!stack) {
     ec.assign(ENOMEM, boost::system::system_category());
@@ -269,6 +347,7 @@ child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code&
   }
   c.impl_ = std::make_unique<impl>(ex, pid, pidfd);
   return c;
+#endif
 }
 
 pid_t child::pid() const noexcept { return impl_ ? impl_->pid : -1; }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 using namespace std::chrono_literals;
 using tjob::test::helper_bin;
@@ -376,4 +377,123 @@ TEST_CASE_FIXTURE(fixture, "tjob cache lists the cached venvs and prune removes 
   CHECK(tjob({"cache", "list", "-o", "json"}).out == "[]\n");
   CHECK(tjob({"cache", "prune", "--unused-for", "-1"}).exit_code == 2);
   CHECK(tjob({"cache"}).exit_code == 2);
+}
+
+namespace {
+
+// The arguments of one strace -y line: "quoted", N</decoded/fd> or plain.
+std::vector<std::string> trace_args(const std::string& call) {
+  std::vector<std::string> args;
+  std::size_t i = call.find('(');
+  if (i == std::string::npos) return args;
+  ++i;
+  while (i < call.size() && call[i] != ')') {
+    std::string a;
+    if (call[i] == '"') {
+      for (++i; i < call.size() && call[i] != '"'; ++i) {
+        if (call[i] == '\\' && i + 1 < call.size()) ++i;
+        a.push_back(call[i]);
+      }
+      ++i;
+    } else {
+      int depth = 0;
+      for (; i < call.size() && (depth > 0 || (call[i] != ',' && call[i] != ')')); ++i) {
+        depth += call[i] == '<' ? 1 : call[i] == '>' ? -1 : 0;
+        a.push_back(call[i]);
+      }
+    }
+    args.push_back(a);
+    while (i < call.size() && (call[i] == ',' || call[i] == ' ')) ++i;
+  }
+  return args;
+}
+
+// `name` as the kernel saw it: absolute, or relative to a decoded directory fd.
+std::string at(const std::string& dirfd, const std::string& name) {
+  if (!name.empty() && name[0] == '/') return name;
+  auto lt = dirfd.find('<');
+  if (lt != std::string::npos && dirfd.back() == '>') return dirfd.substr(lt + 1, dirfd.size() - lt - 2) + "/" + name;
+  return "relative to the cwd: " + name;
+}
+
+// Paths that the tjob processes themselves (not the programs they run) open
+// for writing, create, rename, link or remove, as `strace -f -y` saw them.
+std::vector<std::string> written_paths(const std::string& trace, const std::string& tjob_path) {
+  std::vector<std::string> out;
+  std::set<std::string> user;  // pids that exec'd the job's own program
+  std::istringstream in(trace);
+  for (std::string line; std::getline(in, line);) {
+    auto sp = line.find(' ');
+    if (sp == std::string::npos) continue;
+    std::string pid = line.substr(0, sp), call = line.substr(sp + 1);
+    while (!call.empty() && call[0] == ' ') call.erase(0, 1);
+    if (user.count(pid) || call.find(" = -1 ") != std::string::npos) continue;  // theirs, or it failed
+    auto name = call.substr(0, call.find('('));
+    auto a = trace_args(call);
+    auto arg = [&](std::size_t k) { return k < a.size() ? a[k] : std::string(); };
+    if (name == "execve") {
+      if (arg(0) != tjob_path) user.insert(pid);
+    } else if (name == "open" || name == "creat" || name == "truncate") {
+      if (name != "open" || arg(1).find_first_of("WC") != std::string::npos) out.push_back(at("", arg(0)));
+    } else if (name == "openat") {
+      auto flags = arg(2);
+      if (flags.find("O_WRONLY") != std::string::npos || flags.find("O_RDWR") != std::string::npos ||
+          flags.find("O_CREAT") != std::string::npos || flags.find("O_TRUNC") != std::string::npos)
+        out.push_back(at(arg(0), arg(1)));
+    } else if (name == "mkdir" || name == "unlink") {
+      out.push_back(at("", arg(0)));
+    } else if (name == "mkdirat" || name == "unlinkat") {
+      out.push_back(at(arg(0), arg(1)));
+    } else if (name == "rename" || name == "link") {
+      out.push_back(at("", arg(0)));
+      out.push_back(at("", arg(1)));
+    } else if (name == "renameat" || name == "renameat2" || name == "linkat") {
+      out.push_back(at(arg(0), arg(1)));
+      out.push_back(at(arg(2), arg(3)));
+    } else if (name == "symlink") {
+      out.push_back(at("", arg(1)));  // the link, not what it points to
+    } else if (name == "symlinkat") {
+      out.push_back(at(arg(1), arg(2)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "tjob writes nothing outside TJOB_HOME: every write-open, mkdir, rename and unlink traced") {
+  if (tjob::test::run({"strace", "-V"}).exit_code != 0) {
+    if (std::getenv("CI")) FAIL("strace is not installed (scripts/setup installs it)");
+    return;
+  }
+  auto trace = dir.path() / "trace";
+  auto script = dir.path() / "job.py";
+  std::ofstream(script) << "print('python job')\n";
+  std::string marker = (dir.path() / "pwned").string();
+  std::vector<std::vector<std::string>> runs = {
+      {"run", "--name", "a", "--env", "X=$(touch " + marker + ")", "--", helper_bin(), "print", "../../escape"},
+      {"run", "--runtime", "python", script.string()},
+      {"train", "--name", "b", "--", helper_bin(), "sleep", "100"},
+      {"wait", "b"},
+      {"delete", "a"},
+      {"cache", "list"}};
+  std::string traced;
+  for (const auto& args : runs) {
+    std::vector<std::string> argv{"strace", "-f", "-qq", "-y", "-o", trace.string(), "-e",
+                                  "trace=open,openat,creat,mkdir,mkdirat,rename,renameat,renameat2,unlink,unlinkat,"
+                                  "link,linkat,symlink,symlinkat,truncate,execve",
+                                  tjob_bin()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run(argv, env(), 120s);
+    CAPTURE(args.front());
+    CHECK(r.exit_code == 0);
+    traced += tjob::test::read_file(trace);
+  }
+  auto paths = written_paths(traced, tjob_bin());
+  CHECK(paths.size() > 10);  // the trace saw the store, the logs, the venv cache
+  for (const auto& p : paths) {
+    CAPTURE(p);
+    CHECK((p == home() || p.rfind(home() + "/", 0) == 0 || p == "/dev/null"));
+  }
+  CHECK_FALSE(std::filesystem::exists(marker));
 }

@@ -283,6 +283,29 @@ TEST_CASE_FIXTURE(kube_fixture, "TLS is verified: a wrong CA is refused by name,
   CHECK(r.err.find("no context 'nope'") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(kube_fixture, "the token never appears in any output: run, get and list in every format, events, errors") {
+  std::string all;
+  auto take = [&](const std::vector<std::string>& args) {
+    auto r = tjob::test::run(cli(args), env(), 120s);
+    all += r.out + r.err;
+    return r;
+  };
+  CHECK(take({"run", "--name", "quiet", "--", "sh", "-c", "echo the job does not know the token"}).exit_code == 0);
+  for (std::string f : {"table", "json", "yaml"}) {
+    take({"get", "quiet", "-o", f});
+    take({"list", "-o", f});
+    take({"events", "quiet", "-o", f});
+  }
+  take({"logs", "quiet"});
+  CHECK(take({"get", "no-such-job"}).exit_code != 0);
+  CHECK(take({"run", "--name", "Bad_Name", "--", "true"}).exit_code == 2);
+  CHECK(take({"runtimes", "--runtime-dir", "/nonexistent"}).exit_code == 0);
+  server.ctl("fail", R"({"count": 2, "code": 403})");  // an error from the server itself
+  take({"list"});
+  CHECK(all.find("quiet") != std::string::npos);
+  CHECK(all.find(server.token) == std::string::npos);
+}
+
 TEST_CASE_FIXTURE(kube_fixture, "cancel suspends the TrainJob: its pods stop and it reads Failed (cancelled)") {
   trainer_client c(kube_config());
   c.train(sleeper("stopme", "60000"));

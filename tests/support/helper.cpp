@@ -8,6 +8,7 @@
 //   env NAME               print the value of NAME ("<unset>" if unset)
 //   pwd                    print the working directory
 //   flood BYTES            write BYTES bytes as 100-byte lines, exit 0
+//   longline BYTES         write one line of BYTES 'x' bytes (then '\n')
 //   close-stdout MS        close stdout and stderr, keep running MS ms, exit 7
 //   ignore-term PIDFILE    ignore SIGTERM, leave a grandchild (also ignoring it)
 //                          behind, write "<child> <grandchild>" to PIDFILE, print
@@ -79,6 +80,16 @@ int main(int argc, char** argv) {
         write_all(1, block.data(), n);
         bytes -= static_cast<long long>(n);
       }
+      i += 1;
+    } else if (cmd == "longline") {
+      long long bytes = std::atoll(arg(1).c_str());
+      std::string block(1 << 20, 'x');
+      while (bytes > 0) {
+        size_t n = static_cast<size_t>(std::min<long long>(bytes, static_cast<long long>(block.size())));
+        write_all(1, block.data(), n);
+        bytes -= static_cast<long long>(n);
+      }
+      write_all(1, "\n", 1);
       i += 1;
     } else if (cmd == "close-stdout") {
       ::close(1);
