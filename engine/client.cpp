@@ -6,6 +6,8 @@
 #include <boost/asio/use_future.hpp>
 
 #include <optional>
+#include <string>
+#include <type_traits>
 #include <thread>
 
 namespace tjob {
@@ -29,9 +31,41 @@ struct trainer_client::impl {
     eng.reset();
   }
 
+  // What an operation gave, carried back to the caller's thread as values: an
+  // exception object never crosses threads (libstdc++ frees it through a
+  // reference count ThreadSanitizer cannot see, so it reported every error
+  // returned this way as a race).
+  template <class T>
+  struct outcome {
+    std::conditional_t<std::is_void_v<T>, bool, std::optional<T>> value{};
+    std::optional<error> failure;
+    std::optional<std::string> other;  // what() of anything that is not a tjob::error
+  };
+
+  template <class T>
+  static asio::awaitable<outcome<T>> guarded(asio::awaitable<T> op) {
+    outcome<T> r;
+    try {
+      if constexpr (std::is_void_v<T>)
+        co_await std::move(op);
+      else {
+        T v = co_await std::move(op);  // named: g++ 12 mishandles a co_await inside a call's arguments
+        r.value.emplace(std::move(v));
+      }
+    } catch (const error& e) {
+      r.failure.emplace(e.code(), e.what(), e.diagnostics());
+    } catch (const std::exception& e) {
+      r.other = e.what();
+    }
+    co_return r;
+  }
+
   template <class T>
   T call(asio::awaitable<T> op) {
-    return asio::co_spawn(ctx, std::move(op), asio::use_future).get();
+    auto r = asio::co_spawn(ctx, guarded(std::move(op)), asio::use_future).get();
+    if (r.failure) throw error(*r.failure);
+    if (r.other) throw std::runtime_error(*r.other);
+    if constexpr (!std::is_void_v<T>) return std::move(*r.value);
   }
 
   asio::io_context ctx{1};
@@ -41,8 +75,22 @@ struct trainer_client::impl {
 };
 
 struct log_reader::impl {
-  trainer_client::impl* client;
+  trainer_client::impl* client = nullptr;
   log_stream stream;
+
+  // A stream's state is the engine's (its watches, its wake-ups): it goes on
+  // the engine's thread, never on the caller's (ThreadSanitizer caught the
+  // inotify subscribers being erased here while the reactor read them).
+  ~impl() {
+    try {
+      if (client) client->call(release(std::move(stream)));
+    } catch (...) {
+    }
+  }
+  static asio::awaitable<void> release(log_stream s) {
+    { log_stream gone = std::move(s); }
+    co_return;
+  }
 };
 
 log_reader::log_reader(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -79,7 +127,10 @@ std::vector<train_job> trainer_client::list_jobs(std::optional<std::string> runt
 }
 log_reader trainer_client::get_job_logs(const std::string& name, log_options options) {
   auto stream = impl_->call(impl_->eng->get_job_logs(name, std::move(options)));
-  return log_reader(std::make_unique<log_reader::impl>(log_reader::impl{impl_.get(), std::move(stream)}));
+  auto reader = std::make_unique<log_reader::impl>();
+  reader->client = impl_.get();
+  reader->stream = std::move(stream);
+  return log_reader(std::move(reader));
 }
 train_job trainer_client::wait_for_job_status(const std::string& name,
                                               std::set<job_status> statuses,
