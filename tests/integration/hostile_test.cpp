@@ -94,7 +94,7 @@ TEST_CASE_FIXTURE(fixture, "a 100 MB line is stored byte for byte and read in 1 
   CHECK(total == size + 1);
   CHECK(largest <= (1u << 20) + 1);
   CHECK(pieces >= 100);
-  CHECK(peak - before < 48l << 20);  // pieces, not the line
+  if (!tjob::test::under_sanitizer()) CHECK(peak - before < 48l << 20);  // pieces, not the line
   CHECK(fs::file_size(fs::path(home()) / "jobs" / name / "logs" / "node-0.log") == static_cast<std::uintmax_t>(size + 1));
   CHECK(c.get_job(name).status == job_status::complete);
 }

@@ -51,7 +51,7 @@ TEST_CASE("10,000 jobs run at once within the open-file limit and a few KiB each
             << fds << " descriptors open");
   CHECK(fds - fds_before <= static_cast<std::size_t>(n) + 16);
   CHECK(fds < 20000u);
-  CHECK(per_job < 8192);  // this process holds the test's own bookkeeping too
+  if (!tjob::test::under_sanitizer()) CHECK(per_job < 8192);  // this process holds the test's own bookkeeping too
   for (const auto& name : names) {
     auto job = c.get_job(name);
     REQUIRE(job.status == job_status::running);
@@ -76,7 +76,7 @@ TEST_CASE("a job writing 1 GiB with a stalled follower: memory stays flat and no
   CHECK(job.status == job_status::complete);
   long during = rss_bytes() - before;
   MESSAGE("1 GiB written with a stalled follower; engine memory grew by " << during / 1024 << " KiB");
-  CHECK(during < (16l << 20));
+  if (!tjob::test::under_sanitizer()) CHECK(during < (16l << 20));
   CHECK(std::filesystem::file_size(c.home() / "jobs" / name / "logs" / "node-0.log") ==
         static_cast<std::uintmax_t>(size));
   long long total = 100;

@@ -22,6 +22,22 @@ namespace tjob::test {
 /// The built `tjob` and `tjob-test-helper`.
 std::string tjob_bin();
 std::string helper_bin();
+/// True in an ASan or TSan build, where memory figures are the sanitizer's
+/// (its quarantine and shadow), not the code's: memory bounds are not checked there.
+constexpr bool under_sanitizer() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
 /// The built tjob-stress (tests/support/stress.cpp).
 std::string stress_bin();
 /// The source tree (for the README's examples).
