@@ -33,6 +33,14 @@ std::string expected_log(const std::string& tag, int i) {
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
+// Where `got` leaves `want`, with what follows there, for the failure message.
+std::string departure(const std::string& want, const std::string& got) {
+  std::size_t i = 0;
+  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+  return "at byte " + std::to_string(i) + " of " + std::to_string(got.size()) + ": got \"" +
+         got.substr(i, 160) + "\", wanted \"" + want.substr(i, 80) + "\"";
+}
+
 std::string integrity(const std::string& db_path) {
   sqlite3* db = nullptr;
   std::string out;
@@ -117,6 +125,7 @@ TEST_CASE("an engine SIGKILLed at random points again and again loses no job, no
       CHECK(is_terminal(job.status));  // nothing left Created or Running
       auto log = tjob::test::read_file(std::filesystem::path(fx.home()) / "jobs" / name / "logs" / "node-0.log");
       auto want = expected_log(tag, i);
+      INFO("log " << departure(want, log));
       if (st.reason == "lost" || st.reason == "cancelled") {
         CHECK(job.status == job_status::failed);
         CHECK(starts_with(want, log));  // a prefix: nothing torn, nothing made up
