@@ -1,5 +1,6 @@
 #include "engine/yaml_guard.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace tjob::detail {
@@ -26,7 +27,10 @@ bool marker(std::string_view l, std::string_view m) {
 }
 
 // Does the first line of a block mapping hold a key: a ':' followed by a
-// blank or the end, outside quotes and before a comment?
+// blank or the end, before a comment; or, when the line starts with a quoted
+// scalar, such a ':' right after its closing quote (blanks between)? A quoted
+// scalar followed by anything else is the document's root ("'x','y: z" and
+// "'x':/" are scalars, and a ',' after either hangs yaml-cpp).
 bool has_key(std::string_view l) {
   char quote = 0;
   for (std::size_t i = 0; i < l.size(); ++i) {
@@ -37,8 +41,11 @@ bool has_key(std::string_view l) {
       } else if (c == quote) {
         if (quote == '\'' && i + 1 < l.size() && l[i + 1] == '\'')
           ++i;
-        else
-          quote = 0;
+        else {
+          auto next = l.find_first_not_of(" \t", i + 1);
+          return next != std::string_view::npos && l[next] == ':' &&
+                 (next + 1 == l.size() || l[next + 1] == ' ' || l[next + 1] == '\t' || l[next + 1] == '\r');
+        }
       }
       continue;
     }
@@ -97,6 +104,12 @@ std::optional<std::string> check_flow_root(const std::vector<line>& lines, std::
 
 std::optional<std::string> yaml_mapping_problem(std::string_view text) {
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  // YAML is text, and yaml-cpp takes a NUL for the end of its input, so that
+  // what follows is after the root ("\0,m:" hangs it).
+  if (auto nul = text.find('\0'); nul != std::string_view::npos) {
+    auto line_no = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n');
+    return "line " + std::to_string(line_no) + ": a NUL byte (a YAML file is text)";
+  }
   std::vector<line> lines;
   for (std::size_t start = 0, n = 1; start <= text.size(); ++n) {
     auto nl = text.find('\n', start);
@@ -105,8 +118,15 @@ std::optional<std::string> yaml_mapping_problem(std::string_view text) {
     start = nl + 1;
   }
   std::size_t doc = 0;
+  auto directive = [&](std::size_t i) { return lines[i].text.substr(0, 1) == "%"; };
   for (std::size_t i = 0; i < lines.size();) {
-    // One document: up to the next "---" or "..." line.
+    // A '%' at column 0 is a directive to yaml-cpp wherever it stands, and
+    // it ends the document before it ("a: b\n%x\n," hangs it).
+    if (directive(i)) {
+      ++i;
+      continue;
+    }
+    // One document: up to the next "---", "..." or directive line.
     ++doc;
     std::size_t begin = i, end = i;
     std::size_t first_col = 0;
@@ -121,12 +141,12 @@ std::optional<std::string> yaml_mapping_problem(std::string_view text) {
       }
       end = i + 1;
     }
-    while (end < lines.size() && !marker(lines[end].text, "---") && !marker(lines[end].text, "...")) ++end;
+    while (end < lines.size() && !marker(lines[end].text, "---") && !marker(lines[end].text, "...") &&
+           !directive(end))
+      ++end;
     std::size_t first = begin;
     if (first_col == 0) {
-      while (first < end && (blank_or_comment(lines[first].text) ||
-                             (first == begin && lines[first].text.substr(0, 1) == "%")))
-        ++first;
+      while (first < end && blank_or_comment(lines[first].text)) ++first;
     }
     if (first < end) {
       auto l = lines[first].text;
@@ -141,7 +161,13 @@ std::optional<std::string> yaml_mapping_problem(std::string_view text) {
       }
     }
     i = end;
-    if (i < lines.size() && marker(lines[i].text, "...")) ++i;  // the end marker belongs to this document
+    if (i < lines.size() && marker(lines[i].text, "...")) {  // the end marker belongs to this document
+      // and nothing may follow it on its line: yaml-cpp reads what does as a
+      // root (another way to a ',' after the root).
+      if (!blank_or_comment(lines[i].text.substr(3)))
+        return "line " + std::to_string(lines[i].number) + ": text after the document end marker '...'";
+      ++i;
+    }
   }
   return std::nullopt;
 }

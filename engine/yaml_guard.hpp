@@ -5,8 +5,11 @@
 // fuzz_runtimes; ",", " ,", "- a\n,", "[b],", "\"x\",", "a: b\n---\n,").
 // Inside a block mapping the same ',' is a clean parse error. Every document
 // tjob reads must be a mapping anyway, so this requires each document's root
-// to be one: a block mapping whose first key is at column 0, or a flow
-// mapping {...} with nothing after its closing brace.
+// to be one: a block mapping whose first key is at column 0 (a quoted key
+// followed by its ':'), or a flow mapping {...} with nothing after its
+// closing brace; nothing after a "..." end marker on its line; no NUL byte
+// (yaml-cpp reads it as the end of input). Each rule closed a hang the
+// fuzzers found (tests/fuzz/corpus/*/regress-*).
 #pragma once
 
 #include <optional>
