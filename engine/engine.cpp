@@ -212,6 +212,8 @@ engine::impl::impl(asio::any_io_executor executor, engine_config config)
                                       "; set TJOB_HOME to a writable directory");
   ::close(fd);
   db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout);
+  checkpointer = std::make_unique<detail::wal_checkpointer>(db_path);
+  db->on_wal_full = [this] { start_checkpoint(); };
   venv_store = detail::venv_cache::cache(home / "cache" / "venvs");
   gpu_devices = cfg.gpu_devices;
   if (gpu_devices.empty()) {
@@ -264,6 +266,21 @@ asio::awaitable<bool> engine::impl::insert_job(detail::job_row row, std::string 
 
 // Group commit: every write queued during one reactor turn goes into one
 // transaction; the notifications that depend on it run after it commits.
+void engine::impl::start_checkpoint() {
+  if (checkpoint_running || stopping) return;
+  checkpoint_running = true;
+  if (!checkpoint_thread) checkpoint_thread = std::make_unique<asio::thread_pool>(1);
+  asio::post(*checkpoint_thread, [w = weak_from_this(), c = checkpointer.get(), ex = ex] {
+    auto why = c->run();
+    asio::post(ex, [w, why = std::move(why)] {
+      if (auto self = w.lock()) {
+        self->checkpoint_running = false;
+        if (!why.empty()) self->log->warn("{}", why);
+      }
+    });
+  });
+}
+
 void engine::impl::flush() {
   flush_posted = false;
   if (pending.empty()) return;
@@ -1709,6 +1726,7 @@ asio::awaitable<void> engine::shutdown() {
   while (e.internal_coroutines > 0) co_await e.idle.wait_until(steady::time_point::max());
   e.flush();
   e.pool.join();
+  if (e.checkpoint_thread) e.checkpoint_thread->join();
 }
 
 }  // namespace tjob

@@ -125,6 +125,11 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   std::size_t internal_coroutines = 0;
   detail::wake_signal idle;
   boost::asio::thread_pool pool{1};
+  // The store's WAL checkpoints run on a thread of their own (made at the
+  // first): on `pool` they would hold up the next job's directories.
+  std::unique_ptr<detail::wal_checkpointer> checkpointer;
+  std::unique_ptr<boost::asio::thread_pool> checkpoint_thread;  // after checkpointer: joined first
+  bool checkpoint_running = false;
   std::vector<std::string> gpu_devices;
   detail::wake_list device_waiters;  // woken when this engine releases devices
   pid_t self_pid = 0;
@@ -143,6 +148,8 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   /// false when the name is taken.
   boost::asio::awaitable<bool> insert_job(detail::job_row row, std::string created_message);
   void flush();
+  /// A passive checkpoint of the store on checkpoint_thread, unless one runs.
+  void start_checkpoint();
   template <class F>
   auto transact(F&& f) {
     flush();

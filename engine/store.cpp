@@ -165,6 +165,14 @@ void store::open(std::chrono::milliseconds busy_timeout) {
   exec("PRAGMA journal_mode=WAL");
   exec("PRAGMA synchronous=NORMAL");
   exec("PRAGMA foreign_keys=ON");
+  // Replaces SQLite's own checkpoint-on-commit (see on_wal_full).
+  sqlite3_wal_hook(
+      db_,
+      [](void* self, sqlite3*, const char*, int pages) {
+        static_cast<store*>(self)->wal_pages_ = pages;
+        return SQLITE_OK;
+      },
+      this);
   auto wake = wake_path(path_);
   wake_fd_ = ::open(wake.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (wake_fd_ < 0)
@@ -216,7 +224,20 @@ sqlite3_stmt* store::prepare(std::string_view sql) {
 
 void store::begin() { exec("BEGIN IMMEDIATE"); }
 void store::commit() {
+  wal_pages_ = 0;
   exec("COMMIT");
+  // A checkpoint that runs while this connection writes cannot copy what it
+  // writes meanwhile, so the WAL starts over only when one has caught up:
+  // ask again each time it has grown by checkpoint_pages, not on every commit.
+  if (wal_pages_ < next_checkpoint_ - checkpoint_pages) next_checkpoint_ = checkpoint_pages;  // started over
+  if (wal_pages_ >= next_checkpoint_) {
+    if (on_wal_full && wal_pages_ < 8 * checkpoint_pages) {
+      next_checkpoint_ = wal_pages_ + checkpoint_pages;
+      on_wal_full();
+    } else {
+      sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    }
+  }
   // A commit reaches the WAL file first and becomes visible only when the
   // shared-memory index is updated, which no inotify watch sees. A process woken
   // by the WAL write may read before that and then wait with nothing more to
@@ -226,6 +247,32 @@ void store::commit() {
     }
   }
 }
+wal_checkpointer::~wal_checkpointer() {
+  if (db_) sqlite3_close_v2(db_);
+}
+
+std::string wal_checkpointer::run() noexcept {
+  if (!db_) {
+    // No SQLITE_OPEN_CREATE: the store made the file; a missing one is not ours to make.
+    int rc = sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc != SQLITE_OK) {
+      std::string why = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+      sqlite3_close_v2(db_);
+      db_ = nullptr;
+      return "cannot open " + path_.string() + " to checkpoint it: " + why;
+    }
+    // This connection never writes: its own checkpoint-on-commit stays off.
+    sqlite3_wal_autocheckpoint(db_, 0);
+  }
+  // A connection sees the WAL only once it has read the database: until
+  // then a checkpoint through it does nothing and says it succeeded.
+  if (int rc = sqlite3_exec(db_, "PRAGMA schema_version", nullptr, nullptr, nullptr); rc != SQLITE_OK)
+    return "cannot read " + path_.string() + " to checkpoint it: " + sqlite3_errmsg(db_);
+  int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  if (rc != SQLITE_OK && rc != SQLITE_BUSY) return "checkpoint of " + path_.string() + ": " + sqlite3_errmsg(db_);
+  return {};
+}
+
 void store::rollback() noexcept { sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr); }
 
 bool store::insert_job(const job_row& job) {

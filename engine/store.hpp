@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -63,6 +64,17 @@ class store {
 
   const std::filesystem::path& path() const noexcept { return path_; }
 
+  /// Checkpointing the WAL (copying its pages into the database file, with
+  /// an fdatasync of each) takes milliseconds; SQLite would do it inside the
+  /// commit that fills the WAL to 1,000 pages, on the reactor thread. Instead,
+  /// when set, this runs after a commit that leaves `checkpoint_pages` or
+  /// more in the WAL (then each time it has grown by as much again), and its
+  /// owner checkpoints on another thread (wal_checkpointer). Unset, or past 8x
+  /// that (a checkpointer that cannot keep up), the commit checkpoints
+  /// itself, as SQLite would.
+  std::function<void()> on_wal_full;
+  static constexpr int checkpoint_pages = 1000;
+
   void begin();             ///< BEGIN IMMEDIATE (waits up to the busy timeout)
   /// COMMIT, then a write to wake_path(): readers watching the directory are
   /// woken once the commit is visible to them.
@@ -103,7 +115,28 @@ class store {
   std::filesystem::path path_;
   sqlite3* db_ = nullptr;
   int wake_fd_ = -1;
+  int wal_pages_ = 0;  ///< in the WAL after this connection's last commit
+  int next_checkpoint_ = checkpoint_pages;  ///< WAL pages at which on_wal_full is next called
   std::vector<std::pair<std::string, sqlite3_stmt*>> cache_;
+};
+
+/// A connection of its own that checkpoints a store's WAL, for a thread
+/// other than the store's: PASSIVE, so it never waits for or blocks the
+/// store's readers and writers (what it cannot copy yet, the next one does).
+/// Opened on first use; used by one thread at a time.
+class wal_checkpointer {
+ public:
+  explicit wal_checkpointer(std::filesystem::path db_path) : path_(std::move(db_path)) {}
+  wal_checkpointer(const wal_checkpointer&) = delete;
+  wal_checkpointer& operator=(const wal_checkpointer&) = delete;
+  ~wal_checkpointer();
+
+  /// Empty when done; else why not (the next call tries again).
+  std::string run() noexcept;
+
+ private:
+  std::filesystem::path path_;
+  sqlite3* db_ = nullptr;
 };
 
 }  // namespace tjob::detail

@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 
 #include <cstring>
+#include <thread>
 #include <sys/inotify.h>
 #include <unistd.h>
 
@@ -167,4 +168,61 @@ TEST_CASE("the last change a commit makes in the store's directory is to the wak
   }
   ::close(fd);
   CHECK(std::filesystem::exists(store::wake_path(path)));
+}
+
+TEST_CASE("a full WAL goes to on_wal_full, a wal_checkpointer on another thread copies it, and past 8x the commit does") {
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  auto wal = std::filesystem::path(path.string() + "-wal");
+  store db(path, std::chrono::milliseconds(1000));
+  int calls = 0;
+  db.on_wal_full = [&] { ++calls; };
+  int n = 0;
+  auto write_one = [&] {
+    auto j = sample("j" + std::to_string(n++));
+    j.spec = std::string(3000, 'x');  // about a page a job
+    db.begin();
+    db.insert_job(j);
+    db.commit();
+  };
+  while (calls == 0 && n < 20000) write_one();
+  REQUIRE(calls == 1);
+  auto db_size = std::filesystem::file_size(path);
+  write_one();
+  CHECK(calls == 1);  // asked once, then again when the WAL has grown as much again
+  CHECK(std::filesystem::file_size(path) == db_size);  // nothing was copied by the commit
+
+  wal_checkpointer cp(path);
+  std::string why = "not run";
+  std::thread t([&] { why = cp.run(); });
+  t.join();
+  CHECK(why.empty());
+  CHECK(std::filesystem::file_size(path) > static_cast<std::uintmax_t>(n) * 3000);  // every job is in the file
+  write_one();  // the next writer starts the WAL over, and it fills again
+  auto restarted = n;
+  while (calls == 1 && n < 20000) write_one();
+  CHECK(calls == 2);
+  CHECK(n - restarted >= 100);
+
+  // A checkpointer that never comes: the commit at 8x does it itself, so
+  // the WAL stops growing there.
+  while (n < 20000 && std::filesystem::file_size(wal) < 9 * store::checkpoint_pages * 4096ull) {
+    auto before = std::filesystem::file_size(path);
+    write_one();
+    if (std::filesystem::file_size(path) > before) break;
+  }
+  CHECK(std::filesystem::file_size(wal) < 9 * store::checkpoint_pages * 4096ull);
+  CHECK(calls >= 8);  // at 2x, 3x ... 7x
+  auto j = db.load_job("j" + std::to_string(n - 1));
+  REQUIRE(j);
+  CHECK(j->spec.size() == 3000);
+}
+
+TEST_CASE("a wal_checkpointer of a store that is not there says so and makes nothing") {
+  tjob::test::temp_dir d;
+  wal_checkpointer cp(d.path() / "none.db");
+  auto why = cp.run();
+  CHECK(why.find("cannot open") != std::string::npos);
+  CHECK(why.find("none.db") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(d.path() / "none.db"));
 }
