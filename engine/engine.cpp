@@ -16,6 +16,7 @@
 #include "engine/strings.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
@@ -783,7 +784,9 @@ asio::awaitable<step_outcome> engine::impl::run_phases(std::shared_ptr<job_rec> 
 // the pool, and the coroutine comes back to the reactor after it.
 asio::awaitable<void> engine::impl::remove_tree(std::filesystem::path dir, std::string job) {
   auto self = shared_from_this();
-  co_await asio::post(pool, asio::use_awaitable);
+  // bind_executor: the coroutine resumes on the pool. A plain post(pool,
+  // use_awaitable) would run an empty handler there and resume it here.
+  co_await asio::post(asio::bind_executor(pool, asio::use_awaitable));
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   co_await asio::post(self->ex, asio::use_awaitable);
@@ -792,7 +795,7 @@ asio::awaitable<void> engine::impl::remove_tree(std::filesystem::path dir, std::
 
 asio::awaitable<void> engine::impl::blocking(std::function<void()> f) {
   auto self = shared_from_this();
-  co_await asio::post(pool, asio::use_awaitable);
+  co_await asio::post(asio::bind_executor(pool, asio::use_awaitable));  // resumes on the pool (see remove_tree)
   std::exception_ptr error;
   try {
     f();

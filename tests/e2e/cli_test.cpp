@@ -502,3 +502,31 @@ TEST_CASE_FIXTURE(fixture, "tjob writes nothing outside TJOB_HOME: every write-o
   }
   CHECK_FALSE(std::filesystem::exists(marker));
 }
+
+TEST_CASE_FIXTURE(fixture, "a new job's directories are made on the engine's pool, not on the thread that spawns jobs") {
+  // Blocking file work (directories, logs, venv copies and removals) must
+  // leave the reactor free; strace -f shows which thread made each call.
+  if (tjob::test::run({"strace", "-V"}).exit_code != 0) {
+    if (std::getenv("CI")) FAIL("strace is not installed (scripts/setup installs it)");
+    return;
+  }
+  auto trace = dir.path() / "trace";
+  auto traced_env = env();
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  traced_env["ASAN_OPTIONS"] = std::string(asan ? asan : "") + ":detect_leaks=0";  // no LSan under ptrace
+  auto r = run({"strace", "-f", "-qq", "-o", trace.string(), "-e", "trace=mkdir,mkdirat,clone,clone3", tjob_bin(),
+                "run", "--name", "pooled", "--", helper_bin(), "print", "x"},
+               traced_env, 120s);
+  REQUIRE(r.exit_code == 0);
+  std::string spawner, maker;
+  std::istringstream lines(tjob::test::read_file(trace));
+  for (std::string line; std::getline(lines, line);) {
+    auto tid = line.substr(0, line.find(' '));
+    if (line.find("CLONE_VFORK") != std::string::npos && spawner.empty()) spawner = tid;  // the job's spawn
+    if (line.find("/jobs/pooled/logs\"") != std::string::npos && line.find("= 0") != std::string::npos) maker = tid;
+  }
+  CAPTURE(tjob::test::read_file(trace));
+  REQUIRE_FALSE(spawner.empty());
+  REQUIRE_FALSE(maker.empty());
+  CHECK(maker != spawner);
+}
