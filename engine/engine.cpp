@@ -265,8 +265,6 @@ asio::awaitable<bool> engine::impl::insert_job(detail::job_row row, std::string 
   co_return st->inserted;
 }
 
-// Group commit: every write queued during one reactor turn goes into one
-// transaction; the notifications that depend on it run after it commits.
 void engine::impl::start_checkpoint() {
   if (checkpoint_running || stopping) return;
   checkpoint_running = true;
@@ -282,6 +280,8 @@ void engine::impl::start_checkpoint() {
   });
 }
 
+// Group commit: every write queued during one reactor turn goes into one
+// transaction; the notifications that depend on it run after it commits.
 void engine::impl::flush() {
   flush_posted = false;
   if (pending.empty()) return;
