@@ -106,10 +106,17 @@ std::optional<std::string> yaml_mapping_problem(std::string_view text) {
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   // YAML is text, and yaml-cpp takes a NUL for the end of its input, so that
   // what follows is after the root ("\0,m:" hangs it).
-  if (auto nul = text.find('\0'); nul != std::string_view::npos) {
-    auto line_no = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n');
-    return "line " + std::to_string(line_no) + ": a NUL byte (a YAML file is text)";
-  }
+  auto line_of = [&](std::size_t at) {
+    return std::to_string(1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+  };
+  if (auto nul = text.find('\0'); nul != std::string_view::npos)
+    return "line " + line_of(nul) + ": a NUL byte (a YAML file is text)";
+  // A carriage return is a line end only before a line feed (CRLF files
+  // pass); alone, yaml-cpp and this check would read the line differently
+  // (":\rl" is a key to one and not the other, and hangs yaml-cpp).
+  for (auto cr = text.find('\r'); cr != std::string_view::npos; cr = text.find('\r', cr + 1))
+    if (cr + 1 == text.size() || text[cr + 1] != '\n')
+      return "line " + line_of(cr) + ": a carriage return without a line feed after it";
   std::vector<line> lines;
   for (std::size_t start = 0, n = 1; start <= text.size(); ++n) {
     auto nl = text.find('\n', start);

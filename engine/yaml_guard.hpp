@@ -8,8 +8,8 @@
 // to be one: a block mapping whose first key is at column 0 (a quoted key
 // followed by its ':'), or a flow mapping {...} with nothing after its
 // closing brace; nothing after a "..." end marker on its line; no NUL byte
-// (yaml-cpp reads it as the end of input). Each rule closed a hang the
-// fuzzers found (tests/fuzz/corpus/*/regress-*).
+// (yaml-cpp reads it as the end of input); no carriage return but in CRLF.
+// Each rule closed a hang the fuzzers found (tests/fuzz/corpus/*/regress-*).
 #pragma once
 
 #include <optional>

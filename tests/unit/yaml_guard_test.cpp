@@ -26,6 +26,9 @@ TEST_CASE("documents whose root is not a mapping are refused before yaml-cpp see
   CHECK(*yaml_mapping_problem("a: b\n... \"x\",y:\n") == "line 2: text after the document end marker '...'");
   CHECK(*yaml_mapping_problem("... 'x',\n") == "line 1: text after the document end marker '...'");
   CHECK(*yaml_mapping_problem(std::string("a: b\n\0,\tm:", 10)) == "line 2: a NUL byte (a YAML file is text)");
+  // found by fuzz_runtimes: ":\r" is a key to the check and not to yaml-cpp
+  CHECK(*yaml_mapping_problem(":\rl\n#\n\"\"\"\",") == "line 1: a carriage return without a line feed after it");
+  CHECK(*yaml_mapping_problem("a: b\r\nc: d\r") == "line 2: a carriage return without a line feed after it");
 }
 
 TEST_CASE("mappings in every form tjob reads pass") {
