@@ -783,19 +783,16 @@ asio::awaitable<step_outcome> engine::impl::run_phases(std::shared_ptr<job_rec> 
 // Deleting a tree (a venv: thousands of files) is blocking work: it runs on
 // the pool, and the coroutine comes back to the reactor after it.
 asio::awaitable<void> engine::impl::remove_tree(std::filesystem::path dir, std::string job) {
-  auto self = shared_from_this();
-  // bind_executor: the coroutine resumes on the pool. A plain post(pool,
-  // use_awaitable) would run an empty handler there and resume it here.
-  co_await asio::post(asio::bind_executor(pool, asio::use_awaitable));
   std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  co_await asio::post(self->ex, asio::use_awaitable);
+  co_await blocking([&] { std::filesystem::remove_all(dir, ec); });
   if (ec) log->warn("job {}: could not remove {}: {}", job, dir.string(), ec.message());
 }
 
 asio::awaitable<void> engine::impl::blocking(std::function<void()> f) {
   auto self = shared_from_this();
-  co_await asio::post(asio::bind_executor(pool, asio::use_awaitable));  // resumes on the pool (see remove_tree)
+  // bind_executor: the coroutine resumes on the pool. A plain post(pool,
+  // use_awaitable) would run an empty handler there and resume it here.
+  co_await asio::post(asio::bind_executor(pool, asio::use_awaitable));
   std::exception_ptr error;
   try {
     f();

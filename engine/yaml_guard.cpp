@@ -26,6 +26,12 @@ bool marker(std::string_view l, std::string_view m) {
   return l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r';
 }
 
+// Is l[i] a ':' that marks a value: followed by a blank or the line's end?
+bool value_indicator(std::string_view l, std::size_t i) {
+  return i < l.size() && l[i] == ':' &&
+         (i + 1 == l.size() || l[i + 1] == ' ' || l[i + 1] == '\t' || l[i + 1] == '\r');
+}
+
 // Does the first line of a block mapping hold a key: a ':' followed by a
 // blank or the end, before a comment; or, when the line starts with a quoted
 // scalar, such a ':' right after its closing quote (blanks between)? A quoted
@@ -41,11 +47,8 @@ bool has_key(std::string_view l) {
       } else if (c == quote) {
         if (quote == '\'' && i + 1 < l.size() && l[i + 1] == '\'')
           ++i;
-        else {
-          auto next = l.find_first_not_of(" \t", i + 1);
-          return next != std::string_view::npos && l[next] == ':' &&
-                 (next + 1 == l.size() || l[next + 1] == ' ' || l[next + 1] == '\t' || l[next + 1] == '\r');
-        }
+        else
+          return value_indicator(l, l.find_first_not_of(" \t", i + 1));
       }
       continue;
     }
@@ -53,7 +56,7 @@ bool has_key(std::string_view l) {
       quote = c;
     } else if (c == '#' && i > 0 && (l[i - 1] == ' ' || l[i - 1] == '\t')) {
       return false;
-    } else if (c == ':' && (i + 1 == l.size() || l[i + 1] == ' ' || l[i + 1] == '\t' || l[i + 1] == '\r')) {
+    } else if (value_indicator(l, i)) {
       return true;
     }
   }

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -22,6 +23,20 @@ struct fixture : tjob::test::home_fixture {
   tjob::test::result tjob(std::vector<std::string> args) const {
     args.insert(args.begin(), tjob_bin());
     return run(args, env());
+  }
+  /// Whether strace can run here; in CI its absence fails the test (scripts/setup installs it).
+  static bool have_strace() {
+    if (tjob::test::run({"strace", "-V"}).exit_code == 0) return true;
+    if (std::getenv("CI")) FAIL("strace is not installed (scripts/setup installs it)");
+    return false;
+  }
+  /// env() for tjob under strace: LeakSanitizer cannot run under ptrace, and
+  /// leaks are the other tests' business.
+  std::map<std::string, std::string> traced_env() const {
+    auto e = env();
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    e["ASAN_OPTIONS"] = std::string(asan ? asan : "") + ":detect_leaks=0";
+    return e;
   }
 };
 
@@ -462,10 +477,7 @@ std::vector<std::string> written_paths(const std::string& trace, const std::stri
 }  // namespace
 
 TEST_CASE_FIXTURE(fixture, "tjob writes nothing outside TJOB_HOME: every write-open, mkdir, rename and unlink traced") {
-  if (tjob::test::run({"strace", "-V"}).exit_code != 0) {
-    if (std::getenv("CI")) FAIL("strace is not installed (scripts/setup installs it)");
-    return;
-  }
+  if (!have_strace()) return;
   auto trace = dir.path() / "trace";
   auto script = dir.path() / "job.py";
   std::ofstream(script) << "print('python job')\n";
@@ -484,11 +496,7 @@ TEST_CASE_FIXTURE(fixture, "tjob writes nothing outside TJOB_HOME: every write-o
                                   "link,linkat,symlink,symlinkat,truncate,execve",
                                   tjob_bin()};
     argv.insert(argv.end(), args.begin(), args.end());
-    auto traced_env = env();
-    // LeakSanitizer cannot run under ptrace; leaks are the other tests' business.
-    const char* asan = std::getenv("ASAN_OPTIONS");
-    traced_env["ASAN_OPTIONS"] = std::string(asan ? asan : "") + ":detect_leaks=0";
-    auto r = run(argv, traced_env, 120s);
+    auto r = run(argv, traced_env(), 120s);
     CAPTURE(args.front());
     CHECK(r.exit_code == 0);
     traced += tjob::test::read_file(trace);
@@ -506,17 +514,11 @@ TEST_CASE_FIXTURE(fixture, "tjob writes nothing outside TJOB_HOME: every write-o
 TEST_CASE_FIXTURE(fixture, "a new job's directories are made on the engine's pool, not on the thread that spawns jobs") {
   // Blocking file work (directories, logs, venv copies and removals) must
   // leave the reactor free; strace -f shows which thread made each call.
-  if (tjob::test::run({"strace", "-V"}).exit_code != 0) {
-    if (std::getenv("CI")) FAIL("strace is not installed (scripts/setup installs it)");
-    return;
-  }
+  if (!have_strace()) return;
   auto trace = dir.path() / "trace";
-  auto traced_env = env();
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  traced_env["ASAN_OPTIONS"] = std::string(asan ? asan : "") + ":detect_leaks=0";  // no LSan under ptrace
   auto r = run({"strace", "-f", "-qq", "-o", trace.string(), "-e", "trace=mkdir,mkdirat,clone,clone3", tjob_bin(),
                 "run", "--name", "pooled", "--", helper_bin(), "print", "x"},
-               traced_env, 120s);
+               traced_env(), 120s);
   REQUIRE(r.exit_code == 0);
   std::string spawner, maker;
   std::istringstream lines(tjob::test::read_file(trace));
