@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <fstream>
+#include <thread>
 #include <sys/stat.h>
 
 using namespace tjob;
@@ -310,4 +311,22 @@ TEST_CASE_FIXTURE(fixture, "an unusable TJOB_HOME is reported with the path and 
     CHECK(e.code() == make_error_code(errc::store_unavailable));
     CHECK(std::string(e.what()).find("TJOB_HOME") != std::string::npos);
   }
+}
+
+TEST_CASE_FIXTURE(fixture, "the engine checkpoints its store's WAL on its own thread long before the commit would") {
+  // Without the engine's checkpointer nothing copies the WAL into tjob.db
+  // until 8,000 WAL pages (the commit's own fallback): a few hundred jobs
+  // fill about 1,000-4,000, so a tjob.db holding their rows shows it ran.
+  trainer_client c(config());
+  auto db = std::filesystem::path(home()) / "tjob.db";
+  auto wal = std::filesystem::path(home()) / "tjob.db-wal";
+  c.wait_for_job_status(c.train(helper_job({"print", "x"})), {job_status::complete}, 60s);
+  auto first = std::filesystem::file_size(db);
+  for (int i = 0; i < 300; ++i)
+    c.wait_for_job_status(c.train(helper_job({"print", "x"})), {job_status::complete}, 60s);
+  CHECK(std::filesystem::file_size(wal) < 8000u * 4096u);  // the fallback never had to run
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::filesystem::file_size(db) == first && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  CHECK(std::filesystem::file_size(db) > first);
 }
