@@ -1,17 +1,16 @@
 #include "cli/supervise.hpp"
 
-#include "adapters/process/process_adapter.hpp"
-#include "engine/spec_json.hpp"
-
 #include <tjob/client.hpp>
+#include <tjob/spec.hpp>
 
-#include <boost/asio/io_context.hpp>
 #include <boost/json.hpp>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fcntl.h>
+#include <spawn.h>
 #include <thread>
 #include <unistd.h>
 
@@ -26,7 +25,7 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   o["name"] = req.name;
   o["runtime"] = req.runtime;
   o["num_nodes"] = req.num_nodes;
-  o["trainer"] = detail::to_json(req.job_trainer);
+  o["trainer"] = json::parse(trainer_to_json(req.job_trainer));
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
   o["venv_cache"] = cfg.venv_cache;
@@ -41,7 +40,7 @@ void request_from_json(const json::value& v, train_request& req, engine_config& 
   req.name = json::value_to<std::string>(o.at("name"));
   req.runtime = json::value_to<std::string>(o.at("runtime"));
   req.num_nodes = static_cast<int>(o.at("num_nodes").to_number<std::int64_t>());
-  req.job_trainer = detail::trainer_from_json(o.at("trainer").as_object());
+  req.job_trainer = trainer_from_json(json::serialize(o.at("trainer")));
   cfg.home = json::value_to<std::string>(o.at("home"));
   cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
   cfg.venv_cache = o.at("venv_cache").as_bool();
@@ -107,22 +106,27 @@ submit_result submit_detached(const train_request& req, const engine_config& cfg
     result.error = std::string("cannot create a pipe: ") + std::strerror(errno);
     return result;
   }
-  process::spawn_spec spec;
-  spec.executable = self_exe();
-  spec.argv = {"tjob", "__supervise"};
-  for (char** e = environ; e && *e; ++e) spec.env.emplace_back(*e);
-  spec.new_session = true;
-  spec.stdin_fd = in[0];
-  spec.stdout_fd = out[1];
-  boost::asio::io_context ctx;
-  boost::system::error_code ec;
-  auto child = process::child::spawn(ctx.get_executor(), spec, ec);
+  // In a session of its own: the shell's hang-up and Ctrl-C do not reach it.
+  const std::string exe = self_exe();
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  char arg0[] = "tjob", arg1[] = "__supervise";
+  char* argv[] = {arg0, arg1, nullptr};
+  pid_t pid = 0;
+  int err = ::posix_spawn(&pid, exe.c_str(), &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   ::close(in[0]);
   ::close(out[1]);
-  if (ec) {
+  if (err != 0) {
     ::close(in[1]);
     ::close(out[0]);
-    result.error = "cannot start the supervisor " + spec.executable + ": " + ec.message();
+    result.error = "cannot start the supervisor " + exe + ": " + std::strerror(err);
     return result;
   }
   write_all(in[1], json::serialize(request_to_json(req, cfg)));
@@ -138,7 +142,7 @@ submit_result submit_detached(const train_request& req, const engine_config& cfg
     result.error = json::value_to<std::string>(v.at("error"));
     result.usage = v.at("usage").as_bool();
   } catch (const std::exception&) {
-    result.error = "the supervisor (pid " + std::to_string(child.pid()) +
+    result.error = "the supervisor (pid " + std::to_string(pid) +
                    ") ended before it accepted the job" +
                    (answer.empty() ? std::string() : ": " + answer);
   }

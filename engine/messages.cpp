@@ -1,5 +1,9 @@
 #include "engine/messages.hpp"
 
+#include "engine/names.hpp"
+
+#include <tjob/error.hpp>
+
 #include <string_view>
 
 namespace tjob::detail {
@@ -26,6 +30,20 @@ std::string failure_message(const train_job& job, const std::map<std::string, st
     }
   }
   return msg;
+}
+
+void throw_not_found(const std::string& name, const std::string& where, backend_kind kind) {
+  std::string list = kind == backend_kind::local ? "tjob list" : "tjob list --backend " + std::string(to_string(kind));
+  throw error(errc::job_not_found,
+              "No TrainJob with name " + quote(name) + " " + where + "; `" + list + "` shows the jobs there");
+}
+
+void throw_step_not_found(const std::string& name, const std::string& step,
+                          const std::vector<std::string>& steps) {
+  std::string known;
+  for (const auto& s : steps) known += (known.empty() ? "" : ", ") + s;
+  throw error(errc::step_not_found,
+              "TrainJob " + quote(name) + " has no step " + quote(step) + "; its steps are: " + known);
 }
 
 }  // namespace tjob::detail

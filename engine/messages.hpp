@@ -1,10 +1,12 @@
 // Messages every backend words the same way.
 #pragma once
 
+#include <tjob/backends.hpp>
 #include <tjob/types.hpp>
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace tjob::detail {
 
@@ -12,5 +14,14 @@ namespace tjob::detail {
 /// code and reason, then "Last logs:" with `last_logs[step]` (the step's last
 /// lines), each line indented and cut at 500 bytes.
 std::string failure_message(const train_job& job, const std::map<std::string, std::string>& last_logs);
+
+/// job_not_found: "No TrainJob with name 'n' <where>; `tjob list [--backend
+/// b]` shows the jobs there". `where` says where the backend looked ("in
+/// /home/u/.local/state/tjob", "on the Docker daemon at ...").
+[[noreturn]] void throw_not_found(const std::string& name, const std::string& where, backend_kind kind);
+
+/// step_not_found, listing the steps the job has.
+[[noreturn]] void throw_step_not_found(const std::string& name, const std::string& step,
+                                       const std::vector<std::string>& steps);
 
 }  // namespace tjob::detail

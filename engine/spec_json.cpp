@@ -1,6 +1,7 @@
 #include "engine/spec_json.hpp"
 
 #include <tjob/error.hpp>
+#include <tjob/spec.hpp>
 
 #include <boost/json.hpp>
 
@@ -116,3 +117,18 @@ trainer trainer_from_json(const json::object& o) {
 }
 
 }  // namespace tjob::detail
+
+namespace tjob {
+
+std::string trainer_to_json(const trainer& t) { return boost::json::serialize(detail::to_json(t)); }
+
+trainer trainer_from_json(std::string_view text) {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(text, ec);
+  if (ec || !v.is_object())
+    throw error(errc::invalid_argument, "job spec: not a JSON object (" +
+                                            (ec ? ec.message() : std::string("another JSON value")) + ")");
+  return detail::trainer_from_json(v.as_object());
+}
+
+}  // namespace tjob

@@ -1,6 +1,5 @@
 #include "engine/trainer_checks.hpp"
 
-#include "adapters/process/python_setup.hpp"
 #include "engine/names.hpp"
 
 #include <tjob/error.hpp>
@@ -38,21 +37,6 @@ void check_env(const std::string& who, const std::map<std::string, std::string>&
   }
 }
 
-std::string read_source(const std::string& who, const std::string& file) {
-  std::error_code ec;
-  auto size = std::filesystem::file_size(file, ec);
-  if (ec)
-    fail(errc::invalid_argument, who + ": cannot read the training file " + quote(file) + ": " +
-                                     ec.message() + "; check the path");
-  if (size > (16u << 20))
-    fail(errc::invalid_argument, who + ": the training file " + quote(file) +
-                                     " is larger than 16 MiB; pass a script, not data");
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 const runtime& check_request(train_request& req, const runtime_catalog& catalog) {
   if (req.name.empty()) {
     req.name = generate_job_name();
@@ -87,46 +71,6 @@ void check_command(const std::string& who, const command_trainer& ct) {
       fail(errc::invalid_argument, who + ": a command argument holds a NUL byte, which no "
                                          "program can receive; remove it");
   check_env(who, ct.env);
-}
-
-std::string check_python_code(const std::string& who, python_trainer& pt) {
-  if (pt.source.empty() == pt.source_file.empty())
-    fail(errc::invalid_argument, who + ": give the training code either as source text or as a "
-                                       "file (source or source_file), not both or neither");
-  if (!pt.source_file.empty()) {
-    std::error_code ec;
-    pt.source_file = std::filesystem::absolute(pt.source_file, ec).string();
-    if (pt.function.empty() && !std::filesystem::is_regular_file(pt.source_file, ec))
-      fail(errc::invalid_argument, who + ": the training file " + quote(pt.source_file) +
-                                       " does not exist; check the path");
-  }
-  std::string source = !pt.source.empty() ? pt.source
-                       : pt.function.empty() ? std::string()
-                                             : read_source(who, pt.source_file);
-  std::string where = pt.source_file.empty() ? "the source" : quote(pt.source_file);
-  if (!pt.function.empty() && !process::defines_function(source, pt.function))
-    fail(errc::invalid_argument, who + ": function " + quote(pt.function) +
-                                     " is not defined at the top level of " + where +
-                                     "; give the name of a top-level `def`");
-  if (!pt.function_args.empty()) {
-    if (pt.function.empty())
-      fail(errc::invalid_argument,
-           who + ": function_args (--args) needs a function (--func); a script takes args");
-    boost::system::error_code jec;
-    auto v = json::parse(pt.function_args, jec);
-    if (jec || !v.is_object())
-      fail(errc::invalid_argument,
-           who + ": function_args (--args) must be a JSON object of keyword arguments, such as "
-                 "{\"lr\": 0.1}; got " + printable(pt.function_args, 60));
-  }
-  if (pt.procs_per_node < 1)
-    fail(errc::invalid_argument, who + ": procs_per_node must be 1 or more");
-  for (const auto& a : pt.args)
-    if (has_nul(a)) fail(errc::invalid_argument, who + ": a script argument holds a NUL byte");
-  for (const auto& p : pt.packages_to_install)
-    if (has_nul(p)) fail(errc::invalid_argument, who + ": a package name holds a NUL byte");
-  check_env(who, pt.env);
-  return source;
 }
 
 int free_port() {

@@ -17,12 +17,6 @@ namespace tjob::detail {
 bool has_nul(std::string_view s);
 /// Env names are non-empty without '=' or NUL; values without NUL.
 void check_env(const std::string& who, const std::map<std::string, std::string>& env);
-/// The text of a training file (at most 16 MiB).
-std::string read_source(const std::string& who, const std::string& file);
-/// Checks a Python trainer's code fields (source or source_file, function,
-/// function_args, args, packages, env) and returns the source text (empty for
-/// a script file given by path). Makes source_file absolute.
-std::string check_python_code(const std::string& who, python_trainer& pt);
 
 /// The checks of a request every backend makes first. Fills in the name
 /// (generated when empty) and the runtime (torch-distributed when empty);

@@ -2,7 +2,6 @@
 #include "adapters/kubernetes/trainjob.hpp"
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -183,10 +182,10 @@ informer::informer(asio::any_io_executor ex, std::shared_ptr<api> a, std::string
 
 informer::~informer() { stop(); }
 
-void informer::start() {
+void informer::start(detail::task_group& owner) {
   if (s_->started) return;
   s_->started = true;
-  asio::co_spawn(s_->ex, state::run(s_), asio::detached);
+  owner.spawn(state::run(s_), s_->what);
 }
 
 void informer::stop() {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "adapters/kubernetes/kube_api.hpp"
+#include "engine/task_group.hpp"
 #include "engine/wake.hpp"
 
 #include <boost/json/object.hpp>
@@ -31,8 +32,9 @@ class informer {
   informer(const informer&) = delete;
   informer& operator=(const informer&) = delete;
 
-  /// Starts listing and watching (once).
-  void start();
+  /// Starts listing and watching (once), a task of `owner`, which must
+  /// outlive it: stop() ends it, and the owner's join() awaits that.
+  void start(detail::task_group& owner);
   void stop();
   bool synced() const;
   const std::map<std::string, boost::json::object>& items() const;

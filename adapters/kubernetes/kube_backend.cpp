@@ -4,7 +4,7 @@
 #include "adapters/kubernetes/kube_api.hpp"
 #include "adapters/kubernetes/kubeconfig.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
-#include "adapters/process/python_setup.hpp"
+#include "adapters/python/python_plan.hpp"
 #include "engine/log_stream_impl.hpp"
 #include "engine/messages.hpp"
 #include "engine/names.hpp"
@@ -29,57 +29,9 @@ namespace {
 
 [[noreturn]] void fail(errc c, const std::string& message) { throw error(c, message); }
 
-// The fixed program of a Python node on a cluster (python3 -c): everything
-// the user gave is data in the plan, its one argument. It writes the code to
-// a fresh directory, installs the packages (pip --user, then system-wide, as
-// Kubeflow) and runs the code under torchrun, from the controller's PET_*
-// variables, when the runtime is torch and the image has torch; else python.
-constexpr const char* entry_py = R"PY(import importlib.util, json, os, subprocess, sys, tempfile
-plan = json.loads(sys.argv[1])
-work = tempfile.mkdtemp(prefix="tjob-")
-script = os.path.join(work, "train.py")
-with open(script, "w", encoding="utf-8") as f:
-    f.write(plan["code"])
-if plan.get("kwargs") is not None:
-    with open(os.path.join(work, "train.kwargs.json"), "w", encoding="utf-8") as f:
-        f.write(plan["kwargs"])
-packages = plan.get("packages") or []
-if packages:
-    urls = plan["index_urls"]
-    base = [sys.executable, "-m", "pip", "install", "--no-warn-script-location", "--index-url", urls[0]]
-    for url in urls[1:]:
-        base += ["--extra-index-url", url]
-    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_BREAK_SYSTEM_PACKAGES="1")
-    log_path = os.path.join(work, "pip_install.log")
-    where = None
-    with open(log_path, "wb") as log:
-        if subprocess.call(base + ["--user"] + packages, stdout=log, stderr=subprocess.STDOUT, env=env) == 0:
-            where = "user"
-        elif subprocess.call(base + packages, stdout=log, stderr=subprocess.STDOUT, env=env) == 0:
-            where = "system-wide"
-    if where is None:
-        print("ERROR: Failed to install Python packages: " + " ".join(packages), file=sys.stderr)
-        sys.stderr.write(open(log_path, encoding="utf-8", errors="replace").read())
-        sys.exit(1)
-    print("Successfully installed Python packages (%s): %s" % (where, " ".join(packages)), flush=True)
-if plan.get("torch") and importlib.util.find_spec("torch") is not None:
-    e = os.environ
-    nproc = e.get("PET_NPROC_PER_NODE", "")
-    if not nproc.isdigit():
-        nproc = str(plan.get("procs", 1))
-    addr, port = e.get("PET_MASTER_ADDR", "127.0.0.1"), e.get("PET_MASTER_PORT", "29500")
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=" + nproc,
-            "--nnodes=" + e.get("PET_NNODES", "1"), "--node_rank=" + e.get("PET_NODE_RANK", "0"),
-            "--rdzv_backend=static", "--rdzv_endpoint=%s:%s" % (addr, port),
-            "--master_addr=" + addr, "--master_port=" + port, "--monitor_interval=0.2",
-            "--redirects", "9:1", "--tee", "9:1", script]
-else:
-    argv = [sys.executable, script]
-argv += plan.get("args") or []
-sys.stdout.flush()
-os.execv(argv[0], argv)
-)PY";
-
+// A Python node runs the shared entry script (python3 -c ENTRY PLAN): the plan
+// carries the code and everything the user gave, as data; the torchrun flags
+// are filled in on the node from the controller's PET_* variables.
 constexpr std::size_t max_arg = 1 << 20;  // the CRD's limit on one trainer argument
 const std::set<std::string> reserved_env{"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK",
                                          "PET_MASTER_ADDR", "PET_MASTER_PORT"};
@@ -87,7 +39,7 @@ const std::set<std::string> reserved_env{"PET_NNODES", "PET_NPROC_PER_NODE", "PE
 }  // namespace
 
 struct backend::impl : std::enable_shared_from_this<impl> {
-  context ctx;
+  detail::backend_context ctx;
   kubernetes_backend_config cfg;
   std::shared_ptr<api> a;
   std::string ns, jobs_path, pods_path, where;
@@ -95,8 +47,10 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   std::map<std::string, int> runtime_nodes;  // numNodes of runtimes seen
   std::vector<std::string> runtime_problems;  // of the last listing
   bool stopping = false;
+  detail::task_group tasks;  // the informers' watches
 
-  impl(context c, kubernetes_backend_config k) : ctx(std::move(c)), cfg(std::move(k)) {
+  explicit impl(detail::backend_context c)
+      : ctx(std::move(c)), cfg(ctx.cfg.kubernetes), tasks(ctx.ex, ctx.log) {
     load_options o;
     o.config_file = cfg.config_file;
     o.context = cfg.context;
@@ -119,8 +73,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   }
 
   [[noreturn]] void not_found(const std::string& name) const {
-    fail(errc::job_not_found, "No TrainJob with name " + quote(name) + " in " + where +
-                                  "; `tjob list --backend kubernetes` shows the jobs there");
+    detail::throw_not_found(name, "in " + where, backend_kind::kubernetes);
   }
 
   [[noreturn]] static void rethrow_as(const error& e, const std::string& prefix) {
@@ -138,8 +91,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       jobs_inf = std::make_unique<informer>(ctx.ex, a, jobs_path, "", "TrainJobs in " + where, ctx.log);
       pods_inf = std::make_unique<informer>(ctx.ex, a, pods_path, label_jobset, "pods in " + where, ctx.log);
     }
-    jobs_inf->start();
-    pods_inf->start();
+    jobs_inf->start(tasks);
+    pods_inf->start(tasks);
   }
 
   // --- runtimes -------------------------------------------------------------
@@ -192,12 +145,60 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
   // --- train ----------------------------------------------------------------
 
-  asio::awaitable<std::string> train(train_request r) {
-    check_running();
+  detail::runtime_catalog catalog(std::vector<runtime> runtimes) const {
     detail::runtime_catalog cat;
-    cat.runtimes = co_await cluster_runtimes();
+    cat.runtimes = std::move(runtimes);
+    cat.problems = runtime_problems;
     cat.how_to_add = "create a TrainingRuntime in " + where + " or a ClusterTrainingRuntime";
-    const runtime rt = detail::check_request(r, cat);
+    return cat;
+  }
+
+  // --- train ----------------------------------------------------------------
+
+  // A Python trainer as a TrainJob's trainer: the shared entry script with
+  // its plan (the code travels in it) as the one argument.
+  void python_spec(const std::string& me, python_trainer& pt, const runtime& rt, trainer_spec& t) {
+    if (!pt.working_dir.empty())
+      fail(errc::invalid_argument, me + ": working_dir is a local-backend field; on a cluster "
+                                        "the code runs in a directory of its own; leave it empty");
+    auto source = python::check_remote_trainer(me, pt);
+    int procs = pt.gpus > 0 ? pt.gpus : pt.procs_per_node;
+    bool torch = rt.trainer.framework == "torch";
+    auto plan = python::entry_plan(pt, source, torch, true, {});
+    if (torch) {
+      python::torch_topology topo{"{PET_NNODES}", "{PET_NODE_RANK}", "{PET_NPROC_PER_NODE}",
+                                  "{PET_MASTER_ADDR}", "{PET_MASTER_PORT}"};
+      json::array flags;
+      for (auto& f : python::torchrun_flags(topo)) flags.emplace_back(std::move(f));
+      plan["torchrun_args"] = std::move(flags);
+      plan["env_defaults"] = json::object{{"PET_NNODES", "1"}, {"PET_NODE_RANK", "0"},
+                                          {"PET_NPROC_PER_NODE", std::to_string(procs)},
+                                          {"PET_MASTER_ADDR", "127.0.0.1"}, {"PET_MASTER_PORT", "29500"}};
+    }
+    auto text = json::serialize(plan);
+    if (text.size() > max_arg)
+      fail(errc::invalid_argument, me + ": the training code and its arguments take " +
+                                       std::to_string(text.size()) + " bytes; a TrainJob "
+                                       "argument holds at most 1 MiB (put the data in the "
+                                       "image or fetch it from the code)");
+    t.command = {pt.python.empty() ? std::string("python3") : pt.python, "-c",
+                 std::string(python::entry_script())};
+    t.args = {std::move(text)};
+    t.env = pt.env;
+    t.env.emplace("PYTHONUNBUFFERED", "1");
+    t.image = pt.image;
+    std::map<std::string, std::string> res;
+    if (pt.gpus > 0) res["gpu"] = std::to_string(pt.gpus);
+    if (pt.cpu_limit) res["cpu"] = std::to_string(pt.procs_per_node);
+    if (pt.memory_limit > 0) res["memory"] = std::to_string(pt.memory_limit);
+    t.resources = resources_per_node(me, res);
+    if (procs > 1) t.num_proc_per_node = procs;
+  }
+
+  asio::awaitable<std::string> train(detail::checked_request c) {
+    check_running();
+    auto& r = c.request;
+    const runtime& rt = c.rt;
     const auto name = r.name;
     auto me = who(name);
     trainer_spec t;
@@ -212,46 +213,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       t.env = ct->env;
       t.image = ct->image;
     } else {
-      auto& pt = std::get<python_trainer>(r.job_trainer);
-      auto source = detail::check_python_code(me, pt);
-      if (!pt.working_dir.empty())
-        fail(errc::invalid_argument, me + ": working_dir is a local-backend field; on a cluster "
-                                          "the code runs in a directory of its own; leave it empty");
-      if (source.empty()) source = detail::read_source(me, pt.source_file);
-      for (const auto& p : pt.packages_to_install)
-        if (!process::requirement_name(p))
-          fail(errc::invalid_argument, me + ": package " + quote(p) + " is not a requirement "
-                                            "(a name, optionally with extras and a version)");
-      json::array pk, urls, args;
-      for (const auto& p : pt.packages_to_install) pk.emplace_back(p);
-      for (const auto& u : process::index_urls(pt.pip_index_urls)) urls.emplace_back(u);
-      for (const auto& x : pt.args) args.emplace_back(x);
-      int procs = pt.gpus > 0 ? pt.gpus : pt.procs_per_node;
-      json::object plan{
-          {"code", pt.function.empty()
-                       ? source
-                       : process::training_file(source, pt.function, !pt.function_args.empty())},
-          {"packages", std::move(pk)}, {"index_urls", std::move(urls)}, {"args", std::move(args)},
-          {"torch", rt.trainer.framework == "torch"}, {"procs", procs}};
-      if (!pt.function_args.empty()) plan["kwargs"] = pt.function_args;
-      auto text = json::serialize(plan);
-      if (text.size() > max_arg)
-        fail(errc::invalid_argument, me + ": the training code and its arguments take " +
-                                         std::to_string(text.size()) + " bytes; a TrainJob "
-                                         "argument holds at most 1 MiB (put the data in the "
-                                         "image or fetch it from the code)");
-      t.command = {pt.python.empty() ? std::string("python3") : pt.python, "-c", entry_py};
-      t.args = {std::move(text)};
-      t.env = pt.env;
-      t.env.emplace("PYTHONUNBUFFERED", "1");
-      t.image = pt.image;
-      if (pt.gpus < 0) fail(errc::invalid_argument, me + ": gpus must be 0 or more");
-      std::map<std::string, std::string> res;
-      if (pt.gpus > 0) res["gpu"] = std::to_string(pt.gpus);
-      if (pt.cpu_limit) res["cpu"] = std::to_string(pt.procs_per_node);
-      if (pt.memory_limit > 0) res["memory"] = std::to_string(pt.memory_limit);
-      t.resources = resources_per_node(me, res);
-      if (procs > 1) t.num_proc_per_node = procs;
+      python_spec(me, std::get<python_trainer>(r.job_trainer), rt, t);
     }
     for (const auto& [k, v] : t.env)
       if (reserved_env.count(k))
@@ -378,63 +340,6 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  asio::awaitable<std::string> failure_message(const train_job& job) {
-    std::map<std::string, std::string> last;
-    std::vector<json::object> pods;
-    try {
-      pods = co_await pods_of(job.name);
-    } catch (const error&) {
-    }
-    for (const auto& s : steps_of(pods)) {
-      if (status_of_phase(s.phase) != job_status::failed) continue;
-      try {
-        auto target = pods_path + "/" + s.pod + "/log?container=node&tailLines=" +
-                      std::to_string(ctx.failure_log_lines);
-        auto body = co_await a->stream(std::move(target));
-        last[s.step] = co_await body.read_all(1 << 20);
-      } catch (const error& e) {
-        last[s.step] = std::string("(its log cannot be read: ") + e.what() + ")\n";
-      }
-    }
-    co_return detail::failure_message(job, last);
-  }
-
-  asio::awaitable<train_job> wait(const std::string& name, const std::set<job_status>& want,
-                                  std::chrono::milliseconds timeout) {
-    auto deadline = steady::now() + timeout;
-    // Read once directly: a job that is not there is an error now, and a
-    // runtime's node count is known before the watches answer.
-    auto first = co_await get(name);
-    if (want.count(first.status)) co_return first;
-    for (bool disagreed = false;; disagreed = true) {
-      bool gone = false;
-      bool ok = co_await watch_until(name, deadline, [&](const std::optional<train_job>& j) {
-        if (!j) {
-          gone = true;
-          return true;
-        }
-        return want.count(j->status) > 0 || is_terminal(j->status);
-      }, disagreed);
-      if (!ok) {
-        std::string set;
-        for (auto s : want) set += (set.empty() ? "" : ", ") + std::string(tjob::to_string(s));
-        fail(errc::timeout, "Timeout waiting for TrainJob " + name + " to reach status: {" + set +
-                                "}" + watch_trouble());
-      }
-      if (gone) fail(errc::job_not_found, "TrainJob " + quote(name) + " was deleted from " + where +
-                                              " while it was waited for");
-      // The two watches need not agree at every moment (the job's condition
-      // may arrive before its pod's phase): what is returned is read afresh.
-      auto job = co_await get(name);
-      if (want.count(job.status)) co_return job;
-      if (job.status == job_status::failed) fail(errc::job_failed, co_await failure_message(job));
-      if (is_terminal(job.status))
-        fail(errc::unreachable_status, "TrainJob " + name + " is " +
-                                           std::string(tjob::to_string(job.status)) +
-                                           " and cannot reach the status asked for");
-    }
-  }
-
   // --- logs -----------------------------------------------------------------
 
   struct pod_log final : detail::piecewise_log {
@@ -518,12 +423,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     std::set<std::string> known;
     for (int i = 0; i < nodes; ++i) known.insert("node-" + std::to_string(i));
     for (const auto& s : steps) known.insert(s.step);
-    if (!known.count(o.step)) {
-      std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      fail(errc::step_not_found, "TrainJob " + quote(name) + " has no step " + quote(o.step) +
-                                     "; its steps are: " + list);
-    }
+    if (!known.count(o.step))
+      detail::throw_step_not_found(name, o.step, std::vector<std::string>(known.begin(), known.end()));
     std::optional<std::string> started;
     for (const auto& s : steps)
       if (s.step == o.step && s.phase != "Pending") started = s.pod;
@@ -546,14 +447,14 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       if (e.http_code() == 404) not_found(name);
       rethrow_as(e, who(name) + ": cannot cancel: ");
     }
-    auto deadline = steady::now() + ctx.grace_period + std::chrono::seconds(30);
+    auto deadline = steady::now() + ctx.cfg.grace_period + std::chrono::seconds(30);
     bool ok = co_await watch_until(name, deadline, [](const std::optional<train_job>& j) {
       return !j || is_terminal(j->status);
     });
     if (!ok)
       fail(errc::timeout, who(name) + " was suspended to cancel it, but its pods were still "
                                       "running after " +
-                              std::to_string((ctx.grace_period.count() + 999) / 1000 + 30) +
+                              std::to_string((ctx.cfg.grace_period.count() + 999) / 1000 + 30) +
                               " s; the cluster's controller is not acting on it" + watch_trouble());
   }
 
@@ -576,20 +477,80 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     co_return events_of(items && items->is_array() ? items->as_array() : empty, name, steps_of(pods));
   }
 
-  void shutdown() {
+  asio::awaitable<void> shutdown() {
     stopping = true;
     if (jobs_inf) jobs_inf->stop();
     if (pods_inf) pods_inf->stop();
+    co_await tasks.join();
   }
 };
 
-backend::backend(context ctx, kubernetes_backend_config cfg)
-    : impl_(std::make_shared<impl>(std::move(ctx), std::move(cfg))) {}
+namespace {
+
+// A waiter's view of one job, through the two watches (TrainJobs and their
+// pods) that every waiter shares. The job is read directly each time: the
+// watches need not agree at every moment (the job's condition may arrive
+// before its pod's phase); they only say when to read again.
+class kube_watch final : public detail::job_watch {
+ public:
+  kube_watch(std::shared_ptr<backend::impl> b, std::string name) : b_(std::move(b)), name_(std::move(name)) {}
+
+  asio::awaitable<std::optional<train_job>> current() override {
+    if (read_) {
+      try {
+        auto job = co_await b_->get(name_);
+        // The watches said it changed, and it did not (yet): wait for a change.
+        after_change_ = job.status == last_;
+        last_ = job.status;
+        co_return job;
+      } catch (const error& e) {
+        if (e.code() != make_error_code(errc::job_not_found)) throw;
+        fail(errc::job_not_found, "TrainJob " + quote(name_) + " was deleted from " + b_->where +
+                                      " while it was waited for");
+      }
+    }
+    // The first read: a job that is not there is an error now, and a
+    // runtime's node count is known before the watches answer.
+    read_ = true;
+    auto job = co_await b_->get(name_);
+    last_ = job.status;
+    co_return job;
+  }
+
+  asio::awaitable<bool> changed(steady::time_point deadline) override {
+    auto seen = last_;
+    bool gone = false;
+    bool ok = co_await b_->watch_until(name_, deadline, [&](const std::optional<train_job>& j) {
+      gone = !j;
+      return gone || j->status != seen;
+    }, after_change_);
+    co_return ok;
+  }
+
+  std::string trouble() const override { return b_->watch_trouble(); }
+
+ private:
+  std::shared_ptr<backend::impl> b_;
+  std::string name_;
+  job_status last_ = job_status::created;
+  bool read_ = false, after_change_ = false;
+};
+
+}  // namespace
+
+backend::backend(detail::backend_context ctx)
+    : detail::backend(ctx), impl_(std::make_shared<impl>(std::move(ctx))) {}
 backend::~backend() {
-  if (impl_) impl_->shutdown();
+  if (impl_) {
+    impl_->stopping = true;
+    if (impl_->jobs_inf) impl_->jobs_inf->stop();
+    if (impl_->pods_inf) impl_->pods_inf->stop();
+  }
 }
 
-asio::awaitable<std::string> backend::train(train_request request) {
+detail::backend_traits backend::traits() const { return {backend_kind::kubernetes, true}; }
+
+asio::awaitable<std::string> backend::train(detail::checked_request request) {
   co_return co_await impl_->train(std::move(request));
 }
 asio::awaitable<train_job> backend::get_job(std::string name) { co_return co_await impl_->get(name); }
@@ -599,26 +560,18 @@ asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::st
 asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options options) {
   co_return co_await impl_->logs(name, options);
 }
-asio::awaitable<train_job> backend::wait_for_job_status(std::string name,
-                                                        std::set<job_status> statuses,
-                                                        std::chrono::milliseconds timeout) {
-  co_return co_await impl_->wait(name, statuses, timeout);
+asio::awaitable<std::unique_ptr<detail::job_watch>> backend::watch_job(std::string name) {
+  co_return std::make_unique<kube_watch>(impl_, std::move(name));
 }
 asio::awaitable<void> backend::cancel_job(std::string name) { co_await impl_->cancel(name); }
 asio::awaitable<void> backend::delete_job(std::string name) { co_await impl_->remove(name); }
 asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {
   co_return co_await impl_->job_events(name);
 }
-asio::awaitable<void> backend::shutdown() {
-  impl_->shutdown();
-  co_return;
-}
-asio::awaitable<std::optional<std::vector<runtime>>> backend::list_runtimes() {
-  co_return co_await impl_->cluster_runtimes();
-}
-asio::awaitable<std::optional<std::vector<std::string>>> backend::runtime_problems() {
-  co_await impl_->cluster_runtimes();
-  co_return impl_->runtime_problems;
+asio::awaitable<void> backend::shutdown() { co_await impl_->shutdown(); }
+asio::awaitable<detail::runtime_catalog> backend::runtimes(bool) {
+  auto found = co_await impl_->cluster_runtimes();
+  co_return impl_->catalog(std::move(found));
 }
 
 }  // namespace tjob::kube

@@ -1,7 +1,7 @@
 // Job specs as the CLI's supervisor and the API receive them: any JSON as a
 // trainer, then the checks every train runs (name, env, command, Python code,
 // packages). Bad specs are tjob::error, never a crash.
-#include "adapters/process/python_setup.hpp"
+#include "adapters/python/python_setup.hpp"
 #include "engine/names.hpp"
 #include "engine/spec_json.hpp"
 #include "engine/trainer_checks.hpp"
@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.source_file.clear();
         (void)tjob::detail::check_python_code(who, p);
       }
-      (void)tjob::process::merge_packages({"torch"}, p.packages_to_install);
+      (void)tjob::python::merge_packages({"torch"}, p.packages_to_install);
     }
     // What went in comes back out the same.
     auto again = tjob::detail::trainer_from_json(tjob::detail::to_json(t));

@@ -1,4 +1,4 @@
-#include "engine/log_files.hpp"
+#include "adapters/local/log_files.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <doctest/doctest.h>

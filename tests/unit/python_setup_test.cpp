@@ -1,4 +1,4 @@
-#include "adapters/process/python_setup.hpp"
+#include "adapters/python/python_setup.hpp"
 
 #include <tjob/error.hpp>
 
@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 
-using namespace tjob::process;
+using namespace tjob::python;
 using strings = std::vector<std::string>;
 
 TEST_CASE("package merge follows Kubeflow's rules (the reference's verified example)") {

@@ -1,4 +1,4 @@
-#include "engine/store.hpp"
+#include "adapters/local/store.hpp"
 
 #include <tjob/error.hpp>
 

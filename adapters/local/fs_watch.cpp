@@ -1,4 +1,4 @@
-#include "engine/fs_watch.hpp"
+#include "adapters/local/fs_watch.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>

@@ -1,15 +1,18 @@
-// Internals of tjob::engine, shared by engine.cpp and its log stream.
+// Internals of the local backend, shared by its source files: the jobs this
+// process runs (job_rec), the phases they run, and the state of the backend
+// (engine_state): the store, the group commit, the venv cache, the device leases.
 #pragma once
 
-#include <tjob/engine.hpp>
-
+#include "adapters/local/fs_watch.hpp"
+#include "adapters/local/store.hpp"
+#include "adapters/local/venv_cache.hpp"
 #include "adapters/process/process_adapter.hpp"
-#include "engine/fs_watch.hpp"
+#include "engine/backend.hpp"
+#include "adapters/local/log_files.hpp"
 #include "engine/job_state.hpp"
-#include "engine/remote_backend.hpp"
-#include "engine/runtimes.hpp"
-#include "engine/store.hpp"
-#include "engine/venv_cache.hpp"
+#include "engine/names.hpp"
+#include "engine/strings.hpp"
+#include "engine/trainer_checks.hpp"
 #include "engine/wake.hpp"
 
 #include <boost/asio/cancellation_signal.hpp>
@@ -22,15 +25,23 @@
 #include <map>
 #include <set>
 
-namespace tjob {
+namespace tjob::local {
 
-namespace container {
-class backend;
-}
+namespace asio = boost::asio;
+using boost::system::error_code;
+using steady = std::chrono::steady_clock;
+using detail::event_kind;
+using detail::job_event;
+using detail::quote;
+using detail::printable;
 
 /// Set in every job process's environment: it lets a later engine find the
 /// processes of a job whose owner died before their pids were committed.
 inline constexpr const char* token_variable = "TJOB_JOB_TOKEN";
+
+/// In a torch node's argv until the job starts: the rendezvous port, chosen
+/// free then (concurrent jobs do not collide on 29500).
+inline constexpr std::string_view master_port_placeholder = "{master_port}";
 
 struct step_rec {
   detail::step_row row;
@@ -54,7 +65,7 @@ struct phase {
   bool final = false;       ///< the job's own code: its exit decides the step
   std::uint64_t memory_limit = 0;  ///< RLIMIT_AS of the process (and what it starts)
   int cpu_limit = 0;               ///< CPUs of CPU time for its process tree (cgroup quota); 0: none
-  bool torch_port = false;  ///< add --master_port with a free port at start
+  bool torch_port = false;  ///< master_port_placeholder in argv becomes the job's port at start
 
   /// Frees what the process was started from (argv, environment, paths) once
   /// it runs; `name` and `final` stay for what follows its exit.
@@ -101,8 +112,8 @@ struct step_outcome {
   bool started = false;
 };
 
-struct engine::impl : std::enable_shared_from_this<engine::impl> {
-  impl(boost::asio::any_io_executor ex, engine_config cfg);
+struct engine_state : std::enable_shared_from_this<engine_state> {
+  explicit engine_state(const detail::backend_context& ctx);
 
   boost::asio::any_io_executor ex;
   engine_config cfg;
@@ -133,7 +144,6 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   std::vector<std::string> gpu_devices;
   detail::wake_list device_waiters;  // woken when this engine releases devices
   pid_t self_pid = 0;
-  std::shared_ptr<detail::remote_backend> remote;  // set for the container and kubernetes backends
   detail::venv_cache::cache venv_store{""};
   // Keys this engine builds now, with their waiters (shared: a waiter still
   // holds the list when the builder has finished and dropped its entry).
@@ -187,9 +197,17 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   /// Waits (Created, without polling) until the job's GPUs are free and leases them.
   boost::asio::awaitable<bool> lease_gpus(std::shared_ptr<job_rec> j);
   void release_gpus(job_rec& j);
+  boost::asio::awaitable<std::string> train(detail::checked_request c);
+  void plan_job(job_rec& j, const std::string& name, train_request& req, const runtime& rt);
   void plan_command(job_rec& j, const std::string& who, command_trainer& ct);
   void plan_python(job_rec& j, const std::string& who, python_trainer& pt, const runtime& rt,
                    int num_nodes);
+  void plan_setup(job_rec& j, const python_trainer& pt, const std::string& python,
+                  const std::vector<std::string>& packages,
+                  const std::map<std::string, std::string>& env, const std::string& cwd);
+  void plan_gpus(job_rec& j, const std::string& who, const python_trainer& pt, int num_nodes);
+  boost::asio::awaitable<void> record_job(std::shared_ptr<job_rec> j, detail::checked_request& c);
+  boost::asio::awaitable<void> make_job_files(std::shared_ptr<job_rec> j);
   void log_progress(job_rec& j, step_rec& s, const std::string& line);
   boost::asio::awaitable<void> remove_tree(std::filesystem::path dir, std::string job);
   /// Runs `f` on the thread pool (blocking file work) and comes back to the
@@ -218,14 +236,7 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
   std::string job_token(const detail::job_row& row) const;
   bool owner_alive(const detail::job_row& row) const;
 
-  /// The runtimes as the manifests say now (re-read on each call: a manifest
-  /// dropped into a runtime directory is seen by the next call).
-  /// `report`: warn about each manifest that cannot be used.
-  detail::runtime_catalog runtimes(bool report = true) const;
-  mutable detail::runtime_cache runtime_cache;
-
   // messages
-  std::string failure_message(const train_job& job);
   [[noreturn]] void throw_not_found(const std::string& name) const;
   void check_running() const;
 };
@@ -234,7 +245,7 @@ struct engine::impl : std::enable_shared_from_this<engine::impl> {
 /// the owner's death (pidfd), each a wake-up; never a poll.
 class foreign_watch {
  public:
-  foreign_watch(engine::impl& e, const detail::job_row& row, bool logs);
+  foreign_watch(engine_state& e, const detail::job_row& row, bool logs);
   foreign_watch(const foreign_watch&) = delete;
   foreign_watch& operator=(const foreign_watch&) = delete;
   ~foreign_watch();
@@ -242,7 +253,7 @@ class foreign_watch {
   boost::asio::awaitable<bool> wait_until(std::chrono::steady_clock::time_point deadline);
 
  private:
-  engine::impl& e_;
+  engine_state& e_;
   std::string name_;
   bool logs_;
   detail::wake_signal wake_;
@@ -252,5 +263,13 @@ class foreign_watch {
 
 train_job to_job(const detail::job_row& row);
 std::int64_t now_ms();
+clock::time_point from_ms(std::int64_t ms);
+/// The argv as one line for a message (each argument printable, cut at 200).
+std::string join_argv(const std::vector<std::string>& argv);
+/// mkdir -p with mode 0700 for every directory it creates.
+void make_private_dirs(const std::filesystem::path& p);
+[[noreturn]] inline void fail(errc e, std::string message, std::string diagnostics = {}) {
+  throw error(e, std::move(message), std::move(diagnostics));
+}
 
-}  // namespace tjob
+}  // namespace tjob::local

@@ -1,4 +1,4 @@
-#include "engine/venv_cache.hpp"
+#include "adapters/local/venv_cache.hpp"
 
 #include "adapters/process/proc_info.hpp"
 

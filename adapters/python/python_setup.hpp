@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tjob::process {
+namespace tjob::python {
 
 /// The distribution name a requirement starts with (`^\s*([A-Za-z0-9][A-Za-z0-9._-]*)`),
 /// or nullopt when it starts with none.
@@ -53,4 +53,4 @@ bool defines_function(std::string_view source, std::string_view function);
 /// (`<file without .py>.kwargs.json`) when `with_kwargs`.
 std::string training_file(std::string_view source, std::string_view function, bool with_kwargs);
 
-}  // namespace tjob::process
+}  // namespace tjob::python

@@ -1,4 +1,4 @@
-#include "engine/log_files.hpp"
+#include "adapters/local/log_files.hpp"
 
 #include <cerrno>
 #include <fcntl.h>

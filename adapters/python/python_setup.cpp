@@ -1,4 +1,4 @@
-#include "adapters/process/python_setup.hpp"
+#include "adapters/python/python_setup.hpp"
 
 #include "engine/strings.hpp"
 
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <map>
 
-namespace tjob::process {
+namespace tjob::python {
 
 std::optional<std::string> requirement_name(std::string_view r) {
   std::size_t i = 0;
@@ -164,4 +164,4 @@ std::string training_file(std::string_view source, std::string_view function, bo
   return out;
 }
 
-}  // namespace tjob::process
+}  // namespace tjob::python

@@ -1,0 +1,131 @@
+// Internals of the container backend, shared by its two source files:
+// container_backend.cpp (the daemon, reading jobs, events, logs, cancel,
+// delete) and container_train.cpp (creating a job's containers).
+#pragma once
+
+#include "adapters/container/container_backend.hpp"
+#include "adapters/container/docker_api.hpp"
+#include "adapters/container/layout.hpp"
+#include "engine/task_group.hpp"
+#include "engine/wake.hpp"
+
+#include <tjob/error.hpp>
+
+#include <boost/json/object.hpp>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tjob::container {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+using steady = std::chrono::steady_clock;
+
+[[noreturn]] inline void fail(errc e, std::string message, std::string diagnostics = {}) {
+  throw error(e, std::move(message), std::move(diagnostics));
+}
+
+/// The same error (code and diagnostics) with `prefix` saying where it happened.
+[[noreturn]] inline void rethrow_as(const error& e, const std::string& prefix) {
+  throw error(e.code(), prefix + e.what(), e.diagnostics());
+}
+
+/// Labels as the list and inspect answers hold them ("Labels"; libpod "labels").
+std::map<std::string, std::string> labels_of(const json::object& o);
+
+/// Writes (replaces) a file of the job's work dir.
+void write_file(const fs::path& p, std::string_view text);
+
+/// One container of a job, as the daemon reports it.
+struct seen {
+  std::string id, name, step, state;
+  std::map<std::string, std::string> labels;
+  std::int64_t created = 0;
+  std::optional<int> exit_code;
+  bool oom = false;
+  bool tty = false;  // its log is a raw stream, not frames
+  std::string error;
+  std::int64_t pid = 0;
+};
+
+/// What a node container runs: its command, environment, image and limits.
+struct node_program {
+  std::vector<std::string> cmd;
+  std::map<std::string, std::string> env;
+  std::string image, working_dir = workspace;
+  std::vector<std::pair<std::string, std::string>> files;  // written under .tjob/
+  json::object plan;  // a Python node's entry plan; empty for a command
+  std::int64_t memory = 0, nano_cpus = 0;
+  int gpus = 0, procs = 1;
+};
+
+/// What a train has made so far, for undo_train when it fails part way.
+/// (Not a destructor: the removal awaits the daemon, and a failed train must
+/// have undone everything before it reports the failure.)
+struct train_rollback_state {
+  std::vector<std::string> made;  // container ids
+  std::string network_id;
+  bool made_network = false;
+};
+
+struct backend::impl : std::enable_shared_from_this<backend::impl> {
+  impl(detail::backend_context c)
+      : ctx(std::move(c)), cfg(ctx.cfg.container), backoff_wake(ctx.ex), tasks(ctx.ex, ctx.log) {}
+
+  detail::backend_context ctx;
+  container_backend_config cfg;
+  std::unique_ptr<docker_api> api;
+  // the /events stream: one per backend, waking every waiter
+  std::optional<http::body_stream> events;
+  bool events_running = false, events_connected = false;
+  std::map<std::string, std::uint64_t, std::less<>> generation;  // per job, bumped by its events
+  std::uint64_t epoch = 0;  // bumped when the stream connects or breaks
+  detail::wake_list waiters;
+  detail::wake_signal backoff_wake;
+  detail::task_group tasks;  // the events loop
+  bool stopping = false;
+  std::map<std::string, json::object> exited;  // inspect answers of exited containers (final)
+
+  // the daemon
+  asio::awaitable<docker_api*> daemon();
+
+  // reading jobs
+  /// The containers of one job (or of every job), oldest first.
+  asio::awaitable<std::vector<seen>> containers(const std::string& job);
+  bool cancelled(const std::string& job) const;
+  fs::path workdir(const std::string& job) const;
+  train_job to_job(const std::string& name, std::vector<seen> cs);
+  [[noreturn]] void not_found(const std::string& name);
+  asio::awaitable<train_job> get(const std::string& name);
+  static std::string container_of(const std::string& job, const std::string& step);
+
+  // events
+  void ensure_events();
+  static asio::awaitable<void> events_loop(std::shared_ptr<impl> self);
+  void on_event(const std::string& line);
+  std::uint64_t mark(const std::string& job);
+
+  // train (container_train.cpp)
+  asio::awaitable<std::string> train(detail::checked_request c);
+  node_program program_of(const std::string& who, train_request& r, const runtime& rt);
+  asio::awaitable<void> ensure_image(docker_api& d, const std::string& who, const std::string& image);
+  asio::awaitable<void> create_nodes(docker_api& d, const std::string& who, const train_request& r,
+                                     const runtime& rt, node_program& p, train_rollback_state& undo);
+  asio::awaitable<void> undo_train(docker_api& d, const std::string& who,
+                                   const train_rollback_state& undo, const fs::path& dir);
+
+  // logs, cancel, delete, events
+  asio::awaitable<log_stream> logs(const std::string& name, const log_options& o);
+  asio::awaitable<void> stop_all(const std::vector<seen>& cs);
+  asio::awaitable<void> cancel(const std::string& name);
+  asio::awaitable<void> remove(const std::string& name);
+  asio::awaitable<std::vector<event>> job_events(const std::string& name);
+  asio::awaitable<void> shutdown();
+};
+
+}  // namespace tjob::container

@@ -1,0 +1,250 @@
+// Creating a job's containers: what each node runs (a command, or the shared
+// Python plan's entry script), the image, the job network, then one container
+// per node. A train that fails part way leaves nothing behind.
+#include "adapters/container/container_impl.hpp"
+
+#include "adapters/python/python_plan.hpp"
+#include "engine/json_fields.hpp"
+#include "engine/names.hpp"
+#include "engine/trainer_checks.hpp"
+
+#include <boost/json/serialize.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sys/stat.h>
+
+namespace tjob::container {
+
+using detail::obj_of;
+using detail::quote;
+using detail::str_of;
+using detail::who;
+
+namespace {
+
+// The fixed entry point of a Python node: finds an interpreter in the image
+// and runs entry.py (the shared entry script; everything the user gave is
+// data in the node's plan file).
+constexpr const char* entry_sh =
+    "for py in python3 python; do\n"
+    "  if command -v \"$py\" >/dev/null 2>&1; then exec \"$py\" /workspace/.tjob/entry.py \"$1\"; fi\n"
+    "done\n"
+    "echo 'tjob: the image has neither python3 nor python on PATH; use an image with Python' >&2\n"
+    "exit 127\n";
+
+}  // namespace
+
+asio::awaitable<void> backend::impl::ensure_image(docker_api& d, const std::string& who, const std::string& image) {
+  try {
+    bool have = cfg.pull == pull_policy::always ? false : (co_await d.image_inspect(image)).has_value();
+    if (have) co_return;
+    if (cfg.pull == pull_policy::never)
+      fail(errc::invalid_argument,
+           "Image " + quote(image) + " not found locally and pull policy is Never; import or "
+           "load it first (docker load, podman load), or use pull policy IfNotPresent");
+    ctx.log->info("{}: pulling image {} on {}", who, image, d.describe());
+    co_await d.image_pull(image, [&](const std::string& line) {
+      ctx.log->info("{}: pull {}: {}", who, image, line);
+    });
+  } catch (const error& e) {
+    fail(e.code().value() == static_cast<int>(errc::invalid_argument) &&
+                 e.code().category() == category()
+             ? errc::invalid_argument
+             : errc::backend_error,
+         who + ": Failed to ensure image " + quote(image) + ": " + e.what(), e.diagnostics());
+  }
+}
+
+// What every node of the job runs: a command as it is, or Python code
+// through the entry script with its plan.
+node_program backend::impl::program_of(const std::string& me, train_request& r, const runtime& rt) {
+  node_program p;
+  p.image = cfg.image;
+  if (auto* ct = std::get_if<command_trainer>(&r.job_trainer)) {
+    detail::check_command(me, *ct);
+    if (!ct->working_dir.empty()) {
+      if (ct->working_dir.front() != '/')
+        fail(errc::invalid_argument, me + ": working_dir " + quote(ct->working_dir) +
+                                         " must be an absolute path inside the container");
+      p.working_dir = ct->working_dir;
+    }
+    p.cmd = ct->command;
+    p.env = ct->env;
+    if (!ct->image.empty()) p.image = ct->image;
+  } else {
+    auto& pt = std::get<python_trainer>(r.job_trainer);
+    if (!pt.working_dir.empty())
+      fail(errc::invalid_argument, me + ": working_dir is a local-backend field; a container "
+                                        "job runs in /workspace (its work dir, mounted from the "
+                                        "host); leave it empty");
+    auto source = python::check_remote_trainer(me, pt);
+    // The code goes into the work dir, a script file's too: a container reads no host path.
+    p.files = python::training_files(pt, source, "train");
+    if (p.files.empty()) p.files.emplace_back("train.py", source);
+    p.files.emplace_back("entry.py", std::string(python::entry_script()));
+    p.plan = python::entry_plan(pt, source, rt.trainer.framework == "torch", false,
+                                std::string(workspace) + "/.tjob/train.py");
+    p.env = pt.env;
+    p.env.emplace("PYTHONUNBUFFERED", "1");
+    // the node's plan file is the last argument
+    p.cmd = pt.python.empty() ? std::vector<std::string>{"/bin/sh", "-c", entry_sh, "tjob-entry"}
+                              : std::vector<std::string>{pt.python, "/workspace/.tjob/entry.py"};
+    if (!pt.image.empty()) p.image = pt.image;
+    p.procs = pt.procs_per_node;
+    if (pt.memory_limit > 0) p.memory = static_cast<std::int64_t>(pt.memory_limit);
+    if (pt.cpu_limit) p.nano_cpus = std::int64_t(p.procs) * 1'000'000'000;
+    p.gpus = pt.gpus;
+    if (p.gpus > 0) p.procs = p.gpus;  // Kubeflow: one process per GPU
+  }
+  if (cfg.image.empty() && p.image.empty()) p.image = rt.trainer.image;
+  if (p.image.empty())
+    fail(errc::invalid_argument, me + ": no image: runtime " + quote(rt.name) +
+                                     " names none; give one (--image, or image in the trainer)");
+  if (r.num_nodes > 1 && cfg.network == container_network::none)
+    fail(errc::invalid_argument, me + ": " + std::to_string(r.num_nodes) +
+                                     " nodes cannot meet without a network; use network job "
+                                     "or host (--network)");
+  return p;
+}
+
+// The job network (where the nodes use one), then a container per node,
+// each recorded in `undo` as it is made.
+asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::string& me,
+                                                  const train_request& r, const runtime& rt,
+                                                  node_program& p, train_rollback_state& undo) {
+  const auto& name = r.name;
+  auto dir = workdir(name);
+  auto net = network_name(name);
+  std::map<std::string, std::string> net_labels{{label_job, name}, {label_runtime, rt.name},
+                                                {label_workdir, dir.string()}};
+  // The job network exists only where the nodes use it: with host or none
+  // networking a network would carry nothing and still cost a bridge, an
+  // address range from the daemon's pool and about 0.1 s per job.
+  if (cfg.network == container_network::job) {
+    if (auto existing = co_await d.network_inspect(net);
+        existing && labels_of(*existing)[label_job] == name) {
+      undo.network_id = str_of(*existing, "Id");  // left by an earlier try, as Kubeflow re-uses it
+    } else {
+      undo.network_id = co_await d.network_create(net, net_labels, false);
+      undo.made_network = true;
+    }
+  }
+  python::torch_topology topo;
+  topo.nnodes = std::to_string(r.num_nodes);
+  topo.nproc_per_node = std::to_string(p.procs);
+  topo.master_port = std::to_string(cfg.network == container_network::host ? detail::free_port() : 29500);
+  if (cfg.network == container_network::job) topo.master_addr = node_name(name, 0);
+  for (int rank = 0; rank < r.num_nodes; ++rank) {
+    node_spec n;
+    n.job = name;
+    n.step = "node-" + std::to_string(rank);
+    n.container_name = node_name(name, rank);
+    n.image = p.image;
+    n.network_id = undo.network_id;
+    n.runtime = rt.name;
+    n.workdir = dir.string();
+    n.cmd = p.cmd;
+    n.env = p.env;
+    n.working_dir = p.working_dir;
+    n.network = cfg.network;
+    n.network_name = net;
+    n.volumes = cfg.volumes;
+    n.memory = p.memory;
+    n.nano_cpus = p.nano_cpus;
+    n.gpus = p.gpus;
+    if (!p.plan.empty()) {
+      topo.node_rank = std::to_string(rank);
+      json::array flags;
+      for (auto& f : python::torchrun_flags(topo)) flags.emplace_back(std::move(f));
+      p.plan["torchrun_args"] = std::move(flags);
+      auto own = "plan-" + std::to_string(rank) + ".json";
+      write_file(dir / ".tjob" / own, json::serialize(p.plan));
+      n.cmd.push_back(std::string(workspace) + "/.tjob/" + own);
+    }
+    std::string id;
+    try {
+      id = co_await d.container_create(n.container_name, create_body(n));
+      undo.made.push_back(id);
+      co_await d.container_start(id);
+    } catch (const error& e) {
+      rethrow_as(e, me + ": node-" + std::to_string(rank) + " (container " +
+                        quote(n.container_name) + "): ");
+    }
+    if (rank == 0 && r.num_nodes > 1 && cfg.network == container_network::job &&
+        d.info().kind == daemon_kind::podman) {
+      // Podman's compat networks may have no DNS: reach node-0 by its address.
+      if (auto ins = co_await d.container_inspect(id))
+        if (auto* ns = obj_of(*ins, "NetworkSettings"))
+          if (auto* nets = obj_of(*ns, "Networks"))
+            if (auto* mine = obj_of(*nets, net)) {
+              auto ip = str_of(*mine, "IPAddress");
+              if (!ip.empty()) topo.master_addr = ip;
+            }
+    }
+  }
+}
+
+// Nothing of a failed train stays behind: its containers, its network (when
+// this train made it) and its work dir.
+asio::awaitable<void> backend::impl::undo_train(docker_api& d, const std::string& me,
+                                                const train_rollback_state& undo, const fs::path& dir) {
+  for (const auto& id : undo.made) {
+    try {
+      co_await d.container_remove(id);
+    } catch (const std::exception& e) {
+      ctx.log->warn("{}: cleanup: {}", me, e.what());
+    }
+  }
+  if (undo.made_network) {
+    try {
+      co_await d.network_remove(undo.network_id);
+    } catch (const std::exception& e) {
+      ctx.log->warn("{}: cleanup: {}", me, e.what());
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
+  auto& r = c.request;
+  const auto name = r.name;
+  auto me = who(name);
+  for (const auto& v : cfg.volumes) check_volume(v);
+  auto program = program_of(me, r, c.rt);
+
+  auto& d = *co_await daemon();
+  if (!(co_await containers(name)).empty())
+    fail(errc::duplicate_name, me + " exists already on " + d.describe() +
+                                   "; delete it (tjob delete) or choose another name");
+  co_await ensure_image(d, me, program.image);
+
+  auto dir = workdir(name);
+  // The job's work dir is the user's own (0700), as everything in $TJOB_HOME.
+  for (const auto& p : {ctx.home, ctx.home / "containers", dir, dir / ".tjob"})
+    if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST)
+      fail(errc::invalid_argument, me + ": cannot create its work dir " + p.string() + ": " + std::strerror(errno));
+
+  train_rollback_state undo;
+  std::exception_ptr failed;
+  try {
+    for (const auto& [file, text] : program.files) write_file(dir / ".tjob" / file, text);
+    std::error_code ec;
+    fs::remove(dir / ".tjob" / "cancelled", ec);
+    co_await create_nodes(d, me, r, c.rt, program, undo);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (failed) {
+    // (a coroutine cannot co_await in a catch block or a destructor: the
+    // rollback is a step of its own, run on every failure)
+    co_await undo_train(d, me, undo, dir);
+    std::rethrow_exception(failed);
+  }
+  co_return name;
+}
+
+}  // namespace tjob::container

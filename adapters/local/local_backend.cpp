@@ -1,0 +1,274 @@
+#include "adapters/local/local_backend.hpp"
+
+#include "adapters/local/local_impl.hpp"
+#include "adapters/local/log_files.hpp"
+#include "engine/log_stream_impl.hpp"
+#include "engine/messages.hpp"
+
+#include <boost/asio/cancellation_type.hpp>
+
+#include <algorithm>
+
+namespace tjob::local {
+
+namespace {
+
+venv_cache_entry to_entry(const detail::venv_cache::entry_info& e) {
+  venv_cache_entry v;
+  v.key = e.key;
+  v.python = e.from.python;
+  v.python_version = e.python_version;
+  v.packages = e.from.packages;
+  v.index_urls = e.from.index_urls;
+  v.system_site_packages = e.from.system_site_packages;
+  v.bytes = e.bytes;
+  v.created = from_ms(e.created_ms);
+  v.last_used = from_ms(e.last_used_ms);
+  v.problem = e.problem;
+  return v;
+}
+
+
+// A waiter's view of one job: this engine's own jobs wake it by their
+// transitions; another process's through the store, its log and its owner's
+// pidfd (foreign_watch).
+class local_watch final : public detail::job_watch {
+ public:
+  local_watch(std::shared_ptr<engine_state> e, std::string name, std::shared_ptr<job_rec> j)
+      : e_(std::move(e)), name_(std::move(name)), owned_(std::move(j)), wake_(e_->ex) {
+    if (owned_) reg_.emplace(owned_->watchers, &wake_);
+  }
+
+  asio::awaitable<std::optional<train_job>> current() override {
+    if (owned_) co_return e_->snapshot(*owned_);
+    auto row = e_->load_fresh(name_);
+    if (!row) e_->throw_not_found(name_);
+    if (!foreign_) foreign_ = std::make_unique<foreign_watch>(*e_, *row, false);
+    co_return to_job(*row);
+  }
+
+  asio::awaitable<bool> changed(steady::time_point deadline) override {
+    if (owned_) co_return co_await wake_.wait_until(deadline);
+    co_return co_await foreign_->wait_until(deadline);
+  }
+
+ private:
+  std::shared_ptr<engine_state> e_;
+  std::string name_;
+  std::shared_ptr<job_rec> owned_;
+  detail::wake_signal wake_;
+  std::optional<detail::wake_registration> reg_;
+  std::unique_ptr<foreign_watch> foreign_;
+};
+
+}  // namespace
+
+struct local_log final : log_stream::impl {
+  std::shared_ptr<engine_state> e;
+  std::string job, step;
+  bool follow = false;
+  std::shared_ptr<job_rec> owned;  // null when another process runs the job
+  detail::log_cursor cursor;
+  detail::line_buffer buf;
+  bool ending = false;
+  std::unique_ptr<foreign_watch> foreign;
+  std::unique_ptr<detail::wake_signal> wake;
+  std::unique_ptr<detail::wake_registration> reg;
+  int log_wd = -1;
+
+  local_log(std::shared_ptr<engine_state> eng, std::string j, std::string s, bool f,
+            std::filesystem::path path, std::uint64_t offset)
+      : e(std::move(eng)), job(std::move(j)), step(std::move(s)), follow(f),
+        cursor(std::move(path), offset) {}
+
+  // Whether the step has ended (or the job is gone): after that, what the file
+  // holds is all there will be, because output is written before the status.
+  bool step_ended() {
+    if (owned) {
+      for (const auto& s : owned->steps)
+        if (s.row.name == step) return is_terminal(s.row.status);
+      return true;
+    }
+    auto row = e->load_fresh(job);
+    if (!row) return true;
+    for (const auto& s : row->steps)
+      if (s.name == step) return is_terminal(s.status);
+    return true;
+  }
+
+  // Woken by the log growing (the job writes it directly: inotify on its
+  // directory) and by the step's end (a transition here, or through the
+  // store's watch for another process's job).
+  asio::awaitable<void> wait_for_more() {
+    if (owned) {
+      if (!wake) {
+        wake = std::make_unique<detail::wake_signal>(e->ex);
+        reg = std::make_unique<detail::wake_registration>(owned->watchers, wake.get());
+        log_wd = e->watch.add(e->jobs_dir / job / "logs", wake.get());
+        co_return;  // re-check once the watch is in place: nothing can slip between
+      }
+      co_await wake->wait_until(steady::time_point::max());
+      co_return;
+    }
+    if (!foreign) {
+      auto row = e->db->load_job(job);
+      if (!row) co_return;
+      foreign = std::make_unique<foreign_watch>(*e, *row, true);
+      co_return;  // re-check once the watch is in place: nothing can slip between
+    }
+    co_await foreign->wait_until(steady::time_point::max());
+  }
+
+  ~local_log() override {
+    if (wake) e->watch.remove(log_wd, wake.get());
+  }
+
+  asio::awaitable<std::optional<std::string>> next(bool whole_lines) override {
+    for (;;) {
+      if (auto out = buf.take(whole_lines)) co_return out;
+      if (cursor.read_more(buf.bytes()) > 0) continue;
+      if (ending || !follow) co_return buf.take_rest();
+      if (step_ended()) {
+        ending = true;  // one more read takes whatever was written before the end
+        continue;
+      }
+      if (e->stopping) fail(errc::shut_down, "the engine is shutting down");
+      co_await wait_for_more();
+    }
+  }
+};
+
+backend::backend(detail::backend_context ctx)
+    : detail::backend(ctx), impl_(std::make_shared<engine_state>(ctx_)) {}
+
+backend::~backend() = default;
+
+detail::backend_traits backend::traits() const { return {backend_kind::local, false}; }
+
+asio::awaitable<std::string> backend::train(detail::checked_request request) {
+  co_return co_await impl_->train(std::move(request));
+}
+
+asio::awaitable<train_job> backend::get_job(std::string name) {
+  auto& e = *impl_;
+  if (auto j = e.owned(name)) co_return e.snapshot(*j);
+  auto row = e.load_fresh(name);
+  if (!row) e.throw_not_found(name);
+  co_return to_job(*row);
+}
+
+asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::string> runtime) {
+  auto& e = *impl_;
+  std::vector<train_job> out;
+  for (auto& row : e.db->load_jobs()) {
+    if (runtime && row.runtime != *runtime) continue;
+    if (auto j = e.owned(row.name)) {
+      out.push_back(e.snapshot(*j));
+      continue;
+    }
+    if (!is_terminal(row.status) && !e.owner_alive(row) && e.reconcile_row(row))
+      if (auto fresh = e.db->load_job(row.name)) row = std::move(*fresh);
+    out.push_back(to_job(row));
+  }
+  co_return out;
+}
+
+asio::awaitable<std::unique_ptr<detail::job_watch>> backend::watch_job(std::string name) {
+  auto j = impl_->owned(name);
+  co_return std::make_unique<local_watch>(impl_, std::move(name), std::move(j));
+}
+
+asio::awaitable<void> backend::cancel_job(std::string name) {
+  auto& e = *impl_;
+  e.check_running();
+  if (auto j = e.owned(name)) {
+    co_await e.cancel_owned(j);
+    co_return;
+  }
+  co_await e.cancel_foreign(name);
+}
+
+asio::awaitable<void> backend::delete_job(std::string name) {
+  auto& e = *impl_;
+  e.check_running();
+  if (auto j = e.owned(name)) {
+    co_await e.cancel_owned(j);
+  } else {
+    auto row = e.load_fresh(name);
+    if (!row) e.throw_not_found(name);
+    if (!is_terminal(row->status)) co_await e.cancel_foreign(name);
+  }
+  // The job's last writes must land before its rows go. (An ended job is no
+  // longer in the job table: its record went with the commit of its end.)
+  e.transact([&](detail::store& db) { db.delete_job(name); });
+  co_await e.remove_tree(e.jobs_dir / name, name);
+}
+
+asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {
+  auto& e = *impl_;
+  e.flush();
+  if (!e.owned(name) && !e.load_fresh(name)) e.throw_not_found(name);
+  std::vector<event> out;
+  for (auto& r : e.db->load_events(name))
+    out.push_back(event{r.seq, from_ms(r.time_ms), r.step, r.reason, r.message});
+  co_return out;
+}
+
+asio::awaitable<std::vector<venv_cache_entry>> backend::list_venv_cache() {
+  auto& e = *impl_;
+  std::vector<detail::venv_cache::entry_info> found;
+  co_await e.blocking([&] { found = e.venv_store.list(); });
+  std::vector<venv_cache_entry> out;
+  for (const auto& f : found) out.push_back(to_entry(f));
+  co_return out;
+}
+
+asio::awaitable<std::vector<venv_cache_entry>> backend::prune_venv_cache(std::chrono::seconds unused_for) {
+  auto& e = *impl_;
+  std::vector<detail::venv_cache::entry_info> removed;
+  co_await e.blocking([&] { removed = e.venv_store.prune(unused_for); });
+  std::vector<venv_cache_entry> out;
+  for (const auto& f : removed) out.push_back(to_entry(f));
+  co_return out;
+}
+
+asio::awaitable<void> backend::shutdown() {
+  auto self = impl_;
+  auto& e = *impl_;
+  if (!e.stopping) {
+    e.stopping = true;
+    for (auto& [name, j] : e.jobs) {
+      j->stop.emit(asio::cancellation_type::terminal);
+      for (auto& st : j->steps) st.stop->emit(asio::cancellation_type::terminal);
+      j->watchers.notify_all();
+    }
+    e.watch.close();
+  }
+  while (e.internal_coroutines > 0) co_await e.idle.wait_until(steady::time_point::max());
+  e.flush();
+  e.pool.join();
+  if (e.checkpoint_thread) e.checkpoint_thread->join();
+}
+
+asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options options) {
+  auto& e = *impl_;
+  std::vector<std::string> steps;
+  auto j = e.owned(name);
+  if (j) {
+    for (const auto& s : j->steps) steps.push_back(s.row.name);
+  } else {
+    auto row = e.load_fresh(name);
+    if (!row) e.throw_not_found(name);
+    for (const auto& s : row->steps) steps.push_back(s.name);
+  }
+  if (std::find(steps.begin(), steps.end(), options.step) == steps.end())
+    detail::throw_step_not_found(name, options.step, steps);
+  auto path = e.jobs_dir / name / "logs" / (options.step + ".log");
+  std::uint64_t offset = options.tail ? detail::tail_offset(path, *options.tail) : 0;
+  auto p = std::make_unique<local_log>(impl_, name, options.step, options.follow, path, offset);
+  p->owned = j;
+  co_return log_stream(std::move(p));
+}
+
+
+}  // namespace tjob::local

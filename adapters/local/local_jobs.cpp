@@ -1,0 +1,340 @@
+#include "adapters/local/local_impl.hpp"
+
+#include "adapters/process/proc_info.hpp"
+#include "engine/messages.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace tjob::local {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             clock::now().time_since_epoch())
+      .count();
+}
+
+clock::time_point from_ms(std::int64_t ms) {
+  return clock::time_point(std::chrono::milliseconds(ms));
+}
+
+std::string join_argv(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) out.push_back(' ');
+    out += printable(a, 200);
+  }
+  return out;
+}
+
+// mkdir -p with mode 0700 for every directory it creates. It tries the
+// directory itself first: for a new job that is one system call per level.
+void make_private_dirs(const std::filesystem::path& p) {
+  if (::mkdir(p.c_str(), 0700) == 0) return;
+  if (errno == ENOENT && p.has_parent_path() && p.parent_path() != p) {
+    make_private_dirs(p.parent_path());
+    if (::mkdir(p.c_str(), 0700) == 0) return;
+  }
+  int e = errno;
+  std::error_code ec;
+  if (e == EEXIST && std::filesystem::is_directory(p, ec)) return;
+  throw std::system_error(e, std::generic_category(), "cannot create " + p.string());
+}
+train_job to_job(const detail::job_row& row) {
+  train_job j;
+  j.name = row.name;
+  j.runtime = row.runtime;
+  j.num_nodes = row.num_nodes;
+  j.creation_timestamp = from_ms(row.created_ms);
+  j.status = row.status;
+  j.reason = row.reason;
+  for (const auto& s : row.steps)
+    j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid});
+  return j;
+}
+
+// ---------------------------------------------------------------------------
+// construction, store writes
+
+engine_state::engine_state(const detail::backend_context& ctx)
+    : ex(ctx.ex), cfg(ctx.cfg), log(ctx.log), watch(ctx.ex, log), idle(ctx.ex) {
+  home = ctx.home;  // absolute, and checked by the engine
+  jobs_dir = home / "jobs";
+  try {
+    make_private_dirs(jobs_dir);
+  } catch (const std::system_error& e) {
+    fail(errc::store_unavailable,
+         "cannot use " + home.string() + " as TJOB_HOME: " + e.code().message() +
+             "; set TJOB_HOME to a writable directory",
+         e.what());
+  }
+  if (::access(home.c_str(), W_OK | X_OK) != 0 || ::access(jobs_dir.c_str(), W_OK | X_OK) != 0)
+    fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " +
+                                      std::strerror(errno) +
+                                      "; set TJOB_HOME to a writable directory");
+  auto db_path = home / "tjob.db";
+  // Create the database file ourselves so it is 0600 from its first byte
+  // (SQLite gives its -wal and -shm files the same mode).
+  int fd = ::open(db_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    fail(errc::store_unavailable, "cannot open the store " + db_path.string() + ": " +
+                                      std::strerror(errno) +
+                                      "; set TJOB_HOME to a writable directory");
+  ::close(fd);
+  db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout);
+  checkpointer = std::make_unique<detail::wal_checkpointer>(db_path);
+  db->on_wal_full = [this] { start_checkpoint(); };
+  venv_store = detail::venv_cache::cache(home / "cache" / "venvs");
+  gpu_devices = cfg.gpu_devices;
+  if (gpu_devices.empty()) {
+    if (const char* env = std::getenv("TJOB_GPU_DEVICES"); env && *env) {
+      gpu_devices = detail::split_list(env);
+    } else {
+      for (int n = 0; n < 64; ++n)
+        if (std::filesystem::exists("/dev/nvidia" + std::to_string(n))) gpu_devices.push_back(std::to_string(n));
+    }
+  }
+  self_pid = ::getpid();
+  self_start = process::start_time(self_pid).value_or(0);
+  reconcile_all();
+}
+
+void engine_state::queue_write(std::function<void(detail::store&)> w, std::function<void()> after,
+                               std::function<void(std::exception_ptr)> failed) {
+  pending.push_back({std::move(w), std::move(after), std::move(failed)});
+  if (!flush_posted) {
+    flush_posted = true;
+    asio::post(ex, [self = shared_from_this()] {
+      if (self->flush_posted) self->flush();
+    });
+  }
+}
+
+asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string created_message) {
+  struct outcome {
+    explicit outcome(const asio::any_io_executor& ex) : done(ex) {}
+    bool inserted = false;
+    std::exception_ptr error;
+    detail::wake_signal done;
+  };
+  auto st = std::make_shared<outcome>(ex);
+  queue_write(
+      [st, row = std::move(row), message = std::move(created_message)](detail::store& db) {
+        st->inserted = db.insert_job(row);
+        if (st->inserted) db.append_event(row.name, "", row.created_ms, "Created", message);
+      },
+      [st] { st->done.notify(); },
+      [st](std::exception_ptr x) {
+        st->error = x;
+        st->done.notify();
+      });
+  co_await st->done.wait_until(steady::time_point::max());
+  if (st->error) std::rethrow_exception(st->error);
+  co_return st->inserted;
+}
+
+void engine_state::start_checkpoint() {
+  if (checkpoint_running || stopping) return;
+  checkpoint_running = true;
+  if (!checkpoint_thread) checkpoint_thread = std::make_unique<asio::thread_pool>(1);
+  asio::post(*checkpoint_thread, [w = weak_from_this(), c = checkpointer.get(), ex = ex] {
+    auto why = c->run();
+    asio::post(ex, [w, why = std::move(why)] {
+      if (auto self = w.lock()) {
+        self->checkpoint_running = false;
+        if (!why.empty()) self->log->warn("{}", why);
+      }
+    });
+  });
+}
+
+// Group commit: every write queued during one reactor turn goes into one
+// transaction; the notifications that depend on it run after it commits.
+void engine_state::flush() {
+  flush_posted = false;
+  if (pending.empty()) return;
+  auto writes = std::move(pending);
+  pending.clear();
+  std::vector<std::function<void()>> done;  // what runs once the commit is visible
+  try {
+    db->begin();
+    for (auto& w : writes) {
+      if (!w.apply) continue;
+      try {
+        w.apply(*db);
+      } catch (const std::exception& e) {
+        if (w.failed) {
+          // Its caller hears of it; the write is not retried.
+          done.push_back([f = std::move(w.failed), x = std::current_exception()] { f(x); });
+          w.after = nullptr;
+        } else {
+          log->error("store write skipped: {}", e.what());
+        }
+      }
+    }
+    db->commit();
+  } catch (const std::exception& e) {
+    db->rollback();
+    // Writes whose caller waits for the answer (a new job's record) fail now;
+    // the rest are kept, in order, ahead of anything queued since, and retried.
+    auto error = std::current_exception();
+    std::vector<pending_write> keep;
+    for (auto& w : writes) {
+      if (w.failed)
+        w.failed(error);
+      else
+        keep.push_back(std::move(w));
+    }
+    log->error("store commit failed, {} writes will be retried: {}", keep.size(), e.what());
+    for (auto& w : pending) keep.push_back(std::move(w));
+    pending = std::move(keep);
+    if (!pending.empty()) {
+      auto timer = std::make_shared<asio::steady_timer>(ex, std::chrono::milliseconds(200));
+      timer->async_wait([self = shared_from_this(), timer](error_code) { self->flush(); });
+    }
+    return;
+  }
+  for (auto& w : writes)
+    if (w.after) done.push_back(std::move(w.after));
+  for (auto& d : done) d();
+}
+
+// ---------------------------------------------------------------------------
+// job records
+
+std::shared_ptr<job_rec> engine_state::owned(std::string_view name) const {
+  auto it = jobs.find(name);
+  return it == jobs.end() ? nullptr : it->second;
+}
+
+train_job engine_state::snapshot(const job_rec& j) const {
+  detail::job_row row = j.row;
+  row.steps.clear();
+  for (const auto& s : j.steps) row.steps.push_back(s.row);
+  return to_job(row);
+}
+
+bool engine_state::owner_alive(const detail::job_row& row) const {
+  return process::is_same_process(static_cast<pid_t>(row.owner_pid), row.owner_start);
+}
+
+std::optional<detail::job_row> engine_state::load_fresh(const std::string& name) {
+  auto row = db->load_job(name);
+  if (row && !is_terminal(row->status) && !owned(name) && !owner_alive(*row)) {
+    reconcile_row(*row);
+    row = db->load_job(name);
+  }
+  return row;
+}
+
+void engine_state::throw_not_found(const std::string& name) const {
+  detail::throw_not_found(name, "in " + home.string(), backend_kind::local);
+}
+
+void engine_state::check_running() const {
+  if (stopping) fail(errc::shut_down, "the engine is shutting down");
+}
+
+bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string message,
+                         std::string reason) {
+  auto to = detail::next(s.row.status, ev);
+  if (!to) {
+    log->debug("job {} step {}: {} rejected in {}", j.row.name, s.row.name,
+               detail::event_reason(ev.kind), to_string(s.row.status));
+    return false;
+  }
+  s.row.status = *to;
+  if (ev.kind == event_kind::exited) s.row.exit_code = ev.exit_code;
+  if (*to == job_status::failed) s.row.reason = std::move(reason);
+  std::vector<job_status> statuses;
+  for (const auto& st : j.steps) statuses.push_back(st.row.status);
+  j.row.status = detail::aggregate(statuses);
+  if (j.row.status == job_status::failed && j.row.reason.empty()) j.row.reason = s.row.reason;
+
+  queue_write(
+      [name = j.row.name, step = s.row, status = j.row.status, jreason = j.row.reason,
+       t = now_ms(), what = std::string(detail::event_reason(ev.kind)),
+       message = std::move(message)](detail::store& db) {
+        db.append_event(name, step.name, t, what, message);
+        db.update_step(name, step);
+        db.update_job_status(name, status, jreason);
+      },
+      [self = shared_from_this(), weak = std::weak_ptr<job_rec>(owned(j.row.name))] {
+        auto jr = weak.lock();
+        if (!jr) return;
+        // An ended job is the store's from now on: the table holds running jobs only,
+        // so memory does not grow with the history. Holders of the record keep it.
+        if (is_terminal(jr->row.status)) {
+          auto it = self->jobs.find(jr->row.name);
+          if (it != self->jobs.end() && it->second == jr) self->jobs.erase(it);
+        }
+        jr->watchers.notify_all();
+      });
+  return true;
+}
+
+void engine_state::spawn_internal(asio::awaitable<void> op, const char* what) {
+  ++internal_coroutines;
+  asio::co_spawn(ex, std::move(op), [self = shared_from_this(), what](std::exception_ptr e) {
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        if (!self->stopping) self->log->error("{}: {}", what, x.what());
+      }
+    }
+    if (--self->internal_coroutines == 0) self->idle.notify();
+  });
+}
+
+void engine_state::start_job(std::shared_ptr<job_rec> j) {
+  ++internal_coroutines;
+  auto& slot_owner = j->stop;
+  asio::co_spawn(ex, run_job(j),
+                 asio::bind_cancellation_slot(
+                     slot_owner.slot(), [self = shared_from_this(), j](std::exception_ptr e) {
+                       if (e && !self->stopping) {
+                         std::string why;
+                         try {
+                           std::rethrow_exception(e);
+                         } catch (const std::exception& x) {
+                           why = x.what();
+                         } catch (...) {
+                           why = "unknown error";
+                         }
+                         self->log->error("job {}: {}", j->row.name, why);
+                         self->fail_unfinished(*j, why);
+                       }
+                       if (--self->internal_coroutines == 0) self->idle.notify();
+                     }));
+}
+
+// The engine could not supervise a job any more: whatever still runs of it is
+// stopped, and the job is recorded as Failed rather than left Running.
+void engine_state::fail_unfinished(job_rec& j, const std::string& why) {
+  for (auto& s : j.steps) {
+    if (is_terminal(s.row.status)) continue;
+    s.proc.signal_group(SIGKILL);
+    if (s.row.status == job_status::created)
+      apply(j, s, {event_kind::start_failed}, "engine error: " + why, "engine error: " + why);
+    else
+      apply(j, s, {event_kind::lost}, "engine error: " + why, "lost: " + why);
+  }
+}
+
+// A job runs its phases (engine_impl.hpp): the setup phases once, in node-0
+// (a venv serves every node of the job), then each node's own code at the
+// same time. One node failing stops the others (JobSet's default policy).
+// A job of one node that needs no GPUs and no cached venv (a command job, the
+// common case) runs in this frame: a running job costs it, run_phases' frame
+// and its pidfd. Everything else is in run_other, the ending in finish_job.
+
+}  // namespace tjob::local

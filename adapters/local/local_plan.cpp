@@ -1,0 +1,309 @@
+#include "adapters/local/local_impl.hpp"
+
+#include "adapters/python/python_plan.hpp"
+#include "adapters/python/python_setup.hpp"
+#include "engine/spec_json.hpp"
+#include "engine/trainer_checks.hpp"
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace tjob::local {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string spec_json(const command_trainer& t, const std::string& executable) {
+  json::object spec;
+  spec["trainer"] = detail::to_json(t);
+  spec["executable"] = executable;
+  return json::serialize(spec);
+}
+
+std::string check_working_dir(const std::string& who, const std::string& dir) {
+  if (dir.empty()) return dir;
+  std::error_code fec;
+  auto wd = std::filesystem::absolute(dir, fec);
+  if (fec || !std::filesystem::is_directory(wd, fec))
+    fail(errc::invalid_argument, who + ": working_dir " + quote(dir) +
+                                     " is not a directory; create it, or leave working_dir "
+                                     "empty to use the job's own work dir");
+  return wd.string();
+}
+
+std::string path_of(const std::map<std::string, std::string>& env) {
+  if (auto it = env.find("PATH"); it != env.end()) return it->second;
+  if (const char* p = std::getenv("PATH")) return p;
+  return {};
+}
+
+std::string find_program(const std::string& who, const std::string& prog,
+                         const std::map<std::string, std::string>& env, const std::string& cwd,
+                         const char* hint) {
+  auto path = path_of(env);
+  auto exe = process::find_executable(prog, path, cwd.empty() ? "." : cwd);
+  if (!exe) {
+    if (prog.find('/') != std::string::npos)
+      fail(errc::executable_not_found,
+           who + ": " + quote(prog) +
+               " is not an executable file; check the path (relative paths start from the "
+               "working dir) and its execute permission");
+    fail(errc::executable_not_found, who + ": cannot find executable " + quote(prog) +
+                                         " on PATH (" + printable(path, 300) + "); " + hint);
+  }
+  std::error_code ec;
+  return std::filesystem::absolute(*exe, ec).string();
+}
+
+}  // namespace
+
+// The phases of a command job: the command itself.
+void engine_state::plan_command(job_rec& j, const std::string& who, command_trainer& ct) {
+  detail::check_command(who, ct);
+  ct.working_dir = check_working_dir(who, ct.working_dir);
+  phase ph;
+  ph.name = "command";
+  ph.final = true;
+  ph.executable = find_program(who, ct.command.front(), ct.env, ct.working_dir,
+                               "give its full path or fix PATH");
+  ph.argv = ct.command;
+  ph.env = ct.env;
+  ph.cwd = ct.working_dir;
+  j.spec = spec_json(ct, ph.executable);
+  j.node_phases.push_back(std::move(ph));
+}
+
+// The venv and pip phases of a Python job (pip only when there is something
+// to install), as Kubeflow's local backend runs them, done right.
+void engine_state::plan_setup(job_rec& j, const python_trainer& pt, const std::string& python,
+                              const std::vector<std::string>& packages,
+                              const std::map<std::string, std::string>& env, const std::string& cwd) {
+  phase venv;
+  venv.name = "venv";
+  venv.title = "creating a virtual environment with " + python +
+               (pt.system_site_packages ? " (with system site packages)" : "");
+  venv.executable = python;
+  venv.argv = {python, "-m", "venv", "--without-pip"};
+  if (pt.system_site_packages) venv.argv.push_back("--system-site-packages");
+  venv.argv.push_back(j.venv.string());
+  venv.env = env;
+  venv.cwd = cwd;
+  j.phases.push_back(venv);
+  if (packages.empty()) return;
+  const auto venv_python = (j.venv / "bin" / "python").string();
+  phase pip;
+  pip.name = "pip install";
+  pip.title = "installing " + std::to_string(packages.size()) + " package(s): " + join_argv(packages);
+  pip.executable = venv_python;
+  pip.argv = {venv_python, "-c", std::string(python::pip_bootstrap_code())};
+  for (auto& a : python::pip_install_args(packages, python::index_urls(pt.pip_index_urls)))
+    pip.argv.push_back(std::move(a));
+  pip.env = env;
+  pip.env.emplace("TJOB_PIP_CACHE", (home / "cache" / "pip").string());
+  pip.cwd = cwd;
+  j.phases.push_back(pip);
+}
+
+// The GPUs a job asks for, checked against this engine's list.
+void engine_state::plan_gpus(job_rec& j, const std::string& who, const python_trainer& pt, int num_nodes) {
+  python::check_gpus(who, pt);
+  if (pt.gpus == 0) return;
+  auto need = static_cast<std::size_t>(pt.gpus) * static_cast<std::size_t>(num_nodes);
+  if (need > gpu_devices.size())
+    fail(errc::invalid_argument,
+         who + ": needs " + std::to_string(need) + " GPU(s) (gpu=" + std::to_string(pt.gpus) +
+             " per node x " + std::to_string(num_nodes) + " node(s)) but this engine has " +
+             std::to_string(gpu_devices.size()) +
+             "; set the device list (engine_config.gpu_devices or TJOB_GPU_DEVICES) or ask for fewer");
+  j.gpus_per_node = pt.gpus;
+}
+
+// The phases of a Python job: venv, pip, then each node's code (python, or
+// torchrun with the nodes meeting on 127.0.0.1 at a port chosen free when
+// the job starts). A function or script text is written into the work dir;
+// a script file runs where it is.
+void engine_state::plan_python(job_rec& j, const std::string& who, python_trainer& pt,
+                               const runtime& rt, int num_nodes) {
+  std::string source = python::check_python_code(who, pt);
+  pt.working_dir = check_working_dir(who, pt.working_dir);
+  std::vector<std::string> packages;
+  try {
+    packages = python::merge_packages(rt.trainer.packages, pt.packages_to_install);
+  } catch (const error& e) {
+    fail(errc::invalid_argument, who + ": " + e.what());
+  }
+  auto python = find_program(who, pt.python.empty() ? "python3" : pt.python, pt.env, {},
+                             "install python3 or pass the interpreter (--python)");
+  j.venv = std::filesystem::path(j.dir) / "venv";
+  j.remove_venv = cfg.cleanup_venv && !pt.keep_venv;
+  auto work = std::filesystem::path(j.dir) / "work";
+  auto cwd = pt.working_dir.empty() ? work.string() : pt.working_dir;
+  std::map<std::string, std::string> env = pt.env;
+  env.emplace("PIP_DISABLE_PIP_VERSION_CHECK", "1");
+  env.emplace("PYTHONUNBUFFERED", "1");  // progress reaches the log as it is printed
+  plan_setup(j, pt, python, packages, env, cwd);
+
+  std::string file = pt.source_file;
+  // The code first, then its keyword arguments, in the work dir.
+  for (auto& [stem, text] : python::training_files(pt, source, "train_" + j.row.name))
+    j.files.emplace_back((work / stem).string(), std::move(text));
+  if (!j.files.empty()) file = j.files.front().first;
+  plan_gpus(j, who, pt, num_nodes);
+  const bool torch = rt.trainer.framework == "torch";
+  phase code;
+  code.name = torch ? "torchrun" : "python";
+  code.final = true;
+  code.memory_limit = pt.memory_limit;
+  code.cpu_limit = pt.cpu_limit ? pt.procs_per_node : 0;
+  code.executable = (j.venv / "bin" / "python").string();
+  code.env = env;
+  code.cwd = cwd;
+  for (int node = 0; node < num_nodes; ++node) {
+    python::torch_topology t;
+    t.nnodes = std::to_string(num_nodes);
+    t.node_rank = std::to_string(node);
+    t.nproc_per_node = std::to_string(pt.procs_per_node);
+    t.master_port = master_port_placeholder;
+    phase ph = code;
+    ph.argv = python::code_argv(code.executable, torch, t, file, pt.args);
+    ph.torch_port = torch;
+    j.torch_port |= torch;
+    j.node_phases.push_back(std::move(ph));
+  }
+  if (cfg.venv_cache) {
+    detail::venv_cache::inputs in;
+    in.python = python;  // the real interpreter is found when the job starts
+    in.packages = packages;
+    if (!packages.empty()) in.index_urls = python::index_urls(pt.pip_index_urls);
+    in.system_site_packages = pt.system_site_packages;
+    j.venv_inputs = std::make_unique<detail::venv_cache::inputs>(std::move(in));
+  }
+  j.spec = json::serialize(json::object{{"trainer", detail::to_json(pt)}, {"python", python}});
+}
+
+// The phases of the job `name` of `req` (its paths hold the name).
+void engine_state::plan_job(job_rec& j, const std::string& name, train_request& req, const runtime& rt) {
+  j.phases.clear();
+  j.node_phases.clear();
+  j.files.clear();
+  j.dir = (jobs_dir / name).string();
+  j.row.name = name;
+  auto who = detail::who(name);
+  if (auto* ct = std::get_if<command_trainer>(&req.job_trainer))
+    plan_command(j, who, *ct);
+  else
+    plan_python(j, who, std::get<python_trainer>(req.job_trainer), rt, req.num_nodes);
+}
+
+// Records the job, Created, in the store. A generated name that is taken is
+// replaced (and the job planned again: its paths hold the name); a given one
+// is an error.
+asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detail::checked_request& c) {
+  auto& req = c.request;
+  std::string name = req.name;
+  for (;;) {
+    std::string spec = j->spec;
+    j->row = {};
+    j->row.name = name;
+    j->row.runtime = req.runtime;
+    j->row.num_nodes = req.num_nodes;
+    j->row.created_ms = now_ms();
+    j->row.spec = spec;
+    j->row.status = job_status::created;
+    j->row.owner_pid = self_pid;
+    j->row.owner_start = self_start;
+    for (int node = 0; node < req.num_nodes; ++node) {
+      detail::step_row st;
+      st.name = "node-" + std::to_string(node);
+      j->row.steps.push_back(st);
+    }
+    std::string created = "created by process " + std::to_string(self_pid) + ": " +
+                          join_argv(j->node_phases[0].argv);
+    detail::job_row row = j->row;
+    bool inserted = co_await insert_job(std::move(row), std::move(created));
+    if (inserted) {
+      // The request is in the store now; a running job does not keep a copy.
+      std::string().swap(j->spec);
+      std::string().swap(j->row.spec);
+      req.name = name;
+      co_return;
+    }
+    if (!c.generated_name)
+      fail(errc::duplicate_name, "TrainJob " + quote(name) +
+                                     " already exists; choose another name, or delete it first "
+                                     "(tjob delete " + name + ")");
+    name = detail::generate_job_name();
+    plan_job(*j, name, req, c.rt);
+  }
+}
+
+// The job's directories, its files and its (empty) logs, made on the pool:
+// on a disk filesystem each new inode costs tens of microseconds, which the
+// reactor spends on other jobs. The job's own work dir is made only when
+// something runs or is written in it (a command given a working dir needs
+// none: a directory less per job).
+asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
+  const std::string work = j->dir + "/work";
+  bool needs_work = !j->files.empty();
+  for (auto* list : {&j->phases, &j->node_phases})
+    for (auto& ph : *list) {
+      if (ph.cwd.empty()) ph.cwd = work;
+      needs_work |= ph.cwd == work;
+    }
+  for (auto& s : j->row.steps) {
+    step_rec sr;
+    sr.row = s;
+    sr.log_path = j->dir + "/logs/" + s.name + ".log";
+    j->steps.push_back(std::move(sr));
+  }
+  std::optional<std::system_error> made_not;
+  try {
+    co_await blocking([&] {
+      make_private_dirs(j->dir + "/logs");
+      if (needs_work) make_private_dirs(work);
+      for (const auto& [path, text] : j->files) {
+        if (auto ec = detail::append_file(path, text))
+          throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
+      }
+      for (const auto& s : j->steps) {
+        int fd = ::open(s.log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + s.log_path);
+        ::close(fd);
+      }
+    });
+  } catch (const std::system_error& x) {
+    made_not = x;
+  }
+  if (made_not) {
+    const auto name = j->row.name;
+    transact([&](detail::store& db) { db.delete_job(name); });
+    std::error_code rec;
+    std::filesystem::remove_all(j->dir, rec);
+    fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + made_not->what() +
+                                      "; check that " + jobs_dir.string() + " is writable");
+  }
+}
+
+asio::awaitable<std::string> engine_state::train(detail::checked_request c) {
+  check_running();
+  auto& req = c.request;
+  if (req.num_nodes != 1 && std::holds_alternative<command_trainer>(req.job_trainer))
+    fail(errc::invalid_argument, detail::who(req.name) + ": num_nodes=" + std::to_string(req.num_nodes) +
+                                     ": a command job runs one node; use a Python trainer on a "
+                                     "torch runtime for several");
+  auto j = std::make_shared<job_rec>();
+  plan_job(*j, req.name, req, c.rt);
+  co_await record_job(j, c);
+  co_await make_job_files(j);
+  j->row.steps.clear();
+  const std::string name = req.name;
+  jobs.emplace(name, j);
+  start_job(j);
+  co_return name;
+}
+
+}  // namespace tjob::local

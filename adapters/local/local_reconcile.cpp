@@ -1,0 +1,188 @@
+#include "adapters/local/local_impl.hpp"
+
+#include "adapters/process/cgroup.hpp"
+#include "adapters/process/proc_info.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace tjob::local {
+
+// Kills what is left of a step whose owner died: the leader if it is still
+// the process we recorded, else any members left in its process group.
+void kill_orphan_group(std::int64_t pid, std::uint64_t start) {
+  if (pid <= 0) return;
+  auto p = static_cast<pid_t>(pid);
+  if (process::is_same_process(p, start)) {
+    ::killpg(p, SIGKILL);
+  } else if (!process::start_time(p) && process::count_group_members(p) > 0) {
+    ::killpg(p, SIGKILL);  // the leader is gone; nobody else can own that group id
+  }
+}
+
+asio::awaitable<void> engine_state::cancel_owned(std::shared_ptr<job_rec> j) {
+  if (is_terminal(j->row.status)) co_return;
+  if (!j->cancel_requested) {
+    j->cancel_requested = true;
+    j->watchers.notify_all();  // a job waiting for GPUs gives up its place
+    queue_write([name = j->row.name, t = now_ms(),
+                 grace = cfg.grace_period.count()](detail::store& db) {
+      db.append_event(name, "", t, "CancelRequested",
+                      "cancel requested: SIGTERM to the process group, SIGKILL after " +
+                          std::to_string(grace) + " ms");
+    });
+  }
+  if (!j->escalating) {
+    j->escalating = true;
+    spawn_internal(escalate(j, false), "cancel");
+  }
+  detail::wake_signal w(ex);
+  detail::wake_registration reg(j->watchers, &w);
+  while (!is_terminal(j->row.status)) {
+    check_running();
+    co_await w.wait_until(steady::time_point::max());
+  }
+}
+
+asio::awaitable<void> engine_state::cancel_foreign(const std::string& name) {
+  auto row = load_fresh(name);
+  if (!row) throw_not_found(name);
+  if (is_terminal(row->status)) co_return;
+  transact([&](detail::store& db) {
+    db.append_event(name, "", now_ms(), "CancelRequested",
+                    "cancel requested by process " + std::to_string(self_pid) +
+                        ": SIGTERM to the process group, SIGKILL after " +
+                        std::to_string(cfg.grace_period.count()) + " ms");
+  });
+  auto signal_steps = [&](const detail::job_row& r, int sig) {
+    for (const auto& s : r.steps)
+      if (s.status == job_status::running &&
+          process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start))
+        ::killpg(static_cast<pid_t>(s.pid), sig);
+  };
+  signal_steps(*row, SIGTERM);
+  foreign_watch fw(*this, *row, false);
+  auto wait_for_end = [&](steady::time_point deadline) -> asio::awaitable<bool> {
+    for (;;) {
+      check_running();
+      auto r = load_fresh(name);
+      if (!r || is_terminal(r->status)) co_return true;
+      if (!co_await fw.wait_until(deadline)) co_return false;
+    }
+  };
+  if (co_await wait_for_end(steady::now() + cfg.grace_period)) co_return;
+  if (auto r = db->load_job(name)) signal_steps(*r, SIGKILL);
+  if (!co_await wait_for_end(steady::now() + std::chrono::seconds(30)))
+    fail(errc::timeout, "TrainJob " + quote(name) +
+                            " did not end after SIGKILL; its owner (pid " +
+                            std::to_string(row->owner_pid) + ") is not answering");
+}
+
+// ---------------------------------------------------------------------------
+// reconciliation
+
+void engine_state::reconcile_all() { reconcile_rows(db->load_unfinished()); }
+
+bool engine_state::reconcile_row(const detail::job_row& row) { return reconcile_rows({row}) > 0; }
+
+std::string engine_state::job_token(const detail::job_row& row) const {
+  return fmt::format("{:016x}-{}-{}", std::hash<std::string>{}(home.string()), row.name,
+                     row.created_ms);
+}
+
+// A job recorded as unfinished whose owner is gone is Failed, reason `lost`:
+// nobody saw how it ended. What is left of its processes is killed: the
+// process groups on record, and any process carrying the job's token in its
+// environment (that covers a child started just before its pid was committed).
+std::size_t engine_state::reconcile_rows(const std::vector<detail::job_row>& rows) {
+  std::vector<const detail::job_row*> orphaned;
+  std::set<std::string> tokens;
+  for (const auto& row : rows) {
+    if (owner_alive(row)) continue;
+    orphaned.push_back(&row);
+    tokens.insert(std::string(token_variable) + "=" + job_token(row));
+    for (const auto& s : row.steps)
+      if (!is_terminal(s.status)) kill_orphan_group(s.pid, s.pid_start);
+  }
+  if (orphaned.empty()) return 0;
+  for (const auto& [pid, entry] : process::find_by_environment(tokens)) {
+    log->info("killing process {} left behind by a lost job ({})", pid, entry);
+    ::kill(pid, SIGKILL);
+  }
+  for (const auto* row : orphaned)
+    for (const auto& s : row->steps)
+      process::remove_cgroup(process::cgroup_dir_for(job_token(*row) + "-" + s.name));
+  std::size_t marked = 0;
+  for (const auto* row : orphaned) {
+    bool done = transact([&](detail::store& db) {
+      auto cur = db.load_job(row->name);
+      if (!cur || is_terminal(cur->status) || cur->owner_pid != row->owner_pid ||
+          cur->owner_start != row->owner_start)
+        return false;
+      std::vector<job_status> statuses;
+      for (auto& s : cur->steps) {
+        if (auto to = detail::next(s.status, {event_kind::lost})) {
+          std::string was(to_string(s.status));
+          s.status = *to;
+          s.reason = "lost";
+          db.update_step(cur->name, s);
+          db.append_event(cur->name, s.name, now_ms(), "Lost",
+                          "the process that supervised the job (pid " +
+                              std::to_string(cur->owner_pid) + ") ended while the step was " +
+                              was + "; nobody saw how it ended");
+        }
+        statuses.push_back(s.status);
+      }
+      db.update_job_status(cur->name, detail::aggregate(statuses), "lost");
+      return true;
+    });
+    if (done) ++marked;
+  }
+  return marked;
+}
+
+// ---------------------------------------------------------------------------
+// foreign jobs
+
+foreign_watch::foreign_watch(engine_state& e, const detail::job_row& row, bool logs)
+    : e_(e), name_(row.name), logs_(logs), wake_(e.ex) {
+  store_wd_ = e_.watch.add(e_.home, &wake_);
+  if (logs) log_wd_ = e_.watch.add(e_.jobs_dir / row.name / "logs", &wake_);
+  if (row.owner_pid > 0) {
+    int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(row.owner_pid), 0));
+    if (fd >= 0) {
+      owner_.emplace(e_.ex, fd);
+      // The pid may have been reused between the check and the open.
+      if (!e_.owner_alive(row)) owner_.reset();
+    }
+  }
+}
+
+foreign_watch::~foreign_watch() {
+  e_.watch.remove(store_wd_, &wake_);
+  e_.watch.remove(log_wd_, &wake_);
+}
+
+asio::awaitable<bool> foreign_watch::wait_until(steady::time_point deadline) {
+  // The log directory appears just after the job's row; watch it once it is there.
+  if (logs_ && log_wd_ < 0) log_wd_ = e_.watch.add(e_.jobs_dir / name_ / "logs", &wake_);
+  if (!owner_ || !owner_->is_open()) co_return co_await wake_.wait_until(deadline);
+  using namespace asio::experimental::awaitable_operators;
+  auto r = co_await (wake_.wait_until(deadline) ||
+                     owner_->async_wait(asio::posix::descriptor_base::wait_read,
+                                        asio::use_awaitable));
+  if (r.index() == 1) {
+    owner_.reset();
+    if (auto row = e_.db->load_job(name_)) e_.reconcile_row(*row);
+    co_return true;
+  }
+  co_return std::get<0>(r);
+}
+
+
+}  // namespace tjob::local

@@ -1,0 +1,206 @@
+#include "adapters/python/python_plan.hpp"
+
+#include "adapters/python/python_setup.hpp"
+#include "engine/names.hpp"
+#include "engine/strings.hpp"
+#include "engine/trainer_checks.hpp"
+
+#include <tjob/error.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tjob::python {
+
+namespace json = boost::json;
+using detail::has_nul;
+using detail::printable;
+using detail::quote;
+
+namespace {
+[[noreturn]] void fail(errc e, std::string message) { throw error(e, std::move(message)); }
+}  // namespace
+
+std::string read_source(const std::string& who, const std::string& file) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(file, ec);
+  if (ec)
+    fail(errc::invalid_argument, who + ": cannot read the training file " + quote(file) + ": " +
+                                     ec.message() + "; check the path");
+  if (size > (16u << 20))
+    fail(errc::invalid_argument, who + ": the training file " + quote(file) +
+                                     " is larger than 16 MiB; pass a script, not data");
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string check_python_code(const std::string& who, python_trainer& pt) {
+  if (pt.source.empty() == pt.source_file.empty())
+    fail(errc::invalid_argument, who + ": give the training code either as source text or as a "
+                                       "file (source or source_file), not both or neither");
+  if (!pt.source_file.empty()) {
+    std::error_code ec;
+    pt.source_file = std::filesystem::absolute(pt.source_file, ec).string();
+    if (pt.function.empty() && !std::filesystem::is_regular_file(pt.source_file, ec))
+      fail(errc::invalid_argument, who + ": the training file " + quote(pt.source_file) +
+                                       " does not exist; check the path");
+  }
+  std::string source = !pt.source.empty() ? pt.source
+                       : pt.function.empty() ? std::string()
+                                             : read_source(who, pt.source_file);
+  std::string where = pt.source_file.empty() ? "the source" : quote(pt.source_file);
+  if (!pt.function.empty() && !defines_function(source, pt.function))
+    fail(errc::invalid_argument, who + ": function " + quote(pt.function) +
+                                     " is not defined at the top level of " + where +
+                                     "; give the name of a top-level `def`");
+  if (!pt.function_args.empty()) {
+    if (pt.function.empty())
+      fail(errc::invalid_argument,
+           who + ": function_args (--args) needs a function (--func); a script takes args");
+    boost::system::error_code jec;
+    auto v = json::parse(pt.function_args, jec);
+    if (jec || !v.is_object())
+      fail(errc::invalid_argument,
+           who + ": function_args (--args) must be a JSON object of keyword arguments, such as "
+                 "{\"lr\": 0.1}; got " + printable(pt.function_args, 60));
+  }
+  if (pt.procs_per_node < 1)
+    fail(errc::invalid_argument, who + ": procs_per_node must be 1 or more");
+  for (const auto& a : pt.args)
+    if (has_nul(a)) fail(errc::invalid_argument, who + ": a script argument holds a NUL byte");
+  for (const auto& p : pt.packages_to_install)
+    if (has_nul(p)) fail(errc::invalid_argument, who + ": a package name holds a NUL byte");
+  detail::check_env(who, pt.env);
+  return source;
+}
+
+void check_gpus(const std::string& who, const python_trainer& pt) {
+  if (pt.gpus < 0) fail(errc::invalid_argument, who + ": gpus must be 0 or more");
+}
+
+std::string check_remote_trainer(const std::string& who, python_trainer& pt) {
+  auto source = check_python_code(who, pt);
+  if (source.empty()) source = read_source(who, pt.source_file);
+  for (const auto& p : pt.packages_to_install)
+    if (!requirement_name(p))
+      fail(errc::invalid_argument, who + ": package " + quote(p) + " is not a requirement "
+                                         "(a name, optionally with extras and a version)");
+  check_gpus(who, pt);
+  return source;
+}
+
+std::vector<std::pair<std::string, std::string>> training_files(const python_trainer& pt,
+                                                                const std::string& source,
+                                                                const std::string& stem) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (pt.function.empty() && pt.source.empty()) return out;  // a script file runs where it is
+  out.emplace_back(stem + ".py", pt.function.empty()
+                                     ? source
+                                     : training_file(source, pt.function, !pt.function_args.empty()));
+  if (!pt.function_args.empty()) out.emplace_back(stem + ".kwargs.json", pt.function_args);
+  return out;
+}
+
+std::vector<std::string> torchrun_flags(const torch_topology& t) {
+  return {"--nproc_per_node=" + t.nproc_per_node,
+          "--nnodes=" + t.nnodes,
+          "--node_rank=" + t.node_rank,
+          "--rdzv_backend=static",
+          "--rdzv_endpoint=" + t.master_addr + ":" + t.master_port,
+          "--master_addr=" + t.master_addr,
+          "--master_port=" + t.master_port,
+          "--monitor_interval=0.2",
+          "--redirects", "9:1", "--tee", "9:1"};
+}
+
+std::vector<std::string> code_argv(const std::string& python, bool torch, const torch_topology& t,
+                                   const std::string& file, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{python};
+  if (torch) {
+    // Inside a venv there may be no torchrun script; the module is the same program.
+    argv.insert(argv.end(), {"-m", "torch.distributed.run"});
+    for (auto& f : torchrun_flags(t)) argv.push_back(std::move(f));
+  } else {
+    argv.push_back("-u");
+  }
+  argv.push_back(file);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+std::string_view entry_script() {
+  return R"PY(import importlib.util, json, os, re, subprocess, sys, tempfile
+arg = sys.argv[1]
+if arg.startswith("{"):
+    plan = json.loads(arg)
+else:
+    with open(arg, encoding="utf-8") as f:
+        plan = json.load(f)
+work = tempfile.mkdtemp(prefix="tjob-")
+script = plan.get("script")
+if plan.get("code") is not None:
+    script = os.path.join(work, "train.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(plan["code"])
+    if plan.get("kwargs") is not None:
+        with open(os.path.join(work, "train.kwargs.json"), "w", encoding="utf-8") as f:
+            f.write(plan["kwargs"])
+packages = plan.get("packages") or []
+if packages:
+    base = [sys.executable, "-m", "pip"] + plan["pip_args"]
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_BREAK_SYSTEM_PACKAGES="1")
+    log_path = os.path.join(work, "pip_install.log")
+    where = None
+    with open(log_path, "wb") as log:
+        if subprocess.call(base + ["--user"] + packages, stdout=log, stderr=subprocess.STDOUT, env=env) == 0:
+            where = "user"
+        elif subprocess.call(base + packages, stdout=log, stderr=subprocess.STDOUT, env=env) == 0:
+            where = "system-wide"
+    if where is None:
+        print("ERROR: Failed to install Python packages: " + " ".join(packages), file=sys.stderr)
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            sys.stderr.write(f.read())
+        sys.exit(1)
+    print("Successfully installed Python packages (%s): %s" % (where, " ".join(packages)), flush=True)
+if plan.get("torch") and importlib.util.find_spec("torch") is not None:
+    defaults = plan.get("env_defaults") or {}
+    def value(m):
+        name = m.group(1)
+        v = os.environ.get(name, "")
+        if not v or (name == "PET_NPROC_PER_NODE" and not v.isdigit()):
+            v = str(defaults.get(name, ""))
+        return v
+    flags = [re.sub(r"\{(PET_[A-Z_]+)\}", value, a) for a in plan["torchrun_args"]]
+    argv = [sys.executable, "-m", "torch.distributed.run"] + flags + [script]
+else:
+    argv = [sys.executable, script]
+argv += plan.get("args") or []
+sys.stdout.flush()
+os.execv(argv[0], argv)
+)PY";
+}
+
+json::object entry_plan(const python_trainer& pt, const std::string& source, bool torch,
+                        bool with_code, const std::string& script) {
+  json::array packages, pip_args, args;
+  for (const auto& p : pt.packages_to_install) packages.emplace_back(p);
+  for (const auto& a : pip_install_args({}, index_urls(pt.pip_index_urls))) pip_args.emplace_back(a);
+  for (const auto& a : pt.args) args.emplace_back(a);
+  json::object plan{{"packages", std::move(packages)}, {"pip_args", std::move(pip_args)},
+                    {"args", std::move(args)}, {"torch", torch}};
+  if (with_code) {
+    auto files = training_files(pt, source, "train");
+    plan["code"] = files.empty() ? source : files.front().second;
+    if (files.size() > 1) plan["kwargs"] = files[1].second;
+  } else {
+    plan["script"] = script;
+  }
+  return plan;
+}
+
+}  // namespace tjob::python

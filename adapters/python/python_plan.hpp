@@ -1,0 +1,83 @@
+// The Python plan every backend shares: the checks of a Python trainer, the
+// training files (the code with its call, the keyword arguments), the
+// torchrun flags, and the entry script that containers and pods run. The
+// package rules and pip's command line are in python_setup.hpp. Each is
+// written once here; the local, container and kubernetes backends only say
+// where the pieces go.
+//
+// Threading: pure functions.
+// Errors: tjob::error(invalid_argument) naming the job (`who`), the field and the fix.
+#pragma once
+
+#include <tjob/types.hpp>
+
+#include <boost/json/object.hpp>
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tjob::python {
+
+/// The text of a training file (at most 16 MiB).
+std::string read_source(const std::string& who, const std::string& file);
+
+/// Checks a Python trainer's code fields (source or source_file, function,
+/// function_args, args, packages, env) and returns the source text (empty for
+/// a script file given by path). Makes source_file absolute.
+std::string check_python_code(const std::string& who, python_trainer& pt);
+
+/// check_python_code, then what a job that installs its packages where it
+/// runs needs: each package is a requirement, gpus is not negative. Returns
+/// the source text, read from source_file when it is empty.
+std::string check_remote_trainer(const std::string& who, python_trainer& pt);
+
+/// gpus is 0 or more.
+void check_gpus(const std::string& who, const python_trainer& pt);
+
+/// The files the code runs from, named `<stem>.py` and (with function
+/// arguments) `<stem>.kwargs.json`: a function's source with its call
+/// appended, or script text as it is. Empty for a script given by path.
+std::vector<std::pair<std::string, std::string>> training_files(const python_trainer& pt,
+                                                                const std::string& source,
+                                                                const std::string& stem);
+
+/// Where the nodes of a torch job meet. A value may be a placeholder
+/// `{PET_NAME}`, which the entry script fills in from the variable the
+/// Kubeflow Trainer controller sets on each node (see entry_plan).
+struct torch_topology {
+  std::string nnodes = "1", node_rank = "0", nproc_per_node = "1";
+  std::string master_addr = "127.0.0.1", master_port = "29500";
+};
+
+/// torchrun's flags before the script: a static rendezvous at
+/// master_addr:master_port. Spelled with underscores (Debian's torch 1.13
+/// knows no other spelling); `--redirects 9:1 --tee 9:1` works around that
+/// torch's crash on Python 3.11 (docs/kubeflow-differences.md) and changes
+/// nothing for ranks below 9.
+std::vector<std::string> torchrun_flags(const torch_topology& t);
+
+/// The argv of a node's code in a venv or an image: `python -m
+/// torch.distributed.run FLAGS FILE ARGS` for a torch runtime, else
+/// `python -u FILE ARGS`.
+std::vector<std::string> code_argv(const std::string& python, bool torch, const torch_topology& t,
+                                   const std::string& file, const std::vector<std::string>& args);
+
+/// The entry script (Python) that a container or a pod runs as
+/// `python ENTRY PLAN`, where PLAN is the plan's JSON text or the path of a
+/// file holding it. Everything the user gave is data in the plan: it writes
+/// the code (when the plan carries it) to a fresh directory, installs the
+/// packages (pip --user, then system-wide, as Kubeflow does), then runs the
+/// code under torchrun when the runtime is torch and the image has torch,
+/// else under python. Argument vectors only; no shell.
+std::string_view entry_script();
+
+/// A plan for entry_script. `with_code`: the code and its arguments travel
+/// in the plan (a pod has no files of ours); else `script` names the file.
+/// The torchrun flags are filled in later (node by node) or carry
+/// placeholders with the given defaults for the controller's variables.
+boost::json::object entry_plan(const python_trainer& pt, const std::string& source, bool torch,
+                               bool with_code, const std::string& script);
+
+}  // namespace tjob::python

@@ -1,0 +1,112 @@
+// The one interface every backend implements, and what a backend borrows from
+// the engine. The engine (engine/engine.cpp) is the layer above it: it
+// validates a request, finds its runtime, dispatches, and holds the policy
+// that is the same on every backend (the wait/settle rule, the failure message
+// with the last log lines, the not-found wording). A backend does only what
+// differs: where jobs run and how their state is read back.
+//
+// Threading: every operation runs on the engine's executor, one thread.
+// Cancellation: cancel_job is graded in the backend's own terms (SIGTERM then
+//   SIGKILL, docker stop, suspend then delete); shutdown() is not cancelling.
+// Errors: tjob::error, naming the job; job_not_found is worded by
+//   detail::not_found_message (engine/messages.hpp).
+// Lifetime: made by make_backend (engine/compose.cpp), the only place that
+//   knows the backends' types; shutdown() is awaited before it is destroyed
+//   and awaits every coroutine the backend started.
+#pragma once
+
+#include <tjob/engine.hpp>
+
+#include "engine/runtimes.hpp"
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tjob::detail {
+
+/// What a backend borrows from the engine.
+struct backend_context {
+  boost::asio::any_io_executor ex;
+  engine_config cfg;  ///< home made absolute, logger set
+  std::filesystem::path home;
+  std::shared_ptr<spdlog::logger> log;
+  /// The engine's runtime catalog (built in, $TJOB_HOME/runtimes, runtime_dirs),
+  /// read afresh on each call; `report` logs each manifest that cannot be used.
+  std::function<runtime_catalog(bool report)> runtimes;
+};
+
+/// A request the engine has checked (detail::check_request): its name and
+/// runtime are filled in.
+struct checked_request {
+  train_request request;
+  runtime rt;
+  /// The name was generated: on a collision the backend may pick another
+  /// (detail::generate_job_name) instead of failing.
+  bool generated_name = false;
+};
+
+/// Follows one job for a waiter. The engine reads the job, decides, and waits
+/// for the next change; the backend says how changes reach it (a transition,
+/// inotify and a pidfd, the daemon's events, a watch).
+class job_watch {
+ public:
+  virtual ~job_watch() = default;
+  /// The job as it is now; nullopt when it cannot be read for a moment (the
+  /// peer restarting) and the wait should go on. Throws job_not_found when
+  /// the job is gone.
+  virtual boost::asio::awaitable<std::optional<train_job>> current() = 0;
+  /// Returns when the job may have changed since the last current() (true),
+  /// or when `deadline` passed with nothing new (false).
+  virtual boost::asio::awaitable<bool> changed(std::chrono::steady_clock::time_point deadline) = 0;
+  /// Why changes may be missed, for a timeout message (" (the watch is
+  /// failing: ...)"); empty when nothing is wrong.
+  virtual std::string trouble() const { return {}; }
+};
+
+/// What the engine may rely on of a backend.
+struct backend_traits {
+  backend_kind kind = backend_kind::local;
+  /// The backend keeps a request's labels and annotations.
+  bool keeps_labels = false;
+};
+
+class backend {
+ public:
+  virtual ~backend() = default;
+  virtual backend_traits traits() const = 0;
+
+  /// Creates and starts the job; returns its name.
+  virtual boost::asio::awaitable<std::string> train(checked_request request) = 0;
+  virtual boost::asio::awaitable<train_job> get_job(std::string name) = 0;
+  /// Oldest first; only those of `runtime` when given.
+  virtual boost::asio::awaitable<std::vector<train_job>> list_jobs(std::optional<std::string> runtime) = 0;
+  virtual boost::asio::awaitable<log_stream> get_job_logs(std::string name, log_options options) = 0;
+  /// Throws job_not_found when there is no such job.
+  virtual boost::asio::awaitable<std::unique_ptr<job_watch>> watch_job(std::string name) = 0;
+  virtual boost::asio::awaitable<void> cancel_job(std::string name) = 0;
+  virtual boost::asio::awaitable<void> delete_job(std::string name) = 0;
+  virtual boost::asio::awaitable<std::vector<event>> get_job_events(std::string name) = 0;
+  /// The runtimes jobs can use. Default: the engine's own catalog.
+  virtual boost::asio::awaitable<runtime_catalog> runtimes(bool report);
+  /// The venv cache of local Python jobs; other backends have none (an error
+  /// that says so).
+  virtual boost::asio::awaitable<std::vector<venv_cache_entry>> list_venv_cache();
+  virtual boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(std::chrono::seconds unused_for);
+  /// Stops following jobs and awaits every coroutine the backend started.
+  virtual boost::asio::awaitable<void> shutdown() = 0;
+
+ protected:
+  explicit backend(backend_context ctx) : ctx_(std::move(ctx)) {}
+  backend_context ctx_;
+};
+
+/// The composition root (engine/compose.cpp): the backend `ctx.cfg.backend`
+/// names. Throws tjob::error for one that cannot be used (a bad kubeconfig, an
+/// unusable $TJOB_HOME).
+std::shared_ptr<backend> make_backend(backend_context ctx);
+
+}  // namespace tjob::detail

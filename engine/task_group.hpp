@@ -1,0 +1,66 @@
+// The owner of a backend's background coroutines (an events loop, a watch):
+// each is started through the group, its failure is logged with what it was,
+// and join() waits until every one has ended. Nothing is `detached`.
+//
+// Threading: the executor's thread only.
+// Cancellation: the group does not stop its tasks; their owner asks them to
+//   end (close a stream, set a flag, notify), then awaits join().
+// Lifetime: the group's state is shared with the tasks' completion handlers,
+//   so a task may end after the group object is gone.
+#pragma once
+
+#include "engine/wake.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+
+#include <spdlog/logger.h>
+
+#include <memory>
+#include <string>
+
+namespace tjob::detail {
+
+class task_group {
+ public:
+  task_group(const boost::asio::any_io_executor& ex, std::shared_ptr<spdlog::logger> log)
+      : ex_(ex), state_(std::make_shared<state>(ex, std::move(log))) {}
+
+  /// Starts `task`; `what` names it in the log when it fails.
+  void spawn(boost::asio::awaitable<void> task, std::string what) {
+    ++state_->running;
+    boost::asio::co_spawn(ex_, std::move(task), [s = state_, what = std::move(what)](std::exception_ptr e) {
+      if (e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+          s->log->warn("{}: {}", what, x.what());
+        } catch (...) {
+          s->log->warn("{}: unknown error", what);
+        }
+      }
+      if (--s->running == 0) s->idle.notify();
+    });
+  }
+
+  std::size_t running() const noexcept { return state_->running; }
+
+  /// Returns once every task started has ended.
+  boost::asio::awaitable<void> join() {
+    auto s = state_;
+    while (s->running > 0) co_await s->idle.wait_until(std::chrono::steady_clock::time_point::max());
+  }
+
+ private:
+  struct state {
+    state(const boost::asio::any_io_executor& ex, std::shared_ptr<spdlog::logger> l)
+        : idle(ex), log(std::move(l)) {}
+    std::size_t running = 0;
+    wake_signal idle;
+    std::shared_ptr<spdlog::logger> log;
+  };
+  boost::asio::any_io_executor ex_;
+  std::shared_ptr<state> state_;
+};
+
+}  // namespace tjob::detail
