@@ -390,16 +390,22 @@ int cmd_train(const common_options& common, const job_options& jo) {
   return r.usage ? exit_usage : exit_failed;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc >= 2 && std::string_view(argv[1]) == "__supervise") return tjob::cli::supervise_main();
-
-  CLI::App app{"tjob — run Kubeflow-style TrainJobs on this machine.\n"
-               "Jobs, events and logs live in $TJOB_HOME (default "
-               "${XDG_STATE_HOME:-$HOME/.local/state}/tjob); every tjob on the machine sees them."};
-  app.require_subcommand(1);
+// Every command's options and subcommands, as the parser fills them in.
+struct commands {
   common_options common;
+  job_options run_opts, train_opts;
+  std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete";
+  bool follow = false, prune_all = false;
+  long long tail = -1;
+  double timeout = 600, unused_days = 7;
+  CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
+           *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr,
+           *runtimes = nullptr, *cache_list = nullptr, *cache_prune = nullptr;
+  CLI::Option* tail_opt = nullptr;
+};
+
+// The options every command takes: the store, the backend and its settings.
+void add_common_options(CLI::App& app, common_options& common) {
   app.add_option("--home", common.home, "The store directory (overrides $TJOB_HOME)");
   app.add_option("--runtime-dir", common.runtime_dirs,
                  "A directory of runtime manifests (ClusterTrainingRuntime YAML) that override "
@@ -432,102 +438,158 @@ int main(int argc, char** argv) {
   app.add_flag("--no-venv-cache", common.no_venv_cache,
                "Local Python jobs: build a fresh venv in every job instead of copying the cached "
                "one ($TJOB_VENV_CACHE=0 does the same)");
-  app.fallthrough();
+}
 
-  job_options run_opts, train_opts;
-  auto* run = app.add_subcommand(
+// run and train: submit a job.
+void add_job_commands(CLI::App& app, commands& c) {
+  c.run = app.add_subcommand(
       "run", "Submit a job, stream its log and wait for it; exit 0 when it is Complete.\n"
              "Ctrl-C cancels the job (SIGTERM, then SIGKILL after --grace) and records it as "
              "Failed, reason cancelled.");
-  add_job_options(run, run_opts);
-  run->add_option("--grace", common.grace_seconds,
-                  "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
-
-  auto* train = app.add_subcommand(
+  add_job_options(c.run, c.run_opts);
+  c.run->add_option("--grace", c.common.grace_seconds,
+                    "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
+  c.train = app.add_subcommand(
       "train",
       "Submit a job and print its name. The job keeps running after this command exits: a "
       "small supervising process (`tjob __supervise`, in its own session) owns it until it "
       "ends. If that process is killed, the job is marked Failed (reason lost) and its "
       "processes are stopped by the next tjob that opens the store.");
-  add_job_options(train, train_opts);
-  train->add_option("--grace", common.grace_seconds,
-                    "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
+  add_job_options(c.train, c.train_opts);
+  c.train->add_option("--grace", c.common.grace_seconds,
+                      "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
+}
 
-  std::string format = "table";
-  auto* list = app.add_subcommand("list", "List jobs: NAME STATUS RUNTIME STEPS AGE");
-  list->add_option("-o,--output", format, "table, json or yaml");
-  std::string list_runtime;
-  list->add_option("--runtime", list_runtime, "Only jobs of this runtime");
-
-  std::string job_name;
-  auto* get = app.add_subcommand("get", "Show one job with its steps");
-  get->add_option("name", job_name, "Job name")->required();
-  get->add_option("-o,--output", format, "table, json or yaml");
-
-  bool follow = false;
-  std::string step = "node-0";
-  long long tail = -1;
-  bool tail_given = false;
-  auto* logs = app.add_subcommand("logs", "Print a step's log; with -f, follow it until the step ends");
-  logs->add_option("name", job_name, "Job name")->required();
-  logs->add_flag("-f,--follow", follow, "Stream new output until the step ends");
-  logs->add_option("--step", step, "Step (default node-0)");
-  auto* tail_opt = logs->add_option("--tail", tail, "Only the last N lines");
-
-  std::string statuses = "Complete";
-  double timeout = 600;
-  auto* wait = app.add_subcommand(
+// list, get, logs, wait, delete, cancel, events: one job or all of them.
+void add_query_commands(CLI::App& app, commands& c) {
+  c.list = app.add_subcommand("list", "List jobs: NAME STATUS RUNTIME STEPS AGE");
+  c.list->add_option("-o,--output", c.format, "table, json or yaml");
+  c.list->add_option("--runtime", c.list_runtime, "Only jobs of this runtime");
+  c.get = app.add_subcommand("get", "Show one job with its steps");
+  c.get->add_option("name", c.job_name, "Job name")->required();
+  c.get->add_option("-o,--output", c.format, "table, json or yaml");
+  c.logs = app.add_subcommand("logs", "Print a step's log; with -f, follow it until the step ends");
+  c.logs->add_option("name", c.job_name, "Job name")->required();
+  c.logs->add_flag("-f,--follow", c.follow, "Stream new output until the step ends");
+  c.logs->add_option("--step", c.step, "Step (default node-0)");
+  c.tail_opt = c.logs->add_option("--tail", c.tail, "Only the last N lines");
+  c.wait = app.add_subcommand(
       "wait", "Wait until the job reaches one of the statuses; exit 0 then. A job that fails "
               "when Failed was not asked for exits 1 with its exit code and last log lines.");
-  wait->add_option("name", job_name, "Job name")->required();
-  wait->add_option("--status", statuses, "Comma-separated statuses (default Complete)");
-  wait->add_option("--timeout", timeout, "Seconds (default 600)");
-
-  auto* del = app.add_subcommand(
+  c.wait->add_option("name", c.job_name, "Job name")->required();
+  c.wait->add_option("--status", c.statuses, "Comma-separated statuses (default Complete)");
+  c.wait->add_option("--timeout", c.timeout, "Seconds (default 600)");
+  c.del = app.add_subcommand(
       "delete", "Delete a job: cancel it if it runs (SIGTERM, SIGKILL after --grace), then "
                 "remove its record, events, logs and work dir");
-  del->add_option("name", job_name, "Job name")->required();
-  del->add_option("--grace", common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
-
-  auto* cancel = app.add_subcommand(
+  c.del->add_option("name", c.job_name, "Job name")->required();
+  c.del->add_option("--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
+  c.cancel = app.add_subcommand(
       "cancel", "Cancel a running job (SIGTERM, SIGKILL after --grace); it stays, Failed");
-  cancel->add_option("name", job_name, "Job name")->required();
-  cancel->add_option("--grace", common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
+  c.cancel->add_option("name", c.job_name, "Job name")->required();
+  c.cancel->add_option("--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
+  c.events = app.add_subcommand("events", "Show a job's event log");
+  c.events->add_option("name", c.job_name, "Job name")->required();
+  c.events->add_option("-o,--output", c.format, "table, json or yaml");
+}
 
-  auto* events = app.add_subcommand("events", "Show a job's event log");
-  events->add_option("name", job_name, "Job name")->required();
-  events->add_option("-o,--output", format, "table, json or yaml");
-
-  auto* runtimes = app.add_subcommand("runtimes", "List the training runtimes");
-  runtimes->add_option("-o,--output", format, "table, json or yaml");
-
+// runtimes and cache.
+void add_other_commands(CLI::App& app, commands& c) {
+  c.runtimes = app.add_subcommand("runtimes", "List the training runtimes");
+  c.runtimes->add_option("-o,--output", c.format, "table, json or yaml");
   auto* cache = app.add_subcommand(
       "cache", "The venv cache of local Python jobs: one venv per interpreter, package list, "
                "index URLs and system-site-packages flag, copied into each job");
   cache->require_subcommand(1);
-  auto* cache_list = cache->add_subcommand("list", "List the cached venvs: KEY PYTHON PACKAGES SIZE LAST-USED");
-  cache_list->add_option("-o,--output", format, "table, json or yaml");
-  double unused_days = 7;
-  bool prune_all = false;
-  auto* cache_prune = cache->add_subcommand(
+  c.cache_list = cache->add_subcommand("list", "List the cached venvs: KEY PYTHON PACKAGES SIZE LAST-USED");
+  c.cache_list->add_option("-o,--output", c.format, "table, json or yaml");
+  c.cache_prune = cache->add_subcommand(
       "prune", "Remove cached venvs no job has used for --unused-for days (default 7), broken "
                "ones and abandoned builds; venvs in use are left alone");
-  cache_prune->add_option("--unused-for", unused_days, "Days without a job using it (default 7)");
-  cache_prune->add_flag("--all", prune_all, "Remove every cached venv that is not in use");
+  c.cache_prune->add_option("--unused-for", c.unused_days, "Days without a job using it (default 7)");
+  c.cache_prune->add_flag("--all", c.prune_all, "Remove every cached venv that is not in use");
+}
 
-  if (argc >= 2 && argv[1][0] != '-') {
-    std::string known;
-    bool found = false;
-    for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-      found = found || sub->get_name() == argv[1];
-      known += (known.empty() ? "" : ", ") + sub->get_name();
-    }
-    if (!found) {
-      std::fprintf(stderr, "tjob: error: unknown command '%s'; the commands are: %s\n", argv[1],
-                   known.c_str());
-      return exit_usage;
-    }
+// An unknown command is named with the list of the known ones.
+bool known_command(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return true;
+  std::string known;
+  bool found = false;
+  for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    found = found || sub->get_name() == argv[1];
+    known += (known.empty() ? "" : ", ") + sub->get_name();
   }
+  if (!found)
+    std::fprintf(stderr, "tjob: error: unknown command '%s'; the commands are: %s\n", argv[1],
+                 known.c_str());
+  return found;
+}
+
+// The commands that read or change jobs through a client.
+int run_query(commands& c) {
+  auto fmt = parse_format(c.format);
+  bool tail_given = c.tail_opt->count() > 0;
+  if (*c.logs && tail_given && c.tail < 0)
+    throw usage_error(fmt::format("--tail {}: must be 0 or more lines", c.tail));
+  if (*c.wait && c.timeout <= 0)
+    throw usage_error(fmt::format("--timeout {}: must be more than 0 seconds", c.timeout));
+  std::set<job_status> wanted;
+  if (*c.wait) wanted = parse_statuses(c.statuses);
+  trainer_client client(make_config(c.common));
+  const auto& name = c.job_name;
+  if (*c.list) {
+    write_out(cli::render_jobs(
+        client.list_jobs(c.list_runtime.empty() ? std::nullopt : std::optional(c.list_runtime)), fmt));
+  } else if (*c.get) {
+    write_out(cli::render_job(client.get_job(name), fmt));
+  } else if (*c.logs) {
+    log_options lo{.step = c.step, .follow = c.follow};
+    if (tail_given) lo.tail = static_cast<std::size_t>(c.tail);
+    auto reader = client.get_job_logs(name, lo);
+    while (auto chunk = reader.read_some()) write_out(*chunk);
+  } else if (*c.wait) {
+    auto job = client.wait_for_job_status(
+        name, wanted, std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000)));
+    write_out(std::string(to_string(job.status)) + "\n");
+  } else if (*c.del) {
+    client.delete_job(name);
+    write_out("deleted " + name + "\n");
+  } else if (*c.cancel) {
+    client.cancel_job(name);
+    write_out(fmt::format("{} {}\n", name, to_string(client.get_job(name).status)));
+  } else if (*c.events) {
+    write_out(cli::render_events(client.get_job_events(name), fmt));
+  } else if (*c.runtimes) {
+    write_out(cli::render_runtimes(client.list_runtimes(), fmt));
+  } else if (*c.cache_list) {
+    write_out(cli::render_venv_cache(client.list_venv_cache(), fmt));
+  } else if (*c.cache_prune) {
+    if (c.unused_days < 0)
+      throw usage_error(fmt::format("--unused-for {}: must be 0 or more days", c.unused_days));
+    auto unused = std::chrono::seconds(c.prune_all ? 0 : static_cast<long long>(c.unused_days * 86400));
+    auto removed = client.prune_venv_cache(unused);
+    for (const auto& e : removed) write_out("removed " + e.key + "\n");
+    write_out(fmt::format("{} cached venv(s) removed\n", removed.size()));
+  }
+  return exit_ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "__supervise") return tjob::cli::supervise_main();
+
+  CLI::App app{"tjob — run Kubeflow-style TrainJobs on this machine.\n"
+               "Jobs, events and logs live in $TJOB_HOME (default "
+               "${XDG_STATE_HOME:-$HOME/.local/state}/tjob); every tjob on the machine sees them."};
+  app.require_subcommand(1);
+  commands c;
+  add_common_options(app, c.common);
+  app.fallthrough();
+  add_job_commands(app, c);
+  add_query_commands(app, c);
+  add_other_commands(app, c);
+  if (!known_command(app, argc, argv)) return exit_usage;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -539,55 +601,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tjob: error: %s (see tjob --help)\n", what.c_str());
     return exit_usage;
   }
-  tail_given = tail_opt->count() > 0;
   for (int i = 1; i < argc; ++i)
-    if (std::string_view(argv[i]) == "--") run_opts.command_mode = train_opts.command_mode = true;
+    if (std::string_view(argv[i]) == "--") c.run_opts.command_mode = c.train_opts.command_mode = true;
 
   try {
-    if (*run) return cmd_run(common, run_opts);
-    if (*train) return cmd_train(common, train_opts);
-    auto fmt = parse_format(format);
-    if (*logs && tail_given && tail < 0)
-      throw usage_error(fmt::format("--tail {}: must be 0 or more lines", tail));
-    if (*wait && timeout <= 0)
-      throw usage_error(fmt::format("--timeout {}: must be more than 0 seconds", timeout));
-    std::set<job_status> wanted;
-    if (*wait) wanted = parse_statuses(statuses);
-    trainer_client client(make_config(common));
-    if (*list) {
-      write_out(cli::render_jobs(
-          client.list_jobs(list_runtime.empty() ? std::nullopt : std::optional(list_runtime)), fmt));
-    } else if (*get) {
-      write_out(cli::render_job(client.get_job(job_name), fmt));
-    } else if (*logs) {
-      log_options lo{.step = step, .follow = follow};
-      if (tail_given) lo.tail = static_cast<std::size_t>(tail);
-      auto reader = client.get_job_logs(job_name, lo);
-      while (auto chunk = reader.read_some()) write_out(*chunk);
-    } else if (*wait) {
-      auto job = client.wait_for_job_status(
-          job_name, wanted, std::chrono::milliseconds(static_cast<long long>(timeout * 1000)));
-      write_out(std::string(to_string(job.status)) + "\n");
-    } else if (*del) {
-      client.delete_job(job_name);
-      write_out("deleted " + job_name + "\n");
-    } else if (*cancel) {
-      client.cancel_job(job_name);
-      write_out(fmt::format("{} {}\n", job_name, to_string(client.get_job(job_name).status)));
-    } else if (*events) {
-      write_out(cli::render_events(client.get_job_events(job_name), fmt));
-    } else if (*runtimes) {
-      write_out(cli::render_runtimes(client.list_runtimes(), fmt));
-    } else if (*cache_list) {
-      write_out(cli::render_venv_cache(client.list_venv_cache(), fmt));
-    } else if (*cache_prune) {
-      if (unused_days < 0) throw usage_error(fmt::format("--unused-for {}: must be 0 or more days", unused_days));
-      auto unused = std::chrono::seconds(prune_all ? 0 : static_cast<long long>(unused_days * 86400));
-      auto removed = client.prune_venv_cache(unused);
-      for (const auto& e : removed) write_out("removed " + e.key + "\n");
-      write_out(fmt::format("{} cached venv(s) removed\n", removed.size()));
-    }
-    return exit_ok;
+    if (*c.run) return cmd_run(c.common, c.run_opts);
+    if (*c.train) return cmd_train(c.common, c.train_opts);
+    return run_query(c);
   } catch (const usage_error& e) {
     std::fprintf(stderr, "tjob: error: %s\n", e.what());
     return exit_usage;

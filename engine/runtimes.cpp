@@ -45,6 +45,85 @@ void insert(runtime_catalog& cat, runtime rt, std::string source) {
   cat.sources.push_back(std::move(source));
 }
 
+// The image of the runtime's trainer: the container named `node` of its
+// replicated job `node` (else that job's first container with an image).
+// False, with `why`, when there is no such job.
+bool read_node_job(const YAML::Node& spec, runtime& rt, std::string& why) {
+  auto jobs = spec["template"]["spec"]["replicatedJobs"];
+  if (!jobs || !jobs.IsSequence()) {
+    why = "spec.template.spec.replicatedJobs is missing or not a list";
+    return false;
+  }
+  YAML::Node node_job;
+  bool has_node_job = false;
+  for (const auto& j : jobs)
+    if (j.IsMap() && scalar(j["name"]) == std::string("node")) {
+      node_job.reset(j);
+      has_node_job = true;
+    }
+  if (!has_node_job) {
+    why = "spec.template.spec.replicatedJobs has no job named 'node'";
+    return false;
+  }
+  auto containers = node_job["template"]["spec"]["template"]["spec"]["containers"];
+  if (containers && containers.IsSequence()) {
+    for (const auto& c : containers)
+      if (c.IsMap() && scalar(c["name"]) == std::string("node") && scalar(c["image"]))
+        rt.trainer.image = *scalar(c["image"]);
+    if (rt.trainer.image.empty())
+      for (const auto& c : containers)
+        if (c.IsMap() && scalar(c["image"])) {
+          rt.trainer.image = *scalar(c["image"]);
+          break;
+        }
+  }
+  return true;
+}
+
+// The runtime one document describes. nullopt with `why` empty for a
+// document of another kind; with `why` set for one that cannot be used
+// (`name` is then its name, when it has one).
+std::optional<runtime> runtime_of(const YAML::Node& doc, std::string& name, std::string& why) {
+  auto bad = [&](std::string text) -> std::optional<runtime> {
+    why = std::move(text);
+    return std::nullopt;
+  };
+  if (!doc.IsMap()) return bad("a manifest must be a mapping");
+  auto kind = scalar(doc["kind"]);
+  if (!kind) return bad("kind is missing; use ClusterTrainingRuntime");
+  if (*kind != "ClusterTrainingRuntime" && *kind != "TrainingRuntime") return std::nullopt;
+  auto meta = doc["metadata"];
+  if (!meta || !meta.IsMap()) return bad("metadata is missing");
+  auto n = scalar(meta["name"]);
+  if (!n || n->empty()) return bad("metadata.name is missing");
+  name = *n;
+  std::optional<std::string> framework;
+  if (auto labels = meta["labels"]; labels && labels.IsMap())
+    framework = scalar(labels[std::string(framework_label)]);
+  if (!framework || framework->empty())
+    return bad("metadata.labels." + std::string(framework_label) +
+                 " is missing; add the label naming the framework (torch, python, ...)");
+  auto spec = doc["spec"];
+  if (!spec || !spec.IsMap()) return bad("spec is missing");
+  runtime rt;
+  rt.name = name;
+  rt.kind = *kind;
+  rt.trainer.framework = *framework;
+  if (auto ml = spec["mlPolicy"]; ml && ml.IsMap() && ml["numNodes"]) {
+    try {
+      rt.trainer.num_nodes = ml["numNodes"].as<int>();
+    } catch (const YAML::Exception&) {
+      return bad("spec.mlPolicy.numNodes is not an integer");
+    }
+    if (rt.trainer.num_nodes < 1) return bad("spec.mlPolicy.numNodes must be 1 or more");
+  }
+  if (!read_node_job(spec, rt, why)) return std::nullopt;
+  if (auto ann = meta["annotations"]; ann && ann.IsMap()) {
+    if (auto pk = scalar(ann[std::string(packages_annotation)])) rt.trainer.packages = split_list(*pk);
+  }
+  return rt;
+}
+
 }  // namespace
 
 void parse_runtime_documents(std::string_view text, const std::string& source,
@@ -66,96 +145,15 @@ void parse_runtime_documents(std::string_view text, const std::string& source,
   for (const auto& doc : docs) {
     ++index;
     if (!doc || doc.IsNull()) continue;
-    std::string name;
+    std::string name, why;
     try {
-      if (!doc.IsMap()) {
-        problems.push_back(problem(source, index, "", "a manifest must be a mapping"));
-        continue;
+      auto rt = runtime_of(doc, name, why);
+      if (rt) {
+        out.push_back(std::move(*rt));
+        sources.push_back(source);
+      } else if (!why.empty()) {
+        problems.push_back(problem(source, index, name, why));
       }
-      auto kind = scalar(doc["kind"]);
-      if (!kind) {
-        problems.push_back(problem(source, index, "", "kind is missing; use ClusterTrainingRuntime"));
-        continue;
-      }
-      if (*kind != "ClusterTrainingRuntime" && *kind != "TrainingRuntime") continue;
-      auto meta = doc["metadata"];
-      if (!meta || !meta.IsMap()) {
-        problems.push_back(problem(source, index, "", "metadata is missing"));
-        continue;
-      }
-      auto n = scalar(meta["name"]);
-      if (!n || n->empty()) {
-        problems.push_back(problem(source, index, "", "metadata.name is missing"));
-        continue;
-      }
-      name = *n;
-      std::optional<std::string> framework;
-      if (auto labels = meta["labels"]; labels && labels.IsMap())
-        framework = scalar(labels[std::string(framework_label)]);
-      if (!framework || framework->empty()) {
-        problems.push_back(problem(source, index, name,
-                                   "metadata.labels." + std::string(framework_label) +
-                                       " is missing; add the label naming the framework "
-                                       "(torch, python, ...)"));
-        continue;
-      }
-      auto spec = doc["spec"];
-      if (!spec || !spec.IsMap()) {
-        problems.push_back(problem(source, index, name, "spec is missing"));
-        continue;
-      }
-      runtime rt;
-      rt.name = name;
-      rt.kind = *kind;
-      rt.trainer.framework = *framework;
-      if (auto ml = spec["mlPolicy"]; ml && ml.IsMap() && ml["numNodes"]) {
-        try {
-          rt.trainer.num_nodes = ml["numNodes"].as<int>();
-        } catch (const YAML::Exception&) {
-          problems.push_back(problem(source, index, name, "spec.mlPolicy.numNodes is not an integer"));
-          continue;
-        }
-        if (rt.trainer.num_nodes < 1) {
-          problems.push_back(problem(source, index, name, "spec.mlPolicy.numNodes must be 1 or more"));
-          continue;
-        }
-      }
-      auto jobs = spec["template"]["spec"]["replicatedJobs"];
-      if (!jobs || !jobs.IsSequence()) {
-        problems.push_back(problem(source, index, name,
-                                   "spec.template.spec.replicatedJobs is missing or not a list"));
-        continue;
-      }
-      YAML::Node node_job;
-      bool has_node_job = false;
-      for (const auto& j : jobs)
-        if (j.IsMap() && scalar(j["name"]) == std::string("node")) {
-          node_job.reset(j);
-          has_node_job = true;
-        }
-      if (!has_node_job) {
-        problems.push_back(problem(source, index, name,
-                                   "spec.template.spec.replicatedJobs has no job named 'node'"));
-        continue;
-      }
-      auto containers = node_job["template"]["spec"]["template"]["spec"]["containers"];
-      if (containers && containers.IsSequence()) {
-        for (const auto& c : containers)
-          if (c.IsMap() && scalar(c["name"]) == std::string("node") && scalar(c["image"]))
-            rt.trainer.image = *scalar(c["image"]);
-        if (rt.trainer.image.empty())
-          for (const auto& c : containers)
-            if (c.IsMap() && scalar(c["image"])) {
-              rt.trainer.image = *scalar(c["image"]);
-              break;
-            }
-      }
-      if (auto ann = meta["annotations"]; ann && ann.IsMap()) {
-        if (auto pk = scalar(ann[std::string(packages_annotation)]))
-          rt.trainer.packages = split_list(*pk);
-      }
-      out.push_back(std::move(rt));
-      sources.push_back(source);
     } catch (const YAML::Exception& e) {
       problems.push_back(problem(source, index, name, "unreadable: " + e.msg));
     }

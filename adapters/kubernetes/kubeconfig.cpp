@@ -143,6 +143,39 @@ std::string file_or_data(const entry& e, const std::string& key, const std::stri
   return *text;
 }
 
+// The credentials of the context's user: a token (or tokenFile), or a
+// client certificate with its key. Plugins and basic auth are refused.
+void read_user(const merged& m, const std::string& src, const std::string& where_ctx,
+               const std::string& user_name, connection& c) {
+  auto us = m.users.find(user_name);
+  if (us == m.users.end())
+    bad(where_ctx + ": its user " + sq(user_name) + " is not in the kubeconfig");
+  auto where_us = src + " (user " + sq(user_name) + ")";
+  const auto& u = us->second;
+  if (u.body["exec"] || u.body["auth-provider"])
+    bad(where_us + " gets its credentials from an exec or auth-provider plugin, which tjob "
+        "does not run; give the user a token, tokenFile or client certificate");
+  if (!scalar(u.body, "username").empty() || !scalar(u.body, "password").empty())
+    bad(where_us + " uses basic authentication, which Kubernetes no longer supports; give "
+        "the user a token or client certificate");
+  c.token = scalar(u.body, "token");
+  if (c.token.empty()) {
+    auto tf = scalar(u.body, "tokenFile");
+    if (!tf.empty()) {
+      auto path = resolve(u, tf);
+      auto text = read_token(path);
+      if (!text) bad(where_us + ": cannot read its tokenFile " + path.string());
+      c.token = *text;
+      c.token_file = path;
+    }
+  }
+  c.tls.client_cert_pem = file_or_data(u, "client-certificate", "client certificate", where_us);
+  c.tls.client_key_pem = file_or_data(u, "client-key", "client key", where_us);
+  if (c.tls.client_cert_pem.empty() != c.tls.client_key_pem.empty())
+    bad(where_us + " has a client certificate without its key, or a key without its "
+        "certificate; give both");
+}
+
 connection from_kubeconfig(const load_options& opt) {
   merged m;
   if (!opt.config_file.empty()) {
@@ -194,35 +227,7 @@ connection from_kubeconfig(const load_options& opt) {
   c.tls.ca_pem = file_or_data(cl->second, "certificate-authority", "certificate authority", where_cl);
   c.tls.server_name = scalar(cl->second.body, "tls-server-name");
   c.tls.source = where_cl;
-  if (!user_name.empty()) {
-    auto us = m.users.find(user_name);
-    if (us == m.users.end())
-      bad(where_ctx + ": its user " + sq(user_name) + " is not in the kubeconfig");
-    auto where_us = src + " (user " + sq(user_name) + ")";
-    const auto& u = us->second;
-    if (u.body["exec"] || u.body["auth-provider"])
-      bad(where_us + " gets its credentials from an exec or auth-provider plugin, which tjob "
-          "does not run; give the user a token, tokenFile or client certificate");
-    if (!scalar(u.body, "username").empty() || !scalar(u.body, "password").empty())
-      bad(where_us + " uses basic authentication, which Kubernetes no longer supports; give "
-          "the user a token or client certificate");
-    c.token = scalar(u.body, "token");
-    if (c.token.empty()) {
-      auto tf = scalar(u.body, "tokenFile");
-      if (!tf.empty()) {
-        auto path = resolve(u, tf);
-        auto text = read_token(path);
-        if (!text) bad(where_us + ": cannot read its tokenFile " + path.string());
-        c.token = *text;
-        c.token_file = path;
-      }
-    }
-    c.tls.client_cert_pem = file_or_data(u, "client-certificate", "client certificate", where_us);
-    c.tls.client_key_pem = file_or_data(u, "client-key", "client key", where_us);
-    if (c.tls.client_cert_pem.empty() != c.tls.client_key_pem.empty())
-      bad(where_us + " has a client certificate without its key, or a key without its "
-          "certificate; give both");
-  }
+  if (!user_name.empty()) read_user(m, src, where_ctx, user_name, c);
   c.ns = opt.ns.empty() ? scalar(ctx.body, "namespace") : opt.ns;
   if (c.ns.empty()) c.ns = "default";
   return c;

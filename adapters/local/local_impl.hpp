@@ -222,6 +222,15 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// for that). nullopt when the venv is ready (the setup phases are then
   /// gone from the job); else the outcome that ends the job.
   boost::asio::awaitable<std::optional<step_outcome>> prepare_venv(std::shared_ptr<job_rec> j);
+  step_outcome setup_failure(job_rec& j, const std::string& why);
+  boost::asio::awaitable<bool> copy_from_cache(std::shared_ptr<job_rec> j, const std::string& key, int& fd);
+  boost::asio::awaitable<std::optional<step_outcome>> build_cached_venv(std::shared_ptr<job_rec> j,
+                                                                        const std::string& key, int fd,
+                                                                        bool& raced);
+  boost::asio::awaitable<std::optional<step_outcome>> run_cache_build(std::shared_ptr<job_rec> j,
+                                                                      const std::string& key,
+                                                                      std::filesystem::path build,
+                                                                      std::vector<phase*> setup);
   boost::asio::awaitable<std::optional<std::pair<std::string, std::string>>> python_identity(job_rec& j);
   boost::asio::awaitable<void> wait_for_venv(const std::string& key, detail::wake_signal& w);
   boost::asio::awaitable<void> escalate(std::shared_ptr<job_rec> j, bool terminated);

@@ -380,9 +380,17 @@ asio::awaitable<std::optional<std::string>> engine_state::capture_output(process
   ::close(fds[1]);
   asio::posix::stream_descriptor out(ex, fds[0]);
   if (ec) co_return std::nullopt;
+  // The timer's handler may run after this frame is gone (the engine shutting
+  // down destroys it mid-read): it holds the process group by value, and the
+  // frame's end takes it away.
+  auto group = std::make_shared<pid_t>(child.pid());
+  struct forget_group {
+    std::shared_ptr<pid_t> g;
+    ~forget_group() { *g = 0; }
+  } forget{group};
   asio::steady_timer limit(ex, timeout);
-  limit.async_wait([&](error_code e) {
-    if (!e) child.signal_group(SIGKILL);  // too slow: it goes, and its output ends
+  limit.async_wait([group](error_code e) {
+    if (!e && *group > 0) ::killpg(*group, SIGKILL);  // too slow: it goes, and its output ends
   });
   std::string text;
   std::array<char, 4096> buf;
@@ -398,6 +406,7 @@ asio::awaitable<std::optional<std::string>> engine_state::capture_output(process
   if (st.code != 0) co_return std::nullopt;
   co_return text;
 }
+
 void engine_state::log_progress(job_rec& j, step_rec& s, const std::string& line) {
   if (auto ec = detail::append_file(s.log_path, line))
     log->warn("job {}: cannot write {}: {}", j.row.name, s.log_path, ec.message());

@@ -58,23 +58,138 @@ asio::awaitable<void> engine_state::wait_for_venv(const std::string& key, detail
   watch.remove(wd, &w);
 }
 
-asio::awaitable<std::optional<step_outcome>> engine_state::prepare_venv(std::shared_ptr<job_rec> j) {
+// How a job ends when its venv could not be set up.
+step_outcome engine_state::setup_failure(job_rec& j, const std::string& why) {
+  log_progress(j, j.steps[0], "[tjob] " + why + "\n");
+  step_outcome out;
+  out.ev = j.setup_started ? job_event{event_kind::exited, 1} : job_event{event_kind::start_failed};
+  out.message = why;
+  out.reason = "setup failed: " + why;
+  out.started = j.setup_started;
+  return out;
+}
+
+// The cached venv `key`, copied into the job under a shared lock (nobody
+// rebuilds or removes it meanwhile) when it is there and sound: true. Else
+// false, with `fd` holding the exclusive lock when this engine is to build
+// it, -1 when another builder has it.
+asio::awaitable<bool> engine_state::copy_from_cache(std::shared_ptr<job_rec> j, const std::string& key,
+                                                    int& fd) {
   auto& s = j->steps[0];
-  auto& in = *j->venv_inputs;
-  auto failed = [&](const std::string& why) {
-    log_progress(*j, s, "[tjob] " + why + "\n");
-    step_outcome out;
-    out.ev = j->setup_started ? job_event{event_kind::exited, 1} : job_event{event_kind::start_failed};
-    out.message = why;
-    out.reason = "setup failed: " + why;
-    out.started = j->setup_started;
-    return out;
+  fd = venv_store.try_lock(key, false);
+  if (fd >= 0) {
+    std::optional<std::string> problem;
+    co_await blocking([&] { problem = venv_store.check(key); });
+    if (!problem) {
+      auto t0 = steady::now();
+      co_await blocking([&] { venv_store.copy_to(key, j->venv); });
+      detail::venv_cache::cache::unlock(fd);
+      fd = -1;
+      double secs = std::chrono::duration<double>(steady::now() - t0).count();
+      auto text = fmt::format("venv from the cache ({}) in {:.3f} s", key, secs);
+      log_progress(*j, s, "[tjob] " + text + "\n");
+      queue_write([name = j->row.name, t = now_ms(), text](detail::store& db) {
+        db.append_event(name, "node-0", t, "Setup", text);
+      });
+      co_return true;
+    }
+    detail::venv_cache::cache::unlock(fd);
+    fd = -1;
+    if (*problem != "missing")
+      log_progress(*j, s, "[tjob] the cached venv " + key + " is broken (" + *problem + "); rebuilding it\n");
+  }
+  fd = venv_store.try_lock(key, true);
+  co_return false;
+}
+
+// Builds the venv `key` in the cache, under the exclusive lock `fd` (which
+// it releases), by running the job's venv and pip phases there, then copies
+// it into the job. nullopt when the venv is ready; `raced` when somebody
+// finished the entry just before (nothing built: look again); else the
+// outcome that ends the job.
+asio::awaitable<std::optional<step_outcome>> engine_state::build_cached_venv(std::shared_ptr<job_rec> j,
+                                                                             const std::string& key, int fd,
+                                                                             bool& raced) {
+  std::optional<std::string> problem;
+  auto build = venv_store.build_dir(key, j->row.name);
+  try {
+    co_await blocking([&] {
+      problem = venv_store.check(key);
+      if (problem) venv_store.remove(key);  // a broken entry, and builds nobody finished
+    });
+  } catch (const std::exception& e) {
+    detail::venv_cache::cache::unlock(fd);
+    co_return setup_failure(*j, std::string("venv cache: ") + e.what());
+  }
+  raced = !problem;
+  if (raced) {
+    detail::venv_cache::cache::unlock(fd);
+    co_return std::nullopt;
+  }
+  venv_building[key] = std::make_shared<detail::wake_list>();
+  // The venv and pip phases build into the cache instead of the job.
+  const std::string from = j->venv.string(), to = (build / "venv").string();
+  auto retarget = [&](std::string& p) {
+    if (p.rfind(from, 0) == 0) p = to + p.substr(from.size());
   };
+  std::vector<phase*> setup;
+  for (auto& ph : j->phases) {
+    retarget(ph.executable);
+    for (auto& a : ph.argv) retarget(a);
+    setup.push_back(&ph);
+  }
+  log_progress(*j, j->steps[0], "[tjob] building the cached venv " + key + "\n");
+  std::optional<step_outcome> ended;
+  try {
+    ended = co_await run_cache_build(j, key, build, setup);
+  } catch (const std::exception& e) {
+    ended = setup_failure(*j, std::string("venv cache: ") + e.what());
+  }
+  detail::venv_cache::cache::unlock(fd);
+  if (auto it = venv_building.find(key); it != venv_building.end()) {
+    it->second->notify_all();
+    venv_building.erase(it);
+  }
+  co_return ended;
+}
+
+// The setup phases into the cache entry's build directory, then the entry
+// finalized and copied into the job; a failed build is removed.
+asio::awaitable<std::optional<step_outcome>> engine_state::run_cache_build(std::shared_ptr<job_rec> j,
+                                                                           const std::string& key,
+                                                                           std::filesystem::path build,
+                                                                           std::vector<phase*> setup) {
+  co_await blocking([&] {
+    if (::mkdir(build.c_str(), 0700) != 0)
+      throw std::system_error(errno, std::generic_category(), "cannot create " + build.string());
+  });
+  auto out = co_await run_phases(j, 0, setup, false);
+  j->setup_started = out.started;
+  if (out.ev.kind == event_kind::exited && out.ev.exit_code == 0 && !j->cancel_requested) {
+    auto t0 = steady::now();
+    co_await blocking([&] {
+      venv_store.finalize(key, build, *j->venv_inputs);
+      venv_store.copy_to(key, j->venv);
+    });
+    double secs = std::chrono::duration<double>(steady::now() - t0).count();
+    log_progress(*j, j->steps[0], fmt::format("[tjob] venv cached as {}; copied in {:.3f} s\n", key, secs));
+    co_return std::nullopt;
+  }
+  co_await blocking([&] {
+    std::error_code ec;
+    std::filesystem::remove_all(build, ec);
+  });
+  co_return out;
+}
+
+asio::awaitable<std::optional<step_outcome>> engine_state::prepare_venv(std::shared_ptr<job_rec> j) {
+  auto& in = *j->venv_inputs;
   auto id = co_await python_identity(*j);
   if (!id) {
     // Without knowing the interpreter a cached venv could be the wrong one:
     // this job builds its own, as without the cache.
-    log_progress(*j, s, "[tjob] venv cache not used: cannot tell which interpreter " + in.python + " runs\n");
+    log_progress(*j, j->steps[0],
+                 "[tjob] venv cache not used: cannot tell which interpreter " + in.python + " runs\n");
     j->venv_inputs.reset();
     co_return std::nullopt;
   }
@@ -88,104 +203,28 @@ asio::awaitable<std::optional<step_outcome>> engine_state::prepare_venv(std::sha
       co_return step_outcome{{event_kind::cancelled}, "cancelled before it started", "cancelled", j->setup_started};
     check_running();
     int fd = -1;
+    bool copied = false;
     try {
-      // What is there, under a shared lock: nobody rebuilds or removes it meanwhile.
-      fd = venv_store.try_lock(key, false);
-      if (fd >= 0) {
-        std::optional<std::string> problem;
-        co_await blocking([&] { problem = venv_store.check(key); });
-        if (!problem) {
-          auto t0 = steady::now();
-          co_await blocking([&] { venv_store.copy_to(key, j->venv); });
-          detail::venv_cache::cache::unlock(fd);
-          double secs = std::chrono::duration<double>(steady::now() - t0).count();
-          auto text = fmt::format("venv from the cache ({}) in {:.3f} s", key, secs);
-          log_progress(*j, s, "[tjob] " + text + "\n");
-          queue_write([name = j->row.name, t = now_ms(), text](detail::store& db) {
-            db.append_event(name, "node-0", t, "Setup", text);
-          });
-          j->phases.clear();
-          co_return std::nullopt;
-        }
-        detail::venv_cache::cache::unlock(fd);
-        fd = -1;
-        if (*problem != "missing")
-          log_progress(*j, s, "[tjob] the cached venv " + key + " is broken (" + *problem + "); rebuilding it\n");
-      }
-      // Build it, under the exclusive lock.
-      fd = venv_store.try_lock(key, true);
+      copied = co_await copy_from_cache(j, key, fd);
     } catch (const std::exception& e) {
       detail::venv_cache::cache::unlock(fd);
-      co_return failed(std::string("venv cache: ") + e.what());
+      co_return setup_failure(*j, std::string("venv cache: ") + e.what());
+    }
+    if (copied) {
+      j->phases.clear();
+      co_return std::nullopt;
     }
     if (fd < 0) {
       co_await wait_for_venv(key, w);
       continue;
     }
-    std::optional<std::string> problem;
-    auto build = venv_store.build_dir(key, j->row.name);
-    try {
-      co_await blocking([&] {
-        problem = venv_store.check(key);
-        if (problem) venv_store.remove(key);  // a broken entry, and builds nobody finished
-      });
-    } catch (const std::exception& e) {
-      detail::venv_cache::cache::unlock(fd);
-      co_return failed(std::string("venv cache: ") + e.what());
-    }
-    if (!problem) {  // somebody finished it just now
-      detail::venv_cache::cache::unlock(fd);
-      continue;
-    }
-    venv_building[key] = std::make_shared<detail::wake_list>();
-    // The venv and pip phases build into the cache instead of the job.
-    const std::string from = j->venv.string(), to = (build / "venv").string();
-    auto retarget = [&](std::string& p) {
-      if (p.rfind(from, 0) == 0) p = to + p.substr(from.size());
-    };
-    std::vector<phase*> setup;
-    for (auto& ph : j->phases) {
-      retarget(ph.executable);
-      for (auto& a : ph.argv) retarget(a);
-      setup.push_back(&ph);
-    }
-    log_progress(*j, s, "[tjob] building the cached venv " + key + "\n");
-    std::optional<step_outcome> ended;
-    try {
-      co_await blocking([&] {
-        if (::mkdir(build.c_str(), 0700) != 0)
-          throw std::system_error(errno, std::generic_category(), "cannot create " + build.string());
-      });
-      auto out = co_await run_phases(j, 0, setup, false);
-      j->setup_started = out.started;
-      if (out.ev.kind == event_kind::exited && out.ev.exit_code == 0 && !j->cancel_requested) {
-        auto t0 = steady::now();
-        co_await blocking([&] {
-          venv_store.finalize(key, build, in);
-          venv_store.copy_to(key, j->venv);
-        });
-        double secs = std::chrono::duration<double>(steady::now() - t0).count();
-        log_progress(*j, s, fmt::format("[tjob] venv cached as {}; copied in {:.3f} s\n", key, secs));
-      } else {
-        ended = std::move(out);
-        co_await blocking([&] {
-          std::error_code ec;
-          std::filesystem::remove_all(build, ec);
-        });
-      }
-    } catch (const std::exception& e) {
-      ended = failed(std::string("venv cache: ") + e.what());
-    }
-    detail::venv_cache::cache::unlock(fd);
-    if (auto it = venv_building.find(key); it != venv_building.end()) {
-      it->second->notify_all();
-      venv_building.erase(it);
-    }
+    bool raced = false;
+    auto ended = co_await build_cached_venv(j, key, fd, raced);
+    if (raced) continue;
     if (ended) co_return ended;
     j->phases.clear();
     co_return std::nullopt;
   }
 }
-
 
 }  // namespace tjob::local

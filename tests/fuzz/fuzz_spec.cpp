@@ -5,6 +5,7 @@
 #include "engine/names.hpp"
 #include "engine/spec_json.hpp"
 #include "engine/trainer_checks.hpp"
+#include "adapters/python/python_plan.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 #include <tjob/error.hpp>
@@ -31,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       tjob::detail::check_env(who, p.env);
       if (!p.source.empty()) {
         p.source_file.clear();
-        (void)tjob::detail::check_python_code(who, p);
+        (void)tjob::python::check_python_code(who, p);
       }
       (void)tjob::python::merge_packages({"torch"}, p.packages_to_install);
     }

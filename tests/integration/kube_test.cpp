@@ -583,3 +583,17 @@ TEST_CASE_FIXTURE(kube_fixture, "many jobs waited for at once share one watch pe
   for (auto& w : waits) CHECK(w.get() == job_status::complete);
   CHECK(stats().second == 2);
 }
+
+TEST_CASE_FIXTURE(kube_fixture, "the kubernetes backend never opens the local store") {
+  {
+    trainer_client c(kube_config());
+    c.train(helper_job({"print", "x\n"}, "nostore"));
+    CHECK(c.wait_for_job_status("nostore", {job_status::complete}, 60s).status == job_status::complete);
+    CHECK(c.list_jobs().size() == 1);
+  }
+  auto r = tjob::test::run(cli({"list", "-o", "json"}), env());
+  CHECK(r.exit_code == 0);
+  // The cluster keeps the jobs: nothing of the local backend is made in $TJOB_HOME.
+  CHECK(!std::filesystem::exists(std::filesystem::path(home()) / "tjob.db"));
+  CHECK(!std::filesystem::exists(std::filesystem::path(home()) / "jobs"));
+}

@@ -1,0 +1,138 @@
+// The Python plan every backend shares (adapters/python/python_plan.hpp):
+// torchrun's flags, the training files, the entry plan, and the entry script
+// itself, run by a real python3.
+#include "adapters/python/python_plan.hpp"
+#include "tests/support/test_support.hpp"
+
+#include <tjob/error.hpp>
+
+#include <boost/json.hpp>
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+using namespace tjob;
+using strings = std::vector<std::string>;
+namespace json = boost::json;
+
+namespace {
+
+void write(const std::filesystem::path& p, const std::string& text) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+// A python3 that finds a stand-in `torch` package first: its
+// torch.distributed.run prints the argv it was given.
+std::map<std::string, std::string> fake_torch(const tjob::test::temp_dir& dir) {
+  write(dir.path() / "torch" / "__init__.py", "");
+  write(dir.path() / "torch" / "distributed" / "__init__.py", "");
+  write(dir.path() / "torch" / "distributed" / "run.py", "import sys\nprint('TORCHRUN', sys.argv[1:])\n");
+  return {{"PYTHONPATH", dir.str()}};
+}
+
+}  // namespace
+
+TEST_CASE("torchrun's flags: a static rendezvous, underscore spellings, the Python 3.11 workaround") {
+  python::torch_topology t;
+  t.nnodes = "2";
+  t.node_rank = "1";
+  t.nproc_per_node = "4";
+  t.master_addr = "node-0";
+  t.master_port = "29400";
+  CHECK(python::torchrun_flags(t) ==
+        strings{"--nproc_per_node=4", "--nnodes=2", "--node_rank=1", "--rdzv_backend=static",
+                "--rdzv_endpoint=node-0:29400", "--master_addr=node-0", "--master_port=29400",
+                "--monitor_interval=0.2", "--redirects", "9:1", "--tee", "9:1"});
+}
+
+TEST_CASE("a node's argv: torchrun as a module for a torch runtime, python -u otherwise") {
+  python::torch_topology t;
+  auto torch = python::code_argv("/v/bin/python", true, t, "/w/train.py", {"--epochs", "3"});
+  REQUIRE(torch.size() > 6);
+  CHECK(strings(torch.begin(), torch.begin() + 3) == strings{"/v/bin/python", "-m", "torch.distributed.run"});
+  CHECK(strings(torch.end() - 3, torch.end()) == strings{"/w/train.py", "--epochs", "3"});
+  CHECK(python::code_argv("/v/bin/python", false, t, "/w/train.py", {"x"}) ==
+        strings{"/v/bin/python", "-u", "/w/train.py", "x"});
+}
+
+TEST_CASE("training files: a function gets its call and its kwargs file, script text is as given") {
+  python_trainer pt;
+  pt.function = "train";
+  pt.function_args = R"({"lr": 0.1})";
+  auto files = python::training_files(pt, "def train(lr):\n    print(lr)\n", "train_job1");
+  REQUIRE(files.size() == 2);
+  CHECK(files[0].first == "train_job1.py");
+  CHECK(files[0].second.find("def train(lr):") == 0);
+  CHECK(files[0].second.find("train(**") != std::string::npos);
+  CHECK(files[1] == std::pair<std::string, std::string>{"train_job1.kwargs.json", R"({"lr": 0.1})"});
+
+  python_trainer text;
+  text.source = "print('hi')\n";
+  CHECK(python::training_files(text, text.source, "train") ==
+        std::vector<std::pair<std::string, std::string>>{{"train.py", "print('hi')\n"}});
+
+  python_trainer script;  // a script file runs where it is
+  script.source_file = "/somewhere/train.py";
+  CHECK(python::training_files(script, "", "train").empty());
+}
+
+TEST_CASE("a remote trainer's checks: each package a requirement, gpus not negative") {
+  python_trainer pt;
+  pt.source = "print(1)\n";
+  pt.packages_to_install = {"numpy>=1", "; rm -rf /"};
+  auto m = tjob::test::message_of([&] { python::check_remote_trainer("TrainJob 'j'", pt); });
+  CHECK(m.find("TrainJob 'j': package '; rm -rf /' is not a requirement") != std::string::npos);
+  pt.packages_to_install = {"numpy"};
+  pt.gpus = -1;
+  CHECK(tjob::test::message_of([&] { python::check_remote_trainer("TrainJob 'j'", pt); })
+            .find("gpus must be 0 or more") != std::string::npos);
+}
+
+TEST_CASE("the entry script runs code carried in its plan, with the script's arguments") {
+  REQUIRE(std::filesystem::exists("/usr/bin/python3"));  // scripts/setup installs it
+  python_trainer pt;
+  pt.function = "train";
+  pt.function_args = R"({"who": "plan"})";
+  pt.args = {"--flag", "a b"};
+  auto plan = python::entry_plan(pt, "import sys\ndef train(who):\n    print('hello', who, sys.argv[1:])\n",
+                                 false, true, {});
+  CHECK(plan.contains("code"));
+  CHECK(!plan.contains("script"));
+  tjob::test::temp_dir dir;
+  write(dir.path() / "entry.py", std::string(python::entry_script()));
+  auto r = tjob::test::run({"/usr/bin/python3", (dir.path() / "entry.py").string(), json::serialize(plan)});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("hello plan ['--flag', 'a b']") != std::string::npos);
+}
+
+TEST_CASE("the entry script reads a plan file and fills torchrun's placeholders from PET_* variables") {
+  REQUIRE(std::filesystem::exists("/usr/bin/python3"));  // scripts/setup installs it
+  tjob::test::temp_dir dir;
+  auto env = fake_torch(dir);
+  write(dir.path() / "entry.py", std::string(python::entry_script()));
+  write(dir.path() / "train.py", "print('never run by the stand-in')\n");
+  python_trainer pt;
+  pt.source_file = (dir.path() / "train.py").string();
+  auto plan = python::entry_plan(pt, "", true, false, (dir.path() / "train.py").string());
+  CHECK(plan.at("script").as_string() == (dir.path() / "train.py").string());
+  python::torch_topology t{"{PET_NNODES}", "{PET_NODE_RANK}", "{PET_NPROC_PER_NODE}", "{PET_MASTER_ADDR}",
+                           "{PET_MASTER_PORT}"};
+  json::array flags;
+  for (auto& f : python::torchrun_flags(t)) flags.emplace_back(f);
+  plan["torchrun_args"] = flags;
+  plan["env_defaults"] = json::object{{"PET_NPROC_PER_NODE", "2"}, {"PET_MASTER_PORT", "29500"}};
+  write(dir.path() / "plan.json", json::serialize(plan));
+  env["PET_NNODES"] = "3";
+  env["PET_NODE_RANK"] = "2";
+  env["PET_NPROC_PER_NODE"] = "auto";  // not a number: the plan's default
+  env["PET_MASTER_ADDR"] = "job-node-0-0.job";
+  auto r = tjob::test::run(
+      {"/usr/bin/python3", (dir.path() / "entry.py").string(), (dir.path() / "plan.json").string()}, env);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("TORCHRUN ['--nproc_per_node=2', '--nnodes=3', '--node_rank=2', '--rdzv_backend=static', "
+                   "'--rdzv_endpoint=job-node-0-0.job:29500', '--master_addr=job-node-0-0.job', "
+                   "'--master_port=29500'") != std::string::npos);
+}
