@@ -4,11 +4,7 @@
 
 #include <tjob/error.hpp>
 
-#include <boost/json/parse.hpp>
-
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,8 +12,6 @@
 #include <unistd.h>
 
 namespace tjob::detail {
-
-namespace json = boost::json;
 
 namespace {
 [[noreturn]] void fail(errc e, std::string message) { throw error(e, std::move(message)); }
