@@ -81,7 +81,7 @@ static void raise_nofile(void) {
 
 struct run {
   pid_t pid;
-  int out; /* pipe read end, -1 once at EOF */
+  int out;   /* pipe read end, -1 once at EOF */
   int pidfd; /* -1 once reaped */
   int64_t start;
 };
@@ -195,9 +195,10 @@ static int mode_spawn(int n, int k, char** argv) {
   }
   double wall = (double)(now_ns() - t0) / 1e9;
   double cpu = cpu_seconds() - cpu0;
-  printf("{\"runs\":%d,\"in_flight\":%d,\"wall_s\":%.6f,\"per_s\":%.3f,\"cpu_us_per_run\":%.3f,"
-         "\"p50_us\":%.3f,\"p99_us\":%.3f}\n",
-         n, k, wall, n / wall, cpu / n * 1e6, pct(lat, n, 0.50), pct(lat, n, 0.99));
+  printf(
+      "{\"runs\":%d,\"in_flight\":%d,\"wall_s\":%.6f,\"per_s\":%.3f,\"cpu_us_per_run\":%.3f,"
+      "\"p50_us\":%.3f,\"p99_us\":%.3f}\n",
+      n, k, wall, n / wall, cpu / n * 1e6, pct(lat, n, 0.50), pct(lat, n, 0.99));
   return 0;
 }
 
@@ -226,8 +227,7 @@ static int mode_ingest(char** argv) {
   double cpu = cpu_seconds() - cpu0;
   double wall = (double)(now_ns() - t0) / 1e9;
   printf("{\"bytes\":%llu,\"lines\":%llu,\"wall_s\":%.6f,\"cpu_s\":%.6f,\"cpu_s_per_gib\":%.6f}\n",
-         (unsigned long long)bytes, (unsigned long long)lines, wall, cpu,
-         cpu / ((double)bytes / (1 << 30)));
+         (unsigned long long)bytes, (unsigned long long)lines, wall, cpu, cpu / ((double)bytes / (1 << 30)));
   return 0;
 }
 
@@ -249,9 +249,10 @@ static int mode_hold(int n, char** argv) {
     waitid((idtype_t)P_PIDFD, (id_t)runs[i].pidfd, &si, WEXITED);
     close(runs[i].pidfd);
   }
-  printf("{\"runs\":%d,\"launch_s\":%.6f,\"rss_bytes_per_run\":%.1f,\"fds_per_run\":%.3f,"
-         "\"peak_fds\":%d}\n",
-         n, wall, (double)(rss1 - rss0) / n, (double)(fds1 - fds0) / n, fds1);
+  printf(
+      "{\"runs\":%d,\"launch_s\":%.6f,\"rss_bytes_per_run\":%.1f,\"fds_per_run\":%.3f,"
+      "\"peak_fds\":%d}\n",
+      n, wall, (double)(rss1 - rss0) / n, (double)(fds1 - fds0) / n, fds1);
   return 0;
 }
 
@@ -292,6 +293,7 @@ int main(int argc, char** argv) {
   if (argc >= 3 && strcmp(argv[1], "ingest") == 0) return mode_ingest(argv + 2);
   if (argc >= 4 && strcmp(argv[1], "hold") == 0) return mode_hold(atoi(argv[2]), argv + 3);
   if (argc == 4 && strcmp(argv[1], "wake") == 0) return mode_wake(atoi(argv[2]), argv[3]);
-  fprintf(stderr, "usage: floor spawn N K PROG [ARGS] | ingest PROG [ARGS] | hold N PROG [ARGS] | wake N UNTIL\n");
+  fprintf(stderr,
+          "usage: floor spawn N K PROG [ARGS] | ingest PROG [ARGS] | hold N PROG [ARGS] | wake N UNTIL\n");
   return 2;
 }

@@ -23,17 +23,17 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <signal.h>
 #include <set>
 #include <string>
-#include <sys/resource.h>
-#include <unistd.h>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -156,10 +156,9 @@ struct bench {
     }
     co_await eng.wait_for_job_status(name, complete_only, 600s);
     double cpu = cpu_seconds() - cpu0;
-    std::printf(
-        "{\"bytes\":%llu,\"lines\":%llu,\"wall_s\":%.6f,\"cpu_s\":%.6f,\"cpu_s_per_gib\":%.6f}\n",
-        static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(lines),
-        seconds_since(t0), cpu, cpu / (static_cast<double>(bytes) / (1 << 30)));
+    std::printf("{\"bytes\":%llu,\"lines\":%llu,\"wall_s\":%.6f,\"cpu_s\":%.6f,\"cpu_s_per_gib\":%.6f}\n",
+                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(lines),
+                seconds_since(t0), cpu, cpu / (static_cast<double>(bytes) / (1 << 30)));
   }
 
   asio::awaitable<void> hold() {
@@ -201,7 +200,8 @@ struct bench {
       std::vector<std::string> argv{args.at(1), std::to_string(ns)};
       auto name = co_await eng.train(command_job(std::move(argv)));
       co_await eng.wait_for_job_status(name, complete_only, 60s);
-      auto woken = std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch()).count();
+      auto woken =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch()).count();
       // Its last words are the time it exited (bench/until.c).
       auto log = co_await eng.get_job_logs(name, whole_log);
       auto line = co_await log.next();
@@ -293,13 +293,20 @@ int main(int argc, char** argv) {
         [&]() -> asio::awaitable<void> {
           bench b{eng, args};
           try {
-            if (mode == "spawn") co_await b.spawn();
-            else if (mode == "ingest") co_await b.ingest();
-            else if (mode == "hold") co_await b.hold();
-            else if (mode == "wake") co_await b.wake();
-            else if (mode == "python") co_await b.python();
-            else if (mode == "container") co_await b.container();
-            else throw std::runtime_error("unknown mode " + mode);
+            if (mode == "spawn")
+              co_await b.spawn();
+            else if (mode == "ingest")
+              co_await b.ingest();
+            else if (mode == "hold")
+              co_await b.hold();
+            else if (mode == "wake")
+              co_await b.wake();
+            else if (mode == "python")
+              co_await b.python();
+            else if (mode == "container")
+              co_await b.container();
+            else
+              throw std::runtime_error("unknown mode " + mode);
           } catch (const std::exception& e) {
             std::fprintf(stderr, "tjob-bench %s: %s\n", mode.c_str(), e.what());
             rc = 1;

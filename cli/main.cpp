@@ -4,16 +4,16 @@
 
 #include <tjob/client.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <atomic>
-#include <map>
-#include <tuple>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
-#include <unistd.h>
+#include <map>
+#include <tuple>
 
 namespace {
 
@@ -115,12 +115,14 @@ engine_config make_config(const common_options& o) {
                            !o.pull_policy.empty() || !o.network.empty() || !o.volumes.empty() ||
                            o.keep_workdir;
   if (container_options && cfg.backend != backend_kind::container)
-    throw usage_error("--container-runtime, --container-host, --pull-policy, --network, --volume "
-                      "and --keep-workdir are for the container backend; add --backend container");
+    throw usage_error(
+        "--container-runtime, --container-host, --pull-policy, --network, --volume "
+        "and --keep-workdir are for the container backend; add --backend container");
   bool kube_options = !o.kube_namespace.empty() || !o.kube_context.empty() || !o.kubeconfig.empty();
   if (kube_options && cfg.backend != backend_kind::kubernetes)
-    throw usage_error("--namespace, --context and --kubeconfig are for the kubernetes backend; "
-                      "add --backend kubernetes");
+    throw usage_error(
+        "--namespace, --context and --kubeconfig are for the kubernetes backend; "
+        "add --backend kubernetes");
   cfg.kubernetes.namespace_name = o.kube_namespace;
   cfg.kubernetes.context = o.kube_context;
   if (!o.kubeconfig.empty()) cfg.kubernetes.config_file = std::filesystem::absolute(o.kubeconfig).string();
@@ -158,16 +160,16 @@ struct job_options {
 void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--name", o.name, "Job name (an RFC 1035 label); default: generated");
   cmd->add_option("--runtime", o.runtime, "Runtime name; default: torch-distributed");
-  cmd->add_option("--env", o.env, "Environment variable NAME=VALUE for the job (repeatable); "
-                                  "laid over tjob's own environment")
+  cmd->add_option("--env", o.env,
+                  "Environment variable NAME=VALUE for the job (repeatable); "
+                  "laid over tjob's own environment")
       ->allow_extra_args(false);
   cmd->add_option("--label", o.labels, "Kubernetes backend: a label KEY=VALUE of the TrainJob (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--annotation", o.annotations,
                   "Kubernetes backend: an annotation KEY=VALUE of the TrainJob (repeatable)")
       ->allow_extra_args(false);
-  cmd->add_option("--workdir", o.workdir,
-                  "Working directory of the job; default: the current directory");
+  cmd->add_option("--workdir", o.workdir, "Working directory of the job; default: the current directory");
   cmd->add_option("--package", o.packages,
                   "A package to pip-install into the job's venv (repeatable), after the runtime's")
       ->allow_extra_args(false);
@@ -175,8 +177,9 @@ void add_job_options(CLI::App* cmd, job_options& o) {
                   "Package index (repeatable): the first is pip's --index-url, the rest "
                   "--extra-index-url; default $DEFAULT_PIP_INDEX_URLS, else PyPI")
       ->allow_extra_args(false);
-  cmd->add_option("--func", o.func, "Run this function of FILE.py (called with --args) "
-                                    "instead of running the file as a script");
+  cmd->add_option("--func", o.func,
+                  "Run this function of FILE.py (called with --args) "
+                  "instead of running the file as a script");
   cmd->add_option("--args", o.args, "Keyword arguments of --func, as a JSON object");
   cmd->add_option("--python", o.python, "The interpreter for the venv; default: python3 on PATH");
   cmd->add_flag("--system-site-packages", o.system_site_packages,
@@ -202,8 +205,9 @@ std::uint64_t parse_memory(const std::string& v) {
   double n = std::strtod(v.c_str(), &rest);
   std::string unit(rest ? rest : "");
   static const std::map<std::string, double> units = {
-      {"", 1},         {"K", 1e3},         {"M", 1e6},         {"G", 1e9},        {"T", 1e12},
-      {"Ki", 1024.0},  {"Mi", 1048576.0},  {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
+      {"", 1},           {"K", 1e3},           {"M", 1e6},
+      {"G", 1e9},        {"T", 1e12},          {"Ki", 1024.0},
+      {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
   auto it = units.find(unit);
   if (v.empty() || rest == v.c_str() || it == units.end() || n <= 0)
     throw usage_error("--resources memory=" + v + ": give bytes with an optional unit, as 512Mi or 4Gi");
@@ -259,15 +263,17 @@ train_request make_request(const job_options& o, backend_kind backend) {
   bool in_container = backend == backend_kind::container;
   bool in_cluster = backend == backend_kind::kubernetes;
   if (!o.image.empty() && !in_container && !in_cluster)
-    throw usage_error("--image is for the container and kubernetes backends; add --backend container "
-                      "or --backend kubernetes");
+    throw usage_error(
+        "--image is for the container and kubernetes backends; add --backend container "
+        "or --backend kubernetes");
   if (in_cluster && !o.workdir.empty())
-    throw usage_error("--workdir: a TrainJob has no working directory; on a cluster the job runs "
-                      "where the image says; drop --workdir");
+    throw usage_error(
+        "--workdir: a TrainJob has no working directory; on a cluster the job runs "
+        "where the image says; drop --workdir");
   if (in_cluster) in_container = true;  // no host directory either
   // In a container the job runs in /workspace unless --workdir names a
   // directory inside the container.
-  std::string workdir = in_container ? o.workdir
+  std::string workdir = in_container        ? o.workdir
                         : o.workdir.empty() ? std::filesystem::current_path(ec).string()
                                             : std::filesystem::absolute(o.workdir, ec).string();
   req.num_nodes = o.num_nodes;
@@ -282,13 +288,13 @@ train_request make_request(const job_options& o, backend_kind backend) {
                           " team=vision)");
       (*into)[e.substr(0, eq)] = e.substr(eq + 1);
     }
-  bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() ||
-                        !o.args.empty() || !o.python.empty() || o.system_site_packages ||
-                        o.keep_venv || !o.resources.empty();
+  bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() || !o.args.empty() ||
+                        !o.python.empty() || o.system_site_packages || o.keep_venv || !o.resources.empty();
   if (o.command_mode) {
     if (python_options)
-      throw usage_error("--package, --index-url, --func, --args, --python, --system-site-packages, "
-                        "--keep-venv and --resources are for Python jobs (FILE.py), not commands after `--`");
+      throw usage_error(
+          "--package, --index-url, --func, --args, --python, --system-site-packages, "
+          "--keep-venv and --resources are for Python jobs (FILE.py), not commands after `--`");
     command_trainer t;
     t.command = o.command;
     t.env = parse_env(o.env);
@@ -299,8 +305,10 @@ train_request make_request(const job_options& o, backend_kind backend) {
   }
   const auto& file = o.command.front();
   if (file.size() < 4 || file.compare(file.size() - 3, 3, ".py") != 0)
-    throw usage_error("'" + file + "': give a Python file (FILE.py) to train, or a command after "
-                      "`--` (for example: tjob run -- " + file + " ...)");
+    throw usage_error("'" + file +
+                      "': give a Python file (FILE.py) to train, or a command after "
+                      "`--` (for example: tjob run -- " +
+                      file + " ...)");
   python_trainer t;
   t.source_file = std::filesystem::absolute(file, ec).string();
   t.function = o.func;
@@ -312,8 +320,9 @@ train_request make_request(const job_options& o, backend_kind backend) {
   t.pip_index_urls = o.index_urls;
   t.env = parse_env(o.env);
   if (in_container && !o.workdir.empty())
-    throw usage_error("--workdir: a Python job in a container runs in /workspace (its work dir); "
-                      "drop --workdir");
+    throw usage_error(
+        "--workdir: a Python job in a container runs in /workspace (its work dir); "
+        "drop --workdir");
   t.working_dir = in_container ? std::string() : workdir;
   t.image = o.image;
   t.python = o.python;
@@ -365,8 +374,7 @@ int cmd_run(const common_options& common, const job_options& jo) {
     std::fprintf(stderr, "tjob: job %s Complete in %.2f s\n", name.c_str(), secs);
     return exit_ok;
   }
-  std::fprintf(stderr, "tjob: job %s Failed in %.2f s: %s\n", name.c_str(), secs,
-               job.reason.c_str());
+  std::fprintf(stderr, "tjob: job %s Failed in %.2f s: %s\n", name.c_str(), secs, job.reason.c_str());
   return exit_failed;
 }
 
@@ -399,8 +407,8 @@ struct commands {
   long long tail = -1;
   double timeout = 600, unused_days = 7;
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
-           *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr,
-           *runtimes = nullptr, *cache_list = nullptr, *cache_prune = nullptr;
+           *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr, *runtimes = nullptr,
+           *cache_list = nullptr, *cache_prune = nullptr;
   CLI::Option* tail_opt = nullptr;
 };
 
@@ -442,10 +450,10 @@ void add_common_options(CLI::App& app, common_options& common) {
 
 // run and train: submit a job.
 void add_job_commands(CLI::App& app, commands& c) {
-  c.run = app.add_subcommand(
-      "run", "Submit a job, stream its log and wait for it; exit 0 when it is Complete.\n"
-             "Ctrl-C cancels the job (SIGTERM, then SIGKILL after --grace) and records it as "
-             "Failed, reason cancelled.");
+  c.run = app.add_subcommand("run",
+                             "Submit a job, stream its log and wait for it; exit 0 when it is Complete.\n"
+                             "Ctrl-C cancels the job (SIGTERM, then SIGKILL after --grace) and records it as "
+                             "Failed, reason cancelled.");
   add_job_options(c.run, c.run_opts);
   c.run->add_option("--grace", c.common.grace_seconds,
                     "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
@@ -473,19 +481,19 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.logs->add_flag("-f,--follow", c.follow, "Stream new output until the step ends");
   c.logs->add_option("--step", c.step, "Step (default node-0)");
   c.tail_opt = c.logs->add_option("--tail", c.tail, "Only the last N lines");
-  c.wait = app.add_subcommand(
-      "wait", "Wait until the job reaches one of the statuses; exit 0 then. A job that fails "
-              "when Failed was not asked for exits 1 with its exit code and last log lines.");
+  c.wait = app.add_subcommand("wait",
+                              "Wait until the job reaches one of the statuses; exit 0 then. A job that fails "
+                              "when Failed was not asked for exits 1 with its exit code and last log lines.");
   c.wait->add_option("name", c.job_name, "Job name")->required();
   c.wait->add_option("--status", c.statuses, "Comma-separated statuses (default Complete)");
   c.wait->add_option("--timeout", c.timeout, "Seconds (default 600)");
-  c.del = app.add_subcommand(
-      "delete", "Delete a job: cancel it if it runs (SIGTERM, SIGKILL after --grace), then "
-                "remove its record, events, logs and work dir");
+  c.del = app.add_subcommand("delete",
+                             "Delete a job: cancel it if it runs (SIGTERM, SIGKILL after --grace), then "
+                             "remove its record, events, logs and work dir");
   c.del->add_option("name", c.job_name, "Job name")->required();
   c.del->add_option("--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
-  c.cancel = app.add_subcommand(
-      "cancel", "Cancel a running job (SIGTERM, SIGKILL after --grace); it stays, Failed");
+  c.cancel =
+      app.add_subcommand("cancel", "Cancel a running job (SIGTERM, SIGKILL after --grace); it stays, Failed");
   c.cancel->add_option("name", c.job_name, "Job name")->required();
   c.cancel->add_option("--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
   c.events = app.add_subcommand("events", "Show a job's event log");
@@ -497,15 +505,17 @@ void add_query_commands(CLI::App& app, commands& c) {
 void add_other_commands(CLI::App& app, commands& c) {
   c.runtimes = app.add_subcommand("runtimes", "List the training runtimes");
   c.runtimes->add_option("-o,--output", c.format, "table, json or yaml");
-  auto* cache = app.add_subcommand(
-      "cache", "The venv cache of local Python jobs: one venv per interpreter, package list, "
-               "index URLs and system-site-packages flag, copied into each job");
+  auto* cache =
+      app.add_subcommand("cache",
+                         "The venv cache of local Python jobs: one venv per interpreter, package list, "
+                         "index URLs and system-site-packages flag, copied into each job");
   cache->require_subcommand(1);
   c.cache_list = cache->add_subcommand("list", "List the cached venvs: KEY PYTHON PACKAGES SIZE LAST-USED");
   c.cache_list->add_option("-o,--output", c.format, "table, json or yaml");
-  c.cache_prune = cache->add_subcommand(
-      "prune", "Remove cached venvs no job has used for --unused-for days (default 7), broken "
-               "ones and abandoned builds; venvs in use are left alone");
+  c.cache_prune =
+      cache->add_subcommand("prune",
+                            "Remove cached venvs no job has used for --unused-for days (default 7), broken "
+                            "ones and abandoned builds; venvs in use are left alone");
   c.cache_prune->add_option("--unused-for", c.unused_days, "Days without a job using it (default 7)");
   c.cache_prune->add_flag("--all", c.prune_all, "Remove every cached venv that is not in use");
 }
@@ -520,8 +530,7 @@ bool known_command(CLI::App& app, int argc, char** argv) {
     known += (known.empty() ? "" : ", ") + sub->get_name();
   }
   if (!found)
-    std::fprintf(stderr, "tjob: error: unknown command '%s'; the commands are: %s\n", argv[1],
-                 known.c_str());
+    std::fprintf(stderr, "tjob: error: unknown command '%s'; the commands are: %s\n", argv[1], known.c_str());
   return found;
 }
 
@@ -579,9 +588,10 @@ int run_query(commands& c) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "__supervise") return tjob::cli::supervise_main();
 
-  CLI::App app{"tjob — run Kubeflow-style TrainJobs on this machine.\n"
-               "Jobs, events and logs live in $TJOB_HOME (default "
-               "${XDG_STATE_HOME:-$HOME/.local/state}/tjob); every tjob on the machine sees them."};
+  CLI::App app{
+      "tjob — run Kubeflow-style TrainJobs on this machine.\n"
+      "Jobs, events and logs live in $TJOB_HOME (default "
+      "${XDG_STATE_HOME:-$HOME/.local/state}/tjob); every tjob on the machine sees them."};
   app.require_subcommand(1);
   commands c;
   add_common_options(app, c.common);

@@ -1,9 +1,9 @@
 #include "cli/render.hpp"
 
-#include <boost/json.hpp>
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
+#include <boost/json.hpp>
 
 #include <algorithm>
 
@@ -116,12 +116,24 @@ void emit(YAML::Emitter& out, const json::value& v) {
       for (const auto& e : v.get_array()) emit(out, e);
       out << YAML::EndSeq;
       break;
-    case json::kind::string: out << YAML::DoubleQuoted << std::string(v.get_string()); break;
-    case json::kind::int64: out << v.get_int64(); break;
-    case json::kind::uint64: out << v.get_uint64(); break;
-    case json::kind::double_: out << v.get_double(); break;
-    case json::kind::bool_: out << v.get_bool(); break;
-    case json::kind::null: out << YAML::Null; break;
+    case json::kind::string:
+      out << YAML::DoubleQuoted << std::string(v.get_string());
+      break;
+    case json::kind::int64:
+      out << v.get_int64();
+      break;
+    case json::kind::uint64:
+      out << v.get_uint64();
+      break;
+    case json::kind::double_:
+      out << v.get_double();
+      break;
+    case json::kind::bool_:
+      out << v.get_bool();
+      break;
+    case json::kind::null:
+      out << YAML::Null;
+      break;
   }
 }
 
@@ -170,11 +182,10 @@ std::string render_jobs(const std::vector<train_job>& jobs, output_format f) {
   std::vector<std::vector<std::string>> rows{{"NAME", "STATUS", "RUNTIME", "STEPS", "AGE"}};
   auto now = clock::now();
   for (const auto& j : jobs) {
-    auto done = std::count_if(j.steps.begin(), j.steps.end(),
-                              [](const step& s) { return is_terminal(s.status); });
+    auto done =
+        std::count_if(j.steps.begin(), j.steps.end(), [](const step& s) { return is_terminal(s.status); });
     rows.push_back({j.name, std::string(to_string(j.status)), j.runtime,
-                    fmt::format("{}/{}", done, j.steps.size()),
-                    format_age(j.creation_timestamp, now)});
+                    fmt::format("{}/{}", done, j.steps.size()), format_age(j.creation_timestamp, now)});
   }
   return table(rows);
 }
@@ -219,10 +230,11 @@ std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, outp
     std::string pk;
     for (const auto& p : e.packages) pk += (pk.empty() ? "" : ",") + p;
     if (e.system_site_packages) pk += pk.empty() ? "(system site)" : " (+system site)";
-    rows.push_back({e.key, e.python_version.empty() ? e.python : e.python_version, pk.empty() ? "-" : pk,
-                    e.bytes < (1u << 20) ? fmt::format("{:.0f} KiB", static_cast<double>(e.bytes) / 1024)
-                                         : fmt::format("{:.1f} MiB", static_cast<double>(e.bytes) / (1 << 20)),
-                    format_age(e.last_used, now) + " ago", e.problem.empty() ? "ok" : "broken: " + e.problem});
+    rows.push_back(
+        {e.key, e.python_version.empty() ? e.python : e.python_version, pk.empty() ? "-" : pk,
+         e.bytes < (1u << 20) ? fmt::format("{:.0f} KiB", static_cast<double>(e.bytes) / 1024)
+                              : fmt::format("{:.1f} MiB", static_cast<double>(e.bytes) / (1 << 20)),
+         format_age(e.last_used, now) + " ago", e.problem.empty() ? "ok" : "broken: " + e.problem});
   }
   return table(rows);
 }

@@ -5,14 +5,14 @@
 
 #include <boost/json.hpp>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <unistd.h>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
-#include <spawn.h>
 #include <thread>
-#include <unistd.h>
 
 extern char** environ;
 
@@ -78,9 +78,7 @@ std::string read_all(int fd) {
   return out;
 }
 
-void respond(const json::object& o) {
-  write_all(STDOUT_FILENO, json::serialize(o) + "\n");
-}
+void respond(const json::object& o) { write_all(STDOUT_FILENO, json::serialize(o) + "\n"); }
 
 }  // namespace
 
@@ -142,8 +140,7 @@ submit_result submit_detached(const train_request& req, const engine_config& cfg
     result.error = json::value_to<std::string>(v.at("error"));
     result.usage = v.at("usage").as_bool();
   } catch (const std::exception&) {
-    result.error = "the supervisor (pid " + std::to_string(pid) +
-                   ") ended before it accepted the job" +
+    result.error = "the supervisor (pid " + std::to_string(pid) + ") ended before it accepted the job" +
                    (answer.empty() ? std::string() : ": " + answer);
   }
   return result;

@@ -18,9 +18,9 @@ boost::json::value request_to_json(const train_request& req, const engine_config
 void request_from_json(const boost::json::value& v, train_request& req, engine_config& cfg);
 
 struct submit_result {
-  std::string name;     ///< set on success
-  std::string error;    ///< set on failure
-  bool usage = false;   ///< the error was caused by the request
+  std::string name;    ///< set on success
+  std::string error;   ///< set on failure
+  bool usage = false;  ///< the error was caused by the request
 };
 
 /// Starts the supervisor and returns once it has accepted or refused the job.

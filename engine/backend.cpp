@@ -17,9 +17,10 @@ namespace detail {
 asio::awaitable<runtime_catalog> backend::runtimes(bool report) { co_return ctx_.runtimes(report); }
 
 asio::awaitable<std::vector<venv_cache_entry>> backend::list_venv_cache() {
-  throw error(errc::invalid_argument, "the " + std::string(to_string(traits().kind)) +
-                                   " backend keeps no venv cache (its jobs install their packages "
-                                   "where they run); the cache is the local backend's: --backend local");
+  throw error(errc::invalid_argument,
+              "the " + std::string(to_string(traits().kind)) +
+                  " backend keeps no venv cache (its jobs install their packages "
+                  "where they run); the cache is the local backend's: --backend local");
   co_return std::vector<venv_cache_entry>{};
 }
 
@@ -28,7 +29,6 @@ asio::awaitable<std::vector<venv_cache_entry>> backend::prune_venv_cache(std::ch
 }
 
 }  // namespace detail
-
 
 log_stream::log_stream() = default;
 log_stream::log_stream(std::unique_ptr<impl> p) : impl_(std::move(p)) {}

@@ -95,7 +95,8 @@ class backend {
   /// The venv cache of local Python jobs; other backends have none (an error
   /// that says so).
   virtual boost::asio::awaitable<std::vector<venv_cache_entry>> list_venv_cache();
-  virtual boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(std::chrono::seconds unused_for);
+  virtual boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(
+      std::chrono::seconds unused_for);
   /// Stops following jobs and awaits every coroutine the backend started.
   virtual boost::asio::awaitable<void> shutdown() = 0;
 

@@ -7,8 +7,8 @@
 
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <thread>
+#include <type_traits>
 
 namespace tjob {
 
@@ -98,13 +98,9 @@ log_reader::log_reader(log_reader&&) noexcept = default;
 log_reader& log_reader::operator=(log_reader&&) noexcept = default;
 log_reader::~log_reader() = default;
 
-std::optional<std::string> log_reader::next() {
-  return impl_->client->call(impl_->stream.next());
-}
+std::optional<std::string> log_reader::next() { return impl_->client->call(impl_->stream.next()); }
 
-std::optional<std::string> log_reader::read_some() {
-  return impl_->client->call(impl_->stream.read_some());
-}
+std::optional<std::string> log_reader::read_some() { return impl_->client->call(impl_->stream.read_some()); }
 
 std::string log_reader::read_all() {
   std::string out;
@@ -112,16 +108,13 @@ std::string log_reader::read_all() {
   return out;
 }
 
-trainer_client::trainer_client(engine_config config)
-    : impl_(std::make_unique<impl>(std::move(config))) {}
+trainer_client::trainer_client(engine_config config) : impl_(std::make_unique<impl>(std::move(config))) {}
 trainer_client::~trainer_client() = default;
 
 std::string trainer_client::train(train_request request) {
   return impl_->call(impl_->eng->train(std::move(request)));
 }
-train_job trainer_client::get_job(const std::string& name) {
-  return impl_->call(impl_->eng->get_job(name));
-}
+train_job trainer_client::get_job(const std::string& name) { return impl_->call(impl_->eng->get_job(name)); }
 std::vector<train_job> trainer_client::list_jobs(std::optional<std::string> runtime) {
   return impl_->call(impl_->eng->list_jobs(std::move(runtime)));
 }
@@ -132,23 +125,16 @@ log_reader trainer_client::get_job_logs(const std::string& name, log_options opt
   reader->stream = std::move(stream);
   return log_reader(std::move(reader));
 }
-train_job trainer_client::wait_for_job_status(const std::string& name,
-                                              std::set<job_status> statuses,
+train_job trainer_client::wait_for_job_status(const std::string& name, std::set<job_status> statuses,
                                               std::chrono::milliseconds timeout) {
   return impl_->call(impl_->eng->wait_for_job_status(name, std::move(statuses), timeout));
 }
-void trainer_client::cancel_job(const std::string& name) {
-  impl_->call(impl_->eng->cancel_job(name));
-}
-void trainer_client::delete_job(const std::string& name) {
-  impl_->call(impl_->eng->delete_job(name));
-}
+void trainer_client::cancel_job(const std::string& name) { impl_->call(impl_->eng->cancel_job(name)); }
+void trainer_client::delete_job(const std::string& name) { impl_->call(impl_->eng->delete_job(name)); }
 std::vector<event> trainer_client::get_job_events(const std::string& name) {
   return impl_->call(impl_->eng->get_job_events(name));
 }
-std::vector<runtime> trainer_client::list_runtimes() {
-  return impl_->call(impl_->eng->list_runtimes());
-}
+std::vector<runtime> trainer_client::list_runtimes() { return impl_->call(impl_->eng->list_runtimes()); }
 std::vector<std::string> trainer_client::runtime_problems() {
   return impl_->call(impl_->eng->runtime_problems());
 }

@@ -19,9 +19,9 @@ std::shared_ptr<backend> make_backend(backend_context ctx) {
     case backend_kind::kubernetes:
       return std::make_shared<kube::backend>(std::move(ctx));
   }
-  throw error(errc::invalid_argument,
-              "unknown backend kind " + std::to_string(static_cast<int>(ctx.cfg.backend)) +
-                  "; use local, container or kubernetes");
+  throw error(errc::invalid_argument, "unknown backend kind " +
+                                          std::to_string(static_cast<int>(ctx.cfg.backend)) +
+                                          "; use local, container or kubernetes");
 }
 
 }  // namespace tjob::detail

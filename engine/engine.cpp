@@ -15,12 +15,12 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <pwd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cstdlib>
+#include <cstring>
 
 namespace tjob {
 
@@ -43,8 +43,7 @@ void raise_open_file_limit() {
 }
 
 std::shared_ptr<spdlog::logger> quiet_logger() {
-  auto l = std::make_shared<spdlog::logger>("tjob.engine",
-                                            std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto l = std::make_shared<spdlog::logger>("tjob.engine", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   l->set_level(spdlog::level::warn);
   return l;
 }
@@ -61,8 +60,7 @@ void prepare_home(const std::filesystem::path& home) {
                                         std::to_string(::geteuid()) +
                                         "); use a directory of your own (TJOB_HOME)");
     if (hs.st_mode & (S_IWGRP | S_IWOTH))
-      fail(errc::store_unavailable, "TJOB_HOME " + home.string() +
-                                        " can be written by other users (mode " +
+      fail(errc::store_unavailable, "TJOB_HOME " + home.string() + " can be written by other users (mode " +
                                         fmt::format("{:04o}", hs.st_mode & 07777) +
                                         "); chmod 700 it, or use another directory");
   }
@@ -78,8 +76,7 @@ std::string status_list(const std::set<job_status>& statuses) {
 
 std::filesystem::path default_home() {
   if (const char* h = std::getenv("TJOB_HOME"); h && *h) return h;
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x)
-    return std::filesystem::path(x) / "tjob";
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::filesystem::path(x) / "tjob";
   std::string home;
   if (const char* h = std::getenv("HOME"); h && *h) home = h;
   if (home.empty()) {
@@ -169,9 +166,8 @@ asio::awaitable<std::string> engine::train(train_request req) {
   auto& e = *impl_;
   if (!e.traits.keeps_labels && (!req.labels.empty() || !req.annotations.empty()))
     fail(errc::invalid_argument,
-         std::string(req.labels.empty() ? "Annotations" : "Labels") +
-             " option is not compatible with the " + std::string(to_string(e.traits.kind)) +
-             " backend (TrainJob " + quote(req.name) +
+         std::string(req.labels.empty() ? "Annotations" : "Labels") + " option is not compatible with the " +
+             std::string(to_string(e.traits.kind)) + " backend (TrainJob " + quote(req.name) +
              "); only the kubernetes backend keeps labels and annotations");
   e.check_running();
   detail::checked_request checked;
@@ -198,8 +194,7 @@ asio::awaitable<log_stream> engine::get_job_logs(std::string name, log_options o
 // Failed, when not asked for, raises job_failed with the failed steps' last
 // log lines; any other end raises unreachable_status; the deadline raises
 // timeout. Woken by the backend's watch, never by polling here.
-asio::awaitable<train_job> engine::wait_for_job_status(std::string name,
-                                                       std::set<job_status> statuses,
+asio::awaitable<train_job> engine::wait_for_job_status(std::string name, std::set<job_status> statuses,
                                                        std::chrono::milliseconds timeout) {
   if (timeout <= std::chrono::milliseconds::zero())
     fail(errc::invalid_argument,
@@ -278,4 +273,3 @@ asio::awaitable<void> engine::shutdown() {
 }
 
 }  // namespace tjob
-

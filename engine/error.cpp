@@ -8,24 +8,42 @@ class category_impl : public boost::system::error_category {
   const char* name() const noexcept override { return "tjob"; }
   std::string message(int ev) const override {
     switch (static_cast<errc>(ev)) {
-      case errc::job_not_found: return "no such job";
-      case errc::step_not_found: return "no such step";
-      case errc::invalid_name: return "invalid job name";
-      case errc::duplicate_name: return "a job with that name exists";
-      case errc::invalid_argument: return "invalid argument";
-      case errc::executable_not_found: return "executable not found";
-      case errc::runtime_not_found: return "runtime not found";
-      case errc::job_failed: return "job failed";
-      case errc::unreachable_status: return "job ended in another status";
-      case errc::timeout: return "timed out";
-      case errc::store_unavailable: return "store unavailable";
-      case errc::store_corrupt: return "store corrupt";
-      case errc::store_locked: return "store locked";
-      case errc::spawn_failed: return "process could not be started";
-      case errc::shut_down: return "engine shut down";
-      case errc::backend_unavailable: return "backend unavailable";
-      case errc::backend_error: return "backend refused the request";
-      case errc::protocol_error: return "malformed answer from a peer";
+      case errc::job_not_found:
+        return "no such job";
+      case errc::step_not_found:
+        return "no such step";
+      case errc::invalid_name:
+        return "invalid job name";
+      case errc::duplicate_name:
+        return "a job with that name exists";
+      case errc::invalid_argument:
+        return "invalid argument";
+      case errc::executable_not_found:
+        return "executable not found";
+      case errc::runtime_not_found:
+        return "runtime not found";
+      case errc::job_failed:
+        return "job failed";
+      case errc::unreachable_status:
+        return "job ended in another status";
+      case errc::timeout:
+        return "timed out";
+      case errc::store_unavailable:
+        return "store unavailable";
+      case errc::store_corrupt:
+        return "store corrupt";
+      case errc::store_locked:
+        return "store locked";
+      case errc::spawn_failed:
+        return "process could not be started";
+      case errc::shut_down:
+        return "engine shut down";
+      case errc::backend_unavailable:
+        return "backend unavailable";
+      case errc::backend_error:
+        return "backend refused the request";
+      case errc::protocol_error:
+        return "malformed answer from a peer";
     }
     return "unknown tjob error";
   }
@@ -50,8 +68,10 @@ bool is_usage_error(const boost::system::error_code& ec) noexcept {
     case errc::duplicate_name:
     case errc::invalid_argument:
     case errc::executable_not_found:
-    case errc::runtime_not_found: return true;
-    default: return false;
+    case errc::runtime_not_found:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -6,11 +6,14 @@ std::optional<job_status> next(job_status from, const job_event& ev) noexcept {
   switch (from) {
     case job_status::created:
       switch (ev.kind) {
-        case event_kind::started: return job_status::running;
+        case event_kind::started:
+          return job_status::running;
         case event_kind::start_failed:
         case event_kind::cancelled:
-        case event_kind::lost: return job_status::failed;
-        case event_kind::exited: return std::nullopt;  // never started
+        case event_kind::lost:
+          return job_status::failed;
+        case event_kind::exited:
+          return std::nullopt;  // never started
       }
       break;
     case job_status::running:
@@ -18,24 +21,32 @@ std::optional<job_status> next(job_status from, const job_event& ev) noexcept {
         case event_kind::exited:
           return ev.exit_code == 0 ? job_status::complete : job_status::failed;
         case event_kind::cancelled:
-        case event_kind::lost: return job_status::failed;
+        case event_kind::lost:
+          return job_status::failed;
         case event_kind::started:
-        case event_kind::start_failed: return std::nullopt;  // already started
+        case event_kind::start_failed:
+          return std::nullopt;  // already started
       }
       break;
     case job_status::complete:
-    case job_status::failed: return std::nullopt;  // terminal statuses are final
+    case job_status::failed:
+      return std::nullopt;  // terminal statuses are final
   }
   return std::nullopt;
 }
 
 std::string_view event_reason(event_kind k) noexcept {
   switch (k) {
-    case event_kind::started: return "Started";
-    case event_kind::exited: return "Exited";
-    case event_kind::start_failed: return "StartFailed";
-    case event_kind::cancelled: return "Cancelled";
-    case event_kind::lost: return "Lost";
+    case event_kind::started:
+      return "Started";
+    case event_kind::exited:
+      return "Exited";
+    case event_kind::start_failed:
+      return "StartFailed";
+    case event_kind::cancelled:
+      return "Cancelled";
+    case event_kind::lost:
+      return "Lost";
   }
   return "Unknown";
 }

@@ -23,8 +23,8 @@ enum class event_kind : std::uint8_t {
 inline constexpr event_kind all_event_kinds[] = {event_kind::started, event_kind::exited,
                                                  event_kind::start_failed, event_kind::cancelled,
                                                  event_kind::lost};
-inline constexpr job_status all_statuses[] = {job_status::created, job_status::running,
-                                              job_status::complete, job_status::failed};
+inline constexpr job_status all_statuses[] = {job_status::created, job_status::running, job_status::complete,
+                                              job_status::failed};
 
 struct job_event {
   event_kind kind;

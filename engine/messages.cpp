@@ -13,8 +13,7 @@ std::string failure_message(const train_job& job, const std::map<std::string, st
   for (const auto& s : job.steps) {
     if (s.status != job_status::failed) continue;
     msg += "\n  " + s.name + ": status=Failed, exit_code=" +
-           (s.exit_code ? std::to_string(*s.exit_code) : std::string("none")) +
-           ", reason=" + s.reason;
+           (s.exit_code ? std::to_string(*s.exit_code) : std::string("none")) + ", reason=" + s.reason;
   }
   msg += "\n  Last logs:";
   for (const auto& s : job.steps) {
@@ -33,7 +32,8 @@ std::string failure_message(const train_job& job, const std::map<std::string, st
 }
 
 void throw_not_found(const std::string& name, const std::string& where, backend_kind kind) {
-  std::string list = kind == backend_kind::local ? "tjob list" : "tjob list --backend " + std::string(to_string(kind));
+  std::string list =
+      kind == backend_kind::local ? "tjob list" : "tjob list --backend " + std::string(to_string(kind));
   throw error(errc::job_not_found,
               "No TrainJob with name " + quote(name) + " " + where + "; `" + list + "` shows the jobs there");
 }

@@ -16,8 +16,7 @@ std::string generate_job_name() {
 
 std::optional<std::string> name_problem(std::string_view name) {
   if (name.empty()) return "it is empty";
-  if (name.size() > 63)
-    return "it is " + std::to_string(name.size()) + " characters long; the limit is 63";
+  if (name.size() > 63) return "it is " + std::to_string(name.size()) + " characters long; the limit is 63";
   for (char c : name) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
     if (!ok) return "it may hold only lowercase letters, digits and '-'";

@@ -6,8 +6,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <algorithm>
 #include <sys/stat.h>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -102,7 +102,7 @@ std::optional<runtime> runtime_of(const YAML::Node& doc, std::string& name, std:
     framework = scalar(labels[std::string(framework_label)]);
   if (!framework || framework->empty())
     return bad("metadata.labels." + std::string(framework_label) +
-                 " is missing; add the label naming the framework (torch, python, ...)");
+               " is missing; add the label naming the framework (torch, python, ...)");
   auto spec = doc["spec"];
   if (!spec || !spec.IsMap()) return bad("spec is missing");
   runtime rt;
@@ -126,9 +126,8 @@ std::optional<runtime> runtime_of(const YAML::Node& doc, std::string& name, std:
 
 }  // namespace
 
-void parse_runtime_documents(std::string_view text, const std::string& source,
-                             std::vector<runtime>& out, std::vector<std::string>& sources,
-                             std::vector<std::string>& problems) {
+void parse_runtime_documents(std::string_view text, const std::string& source, std::vector<runtime>& out,
+                             std::vector<std::string>& sources, std::vector<std::string>& problems) {
   if (auto bad = yaml_mapping_problem(text)) {
     problems.push_back(problem(source, 0, "", "not a manifest: " + *bad));
     return;
@@ -137,8 +136,8 @@ void parse_runtime_documents(std::string_view text, const std::string& source,
   try {
     docs = YAML::LoadAll(std::string(text));
   } catch (const YAML::Exception& e) {
-    problems.push_back(problem(source, 0, "", "not valid YAML: " + e.msg + " at line " +
-                                                  std::to_string(e.mark.line + 1)));
+    problems.push_back(
+        problem(source, 0, "", "not valid YAML: " + e.msg + " at line " + std::to_string(e.mark.line + 1)));
     return;
   }
   std::size_t index = 0;
@@ -204,8 +203,7 @@ runtime_catalog load_runtimes(const std::vector<std::filesystem::path>& dirs) {
   return sorted;
 }
 
-std::vector<runtime_cache::stamp> runtime_cache::stamps_of(
-    const std::vector<std::filesystem::path>& dirs) {
+std::vector<runtime_cache::stamp> runtime_cache::stamps_of(const std::vector<std::filesystem::path>& dirs) {
   std::vector<stamp> out;
   for (const auto& dir : dirs) {
     std::error_code ec;
@@ -242,8 +240,7 @@ std::string runtime_catalog::not_found_message(std::string_view name) const {
   std::string known;
   for (const auto& r : runtimes) known += (known.empty() ? "" : ", ") + r.name;
   if (known.empty()) known = "none";
-  return "Runtime '" + printable(name) + "' not found. Known runtimes: " + known +
-         ". Pass one of them, or " +
+  return "Runtime '" + printable(name) + "' not found. Known runtimes: " + known + ". Pass one of them, or " +
          (how_to_add.empty() ? std::string("add a ClusterTrainingRuntime manifest to a runtime directory")
                              : how_to_add) +
          ".";

@@ -20,9 +20,9 @@ inline constexpr std::string_view packages_annotation = "tjob/packages";
 inline constexpr std::string_view framework_label = "trainer.kubeflow.org/framework";
 
 struct runtime_catalog {
-  std::vector<runtime> runtimes;       ///< by name
-  std::vector<std::string> sources;    ///< where each came from, same order
-  std::vector<std::string> problems;   ///< one line per manifest that could not be used
+  std::vector<runtime> runtimes;      ///< by name
+  std::vector<std::string> sources;   ///< where each came from, same order
+  std::vector<std::string> problems;  ///< one line per manifest that could not be used
   /// How to add one, for the not-found message; empty: a runtime directory.
   std::string how_to_add;
 
@@ -34,9 +34,8 @@ struct runtime_catalog {
 /// Parses every runtime document in `text` (a file may hold several, as a
 /// kustomize bundle does; documents of other kinds are ignored). Appends one
 /// problem per unusable document, naming `source`, the document and the field.
-void parse_runtime_documents(std::string_view text, const std::string& source,
-                             std::vector<runtime>& out, std::vector<std::string>& sources,
-                             std::vector<std::string>& problems);
+void parse_runtime_documents(std::string_view text, const std::string& source, std::vector<runtime>& out,
+                             std::vector<std::string>& sources, std::vector<std::string>& problems);
 
 /// The built-in runtimes, then each directory's `*.yaml` / `*.yml` files in
 /// name order; a later runtime of the same name replaces an earlier one.

@@ -46,7 +46,6 @@ json::object to_json(const command_trainer& t) {
   return o;
 }
 
-
 json::object to_json(const python_trainer& t) {
   json::object o;
   o["kind"] = "python";

@@ -26,8 +26,7 @@ void check_env(const std::string& who, const std::map<std::string, std::string>&
                                        " is not a valid variable name; use NAME=VALUE with a "
                                        "non-empty NAME without '='");
     if (has_nul(v))
-      fail(errc::invalid_argument,
-           who + ": the value of env " + quote(k) + " holds a NUL byte; remove it");
+      fail(errc::invalid_argument, who + ": the value of env " + quote(k) + " holds a NUL byte; remove it");
   }
 }
 
@@ -45,14 +44,14 @@ const runtime& check_request(train_request& req, const runtime_catalog& catalog)
   const runtime* rt = catalog.find(req.runtime);
   if (!rt) fail(errc::runtime_not_found, me + ": " + catalog.not_found_message(req.runtime));
   if (req.num_nodes < 1 || req.num_nodes > 64)
-    fail(errc::invalid_argument, me + ": num_nodes=" + std::to_string(req.num_nodes) +
-                                     " is out of range; give 1 to 64 nodes");
+    fail(errc::invalid_argument,
+         me + ": num_nodes=" + std::to_string(req.num_nodes) + " is out of range; give 1 to 64 nodes");
   if (req.num_nodes > 1 && std::holds_alternative<python_trainer>(req.job_trainer) &&
       rt->trainer.framework != "torch")
     fail(errc::invalid_argument, me + ": num_nodes=" + std::to_string(req.num_nodes) +
                                      " needs a torch runtime (the nodes meet through torchrun); "
-                                     "runtime '" + rt->name + "' is framework " +
-                                     rt->trainer.framework);
+                                     "runtime '" +
+                                     rt->name + "' is framework " + rt->trainer.framework);
   return *rt;
 }
 
@@ -62,8 +61,9 @@ void check_command(const std::string& who, const command_trainer& ct) {
          who + ": the trainer's command is empty; give the program to run and its arguments");
   for (const auto& a : ct.command)
     if (has_nul(a))
-      fail(errc::invalid_argument, who + ": a command argument holds a NUL byte, which no "
-                                         "program can receive; remove it");
+      fail(errc::invalid_argument, who +
+                                       ": a command argument holds a NUL byte, which no "
+                                       "program can receive; remove it");
   check_env(who, ct.env);
 }
 

@@ -99,7 +99,9 @@ std::optional<std::string> check_flow_root(const std::vector<line>& lines, std::
       }
     }
   }
-  if (!closed) return "line " + std::to_string(lines[first].number) + ": the '{' of the document's mapping is never closed";
+  if (!closed)
+    return "line " + std::to_string(lines[first].number) +
+           ": the '{' of the document's mapping is never closed";
   return std::nullopt;
 }
 

@@ -12,7 +12,7 @@ int main() {
   trainer.source_file = "examples/train_linear.py";
   trainer.function = "train_model";
   trainer.function_args = R"({"epochs": 3})";
-  trainer.python = "/usr/bin/python3";   // Debian's python, which has torch
+  trainer.python = "/usr/bin/python3";  // Debian's python, which has torch
   trainer.system_site_packages = true;
   tjob::train_request request;
   request.runtime = "torch-distributed";

@@ -15,9 +15,9 @@
 #include <algorithm>
 #include <fstream>
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cstring>
-#include <sys/stat.h>
 
 namespace tjob::container {
 
@@ -60,7 +60,6 @@ std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(clock::now().time_since_epoch()).count();
 }
 
-
 struct container_log final : detail::piecewise_log {
   std::shared_ptr<backend::impl> b;
   std::string what, container;
@@ -71,8 +70,7 @@ struct container_log final : detail::piecewise_log {
 
   container_log(std::shared_ptr<backend::impl> bk, std::string w, std::string c, bool f,
                 std::optional<std::size_t> t, bool tty)
-      : b(std::move(bk)), what(std::move(w)), container(std::move(c)), follow(f), tail(t),
-        dec(tty) {}
+      : b(std::move(bk)), what(std::move(w)), container(std::move(c)), follow(f), tail(t), dec(tty) {}
 
   asio::awaitable<bool> read_piece(std::string& out) override {
     try {
@@ -89,7 +87,6 @@ struct container_log final : detail::piecewise_log {
     }
   }
 };
-
 
 // A waiter's view of one job: woken by the daemon's events for it; without
 // the event stream (the daemon restarting, or refusing /events) the status is
@@ -189,7 +186,7 @@ asio::awaitable<docker_api*> backend::impl::daemon() {
     try {
       auto ep = http::parse_endpoint(c.url);
       if (ep.type == http::endpoint::kind::unix_socket) {
-        struct stat st{};
+        struct stat st {};
         if (::stat(ep.path.c_str(), &st) != 0) {
           why = "no such socket";
         } else if (!S_ISSOCK(st.st_mode)) {
@@ -220,15 +217,13 @@ asio::awaitable<docker_api*> backend::impl::daemon() {
            "non-containerized execution.");
 }
 
-
 // --- reading jobs ---------------------------------------------------------
 
 // The containers of one job (or of every job), oldest first.
 asio::awaitable<std::vector<seen>> backend::impl::containers(const std::string& job) {
   auto& d = *co_await daemon();
   // (a named vector: g++ 12 miscompiles an initializer list inside co_await)
-  std::vector<std::string> filter{job.empty() ? std::string(label_job)
-                                              : std::string(label_job) + "=" + job};
+  std::vector<std::string> filter{job.empty() ? std::string(label_job) : std::string(label_job) + "=" + job};
   auto list = co_await d.container_list(filter);
   std::vector<seen> out;
   for (const auto& v : list) {
@@ -238,8 +233,8 @@ asio::awaitable<std::vector<seen>> backend::impl::containers(const std::string& 
     c.id = str_of(o, "Id");
     c.labels = labels_of(o);
     c.step = c.labels[label_step];
-    if (auto* names = o.if_contains("Names"); names && names->is_array() && !names->as_array().empty() &&
-                                             names->as_array()[0].is_string()) {
+    if (auto* names = o.if_contains("Names");
+        names && names->is_array() && !names->as_array().empty() && names->as_array()[0].is_string()) {
       c.name = std::string(names->as_array()[0].as_string());
       if (c.name.starts_with("/")) c.name.erase(0, 1);
     }
@@ -276,12 +271,10 @@ asio::awaitable<std::vector<seen>> backend::impl::containers(const std::string& 
     }
     if (fresh && (c.state == "exited" || c.state == "dead")) exited[c.id] = std::move(*fresh);
   }
-  std::stable_sort(out.begin(), out.end(), [](const seen& a, const seen& b) {
-    return a.created < b.created;
-  });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const seen& a, const seen& b) { return a.created < b.created; });
   co_return out;
 }
-
 
 bool backend::impl::cancelled(const std::string& job) const {
   std::error_code ec;
@@ -310,10 +303,14 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
     s.exit_code = c.exit_code;
     if (s.status == job_status::running) s.pid = c.pid;
     if (s.status == job_status::failed) {
-      if (was_cancelled) s.reason = "cancelled";
-      else if (c.oom) s.reason = "OOMKilled";
-      else if (c.exit_code) s.reason = "exit code " + std::to_string(*c.exit_code);
-      else s.reason = c.state + (c.error.empty() ? "" : ": " + c.error);
+      if (was_cancelled)
+        s.reason = "cancelled";
+      else if (c.oom)
+        s.reason = "OOMKilled";
+      else if (c.exit_code)
+        s.reason = "exit code " + std::to_string(*c.exit_code);
+      else
+        s.reason = c.state + (c.error.empty() ? "" : ": " + c.error);
     }
     statuses.push_back(s.status);
     if (rank_of(s.name) >= 0) ++nodes;
@@ -329,13 +326,11 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
   return j;
 }
 
-
 asio::awaitable<train_job> backend::impl::get(const std::string& name) {
   auto cs = co_await containers(name);
   if (cs.empty()) not_found(name);
   co_return to_job(name, std::move(cs));
 }
-
 
 // --- events ---------------------------------------------------------------
 
@@ -381,7 +376,6 @@ asio::awaitable<void> backend::impl::events_loop(std::shared_ptr<impl> self) {
   b.events_running = false;
 }
 
-
 void backend::impl::on_event(const std::string& line) {
   auto job = job_of_event(line);
   if (job.empty()) return;
@@ -394,13 +388,10 @@ std::uint64_t backend::impl::mark(const std::string& job) {
   return epoch + (it == generation.end() ? 0 : it->second);
 }
 
-
 std::string backend::impl::container_of(const std::string& job, const std::string& step) {
   int r = rank_of(step);
   return r >= 0 ? node_name(job, r) : job + "-" + step;
 }
-
-
 
 asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const log_options& o) {
   auto cs = co_await containers(name);
@@ -409,8 +400,8 @@ asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const l
   for (const auto& c : cs) {
     if (c.step == o.step) {
       co_return log_stream(std::make_unique<container_log>(
-          shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step),
-          c.id, o.follow, o.tail, c.tty));
+          shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step), c.id, o.follow,
+          o.tail, c.tty));
     }
     known.push_back(c.step);
   }
@@ -517,9 +508,7 @@ detail::backend_traits backend::traits() const { return {backend_kind::container
 asio::awaitable<std::string> backend::train(detail::checked_request request) {
   co_return co_await impl_->train(std::move(request));
 }
-asio::awaitable<train_job> backend::get_job(std::string name) {
-  co_return co_await impl_->get(name);
-}
+asio::awaitable<train_job> backend::get_job(std::string name) { co_return co_await impl_->get(name); }
 asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::string> runtime) {
   auto all = co_await impl_->containers({});
   std::map<std::string, std::vector<seen>> by_job;

@@ -59,7 +59,7 @@ struct node_program {
   std::map<std::string, std::string> env;
   std::string image, working_dir = workspace;
   std::vector<std::pair<std::string, std::string>> files;  // written under .tjob/
-  json::object plan;  // a Python node's entry plan; empty for a command
+  json::object plan;                                       // a Python node's entry plan; empty for a command
   std::int64_t memory = 0, nano_cpus = 0;
   int gpus = 0, procs = 1;
 };
@@ -84,7 +84,7 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   std::optional<http::body_stream> events;
   bool events_running = false, events_connected = false;
   std::map<std::string, std::uint64_t, std::less<>> generation;  // per job, bumped by its events
-  std::uint64_t epoch = 0;  // bumped when the stream connects or breaks
+  std::uint64_t epoch = 0;                                       // bumped when the stream connects or breaks
   detail::wake_list waiters;
   detail::wake_signal backoff_wake;
   detail::task_group tasks;  // the events loop
@@ -116,8 +116,8 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   asio::awaitable<void> ensure_image(docker_api& d, const std::string& who, const std::string& image);
   asio::awaitable<void> create_nodes(docker_api& d, const std::string& who, const train_request& r,
                                      const runtime& rt, node_program& p, train_rollback_state& undo);
-  asio::awaitable<void> undo_train(docker_api& d, const std::string& who,
-                                   const train_rollback_state& undo, const fs::path& dir);
+  asio::awaitable<void> undo_train(docker_api& d, const std::string& who, const train_rollback_state& undo,
+                                   const fs::path& dir);
 
   // logs, cancel, delete, events
   asio::awaitable<log_stream> logs(const std::string& name, const log_options& o);

@@ -12,9 +12,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cstring>
-#include <sys/stat.h>
 
 namespace tjob::container {
 
@@ -37,21 +37,21 @@ constexpr const char* entry_sh =
 
 }  // namespace
 
-asio::awaitable<void> backend::impl::ensure_image(docker_api& d, const std::string& who, const std::string& image) {
+asio::awaitable<void> backend::impl::ensure_image(docker_api& d, const std::string& who,
+                                                  const std::string& image) {
   try {
     bool have = cfg.pull == pull_policy::always ? false : (co_await d.image_inspect(image)).has_value();
     if (have) co_return;
     if (cfg.pull == pull_policy::never)
       fail(errc::invalid_argument,
-           "Image " + quote(image) + " not found locally and pull policy is Never; import or "
-           "load it first (docker load, podman load), or use pull policy IfNotPresent");
+           "Image " + quote(image) +
+               " not found locally and pull policy is Never; import or "
+               "load it first (docker load, podman load), or use pull policy IfNotPresent");
     ctx.log->info("{}: pulling image {} on {}", who, image, d.describe());
-    co_await d.image_pull(image, [&](const std::string& line) {
-      ctx.log->info("{}: pull {}: {}", who, image, line);
-    });
+    co_await d.image_pull(
+        image, [&](const std::string& line) { ctx.log->info("{}: pull {}: {}", who, image, line); });
   } catch (const error& e) {
-    fail(e.code().value() == static_cast<int>(errc::invalid_argument) &&
-                 e.code().category() == category()
+    fail(e.code().value() == static_cast<int>(errc::invalid_argument) && e.code().category() == category()
              ? errc::invalid_argument
              : errc::backend_error,
          who + ": Failed to ensure image " + quote(image) + ": " + e.what(), e.diagnostics());
@@ -113,13 +113,13 @@ node_program backend::impl::program_of(const std::string& me, train_request& r, 
 // The job network (where the nodes use one), then a container per node,
 // each recorded in `undo` as it is made.
 asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::string& me,
-                                                  const train_request& r, const runtime& rt,
-                                                  node_program& p, train_rollback_state& undo) {
+                                                  const train_request& r, const runtime& rt, node_program& p,
+                                                  train_rollback_state& undo) {
   const auto& name = r.name;
   auto dir = workdir(name);
   auto net = network_name(name);
-  std::map<std::string, std::string> net_labels{{label_job, name}, {label_runtime, rt.name},
-                                                {label_workdir, dir.string()}};
+  std::map<std::string, std::string> net_labels{
+      {label_job, name}, {label_runtime, rt.name}, {label_workdir, dir.string()}};
   // The job network exists only where the nodes use it: with host or none
   // networking a network would carry nothing and still cost a bridge, an
   // address range from the daemon's pool and about 0.1 s per job.
@@ -170,8 +170,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
       undo.made.push_back(id);
       co_await d.container_start(id);
     } catch (const error& e) {
-      rethrow_as(e, me + ": node-" + std::to_string(rank) + " (container " +
-                        quote(n.container_name) + "): ");
+      rethrow_as(e, me + ": node-" + std::to_string(rank) + " (container " + quote(n.container_name) + "): ");
     }
     if (rank == 0 && r.num_nodes > 1 && cfg.network == container_network::job &&
         d.info().kind == daemon_kind::podman) {
@@ -218,15 +217,16 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
 
   auto& d = *co_await daemon();
   if (!(co_await containers(name)).empty())
-    fail(errc::duplicate_name, me + " exists already on " + d.describe() +
-                                   "; delete it (tjob delete) or choose another name");
+    fail(errc::duplicate_name,
+         me + " exists already on " + d.describe() + "; delete it (tjob delete) or choose another name");
   co_await ensure_image(d, me, program.image);
 
   auto dir = workdir(name);
   // The job's work dir is the user's own (0700), as everything in $TJOB_HOME.
   for (const auto& p : {ctx.home, ctx.home / "containers", dir, dir / ".tjob"})
     if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST)
-      fail(errc::invalid_argument, me + ": cannot create its work dir " + p.string() + ": " + std::strerror(errno));
+      fail(errc::invalid_argument,
+           me + ": cannot create its work dir " + p.string() + ": " + std::strerror(errno));
 
   train_rollback_state undo;
   std::exception_ptr failed;

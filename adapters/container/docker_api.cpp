@@ -47,9 +47,7 @@ json::object parse_object(const std::string& body, const std::string& what) {
 
 }  // namespace
 
-std::string_view to_string(daemon_kind k) noexcept {
-  return k == daemon_kind::podman ? "podman" : "docker";
-}
+std::string_view to_string(daemon_kind k) noexcept { return k == daemon_kind::podman ? "podman" : "docker"; }
 
 std::string daemon_message(const std::string& body) {
   boost::system::error_code ec;
@@ -68,8 +66,7 @@ std::string daemon_message(const std::string& body) {
 
 frame_decoder::frame_decoder(bool raw, std::size_t max_frame) : raw_(raw), max_(max_frame) {}
 
-void frame_decoder::feed(std::string_view bytes,
-                         const std::function<void(int, std::string_view)>& out) {
+void frame_decoder::feed(std::string_view bytes, const std::function<void(int, std::string_view)>& out) {
   if (raw_) {
     if (!bytes.empty()) out(1, bytes);
     return;
@@ -83,8 +80,8 @@ void frame_decoder::feed(std::string_view bytes,
       if (header_have_ < sizeof header_) return;
       header_have_ = 0;
       if (header_[0] > 2 || header_[1] != 0 || header_[2] != 0 || header_[3] != 0)
-        fail(errc::protocol_error, "log stream: a frame header is malformed (stream byte " +
-                                       std::to_string(header_[0]) + ")");
+        fail(errc::protocol_error,
+             "log stream: a frame header is malformed (stream byte " + std::to_string(header_[0]) + ")");
       stream_ = header_[0];
       std::size_t len = (std::size_t(header_[4]) << 24) | (std::size_t(header_[5]) << 16) |
                         (std::size_t(header_[6]) << 8) | std::size_t(header_[7]);
@@ -103,8 +100,7 @@ void frame_decoder::feed(std::string_view bytes,
 
 // ---------------------------------------------------------------------------
 
-docker_api::docker_api(asio::any_io_executor ex, http::endpoint ep)
-    : http_(std::move(ex), std::move(ep)) {}
+docker_api::docker_api(asio::any_io_executor ex, http::endpoint ep) : http_(std::move(ex), std::move(ep)) {}
 
 std::string docker_api::describe() const {
   return std::string(to_string(info_.kind)) + " at " + http_.where().url();
@@ -117,13 +113,11 @@ std::string docker_api::path(std::string_view p) const {
 
 void docker_api::refuse(const std::string& what, const http::response& r) const {
   fail(errc::backend_error,
-       what + ": " + describe() + " answered " + std::to_string(r.status) + ": " +
-           daemon_message(r.body),
+       what + ": " + describe() + " answered " + std::to_string(r.status) + ": " + daemon_message(r.body),
        r.body);
 }
 
-asio::awaitable<http::response> docker_api::call(std::string method, std::string p,
-                                                 std::string body) {
+asio::awaitable<http::response> docker_api::call(std::string method, std::string p, std::string body) {
   http::request r;
   r.method = std::move(method);
   r.target = path(p);
@@ -132,8 +126,7 @@ asio::awaitable<http::response> docker_api::call(std::string method, std::string
   co_return co_await http_.send(std::move(r));
 }
 
-asio::awaitable<http::body_stream> docker_api::stream(std::string method, std::string p,
-                                                     std::string what) {
+asio::awaitable<http::body_stream> docker_api::stream(std::string method, std::string p, std::string what) {
   http::request r;
   r.method = std::move(method);
   r.target = path(p);
@@ -169,8 +162,8 @@ asio::awaitable<daemon_info> docker_api::connect(std::chrono::milliseconds t) {
   if (auto* comps = v.if_contains("Components"); comps && comps->is_array())
     for (const auto& c : comps->as_array())
       if (c.is_object())
-        if (auto* n = c.as_object().if_contains("Name"); n && n->is_string() &&
-                                                         n->as_string().find("Podman") != json::string::npos)
+        if (auto* n = c.as_object().if_contains("Name");
+            n && n->is_string() && n->as_string().find("Podman") != json::string::npos)
           podman = true;
   info.kind = podman ? daemon_kind::podman : daemon_kind::docker;
   // Speak the daemon's version, capped at the one this client is written for.
@@ -187,8 +180,8 @@ asio::awaitable<daemon_info> docker_api::connect(std::chrono::milliseconds t) {
   if (have == std::pair{0, 0})
     fail(errc::protocol_error, "GET /version at " + http_.where().url() + ": no ApiVersion");
   if (have < std::pair{1, 24})
-    fail(errc::backend_error, describe() + " speaks API " + api +
-                                  "; tjob needs 1.24 or later (upgrade the daemon)");
+    fail(errc::backend_error,
+         describe() + " speaks API " + api + "; tjob needs 1.24 or later (upgrade the daemon)");
   info.api_version = have > std::pair{1, 41} ? "1.41" : api;
   info_ = info;
   co_return info;
@@ -221,7 +214,8 @@ asio::awaitable<void> docker_api::image_pull(const std::string& image,
     if (auto* e = o.if_contains("error"); e && e->is_string()) last_error = std::string(e->as_string());
     if (auto* s = o.if_contains("status"); s && s->is_string() && progress) {
       std::string text(s->as_string());
-      if (auto* id = o.if_contains("id"); id && id->is_string()) text = std::string(id->as_string()) + ": " + text;
+      if (auto* id = o.if_contains("id"); id && id->is_string())
+        text = std::string(id->as_string()) + ": " + text;
       if (auto* p = o.if_contains("progress"); p && p->is_string()) text += " " + std::string(p->as_string());
       progress(text);
     }
@@ -244,24 +238,24 @@ asio::awaitable<void> docker_api::image_import(const std::string& tarball, const
   data << in.rdbuf();
   http::request r;
   r.method = "POST";
-  r.target = path("/images/create?fromSrc=-&repo=" + http::url_encode(repo) +
-                  "&tag=" + http::url_encode(tag));
+  r.target =
+      path("/images/create?fromSrc=-&repo=" + http::url_encode(repo) + "&tag=" + http::url_encode(tag));
   r.body = std::move(data).str();
   r.content_type = "application/x-tar";
   r.timeout = std::max(timeout, std::chrono::milliseconds(120'000));
   auto resp = co_await http_.send(std::move(r));
   if (resp.status != 200) refuse("importing " + quote(tarball), resp);
   if (resp.body.find("\"error\"") != std::string::npos)
-    fail(errc::backend_error, "importing " + quote(tarball) + ": " + describe() + ": " +
-                                  daemon_message(resp.body));
+    fail(errc::backend_error,
+         "importing " + quote(tarball) + ": " + describe() + ": " + daemon_message(resp.body));
 }
 
 // networks -------------------------------------------------------------------
 
-asio::awaitable<std::string> docker_api::network_create(
-    const std::string& name, const std::map<std::string, std::string>& labels, bool internal) {
-  json::object body{{"Name", name}, {"Driver", "bridge"}, {"Internal", internal},
-                    {"CheckDuplicate", true}};
+asio::awaitable<std::string> docker_api::network_create(const std::string& name,
+                                                        const std::map<std::string, std::string>& labels,
+                                                        bool internal) {
+  json::object body{{"Name", name}, {"Driver", "bridge"}, {"Internal", internal}, {"CheckDuplicate", true}};
   json::object l;
   for (const auto& [k, v] : labels) l[k] = v;
   body["Labels"] = std::move(l);
@@ -290,10 +284,8 @@ asio::awaitable<bool> docker_api::network_remove(const std::string& id) {
 
 // containers -----------------------------------------------------------------
 
-asio::awaitable<std::string> docker_api::container_create(const std::string& name,
-                                                          const json::object& body) {
-  auto r = co_await call("POST", "/containers/create?name=" + http::url_encode(name),
-                         json::serialize(body));
+asio::awaitable<std::string> docker_api::container_create(const std::string& name, const json::object& body) {
+  auto r = co_await call("POST", "/containers/create?name=" + http::url_encode(name), json::serialize(body));
   if (r.status != 201 && r.status != 200) refuse("creating container " + quote(name), r);
   auto o = parse_object(r.body, "creating container " + quote(name));
   auto* id = o.if_contains("Id");
@@ -326,8 +318,8 @@ asio::awaitable<int> docker_api::container_wait(const std::string& id) {
 }
 
 asio::awaitable<void> docker_api::container_kill(const std::string& id, const std::string& signal) {
-  auto r = co_await call("POST", "/containers/" + http::url_encode(id) + "/kill?signal=" +
-                                     http::url_encode(signal));
+  auto r = co_await call("POST",
+                         "/containers/" + http::url_encode(id) + "/kill?signal=" + http::url_encode(signal));
   // 409: not running (Docker); Podman answers 409 or 500 with "not running"
   if (r.status == 204 || r.status == 200 || r.status == 404 || r.status == 409) co_return;
   if (daemon_message(r.body).find("not running") != std::string::npos) co_return;
@@ -337,8 +329,8 @@ asio::awaitable<void> docker_api::container_kill(const std::string& id, const st
 asio::awaitable<void> docker_api::container_stop(const std::string& id, int seconds) {
   auto saved = timeout;
   timeout = std::max(timeout, std::chrono::milliseconds((seconds + 30) * 1000));
-  auto r = co_await call("POST", "/containers/" + http::url_encode(id) + "/stop?t=" +
-                                     std::to_string(seconds));
+  auto r =
+      co_await call("POST", "/containers/" + http::url_encode(id) + "/stop?t=" + std::to_string(seconds));
   timeout = saved;
   if (r.status == 204 || r.status == 304 || r.status == 200 || r.status == 404) co_return;
   refuse("stopping container " + quote(id), r);
@@ -355,8 +347,8 @@ asio::awaitable<json::array> docker_api::container_list(const std::vector<std::s
   json::array l;
   for (const auto& s : labels) l.emplace_back(s);
   json::object filters{{"label", std::move(l)}};
-  auto r = co_await call("GET", "/containers/json?all=1&filters=" +
-                                    http::url_encode(json::serialize(filters)));
+  auto r =
+      co_await call("GET", "/containers/json?all=1&filters=" + http::url_encode(json::serialize(filters)));
   if (r.status != 200) refuse("listing containers", r);
   auto v = parse_json(r.body, "listing containers");
   if (!v.is_array()) fail(errc::protocol_error, "listing containers: the answer is not a list");
@@ -367,15 +359,14 @@ asio::awaitable<http::body_stream> docker_api::container_logs(const std::string&
                                                               std::optional<std::size_t> tail) {
   // (named, not temporaries in the co_await: g++ 12)
   std::string q = "/containers/" + http::url_encode(id) + "/logs?stdout=1&stderr=1" +
-                  (follow ? "&follow=1" : "") +
-                  (tail ? "&tail=" + std::to_string(*tail) : std::string());
+                  (follow ? "&follow=1" : "") + (tail ? "&tail=" + std::to_string(*tail) : std::string());
   std::string what = "reading the log of container " + quote(id);
   auto body = co_await stream("GET", std::move(q), std::move(what));
   co_return body;
 }
 
-asio::awaitable<http::body_stream> docker_api::events(const json::object& filters,
-                                                      std::int64_t since, std::int64_t until) {
+asio::awaitable<http::body_stream> docker_api::events(const json::object& filters, std::int64_t since,
+                                                      std::int64_t until) {
   std::string q = "/events?filters=" + http::url_encode(json::serialize(filters));
   if (since > 0) q += "&since=" + std::to_string(since);
   if (until > 0) q += "&until=" + std::to_string(until);

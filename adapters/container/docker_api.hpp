@@ -106,18 +106,16 @@ class docker_api {
                                                            std::optional<std::size_t> tail);
   /// GET /events with `filters` (a JSON object of lists), `since`/`until` in
   /// seconds (0: none); one JSON object per line.
-  boost::asio::awaitable<http::body_stream> events(const boost::json::object& filters,
-                                                   std::int64_t since, std::int64_t until);
+  boost::asio::awaitable<http::body_stream> events(const boost::json::object& filters, std::int64_t since,
+                                                   std::int64_t until);
 
   /// The request timeout of ordinary calls.
   std::chrono::milliseconds timeout{30'000};
 
  private:
-  boost::asio::awaitable<http::response> call(std::string method, std::string path,
-                                              std::string body = {});
+  boost::asio::awaitable<http::response> call(std::string method, std::string path, std::string body = {});
   /// Opens a streamed answer; anything but 200 is refused (`what` names the call).
-  boost::asio::awaitable<http::body_stream> stream(std::string method, std::string path,
-                                                   std::string what);
+  boost::asio::awaitable<http::body_stream> stream(std::string method, std::string path, std::string what);
   std::string path(std::string_view p) const;
   [[noreturn]] void refuse(const std::string& what, const http::response& r) const;
 

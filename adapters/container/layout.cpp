@@ -14,8 +14,10 @@ namespace tjob::container {
 namespace json = boost::json;
 
 json::object create_body(const node_spec& n) {
-  json::object labels{{label_job, n.job},         {label_step, n.step},
-                      {label_network, n.network_id}, {label_runtime, n.runtime},
+  json::object labels{{label_job, n.job},
+                      {label_step, n.step},
+                      {label_network, n.network_id},
+                      {label_runtime, n.runtime},
                       {label_workdir, n.workdir}};
   json::array env;
   for (const auto& [k, v] : n.env) env.emplace_back(k + "=" + v);
@@ -29,9 +31,15 @@ json::object create_body(const node_spec& n) {
   // Always explicit: Podman's compat API would otherwise put the container
   // on its default bridge, whatever containers.conf says.
   switch (n.network) {
-    case container_network::job: host["NetworkMode"] = n.network_name; break;
-    case container_network::host: host["NetworkMode"] = "host"; break;
-    case container_network::none: host["NetworkMode"] = "none"; break;
+    case container_network::job:
+      host["NetworkMode"] = n.network_name;
+      break;
+    case container_network::host:
+      host["NetworkMode"] = "host";
+      break;
+    case container_network::none:
+      host["NetworkMode"] = "none";
+      break;
   }
   if (n.memory > 0) host["Memory"] = n.memory;
   if (n.nano_cpus > 0) host["NanoCpus"] = n.nano_cpus;
@@ -45,10 +53,14 @@ json::object create_body(const node_spec& n) {
                                                       {"Capabilities", std::move(caps)},
                                                       {"Options", json::object{}}}};
   }
-  json::object body{{"Image", n.image},           {"Cmd", std::move(cmd)},
-                    {"Env", std::move(env)},       {"WorkingDir", n.working_dir},
-                    {"Labels", std::move(labels)}, {"Tty", false},
-                    {"AttachStdout", false},       {"AttachStderr", false},
+  json::object body{{"Image", n.image},
+                    {"Cmd", std::move(cmd)},
+                    {"Env", std::move(env)},
+                    {"WorkingDir", n.working_dir},
+                    {"Labels", std::move(labels)},
+                    {"Tty", false},
+                    {"AttachStdout", false},
+                    {"AttachStderr", false},
                     {"HostConfig", std::move(host)}};
   if (n.network == container_network::job)
     body["NetworkingConfig"] = json::object{
@@ -60,8 +72,9 @@ json::object create_body(const node_spec& n) {
 void check_volume(const std::string& v) {
   auto bad = [&](const std::string& why) {
     throw error(make_error_code(errc::invalid_argument),
-                "volume '" + v + "': " + why + " (write HOST:CONTAINER or HOST:CONTAINER:ro, both "
-                "absolute paths)");
+                "volume '" + v + "': " + why +
+                    " (write HOST:CONTAINER or HOST:CONTAINER:ro, both "
+                    "absolute paths)");
   };
   auto first = v.find(':');
   if (first == std::string::npos) bad("no ':'");
@@ -82,8 +95,7 @@ void check_volume(const std::string& v) {
 
 job_status status_of(const std::string& state, std::optional<int> exit_code) {
   if (state == "running" || state == "paused" || state == "restarting") return job_status::running;
-  if (state == "created" || state == "configured" || state == "initialized")
-    return job_status::created;
+  if (state == "created" || state == "configured" || state == "initialized") return job_status::created;
   if (state == "exited" || state == "stopped")
     return exit_code && *exit_code == 0 ? job_status::complete : job_status::failed;
   return job_status::failed;  // removing, dead
@@ -129,7 +141,8 @@ std::optional<event> event_of_line(std::string_view line, std::int64_t seq) {
     cname = detail::str_of(*attrs, "name");
   }
   e.reason = action;
-  if (!e.reason.empty()) e.reason[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(e.reason[0])));
+  if (!e.reason.empty())
+    e.reason[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(e.reason[0])));
   e.message = detail::str_of(o, "Type") + " " + cname + ": " + action;
   if (attrs && (action == "die" || action == "died")) {
     auto code = detail::str_of(*attrs, "exitCode");

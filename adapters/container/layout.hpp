@@ -37,11 +37,11 @@ struct node_spec {
   std::map<std::string, std::string> env;
   std::string working_dir = workspace;
   container_network network = container_network::job;
-  std::string network_name;               ///< for the job network: `<job>-net`
-  std::vector<std::string> volumes;       ///< HOST:CONTAINER[:ro|rw], after the workdir's
-  std::int64_t memory = 0;                ///< HostConfig.Memory, bytes; 0: none
-  std::int64_t nano_cpus = 0;             ///< HostConfig.NanoCpus; 0: none
-  int gpus = 0;                           ///< a GPU DeviceRequest for this many; 0: none
+  std::string network_name;          ///< for the job network: `<job>-net`
+  std::vector<std::string> volumes;  ///< HOST:CONTAINER[:ro|rw], after the workdir's
+  std::int64_t memory = 0;           ///< HostConfig.Memory, bytes; 0: none
+  std::int64_t nano_cpus = 0;        ///< HostConfig.NanoCpus; 0: none
+  int gpus = 0;                      ///< a GPU DeviceRequest for this many; 0: none
 };
 
 /// The body of POST /containers/create for a node.

@@ -54,8 +54,7 @@ std::string lower(std::string_view s) {
 // The error for a failed exchange with the peer at `ep`.
 [[noreturn]] void peer_failed(const endpoint& ep, const std::string& what,
                               const boost::system::error_code& ec) {
-  if (ec == beast::error::timeout)
-    fail(errc::backend_unavailable, what + " at " + ep.url() + " timed out");
+  if (ec == beast::error::timeout) fail(errc::backend_unavailable, what + " at " + ep.url() + " timed out");
   if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit ||
       ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category())
     fail(errc::protocol_error, what + " at " + ep.url() + ": malformed answer (" + ec.message() + ")");
@@ -79,21 +78,20 @@ std::string endpoint::url() const {
 endpoint parse_endpoint(std::string_view url) {
   endpoint ep;
   auto bad = [&](const std::string& why) -> endpoint {
-    fail(errc::invalid_argument,
-         "cannot use host " + std::string(url) + ": " + why +
-             " (write unix:///path/to/socket or tcp://host:port)");
+    fail(errc::invalid_argument, "cannot use host " + std::string(url) + ": " + why +
+                                     " (write unix:///path/to/socket or tcp://host:port)");
   };
-  if (url.starts_with("/")) ep.path = std::string(url);
-  else if (url.starts_with("unix://")) ep.path = std::string(url.substr(7));
-  else if (url.starts_with("tcp://") || url.starts_with("http://") ||
-           url.starts_with("https://")) {
+  if (url.starts_with("/"))
+    ep.path = std::string(url);
+  else if (url.starts_with("unix://"))
+    ep.path = std::string(url.substr(7));
+  else if (url.starts_with("tcp://") || url.starts_with("http://") || url.starts_with("https://")) {
     ep.type = endpoint::kind::tcp;
     ep.tls = url.starts_with("https://");
     auto rest = url.substr(url.find("://") + 3);
     if (auto slash = rest.find('/'); slash != std::string_view::npos) rest = rest.substr(0, slash);
     auto colon = rest.rfind(':');
-    if (colon != std::string_view::npos && rest.find(']') != std::string_view::npos &&
-        colon < rest.find(']'))
+    if (colon != std::string_view::npos && rest.find(']') != std::string_view::npos && colon < rest.find(']'))
       colon = std::string_view::npos;  // [::1] without a port
     if (colon == std::string_view::npos && ep.tls) {
       ep.host = std::string(rest);
@@ -144,8 +142,7 @@ asio::awaitable<generic_stream> connect(asio::any_io_executor ex, const endpoint
       co_await s.async_connect(asio::generic::stream_protocol::endpoint(le), use_awaitable);
     } else {
       asio::ip::tcp::resolver resolver(ex);
-      auto results = co_await resolver.async_resolve(ep.host, std::to_string(ep.port),
-                                                     use_awaitable);
+      auto results = co_await resolver.async_resolve(ep.host, std::to_string(ep.port), use_awaitable);
       boost::system::error_code last = asio::error::host_not_found;
       for (const auto& r : results) {
         boost::system::error_code ec;
@@ -239,16 +236,17 @@ struct body_stream::impl {
   std::array<char, 1 << 16> chunk{};
   bool closed = false;
 
-  impl(endpoint e, std::string w, transport s)
-      : ep(std::move(e)), what(std::move(w)), stream(std::move(s)) {}
+  impl(endpoint e, std::string w, transport s) : ep(std::move(e)), what(std::move(w)), stream(std::move(s)) {}
 };
 
 namespace {
 
 template <class Op>
 asio::awaitable<void> on_stream(transport& t, Op op) {
-  if (t.tls) co_await op(*t.tls);
-  else co_await op(*t.plain);
+  if (t.tls)
+    co_await op(*t.tls);
+  else
+    co_await op(*t.plain);
 }
 
 }  // namespace
@@ -317,8 +315,7 @@ asio::awaitable<std::string> body_stream::read_all(std::size_t limit) {
   co_return out;
 }
 
-client::client(asio::any_io_executor ex, endpoint ep, std::size_t max_body,
-               std::optional<tls_config> tls)
+client::client(asio::any_io_executor ex, endpoint ep, std::size_t max_body, std::optional<tls_config> tls)
     : ex_(std::move(ex)), ep_(std::move(ep)), max_body_(max_body) {
   if (!ep_.tls) return;
   auto st = std::make_shared<tls_state>();
@@ -346,12 +343,12 @@ client::client(asio::any_io_executor ex, endpoint ep, std::size_t max_body,
   if (!c.client_cert_pem.empty() || !c.client_key_pem.empty()) {
     st->ctx.use_certificate_chain(asio::buffer(c.client_cert_pem), ec);
     if (ec)
-      fail(errc::invalid_argument, "the client certificate for " + ep_.url() + from +
-                                       " is not a PEM certificate: " + ssl_errors());
+      fail(errc::invalid_argument,
+           "the client certificate for " + ep_.url() + from + " is not a PEM certificate: " + ssl_errors());
     st->ctx.use_private_key(asio::buffer(c.client_key_pem), asio::ssl::context::pem, ec);
     if (ec)
-      fail(errc::invalid_argument, "the client key for " + ep_.url() + from +
-                                       " is not a PEM private key matching its certificate");
+      fail(errc::invalid_argument,
+           "the client key for " + ep_.url() + from + " is not a PEM private key matching its certificate");
   }
   tls_ = std::move(st);
 }
@@ -375,26 +372,22 @@ asio::awaitable<body_stream> client::open(request r) {
     t.plain.reset();
     const auto& name = tls_->cfg.server_name.empty() ? ep_.host : tls_->cfg.server_name;
     if (!is_ip_address(name)) ::SSL_set_tlsext_host_name(t.tls->native_handle(), name.c_str());
-    if (!tls_->cfg.insecure_skip_verify)
-      t.tls->set_verify_callback(asio::ssl::host_name_verification(name));
+    if (!tls_->cfg.insecure_skip_verify) t.tls->set_verify_callback(asio::ssl::host_name_verification(name));
     boost::system::error_code hec;
     t.lowest().expires_after(r.timeout);
-    co_await t.tls->async_handshake(asio::ssl::stream_base::client,
-                                    asio::redirect_error(use_awaitable, hec));
+    co_await t.tls->async_handshake(asio::ssl::stream_base::client, asio::redirect_error(use_awaitable, hec));
     if (hec) {
       long v = ::SSL_get_verify_result(t.tls->native_handle());
       // Not backend_unavailable: trying again will not make the certificate right.
       if (v != X509_V_OK && !tls_->cfg.insecure_skip_verify)
-        fail(errc::backend_error,
-             "cannot verify the server certificate of " + ep_.url() + ": " +
-                 ::X509_verify_cert_error_string(v) +
-                 "; check the certificate authority" +
-                 (tls_->cfg.source.empty() ? std::string() : " in " + tls_->cfg.source) +
-                 " (or name the right one)");
+        fail(errc::backend_error, "cannot verify the server certificate of " + ep_.url() + ": " +
+                                      ::X509_verify_cert_error_string(v) +
+                                      "; check the certificate authority" +
+                                      (tls_->cfg.source.empty() ? std::string() : " in " + tls_->cfg.source) +
+                                      " (or name the right one)");
       if (hec == beast::error::timeout)
         fail(errc::backend_unavailable, "the TLS handshake with " + ep_.url() + " timed out");
-      fail(errc::backend_unavailable,
-           "the TLS handshake with " + ep_.url() + " failed: " + hec.message());
+      fail(errc::backend_unavailable, "the TLS handshake with " + ep_.url() + " failed: " + hec.message());
     }
   }
   auto req = make_request(r, ep_);
@@ -412,10 +405,9 @@ asio::awaitable<body_stream> client::open(request r) {
   });
   if (ec == asio::ssl::error::stream_truncated) ec = bhttp::error::partial_message;
   if (ec) {
-    if (ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
-        ec == bhttp::error::partial_message || ec == asio::error::connection_reset)
-      fail(errc::backend_unavailable,
-           what + " at " + ep_.url() + ": the connection closed before an answer");
+    if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == bhttp::error::partial_message ||
+        ec == asio::error::connection_reset)
+      fail(errc::backend_unavailable, what + " at " + ep_.url() + ": the connection closed before an answer");
     peer_failed(ep_, what, ec);
   }
   p->headers = header_map(p->parser.get().base());
@@ -432,8 +424,7 @@ void line_splitter::feed(std::string_view bytes, std::vector<std::string>& out) 
     auto nl = bytes.find('\n');
     auto piece = bytes.substr(0, nl);
     if (buf_.size() + piece.size() > max_)
-      fail(errc::protocol_error,
-           what_ + ": a line is longer than " + std::to_string(max_) + " bytes");
+      fail(errc::protocol_error, what_ + ": a line is longer than " + std::to_string(max_) + " bytes");
     buf_.append(piece);
     if (nl == std::string_view::npos) return;
     if (!buf_.empty() && buf_.back() == '\r') buf_.pop_back();

@@ -30,10 +30,10 @@ namespace tjob::http {
 struct endpoint {
   enum class kind { unix_socket, tcp };
   kind type = kind::unix_socket;
-  std::string path;         ///< unix socket path
-  std::string host;         ///< TCP host name or address
-  std::uint16_t port = 0;   ///< TCP port
-  bool tls = false;         ///< https: TLS over the TCP connection
+  std::string path;        ///< unix socket path
+  std::string host;        ///< TCP host name or address
+  std::uint16_t port = 0;  ///< TCP port
+  bool tls = false;        ///< https: TLS over the TCP connection
   /// unix:///path, tcp://host:port or https://host:port, for messages.
   std::string url() const;
 };
@@ -46,17 +46,17 @@ endpoint parse_endpoint(std::string_view url);
 /// How a TLS connection is checked and who we are. Verification is on unless
 /// `insecure_skip_verify`; without a CA the system's trust store is used.
 struct tls_config {
-  std::string ca_pem;               ///< PEM certificates of the CAs to trust
+  std::string ca_pem;  ///< PEM certificates of the CAs to trust
   bool insecure_skip_verify = false;
-  std::string client_cert_pem;      ///< client certificate chain (PEM), optional
-  std::string client_key_pem;       ///< its private key (PEM); never shown in errors
-  std::string server_name;          ///< name to verify (and SNI); empty: the endpoint's host
-  std::string source;               ///< where these came from, for messages ("kubeconfig /x, user u")
+  std::string client_cert_pem;  ///< client certificate chain (PEM), optional
+  std::string client_key_pem;   ///< its private key (PEM); never shown in errors
+  std::string server_name;      ///< name to verify (and SNI); empty: the endpoint's host
+  std::string source;           ///< where these came from, for messages ("kubeconfig /x, user u")
 };
 
 struct request {
   std::string method = "GET";
-  std::string target;        ///< path and query, already encoded
+  std::string target;  ///< path and query, already encoded
   std::string body;
   std::string content_type;  ///< sent when the body is not empty; default application/json
   std::vector<std::pair<std::string, std::string>> headers;

@@ -115,9 +115,12 @@ struct informer::state {
           continue;
         }
         auto name = name_of(ev.object);
-        if (ev.type == "DELETED") items.erase(name);
-        else if (ev.type == "ADDED" || ev.type == "MODIFIED") items[name] = std::move(ev.object);
-        else continue;
+        if (ev.type == "DELETED")
+          items.erase(name);
+        else if (ev.type == "ADDED" || ev.type == "MODIFIED")
+          items[name] = std::move(ev.object);
+        else
+          continue;
         if (!v.empty()) rv = v;
         any = true;
       }

@@ -36,9 +36,12 @@ status_error status_failure(const std::string& server, const std::string& what, 
     message = text.empty() ? "no message" : text;
   }
   errc c = errc::backend_error;
-  if (code == 409) c = errc::duplicate_name;
-  else if (code == 400 || code == 422) c = errc::invalid_argument;
-  else if (code >= 500) c = errc::backend_unavailable;
+  if (code == 409)
+    c = errc::duplicate_name;
+  else if (code == 400 || code == 422)
+    c = errc::invalid_argument;
+  else if (code >= 500)
+    c = errc::backend_unavailable;
   std::string head = "the Kubernetes API server " + server + " refused " + what + ": " +
                      std::to_string(code) + (reason.empty() ? "" : " " + reason) + ": ";
   return status_error(c, head + message, code, reason);
@@ -53,7 +56,8 @@ watch_event parse_watch_event(std::string_view line, const std::string& what) {
       if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
     return s;
   };
-  if (ec) throw error(errc::protocol_error, what + ": a watch line is not JSON (" + ec.message() + "): " + head());
+  if (ec)
+    throw error(errc::protocol_error, what + ": a watch line is not JSON (" + ec.message() + "): " + head());
   if (!v.is_object()) throw error(errc::protocol_error, what + ": a watch line is not an object: " + head());
   auto& o = v.as_object();
   watch_event ev;
@@ -112,10 +116,8 @@ asio::awaitable<http::response> api::send(std::string method, std::string path, 
 
 namespace {
 
-json::value parse_answer(const std::string& server, const std::string& what,
-                         const http::response& resp) {
-  if (resp.status < 200 || resp.status >= 300)
-    throw status_failure(server, what, resp.status, resp.body);
+json::value parse_answer(const std::string& server, const std::string& what, const http::response& resp) {
+  if (resp.status < 200 || resp.status >= 300) throw status_failure(server, what, resp.status, resp.body);
   boost::system::error_code ec;
   auto v = json::parse(resp.body, ec);
   if (ec)
@@ -147,8 +149,7 @@ asio::awaitable<json::value> api::post(std::string path, json::value body) {
 
 asio::awaitable<json::value> api::merge_patch(std::string path, json::value body) {
   auto what = "PATCH " + path_only(path);
-  auto resp = co_await send("PATCH", std::move(path), json::serialize(body),
-                            "application/merge-patch+json");
+  auto resp = co_await send("PATCH", std::move(path), json::serialize(body), "application/merge-patch+json");
   co_return parse_answer(conn_.server, what, resp);
 }
 

@@ -45,7 +45,7 @@ status_error status_failure(const std::string& server, const std::string& what, 
 
 /// One watch event line: {"type": ..., "object": {...}}.
 struct watch_event {
-  std::string type;           ///< ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+  std::string type;  ///< ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
   boost::json::object object;
 };
 /// Parses one line; throws protocol_error naming `what` when it is not a
@@ -72,8 +72,8 @@ class api {
   std::uint64_t requests() const { return requests_; }
 
  private:
-  boost::asio::awaitable<http::response> send(std::string method, std::string path,
-                                              std::string body, std::string content_type);
+  boost::asio::awaitable<http::response> send(std::string method, std::string path, std::string body,
+                                              std::string content_type);
   /// The Authorization header's value, the token file re-read once a minute
   /// (service-account tokens rotate); empty without a token.
   std::string bearer();

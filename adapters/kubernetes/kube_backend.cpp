@@ -44,7 +44,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   std::shared_ptr<api> a;
   std::string ns, jobs_path, pods_path, where;
   std::unique_ptr<informer> jobs_inf, pods_inf;
-  std::map<std::string, int> runtime_nodes;  // numNodes of runtimes seen
+  std::map<std::string, int> runtime_nodes;   // numNodes of runtimes seen
   std::vector<std::string> runtime_problems;  // of the last listing
   bool stopping = false;
   detail::task_group tasks;  // the informers' watches
@@ -58,8 +58,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     o.in_cluster_dir = cfg.in_cluster_dir;
     auto conn = load(o);
     bool ns_ok = !conn.ns.empty() && conn.ns.size() <= 63 && conn.ns.front() != '-' &&
-                 conn.ns.back() != '-' &&
-                 std::all_of(conn.ns.begin(), conn.ns.end(), [](char c) {
+                 conn.ns.back() != '-' && std::all_of(conn.ns.begin(), conn.ns.end(), [](char c) {
                    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
                  });
     if (!ns_ok)
@@ -121,7 +120,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
         out.push_back(std::move(*rt));
       }
     };
-    std::string tr = std::string("/apis/") + group + "/" + version + "/namespaces/" + ns + "/trainingruntimes";
+    std::string tr =
+        std::string("/apis/") + group + "/" + version + "/namespaces/" + ns + "/trainingruntimes";
     if (auto l = co_await a->get_if(tr)) add(*l);
     std::string ctr = std::string("/apis/") + group + "/" + version + "/clustertrainingruntimes";
     auto cl = co_await a->get(ctr);
@@ -171,14 +171,17 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       json::array flags;
       for (auto& f : python::torchrun_flags(topo)) flags.emplace_back(std::move(f));
       plan["torchrun_args"] = std::move(flags);
-      plan["env_defaults"] = json::object{{"PET_NNODES", "1"}, {"PET_NODE_RANK", "0"},
+      plan["env_defaults"] = json::object{{"PET_NNODES", "1"},
+                                          {"PET_NODE_RANK", "0"},
                                           {"PET_NPROC_PER_NODE", std::to_string(procs)},
-                                          {"PET_MASTER_ADDR", "127.0.0.1"}, {"PET_MASTER_PORT", "29500"}};
+                                          {"PET_MASTER_ADDR", "127.0.0.1"},
+                                          {"PET_MASTER_PORT", "29500"}};
     }
     auto text = json::serialize(plan);
     if (text.size() > max_arg)
       fail(errc::invalid_argument, me + ": the training code and its arguments take " +
-                                       std::to_string(text.size()) + " bytes; a TrainJob "
+                                       std::to_string(text.size()) +
+                                       " bytes; a TrainJob "
                                        "argument holds at most 1 MiB (put the data in the "
                                        "image or fetch it from the code)");
     t.command = {pt.python.empty() ? std::string("python3") : pt.python, "-c",
@@ -217,8 +220,9 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     }
     for (const auto& [k, v] : t.env)
       if (reserved_env.count(k))
-        fail(errc::invalid_argument, me + ": env " + k + " is set by the Kubeflow Trainer "
-                                          "controller on every node; remove it from the env");
+        fail(errc::invalid_argument, me + ": env " + k +
+                                         " is set by the Kubeflow Trainer "
+                                         "controller on every node; remove it from the env");
     for (const auto& x : t.command)
       if (x.size() > max_arg)
         fail(errc::invalid_argument, me + ": a command argument is over 1 MiB, the most a "
@@ -234,8 +238,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       co_await a->post(jobs_path, std::move(body));
     } catch (const status_error& e) {
       if (e.http_code() == 409)
-        fail(errc::duplicate_name, me + " exists already in " + where +
-                                       "; delete it (tjob delete) or choose another name");
+        fail(errc::duplicate_name,
+             me + " exists already in " + where + "; delete it (tjob delete) or choose another name");
       rethrow_as(e, me + ": ");
     }
     co_return name;
@@ -261,8 +265,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
   asio::awaitable<json::object> trainjob(const std::string& name) {
     if (auto problem = detail::name_problem(name))
-      fail(errc::job_not_found, "No TrainJob with name " + quote(name) + " in " + where +
-                                    " (" + *problem + ")");
+      fail(errc::job_not_found,
+           "No TrainJob with name " + quote(name) + " in " + where + " (" + *problem + ")");
     auto v = co_await a->get_if(jobs_path + "/" + name);
     if (!v || !v->is_object()) not_found(name);
     co_return std::move(v->as_object());
@@ -312,15 +316,16 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     auto n = num_nodes_of(it->second);
     int fallback = 1;
     if (!n)
-      if (auto r = runtime_nodes.find(runtime_of(it->second)); r != runtime_nodes.end())
-        fallback = r->second;
+      if (auto r = runtime_nodes.find(runtime_of(it->second)); r != runtime_nodes.end()) fallback = r->second;
     return to_job(it->second, steps_from_pods(pods), fallback);
   }
 
   std::string watch_trouble() const {
     std::string s;
-    if (jobs_inf && !jobs_inf->last_error().empty()) s = jobs_inf->last_error();
-    else if (pods_inf && !pods_inf->last_error().empty()) s = pods_inf->last_error();
+    if (jobs_inf && !jobs_inf->last_error().empty())
+      s = jobs_inf->last_error();
+    else if (pods_inf && !pods_inf->last_error().empty())
+      s = pods_inf->last_error();
     return s.empty() ? s : " (the watch is failing: " + s + ")";
   }
 
@@ -352,7 +357,11 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
     pod_log(std::shared_ptr<backend::impl> bk, std::string j, std::string s, bool f,
             std::optional<std::size_t> t, std::optional<std::string> pod)
-        : b(std::move(bk)), job(std::move(j)), step(std::move(s)), follow(f), tail(t),
+        : b(std::move(bk)),
+          job(std::move(j)),
+          step(std::move(s)),
+          follow(f),
+          tail(t),
           started(std::move(pod)) {
       what = "the log of TrainJob " + quote(job) + " step " + quote(step);
     }
@@ -389,8 +398,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
         if (!body) {
           auto pod = co_await started_pod();
           if (!pod) co_return false;
-          auto target = b->pods_path + "/" + *pod + "/log?container=node" +
-                        (follow ? "&follow=true" : "") +
+          auto target = b->pods_path + "/" + *pod + "/log?container=node" + (follow ? "&follow=true" : "") +
                         (tail ? "&tailLines=" + std::to_string(*tail) : "");
           bool not_yet = false;
           try {
@@ -418,8 +426,10 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     auto pods = co_await pods_of(name);
     auto steps = steps_of(pods);
     int nodes = 1;
-    if (auto n = num_nodes_of(tj)) nodes = *n;
-    else nodes = co_await nodes_of_runtime(runtime_of(tj));
+    if (auto n = num_nodes_of(tj))
+      nodes = *n;
+    else
+      nodes = co_await nodes_of_runtime(runtime_of(tj));
     std::set<std::string> known;
     for (int i = 0; i < nodes; ++i) known.insert("node-" + std::to_string(i));
     for (const auto& s : steps) known.insert(s.step);
@@ -448,12 +458,12 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       rethrow_as(e, who(name) + ": cannot cancel: ");
     }
     auto deadline = steady::now() + ctx.cfg.grace_period + std::chrono::seconds(30);
-    bool ok = co_await watch_until(name, deadline, [](const std::optional<train_job>& j) {
-      return !j || is_terminal(j->status);
-    });
+    bool ok = co_await watch_until(
+        name, deadline, [](const std::optional<train_job>& j) { return !j || is_terminal(j->status); });
     if (!ok)
-      fail(errc::timeout, who(name) + " was suspended to cancel it, but its pods were still "
-                                      "running after " +
+      fail(errc::timeout, who(name) +
+                              " was suspended to cancel it, but its pods were still "
+                              "running after " +
                               std::to_string((ctx.cfg.grace_period.count() + 999) / 1000 + 30) +
                               " s; the cluster's controller is not acting on it" + watch_trouble());
   }
@@ -505,8 +515,8 @@ class kube_watch final : public detail::job_watch {
         co_return job;
       } catch (const error& e) {
         if (e.code() != make_error_code(errc::job_not_found)) throw;
-        fail(errc::job_not_found, "TrainJob " + quote(name_) + " was deleted from " + b_->where +
-                                      " while it was waited for");
+        fail(errc::job_not_found,
+             "TrainJob " + quote(name_) + " was deleted from " + b_->where + " while it was waited for");
       }
     }
     // The first read: a job that is not there is an error now, and a
@@ -520,10 +530,13 @@ class kube_watch final : public detail::job_watch {
   asio::awaitable<bool> changed(steady::time_point deadline) override {
     auto seen = last_;
     bool gone = false;
-    bool ok = co_await b_->watch_until(name_, deadline, [&](const std::optional<train_job>& j) {
-      gone = !j;
-      return gone || j->status != seen;
-    }, after_change_);
+    bool ok = co_await b_->watch_until(
+        name_, deadline,
+        [&](const std::optional<train_job>& j) {
+          gone = !j;
+          return gone || j->status != seen;
+        },
+        after_change_);
     co_return ok;
   }
 

@@ -71,7 +71,8 @@ void merge_file(merged& m, const fs::path& file, bool required) {
     if (!required) return;
     std::error_code ec;
     if (!fs::exists(file, ec))
-      bad("kubeconfig " + file.string() + " does not exist; give the right file (--kubeconfig) "
+      bad("kubeconfig " + file.string() +
+          " does not exist; give the right file (--kubeconfig) "
           "or set KUBECONFIG");
     bad("cannot read kubeconfig " + file.string() + " (unreadable or over 4 MiB)");
   }
@@ -90,7 +91,8 @@ void merge_file(merged& m, const fs::path& file, bool required) {
     return;
   }
   if (!root.IsMap())
-    bad("kubeconfig " + file.string() + " is not a kubeconfig (its top level is not a mapping "
+    bad("kubeconfig " + file.string() +
+        " is not a kubeconfig (its top level is not a mapping "
         "with clusters, users and contexts)");
   m.files.push_back(file);
   auto dir = fs::absolute(file).parent_path();
@@ -116,8 +118,8 @@ void merge_file(merged& m, const fs::path& file, bool required) {
     take("contexts", "context", m.contexts);
     if (m.current_context.empty()) m.current_context = scalar(root, "current-context");
   } catch (const YAML::Exception& e) {
-    bad("kubeconfig " + file.string() + " is not a kubeconfig: line " +
-        std::to_string(e.mark.line + 1) + ": " + e.msg);
+    bad("kubeconfig " + file.string() + " is not a kubeconfig: line " + std::to_string(e.mark.line + 1) +
+        ": " + e.msg);
   }
 }
 
@@ -148,15 +150,16 @@ std::string file_or_data(const entry& e, const std::string& key, const std::stri
 void read_user(const merged& m, const std::string& src, const std::string& where_ctx,
                const std::string& user_name, connection& c) {
   auto us = m.users.find(user_name);
-  if (us == m.users.end())
-    bad(where_ctx + ": its user " + sq(user_name) + " is not in the kubeconfig");
+  if (us == m.users.end()) bad(where_ctx + ": its user " + sq(user_name) + " is not in the kubeconfig");
   auto where_us = src + " (user " + sq(user_name) + ")";
   const auto& u = us->second;
   if (u.body["exec"] || u.body["auth-provider"])
-    bad(where_us + " gets its credentials from an exec or auth-provider plugin, which tjob "
+    bad(where_us +
+        " gets its credentials from an exec or auth-provider plugin, which tjob "
         "does not run; give the user a token, tokenFile or client certificate");
   if (!scalar(u.body, "username").empty() || !scalar(u.body, "password").empty())
-    bad(where_us + " uses basic authentication, which Kubernetes no longer supports; give "
+    bad(where_us +
+        " uses basic authentication, which Kubernetes no longer supports; give "
         "the user a token or client certificate");
   c.token = scalar(u.body, "token");
   if (c.token.empty()) {
@@ -172,7 +175,8 @@ void read_user(const merged& m, const std::string& src, const std::string& where
   c.tls.client_cert_pem = file_or_data(u, "client-certificate", "client certificate", where_us);
   c.tls.client_key_pem = file_or_data(u, "client-key", "client key", where_us);
   if (c.tls.client_cert_pem.empty() != c.tls.client_key_pem.empty())
-    bad(where_us + " has a client certificate without its key, or a key without its "
+    bad(where_us +
+        " has a client certificate without its key, or a key without its "
         "certificate; give both");
 }
 
@@ -184,11 +188,13 @@ connection from_kubeconfig(const load_options& opt) {
     auto files = kubeconfig_files();
     for (const auto& f : files) merge_file(m, f, files.size() == 1);
     if (m.files.empty())
-      bad("no kubeconfig: none of " + [&] {
-        std::string s;
-        for (const auto& f : files) s += (s.empty() ? "" : ", ") + f.string();
-        return s;
-      }() + " exists; give one (--kubeconfig or KUBECONFIG) or run inside a pod");
+      bad("no kubeconfig: none of " +
+          [&] {
+            std::string s;
+            for (const auto& f : files) s += (s.empty() ? "" : ", ") + f.string();
+            return s;
+          }() +
+          " exists; give one (--kubeconfig or KUBECONFIG) or run inside a pod");
   }
   auto src = m.describe();
   std::string ctx_name = opt.context.empty() ? m.current_context : opt.context;
@@ -239,7 +245,8 @@ connection in_cluster(const load_options& opt) {
   auto dir = opt.in_cluster_dir;
   auto src = "in-cluster service account " + dir.string();
   if (!host || !*host || !port || !*port)
-    bad(src + " exists but KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT are not set; give "
+    bad(src +
+        " exists but KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT are not set; give "
         "a kubeconfig (--kubeconfig)");
   connection c;
   std::string h = host;
@@ -249,8 +256,10 @@ connection in_cluster(const load_options& opt) {
   if (!token) bad(src + ": cannot read " + (dir / "token").string());
   c.token = *token;
   c.token_file = dir / "token";
-  if (auto ca = read_text(dir / "ca.crt")) c.tls.ca_pem = *ca;
-  else bad(src + ": cannot read " + (dir / "ca.crt").string());
+  if (auto ca = read_text(dir / "ca.crt"))
+    c.tls.ca_pem = *ca;
+  else
+    bad(src + ": cannot read " + (dir / "ca.crt").string());
   c.tls.source = src;
   c.source = src;
   c.ns = opt.ns;
@@ -287,8 +296,7 @@ std::vector<fs::path> kubeconfig_files() {
 
 connection load(const load_options& opt) {
   std::error_code ec;
-  if (opt.config_file.empty() && !opt.in_cluster_dir.empty() &&
-      fs::exists(opt.in_cluster_dir / "token", ec))
+  if (opt.config_file.empty() && !opt.in_cluster_dir.empty() && fs::exists(opt.in_cluster_dir / "token", ec))
     return in_cluster(opt);
   return from_kubeconfig(opt);
 }

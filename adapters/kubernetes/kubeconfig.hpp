@@ -16,21 +16,21 @@
 namespace tjob::kube {
 
 struct connection {
-  std::string server;        ///< https://host:port (or http:// for a plain server)
-  http::tls_config tls;      ///< CA, client certificate, verification
-  std::string token;         ///< bearer token; empty: none
+  std::string server;    ///< https://host:port (or http:// for a plain server)
+  http::tls_config tls;  ///< CA, client certificate, verification
+  std::string token;     ///< bearer token; empty: none
   /// Where the token came from (tokenFile, or the service account's); it is
   /// read again as it rotates (api re-reads it each minute). Empty: fixed token.
   std::filesystem::path token_file;
-  std::string ns;            ///< the namespace jobs go to
-  std::string context;       ///< the kubeconfig context used; empty in-cluster
-  std::string source;        ///< for messages: "kubeconfig /x (context c)" or "in-cluster service account"
+  std::string ns;       ///< the namespace jobs go to
+  std::string context;  ///< the kubeconfig context used; empty in-cluster
+  std::string source;   ///< for messages: "kubeconfig /x (context c)" or "in-cluster service account"
 };
 
 struct load_options {
-  std::string config_file;   ///< empty: $KUBECONFIG, else ~/.kube/config (or in-cluster)
-  std::string context;       ///< empty: the current-context
-  std::string ns;            ///< empty: the context's namespace, else "default"
+  std::string config_file;  ///< empty: $KUBECONFIG, else ~/.kube/config (or in-cluster)
+  std::string context;      ///< empty: the current-context
+  std::string ns;           ///< empty: the context's namespace, else "default"
   /// The service-account directory whose presence means "in a pod".
   std::filesystem::path in_cluster_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
 };

@@ -49,22 +49,26 @@ std::map<std::string, std::string> resources_per_node(const std::string& who,
   for (const auto& [k, v] : in) {
     auto l = lower(k);
     std::string key = k;
-    if (l == "cpu" || l == "memory" || l == "ephemeral-storage") key = l;
-    else if (l == "gpu") key = "nvidia.com/gpu";
-    else if (l == "storage") key = "ephemeral-storage";
-    else if (l.starts_with("mig-")) key = "nvidia.com/" + l;
+    if (l == "cpu" || l == "memory" || l == "ephemeral-storage")
+      key = l;
+    else if (l == "gpu")
+      key = "nvidia.com/gpu";
+    else if (l == "storage")
+      key = "ephemeral-storage";
+    else if (l.starts_with("mig-"))
+      key = "nvidia.com/" + l;
     if (key == "nvidia.com/gpu") gpu = true;
     if (key.starts_with("nvidia.com/mig-")) {
       if (!mig.empty() && mig != key)
-        throw error(errc::invalid_argument, who + ": resources_per_node asks for two MIG kinds (" +
-                                                mig + ", " + key + "); give one");
+        throw error(errc::invalid_argument,
+                    who + ": resources_per_node asks for two MIG kinds (" + mig + ", " + key + "); give one");
       mig = key;
     }
     out[key] = v;
   }
   if (gpu && !mig.empty())
-    throw error(errc::invalid_argument, who + ": resources_per_node asks for GPUs and MIG slices (" +
-                                            mig + ") together; give one of them");
+    throw error(errc::invalid_argument, who + ": resources_per_node asks for GPUs and MIG slices (" + mig +
+                                            ") together; give one of them");
   return out;
 }
 
@@ -108,7 +112,9 @@ json::object trainjob_body(const std::string& name, const std::string& ns, const
   if (t.num_proc_per_node) trainer["numProcPerNode"] = *t.num_proc_per_node;
   json::object spec{{"runtimeRef", json::object{{"name", rt.name}, {"apiGroup", group}, {"kind", rt.kind}}},
                     {"trainer", std::move(trainer)}};
-  return json::object{{"apiVersion", api_version}, {"kind", "TrainJob"}, {"metadata", std::move(md)},
+  return json::object{{"apiVersion", api_version},
+                      {"kind", "TrainJob"},
+                      {"metadata", std::move(md)},
                       {"spec", std::move(spec)}};
 }
 
@@ -128,8 +134,8 @@ std::optional<clock::time_point> parse_time(std::string_view s) {
   if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
       s[13] != ':' || s[16] != ':')
     return std::nullopt;
-  auto y = field(0, 4, 1970, 2261), mo = field(5, 2, 1, 12), d = field(8, 2, 1, 31),
-       h = field(11, 2, 0, 23), mi = field(14, 2, 0, 59), sec = field(17, 2, 0, 60);
+  auto y = field(0, 4, 1970, 2261), mo = field(5, 2, 1, 12), d = field(8, 2, 1, 31), h = field(11, 2, 0, 23),
+       mi = field(14, 2, 0, 59), sec = field(17, 2, 0, 60);
   if (!y || !mo || !d || !h || !mi || !sec) return std::nullopt;
   std::tm tm{};
   tm.tm_year = *y - 1900;
@@ -185,8 +191,7 @@ std::vector<pod_step> steps_from_pods(const std::vector<const json::object*>& po
     return str_of(md, "creationTimestamp") + "|" + str_of(md, "resourceVersion");
   };
   // newest first: a restarted component's new pod wins
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [&](auto* a, auto* b) { return created(a) > created(b); });
+  std::stable_sort(sorted.begin(), sorted.end(), [&](auto* a, auto* b) { return created(a) > created(b); });
   std::map<std::string, pod_step> by_key;
   for (auto* p : sorted) {
     auto role = label_of(*p, label_rjob);

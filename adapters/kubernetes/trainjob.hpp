@@ -46,16 +46,16 @@ std::map<std::string, std::string> resources_per_node(const std::string& who,
                                                       const std::map<std::string, std::string>& in);
 
 /// The TrainJob Kubeflow's SDK would create for this trainer.
-boost::json::object trainjob_body(const std::string& name, const std::string& ns,
-                                  const runtime& rt, const trainer_spec& t,
+boost::json::object trainjob_body(const std::string& name, const std::string& ns, const runtime& rt,
+                                  const trainer_spec& t,
                                   const std::map<std::string, std::string>& labels = {},
                                   const std::map<std::string, std::string>& annotations = {});
 
 /// One step, from the newest pod of its component.
 struct pod_step {
-  std::string step;      ///< node-0, node-1, dataset-initializer, ...
-  std::string pod;       ///< the pod's name
-  std::string phase;     ///< Pending, Running, Succeeded, Failed, Unknown
+  std::string step;   ///< node-0, node-1, dataset-initializer, ...
+  std::string pod;    ///< the pod's name
+  std::string phase;  ///< Pending, Running, Succeeded, Failed, Unknown
   std::optional<int> exit_code;
   std::string terminated_reason;
 };
@@ -69,8 +69,7 @@ job_status status_of_phase(std::string_view phase);
 
 /// The job as the other backends report it. `fallback_nodes`: numNodes when
 /// the TrainJob does not say (the runtime's).
-train_job to_job(const boost::json::object& tj, const std::vector<pod_step>& steps,
-                 int fallback_nodes);
+train_job to_job(const boost::json::object& tj, const std::vector<pod_step>& steps, int fallback_nodes);
 
 /// numNodes of the TrainJob's trainer, if it says.
 std::optional<int> num_nodes_of(const boost::json::object& tj);

@@ -5,9 +5,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cstring>
 #include <sys/inotify.h>
 #include <unistd.h>
+#include <cstring>
 
 namespace tjob::detail {
 
@@ -89,9 +89,9 @@ fs_watch::~fs_watch() { close(); }
 
 int fs_watch::add(const std::filesystem::path& dir, wake_signal* w) {
   if (!impl_->ensure_open()) return -1;
-  int wd = ::inotify_add_watch(impl_->descriptor.native_handle(), dir.c_str(),
-                               IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF |
-                                   IN_CLOSE_WRITE);
+  int wd =
+      ::inotify_add_watch(impl_->descriptor.native_handle(), dir.c_str(),
+                          IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF | IN_CLOSE_WRITE);
   if (wd < 0) return -1;
   impl_->subscribers[wd].add(w);
   impl_->start_reading();

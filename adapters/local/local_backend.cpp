@@ -28,7 +28,6 @@ venv_cache_entry to_entry(const detail::venv_cache::entry_info& e) {
   return v;
 }
 
-
 // A waiter's view of one job: this engine's own jobs wake it by their
 // transitions; another process's through the store, its log and its owner's
 // pidfd (foreign_watch).
@@ -78,7 +77,10 @@ struct local_log final : log_stream::impl {
 
   local_log(std::shared_ptr<engine_state> eng, std::string j, std::string s, bool f,
             std::filesystem::path path, std::uint64_t offset)
-      : e(std::move(eng)), job(std::move(j)), step(std::move(s)), follow(f),
+      : e(std::move(eng)),
+        job(std::move(j)),
+        step(std::move(s)),
+        follow(f),
         cursor(std::move(path), offset) {}
 
   // Whether the step has ended (or the job is gone): after that, what the file
@@ -269,6 +271,5 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
   p->owned = j;
   co_return log_stream(std::move(p));
 }
-
 
 }  // namespace tjob::local

@@ -37,7 +37,8 @@ class backend final : public detail::backend {
   boost::asio::awaitable<void> delete_job(std::string name) override;
   boost::asio::awaitable<std::vector<event>> get_job_events(std::string name) override;
   boost::asio::awaitable<std::vector<venv_cache_entry>> list_venv_cache() override;
-  boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(std::chrono::seconds unused_for) override;
+  boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(
+      std::chrono::seconds unused_for) override;
   boost::asio::awaitable<void> shutdown() override;
 
  private:

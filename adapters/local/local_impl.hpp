@@ -4,11 +4,11 @@
 #pragma once
 
 #include "adapters/local/fs_watch.hpp"
+#include "adapters/local/log_files.hpp"
 #include "adapters/local/store.hpp"
 #include "adapters/local/venv_cache.hpp"
 #include "adapters/process/process_adapter.hpp"
 #include "engine/backend.hpp"
-#include "adapters/local/log_files.hpp"
 #include "engine/job_state.hpp"
 #include "engine/names.hpp"
 #include "engine/strings.hpp"
@@ -32,8 +32,8 @@ using boost::system::error_code;
 using steady = std::chrono::steady_clock;
 using detail::event_kind;
 using detail::job_event;
-using detail::quote;
 using detail::printable;
+using detail::quote;
 
 /// Set in every job process's environment: it lets a later engine find the
 /// processes of a job whose owner died before their pids were committed.
@@ -62,10 +62,10 @@ struct phase {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  ///< over the engine's environment
   std::string cwd;
-  bool final = false;       ///< the job's own code: its exit decides the step
+  bool final = false;              ///< the job's own code: its exit decides the step
   std::uint64_t memory_limit = 0;  ///< RLIMIT_AS of the process (and what it starts)
   int cpu_limit = 0;               ///< CPUs of CPU time for its process tree (cgroup quota); 0: none
-  bool torch_port = false;  ///< master_port_placeholder in argv becomes the job's port at start
+  bool torch_port = false;         ///< master_port_placeholder in argv becomes the job's port at start
 
   /// Frees what the process was started from (argv, environment, paths) once
   /// it runs; `name` and `final` stay for what follows its exit.
@@ -98,8 +98,8 @@ struct job_rec {
   /// what it is built from; `python` is the interpreter as given until
   /// prepare_venv finds the real one.
   std::unique_ptr<detail::venv_cache::inputs> venv_inputs;  // a pointer: command jobs pay 8 bytes
-  bool setup_started = false;  // the venv was built in the job's step: it is Running
-  detail::wake_list watchers;  // woken by transitions (after commit) and new log bytes
+  bool setup_started = false;             // the venv was built in the job's step: it is Running
+  detail::wake_list watchers;             // woken by transitions (after commit) and new log bytes
   boost::asio::cancellation_signal stop;  // ends the job's coroutine on shutdown
   bool cancel_requested = false;
   bool escalating = false;
@@ -200,11 +200,10 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   boost::asio::awaitable<std::string> train(detail::checked_request c);
   void plan_job(job_rec& j, const std::string& name, train_request& req, const runtime& rt);
   void plan_command(job_rec& j, const std::string& who, command_trainer& ct);
-  void plan_python(job_rec& j, const std::string& who, python_trainer& pt, const runtime& rt,
-                   int num_nodes);
+  void plan_python(job_rec& j, const std::string& who, python_trainer& pt, const runtime& rt, int num_nodes);
   void plan_setup(job_rec& j, const python_trainer& pt, const std::string& python,
-                  const std::vector<std::string>& packages,
-                  const std::map<std::string, std::string>& env, const std::string& cwd);
+                  const std::vector<std::string>& packages, const std::map<std::string, std::string>& env,
+                  const std::string& cwd);
   void plan_gpus(job_rec& j, const std::string& who, const python_trainer& pt, int num_nodes);
   boost::asio::awaitable<void> record_job(std::shared_ptr<job_rec> j, detail::checked_request& c);
   boost::asio::awaitable<void> make_job_files(std::shared_ptr<job_rec> j);

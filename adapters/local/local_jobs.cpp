@@ -3,28 +3,24 @@
 #include "adapters/process/proc_info.hpp"
 #include "engine/messages.hpp"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
-#include <csignal>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <csignal>
 
 namespace tjob::local {
 
 std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock::now().time_since_epoch()).count();
 }
 
-clock::time_point from_ms(std::int64_t ms) {
-  return clock::time_point(std::chrono::milliseconds(ms));
-}
+clock::time_point from_ms(std::int64_t ms) { return clock::time_point(std::chrono::milliseconds(ms)); }
 
 std::string join_argv(const std::vector<std::string>& argv) {
   std::string out;
@@ -56,8 +52,7 @@ train_job to_job(const detail::job_row& row) {
   j.creation_timestamp = from_ms(row.created_ms);
   j.status = row.status;
   j.reason = row.reason;
-  for (const auto& s : row.steps)
-    j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid});
+  for (const auto& s : row.steps) j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid});
   return j;
 }
 
@@ -77,16 +72,14 @@ engine_state::engine_state(const detail::backend_context& ctx)
          e.what());
   }
   if (::access(home.c_str(), W_OK | X_OK) != 0 || ::access(jobs_dir.c_str(), W_OK | X_OK) != 0)
-    fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " +
-                                      std::strerror(errno) +
+    fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " + std::strerror(errno) +
                                       "; set TJOB_HOME to a writable directory");
   auto db_path = home / "tjob.db";
   // Create the database file ourselves so it is 0600 from its first byte
   // (SQLite gives its -wal and -shm files the same mode).
   int fd = ::open(db_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0)
-    fail(errc::store_unavailable, "cannot open the store " + db_path.string() + ": " +
-                                      std::strerror(errno) +
+    fail(errc::store_unavailable, "cannot open the store " + db_path.string() + ": " + std::strerror(errno) +
                                       "; set TJOB_HOME to a writable directory");
   ::close(fd);
   db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout);
@@ -99,7 +92,8 @@ engine_state::engine_state(const detail::backend_context& ctx)
       gpu_devices = detail::split_list(env);
     } else {
       for (int n = 0; n < 64; ++n)
-        if (std::filesystem::exists("/dev/nvidia" + std::to_string(n))) gpu_devices.push_back(std::to_string(n));
+        if (std::filesystem::exists("/dev/nvidia" + std::to_string(n)))
+          gpu_devices.push_back(std::to_string(n));
     }
   }
   self_pid = ::getpid();
@@ -243,12 +237,11 @@ void engine_state::check_running() const {
   if (stopping) fail(errc::shut_down, "the engine is shutting down");
 }
 
-bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string message,
-                         std::string reason) {
+bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string message, std::string reason) {
   auto to = detail::next(s.row.status, ev);
   if (!to) {
-    log->debug("job {} step {}: {} rejected in {}", j.row.name, s.row.name,
-               detail::event_reason(ev.kind), to_string(s.row.status));
+    log->debug("job {} step {}: {} rejected in {}", j.row.name, s.row.name, detail::event_reason(ev.kind),
+               to_string(s.row.status));
     return false;
   }
   s.row.status = *to;
@@ -260,9 +253,8 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
   if (j.row.status == job_status::failed && j.row.reason.empty()) j.row.reason = s.row.reason;
 
   queue_write(
-      [name = j.row.name, step = s.row, status = j.row.status, jreason = j.row.reason,
-       t = now_ms(), what = std::string(detail::event_reason(ev.kind)),
-       message = std::move(message)](detail::store& db) {
+      [name = j.row.name, step = s.row, status = j.row.status, jreason = j.row.reason, t = now_ms(),
+       what = std::string(detail::event_reason(ev.kind)), message = std::move(message)](detail::store& db) {
         db.append_event(name, step.name, t, what, message);
         db.update_step(name, step);
         db.update_job_status(name, status, jreason);
@@ -298,23 +290,23 @@ void engine_state::spawn_internal(asio::awaitable<void> op, const char* what) {
 void engine_state::start_job(std::shared_ptr<job_rec> j) {
   ++internal_coroutines;
   auto& slot_owner = j->stop;
-  asio::co_spawn(ex, run_job(j),
-                 asio::bind_cancellation_slot(
-                     slot_owner.slot(), [self = shared_from_this(), j](std::exception_ptr e) {
-                       if (e && !self->stopping) {
-                         std::string why;
-                         try {
-                           std::rethrow_exception(e);
-                         } catch (const std::exception& x) {
-                           why = x.what();
-                         } catch (...) {
-                           why = "unknown error";
-                         }
-                         self->log->error("job {}: {}", j->row.name, why);
-                         self->fail_unfinished(*j, why);
-                       }
-                       if (--self->internal_coroutines == 0) self->idle.notify();
-                     }));
+  asio::co_spawn(
+      ex, run_job(j),
+      asio::bind_cancellation_slot(slot_owner.slot(), [self = shared_from_this(), j](std::exception_ptr e) {
+        if (e && !self->stopping) {
+          std::string why;
+          try {
+            std::rethrow_exception(e);
+          } catch (const std::exception& x) {
+            why = x.what();
+          } catch (...) {
+            why = "unknown error";
+          }
+          self->log->error("job {}: {}", j->row.name, why);
+          self->fail_unfinished(*j, why);
+        }
+        if (--self->internal_coroutines == 0) self->idle.notify();
+      }));
 }
 
 // The engine could not supervise a job any more: whatever still runs of it is

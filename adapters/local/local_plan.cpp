@@ -5,8 +5,8 @@
 #include "engine/spec_json.hpp"
 #include "engine/trainer_checks.hpp"
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <boost/json.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -52,8 +52,8 @@ std::string find_program(const std::string& who, const std::string& prog,
            who + ": " + quote(prog) +
                " is not an executable file; check the path (relative paths start from the "
                "working dir) and its execute permission");
-    fail(errc::executable_not_found, who + ": cannot find executable " + quote(prog) +
-                                         " on PATH (" + printable(path, 300) + "); " + hint);
+    fail(errc::executable_not_found, who + ": cannot find executable " + quote(prog) + " on PATH (" +
+                                         printable(path, 300) + "); " + hint);
   }
   std::error_code ec;
   return std::filesystem::absolute(*exe, ec).string();
@@ -68,8 +68,8 @@ void engine_state::plan_command(job_rec& j, const std::string& who, command_trai
   phase ph;
   ph.name = "command";
   ph.final = true;
-  ph.executable = find_program(who, ct.command.front(), ct.env, ct.working_dir,
-                               "give its full path or fix PATH");
+  ph.executable =
+      find_program(who, ct.command.front(), ct.env, ct.working_dir, "give its full path or fix PATH");
   ph.argv = ct.command;
   ph.env = ct.env;
   ph.cwd = ct.working_dir;
@@ -126,8 +126,8 @@ void engine_state::plan_gpus(job_rec& j, const std::string& who, const python_tr
 // torchrun with the nodes meeting on 127.0.0.1 at a port chosen free when
 // the job starts). A function or script text is written into the work dir;
 // a script file runs where it is.
-void engine_state::plan_python(job_rec& j, const std::string& who, python_trainer& pt,
-                               const runtime& rt, int num_nodes) {
+void engine_state::plan_python(job_rec& j, const std::string& who, python_trainer& pt, const runtime& rt,
+                               int num_nodes) {
   std::string source = python::check_python_code(who, pt);
   pt.working_dir = check_working_dir(who, pt.working_dir);
   std::vector<std::string> packages;
@@ -221,8 +221,8 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
       st.name = "node-" + std::to_string(node);
       j->row.steps.push_back(st);
     }
-    std::string created = "created by process " + std::to_string(self_pid) + ": " +
-                          join_argv(j->node_phases[0].argv);
+    std::string created =
+        "created by process " + std::to_string(self_pid) + ": " + join_argv(j->node_phases[0].argv);
     detail::job_row row = j->row;
     bool inserted = co_await insert_job(std::move(row), std::move(created));
     if (inserted) {
@@ -235,7 +235,8 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
     if (!c.generated_name)
       fail(errc::duplicate_name, "TrainJob " + quote(name) +
                                      " already exists; choose another name, or delete it first "
-                                     "(tjob delete " + name + ")");
+                                     "(tjob delete " +
+                                     name + ")");
     name = detail::generate_job_name();
     plan_job(*j, name, req, c.rt);
   }
@@ -283,8 +284,8 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
     transact([&](detail::store& db) { db.delete_job(name); });
     std::error_code rec;
     std::filesystem::remove_all(j->dir, rec);
-    fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + made_not->what() +
-                                      "; check that " + jobs_dir.string() + " is writable");
+    fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + made_not->what() + "; check that " +
+                                      jobs_dir.string() + " is writable");
   }
 }
 

@@ -3,13 +3,13 @@
 #include "adapters/process/cgroup.hpp"
 #include "adapters/process/proc_info.hpp"
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 
-#include <csignal>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <csignal>
 
 namespace tjob::local {
 
@@ -30,11 +30,10 @@ asio::awaitable<void> engine_state::cancel_owned(std::shared_ptr<job_rec> j) {
   if (!j->cancel_requested) {
     j->cancel_requested = true;
     j->watchers.notify_all();  // a job waiting for GPUs gives up its place
-    queue_write([name = j->row.name, t = now_ms(),
-                 grace = cfg.grace_period.count()](detail::store& db) {
-      db.append_event(name, "", t, "CancelRequested",
-                      "cancel requested: SIGTERM to the process group, SIGKILL after " +
-                          std::to_string(grace) + " ms");
+    queue_write([name = j->row.name, t = now_ms(), grace = cfg.grace_period.count()](detail::store& db) {
+      db.append_event(
+          name, "", t, "CancelRequested",
+          "cancel requested: SIGTERM to the process group, SIGKILL after " + std::to_string(grace) + " ms");
     });
   }
   if (!j->escalating) {
@@ -61,8 +60,7 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name) {
   });
   auto signal_steps = [&](const detail::job_row& r, int sig) {
     for (const auto& s : r.steps)
-      if (s.status == job_status::running &&
-          process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start))
+      if (s.status == job_status::running && process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start))
         ::killpg(static_cast<pid_t>(s.pid), sig);
   };
   signal_steps(*row, SIGTERM);
@@ -78,8 +76,7 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name) {
   if (co_await wait_for_end(steady::now() + cfg.grace_period)) co_return;
   if (auto r = db->load_job(name)) signal_steps(*r, SIGKILL);
   if (!co_await wait_for_end(steady::now() + std::chrono::seconds(30)))
-    fail(errc::timeout, "TrainJob " + quote(name) +
-                            " did not end after SIGKILL; its owner (pid " +
+    fail(errc::timeout, "TrainJob " + quote(name) + " did not end after SIGKILL; its owner (pid " +
                             std::to_string(row->owner_pid) + ") is not answering");
 }
 
@@ -91,8 +88,7 @@ void engine_state::reconcile_all() { reconcile_rows(db->load_unfinished()); }
 bool engine_state::reconcile_row(const detail::job_row& row) { return reconcile_rows({row}) > 0; }
 
 std::string engine_state::job_token(const detail::job_row& row) const {
-  return fmt::format("{:016x}-{}-{}", std::hash<std::string>{}(home.string()), row.name,
-                     row.created_ms);
+  return fmt::format("{:016x}-{}-{}", std::hash<std::string>{}(home.string()), row.name, row.created_ms);
 }
 
 // A job recorded as unfinished whose owner is gone is Failed, reason `lost`:
@@ -132,9 +128,8 @@ std::size_t engine_state::reconcile_rows(const std::vector<detail::job_row>& row
           s.reason = "lost";
           db.update_step(cur->name, s);
           db.append_event(cur->name, s.name, now_ms(), "Lost",
-                          "the process that supervised the job (pid " +
-                              std::to_string(cur->owner_pid) + ") ended while the step was " +
-                              was + "; nobody saw how it ended");
+                          "the process that supervised the job (pid " + std::to_string(cur->owner_pid) +
+                              ") ended while the step was " + was + "; nobody saw how it ended");
         }
         statuses.push_back(s.status);
       }
@@ -174,8 +169,7 @@ asio::awaitable<bool> foreign_watch::wait_until(steady::time_point deadline) {
   if (!owner_ || !owner_->is_open()) co_return co_await wake_.wait_until(deadline);
   using namespace asio::experimental::awaitable_operators;
   auto r = co_await (wake_.wait_until(deadline) ||
-                     owner_->async_wait(asio::posix::descriptor_base::wait_read,
-                                        asio::use_awaitable));
+                     owner_->async_wait(asio::posix::descriptor_base::wait_read, asio::use_awaitable));
   if (r.index() == 1) {
     owner_.reset();
     if (auto row = e_.db->load_job(name_)) e_.reconcile_row(*row);
@@ -183,6 +177,5 @@ asio::awaitable<bool> foreign_watch::wait_until(steady::time_point deadline) {
   }
   co_return std::get<0>(r);
 }
-
 
 }  // namespace tjob::local

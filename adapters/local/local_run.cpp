@@ -3,22 +3,21 @@
 #include "adapters/local/log_files.hpp"
 #include "adapters/process/cgroup.hpp"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
-#include <csignal>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <csignal>
 
 extern char** environ;
 
 namespace tjob::local {
-
 
 // A job runs its phases (local_impl.hpp): the setup phases once, in node-0
 // (a venv serves every node of the job), then each node's own code at the
@@ -53,8 +52,10 @@ asio::awaitable<void> engine_state::run_other(std::shared_ptr<job_rec> j) {
       outcomes.resize(j->steps.size());
       outcomes[0] = std::move(*ended);
       for (std::size_t i = 1; i < outcomes.size(); ++i)
-        outcomes[i] = {{event_kind::start_failed}, "not started: node-0's setup did not succeed",
-                       j->cancel_requested ? "cancelled" : "setup failed in node-0", false};
+        outcomes[i] = {{event_kind::start_failed},
+                       "not started: node-0's setup did not succeed",
+                       j->cancel_requested ? "cancelled" : "setup failed in node-0",
+                       false};
       co_await finish_job(j, std::move(outcomes));
       co_return;
     }
@@ -78,12 +79,14 @@ asio::awaitable<std::vector<step_outcome>> engine_state::run_nodes(std::shared_p
   std::vector<step_outcome> outcomes(nodes);
   auto& first = outcomes[0];
   if (!setup.empty()) first = co_await run_phases(j, 0, setup, j->setup_started);
-  bool setup_ok = setup.empty() || (first.ev.kind == event_kind::exited && first.ev.exit_code == 0 &&
-                                    !j->cancel_requested);
+  bool setup_ok = setup.empty() ||
+                  (first.ev.kind == event_kind::exited && first.ev.exit_code == 0 && !j->cancel_requested);
   if (!setup_ok) {
     for (std::size_t i = 1; i < nodes; ++i)
-      outcomes[i] = {{event_kind::start_failed}, "not started: node-0's setup did not succeed",
-                     j->cancel_requested ? "cancelled" : "setup failed in node-0", false};
+      outcomes[i] = {{event_kind::start_failed},
+                     "not started: node-0's setup did not succeed",
+                     j->cancel_requested ? "cancelled" : "setup failed in node-0",
+                     false};
     co_return outcomes;
   }
   // Shared with the node coroutines, which may outlive this frame on shutdown.
@@ -102,8 +105,7 @@ asio::awaitable<std::vector<step_outcome>> engine_state::run_nodes(std::shared_p
     asio::co_spawn(
         ex,
         [](std::shared_ptr<engine_state> self, std::shared_ptr<job_rec> j, std::size_t i,
-           std::vector<phase*> code, bool started,
-           std::shared_ptr<node_group> g) -> asio::awaitable<void> {
+           std::vector<phase*> code, bool started, std::shared_ptr<node_group> g) -> asio::awaitable<void> {
           auto out = co_await self->run_phases(j, i, code, started);
           g->outcomes[i] = out;
           bool failed = !(out.ev.kind == event_kind::exited && out.ev.exit_code == 0);
@@ -140,8 +142,7 @@ asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j,
     auto& o = outcomes[i];
     if (j->cancel_requested && !o.started && o.ev.kind != event_kind::cancelled)
       o = {{event_kind::cancelled}, "cancelled before it started", "cancelled", false};
-    if (j->steps[i].stopped && j->failed_node && o.ev.kind == event_kind::exited &&
-        o.ev.exit_code != 0)
+    if (j->steps[i].stopped && j->failed_node && o.ev.kind == event_kind::exited && o.ev.exit_code != 0)
       o.reason = "stopped: " + *j->failed_node + " failed (" + o.reason + ")";
     apply(*j, j->steps[i], o.ev, o.message, o.reason);
   }
@@ -164,9 +165,9 @@ asio::awaitable<bool> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
       said = true;
       // Another process's release changes the store: its inotify wakes us too.
       wd = watch.add(home, &w);
-      log_progress(*j, j->steps[0], "[tjob] waiting for " + std::to_string(need) +
-                                        " GPU(s); the engine's " + std::to_string(gpu_devices.size()) +
-                                        " are in use\n");
+      log_progress(*j, j->steps[0],
+                   "[tjob] waiting for " + std::to_string(need) + " GPU(s); the engine's " +
+                       std::to_string(gpu_devices.size()) + " are in use\n");
       queue_write([name = j->row.name, t = now_ms(), need](detail::store& db) {
         db.append_event(name, "", t, "Queued", "waiting for " + std::to_string(need) + " GPU(s)");
       });
@@ -236,9 +237,10 @@ bool engine_state::start_phase(job_rec& j, std::size_t index, const phase& ph, s
   std::string failed_step;
   auto child = process::child::spawn(ex, spec, ec, &failed_step);
   if (ec) {
-    out.message = "cannot start " + quote(spec.executable) + " (" + ph.name + "): " +
-                  (failed_step == "open the log" ? "cannot open its log " + s.log_path + ": " : std::string()) +
-                  ec.message();
+    out.message =
+        "cannot start " + quote(spec.executable) + " (" + ph.name +
+        "): " + (failed_step == "open the log" ? "cannot open its log " + s.log_path + ": " : std::string()) +
+        ec.message();
     if (!out.started) {
       out.ev = {event_kind::start_failed};
       out.reason = "start failed: " + ec.message();
@@ -257,7 +259,8 @@ bool engine_state::start_phase(job_rec& j, std::size_t index, const phase& ph, s
     // been exec'd, so what it starts later inherits the limit.
     rlimit lim{ph.memory_limit, ph.memory_limit};
     if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
-      log_progress(j, s, std::string("[tjob] could not set the memory limit: ") + std::strerror(errno) + "\n");
+      log_progress(j, s,
+                   std::string("[tjob] could not set the memory limit: ") + std::strerror(errno) + "\n");
   }
   if (ph.cpu_limit > 0) {
     // As with the memory limit: moved right after exec, before it starts workers.
@@ -265,13 +268,14 @@ bool engine_state::start_phase(job_rec& j, std::size_t index, const phase& ph, s
     auto dir = process::limit_cpu(s.row.pid, job_token(j.row) + "-" + s.row.name, ph.cpu_limit, why_not);
     if (dir) {
       s.cgroup = *dir;
-      log_progress(j, s, "[tjob] CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")\n");
+      log_progress(j, s,
+                   "[tjob] CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")\n");
     } else {
       log_progress(j, s, "[tjob] CPU time not limited: " + why_not + "\n");
     }
   }
-  std::string what = "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " +
-                     join_argv(spec.argv);
+  std::string what =
+      "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " + join_argv(spec.argv);
   if (!out.started) {
     apply(j, s, {event_kind::started}, what, {});
     out.started = true;
@@ -395,7 +399,8 @@ asio::awaitable<std::optional<std::string>> engine_state::capture_output(process
   std::string text;
   std::array<char, 4096> buf;
   for (;;) {
-    std::size_t n = co_await out.async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
+    std::size_t n =
+        co_await out.async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) break;
     if (text.size() < (1u << 16)) text.append(buf.data(), std::min(n, (1u << 16) - text.size()));
   }
@@ -425,11 +430,10 @@ asio::awaitable<void> engine_state::escalate(std::shared_ptr<job_rec> j, bool te
   if (stopping || is_terminal(j->row.status)) co_return;
   for (auto& s : j->steps) {
     if (s.row.status != job_status::running) continue;
-    log->info("job {} step {}: still running {} ms after SIGTERM; sending SIGKILL", j->row.name,
-              s.row.name, cfg.grace_period.count());
+    log->info("job {} step {}: still running {} ms after SIGTERM; sending SIGKILL", j->row.name, s.row.name,
+              cfg.grace_period.count());
     s.proc.signal_group(SIGKILL);
   }
 }
-
 
 }  // namespace tjob::local

@@ -12,11 +12,11 @@ extern char** environ;
 
 namespace tjob::local {
 
-
 // Which interpreter a job's python is. A native binary says it itself; a
 // script (a pyenv shim) picks one when it runs, so it is asked, as the venv
 // phase would run it (same environment and directory).
-asio::awaitable<std::optional<std::pair<std::string, std::string>>> engine_state::python_identity(job_rec& j) {
+asio::awaitable<std::optional<std::pair<std::string, std::string>>> engine_state::python_identity(
+    job_rec& j) {
   const std::string given = j.venv_inputs->python;
   if (auto n = detail::venv_cache::native_identity(given)) co_return n;
   const phase& venv = j.phases.front();
@@ -200,7 +200,8 @@ asio::awaitable<std::optional<step_outcome>> engine_state::prepare_venv(std::sha
   detail::wake_registration on_cancel(j->watchers, &w);
   for (;;) {
     if (j->cancel_requested)
-      co_return step_outcome{{event_kind::cancelled}, "cancelled before it started", "cancelled", j->setup_started};
+      co_return step_outcome{
+          {event_kind::cancelled}, "cancelled before it started", "cancelled", j->setup_started};
     check_running();
     int fd = -1;
     bool copied = false;

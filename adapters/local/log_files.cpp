@@ -1,9 +1,9 @@
 #include "adapters/local/log_files.hpp"
 
-#include <cerrno>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
 #include <vector>
 
 namespace tjob::detail {

@@ -4,12 +4,12 @@
 
 #include <sqlite3.h>
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <system_error>
-#include <unistd.h>
 
 namespace tjob::detail {
 namespace {
@@ -58,24 +58,25 @@ CREATE INDEX jobs_by_status ON jobs(status);
 errc classify(int rc) {
   switch (rc & 0xff) {
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: return errc::store_locked;
+    case SQLITE_LOCKED:
+      return errc::store_locked;
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT:
-    case SQLITE_SCHEMA: return errc::store_corrupt;
-    default: return errc::store_unavailable;
+    case SQLITE_SCHEMA:
+      return errc::store_corrupt;
+    default:
+      return errc::store_unavailable;
   }
 }
 
 std::string fix_for(errc e, const std::filesystem::path& p) {
   switch (e) {
     case errc::store_locked:
-      return "another process holds the lock on " + p.string() +
-             "; wait for it or stop it, then try again";
+      return "another process holds the lock on " + p.string() + "; wait for it or stop it, then try again";
     case errc::store_corrupt:
       return "move " + p.string() + " aside (nothing in it was changed) or point TJOB_HOME elsewhere";
     default:
-      return "check that " + p.parent_path().string() +
-             " is a writable directory, or set TJOB_HOME to one";
+      return "check that " + p.parent_path().string() + " is a writable directory, or set TJOB_HOME to one";
   }
 }
 
@@ -106,8 +107,7 @@ struct reset_guard {
 
 }  // namespace
 
-store::store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout)
-    : path_(db_path) {
+store::store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout) : path_(db_path) {
   try {
     open(busy_timeout);
   } catch (...) {
@@ -118,8 +118,7 @@ store::store(const std::filesystem::path& db_path, std::chrono::milliseconds bus
 
 void store::open(std::chrono::milliseconds busy_timeout) {
   int rc = sqlite3_open_v2(path_.c_str(), &db_,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) fail(rc, "cannot open the store");
   sqlite3_extended_result_codes(db_, 1);
   sqlite3_busy_timeout(db_, static_cast<int>(busy_timeout.count()));
@@ -143,9 +142,9 @@ void store::open(std::chrono::milliseconds busy_timeout) {
       int app = read_int("PRAGMA application_id");
       if (app != application_id) {
         if (app != 0 || read_int("SELECT count(*) FROM sqlite_master") != 0)
-          throw error(errc::store_corrupt,
-                      "store " + path_.string() + " is not a tjob store (it holds other data); " +
-                          fix_for(errc::store_corrupt, path_));
+          throw error(errc::store_corrupt, "store " + path_.string() +
+                                               " is not a tjob store (it holds other data); " +
+                                               fix_for(errc::store_corrupt, path_));
         exec(schema_sql);
         exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
         exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
@@ -176,8 +175,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
   auto wake = wake_path(path_);
   wake_fd_ = ::open(wake.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (wake_fd_ < 0)
-    throw error(errc::store_unavailable, "cannot open " + wake.string() + ": " +
-                                             std::strerror(errno) + "; " +
+    throw error(errc::store_unavailable, "cannot open " + wake.string() + ": " + std::strerror(errno) + "; " +
                                              fix_for(errc::store_unavailable, path_));
 }
 
@@ -199,8 +197,8 @@ std::filesystem::path store::wake_path(const std::filesystem::path& db_path) {
 void store::fail(int rc, std::string_view what) {
   errc e = classify(rc);
   std::string peer = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
-  throw error(e, "store " + path_.string() + ": " + std::string(what) + " (" + peer + "); " +
-                     fix_for(e, path_),
+  throw error(e,
+              "store " + path_.string() + ": " + std::string(what) + " (" + peer + "); " + fix_for(e, path_),
               peer);
 }
 
@@ -215,8 +213,8 @@ sqlite3_stmt* store::prepare(std::string_view sql) {
   for (auto& [text, s] : cache_)
     if (text == sql) return s;
   sqlite3_stmt* s = nullptr;
-  int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()),
-                              SQLITE_PREPARE_PERSISTENT, &s, nullptr);
+  int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &s,
+                              nullptr);
   if (rc != SQLITE_OK) fail(rc, "cannot prepare a statement");
   cache_.emplace_back(std::string(sql), s);
   return s;
@@ -269,7 +267,8 @@ std::string wal_checkpointer::run() noexcept {
   if (int rc = sqlite3_exec(db_, "PRAGMA schema_version", nullptr, nullptr, nullptr); rc != SQLITE_OK)
     return "cannot read " + path_.string() + " to checkpoint it: " + sqlite3_errmsg(db_);
   int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-  if (rc != SQLITE_OK && rc != SQLITE_BUSY) return "checkpoint of " + path_.string() + ": " + sqlite3_errmsg(db_);
+  if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+    return "checkpoint of " + path_.string() + ": " + sqlite3_errmsg(db_);
   return {};
 }
 
@@ -313,8 +312,8 @@ bool store::insert_job(const job_row& job) {
 }
 
 void store::update_step(const std::string& job, const step_row& step) {
-  auto* s = prepare(
-      "UPDATE steps SET status=?, exit_code=?, reason=?, pid=?, pid_start=? WHERE job=? AND name=?");
+  auto* s =
+      prepare("UPDATE steps SET status=?, exit_code=?, reason=?, pid=?, pid_start=? WHERE job=? AND name=?");
   reset_guard g{s};
   bind_text(s, 1, to_string(step.status));
   if (step.exit_code) sqlite3_bind_int(s, 2, *step.exit_code);
@@ -327,8 +326,7 @@ void store::update_step(const std::string& job, const step_row& step) {
   if (rc != SQLITE_DONE) fail(rc, "cannot update a step");
 }
 
-void store::update_job_status(const std::string& job, job_status status,
-                              const std::string& reason) {
+void store::update_job_status(const std::string& job, job_status status, const std::string& reason) {
   auto* s = prepare("UPDATE jobs SET status=?, reason=? WHERE name=?");
   reset_guard g{s};
   bind_text(s, 1, to_string(status));
@@ -456,8 +454,9 @@ bool store::has_event(const std::string& job, std::string_view reason) {
 std::optional<std::vector<std::string>> store::lease_devices(const std::string& job,
                                                              const std::vector<std::string>& devices,
                                                              std::size_t n) {
-  exec("DELETE FROM device_leases WHERE job NOT IN "
-       "(SELECT name FROM jobs WHERE status IN ('Created','Running'))");
+  exec(
+      "DELETE FROM device_leases WHERE job NOT IN "
+      "(SELECT name FROM jobs WHERE status IN ('Created','Running'))");
   std::vector<std::string> leased;
   {
     auto* s = prepare("SELECT device FROM device_leases");

@@ -75,7 +75,7 @@ class store {
   std::function<void()> on_wal_full;
   static constexpr int checkpoint_pages = 1000;
 
-  void begin();             ///< BEGIN IMMEDIATE (waits up to the busy timeout)
+  void begin();  ///< BEGIN IMMEDIATE (waits up to the busy timeout)
   /// COMMIT, then a write to wake_path(): readers watching the directory are
   /// woken once the commit is visible to them.
   void commit();
@@ -115,7 +115,7 @@ class store {
   std::filesystem::path path_;
   sqlite3* db_ = nullptr;
   int wake_fd_ = -1;
-  int wal_pages_ = 0;  ///< in the WAL after this connection's last commit
+  int wal_pages_ = 0;                       ///< in the WAL after this connection's last commit
   int next_checkpoint_ = checkpoint_pages;  ///< WAL pages at which on_wal_full is next called
   std::vector<std::pair<std::string, sqlite3_stmt*>> cache_;
 };

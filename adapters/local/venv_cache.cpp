@@ -2,21 +2,21 @@
 
 #include "adapters/process/proc_info.hpp"
 
-#include <boost/json.hpp>
 #include <openssl/evp.h>
+#include <boost/json.hpp>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
-#include <fstream>
 #include <linux/fs.h>
-#include <sstream>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <system_error>
 #include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <system_error>
 
 namespace tjob::detail::venv_cache {
 
@@ -128,7 +128,8 @@ inputs inputs_of(const json::object& m) {
   if (auto* p = m.if_contains("python_identity"); p && p->is_string()) in.python_identity = p->as_string();
   in.packages = strings_of(m.if_contains("packages"));
   in.index_urls = strings_of(m.if_contains("index_urls"));
-  if (auto* p = m.if_contains("system_site_packages"); p && p->is_bool()) in.system_site_packages = p->as_bool();
+  if (auto* p = m.if_contains("system_site_packages"); p && p->is_bool())
+    in.system_site_packages = p->as_bool();
   return in;
 }
 
@@ -140,7 +141,8 @@ std::string python_version_of(const fs::path& venv) {
       std::string key = k;
       if (line.rfind(key, 0) == 0) {
         auto eq = line.find('=');
-        if (eq == std::string::npos || line.substr(0, eq).find_first_not_of(" ", key.size()) != std::string::npos)
+        if (eq == std::string::npos ||
+            line.substr(0, eq).find_first_not_of(" ", key.size()) != std::string::npos)
           continue;
         auto v = line.substr(eq + 1);
         v.erase(0, v.find_first_not_of(' '));
@@ -223,7 +225,11 @@ std::optional<std::pair<std::string, std::string>> native_identity(const std::st
   char magic[4] = {};
   ssize_t n = ::read(fd, magic, sizeof magic);
   ::close(fd);
-  if (n != 4 || std::memcmp(magic, "\x7f" "ELF", 4) != 0) return std::nullopt;
+  if (n != 4 || std::memcmp(magic,
+                            "\x7f"
+                            "ELF",
+                            4) != 0)
+    return std::nullopt;
   return std::make_pair(std::string(real), file_identity(real));
 }
 

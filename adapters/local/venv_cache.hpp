@@ -21,12 +21,12 @@
 // Errors: throw std::system_error or tjob::error with the path and the fix.
 #pragma once
 
+#include <sys/types.h>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <sys/types.h>
 #include <utility>
 #include <vector>
 
@@ -60,7 +60,7 @@ struct entry_info {
   std::uint64_t bytes = 0;
   std::int64_t created_ms = 0;
   std::int64_t last_used_ms = 0;
-  std::string problem;         ///< empty when usable
+  std::string problem;  ///< empty when usable
 };
 
 class cache {

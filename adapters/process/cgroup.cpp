@@ -1,12 +1,12 @@
 #include "adapters/process/cgroup.hpp"
 
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
-#include <fstream>
-#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
 namespace tjob::process {
 namespace {
@@ -52,8 +52,7 @@ std::string cgroup_dir_for(const std::string& name) {
   return {};
 }
 
-std::optional<std::string> limit_cpu(pid_t pid, const std::string& name, double cpus,
-                                     std::string& why_not) {
+std::optional<std::string> limit_cpu(pid_t pid, const std::string& name, double cpus, std::string& why_not) {
   std::string dir = cgroup_dir_for(name);
   if (dir.empty()) {
     why_not = "no cgroup cpu controller is mounted";
@@ -65,9 +64,10 @@ std::optional<std::string> limit_cpu(pid_t pid, const std::string& name, double 
   if (v2 && !write_file(parent + "/cgroup.subtree_control", "+cpu", why_not)) return std::nullopt;
   if (!make_dir(dir, why_not)) return std::nullopt;
   auto quota = static_cast<long>(cpus * period_us);
-  bool ok = v2 ? write_file(dir + "/cpu.max", std::to_string(quota) + " " + std::to_string(period_us), why_not)
-               : write_file(dir + "/cpu.cfs_period_us", std::to_string(period_us), why_not) &&
-                     write_file(dir + "/cpu.cfs_quota_us", std::to_string(quota), why_not);
+  bool ok =
+      v2 ? write_file(dir + "/cpu.max", std::to_string(quota) + " " + std::to_string(period_us), why_not)
+         : write_file(dir + "/cpu.cfs_period_us", std::to_string(period_us), why_not) &&
+               write_file(dir + "/cpu.cfs_quota_us", std::to_string(quota), why_not);
   if (!ok || !write_file(dir + "/cgroup.procs", std::to_string(pid), why_not)) {
     ::rmdir(dir.c_str());
     return std::nullopt;

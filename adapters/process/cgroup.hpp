@@ -4,17 +4,16 @@
 // where cgroups cannot be used, the caller is told why and goes on.
 #pragma once
 
+#include <sys/types.h>
 #include <optional>
 #include <string>
-#include <sys/types.h>
 
 namespace tjob::process {
 
 /// Puts `pid` (and so what it starts afterwards) in the cgroup `name` (a
 /// path-safe string), limited to `cpus` CPUs of CPU time. Returns the
 /// cgroup's directory, or nullopt with `why_not` set.
-std::optional<std::string> limit_cpu(pid_t pid, const std::string& name, double cpus,
-                                     std::string& why_not);
+std::optional<std::string> limit_cpu(pid_t pid, const std::string& name, double cpus, std::string& why_not);
 
 /// Removes the cgroup directory made by limit_cpu (once its processes are gone).
 void remove_cgroup(const std::string& dir);

@@ -1,12 +1,12 @@
 #include "adapters/process/proc_info.hpp"
 
-#include <charconv>
-#include <cstdio>
 #include <dirent.h>
 #include <fcntl.h>
+#include <unistd.h>
+#include <charconv>
+#include <cstdio>
 #include <string>
 #include <string_view>
-#include <unistd.h>
 
 namespace tjob::process {
 namespace {
@@ -79,8 +79,7 @@ std::size_t count_group_members(pid_t pgid) {
   return count;
 }
 
-std::vector<std::pair<pid_t, std::string>> find_by_environment(
-    const std::set<std::string>& entries) {
+std::vector<std::pair<pid_t, std::string>> find_by_environment(const std::set<std::string>& entries) {
   std::vector<std::pair<pid_t, std::string>> found;
   if (entries.empty()) return found;
   DIR* d = ::opendir("/proc");

@@ -1,13 +1,13 @@
 // Facts about processes read from /proc: identity across pid reuse.
 #pragma once
 
+#include <sys/types.h>
 #include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
-#include <sys/types.h>
 
 namespace tjob::process {
 
@@ -24,7 +24,6 @@ std::size_t count_group_members(pid_t pgid);
 
 /// The live processes whose environment holds one of `entries` ("KEY=VALUE"),
 /// with the entry each holds. One pass over /proc, however many entries.
-std::vector<std::pair<pid_t, std::string>> find_by_environment(
-    const std::set<std::string>& entries);
+std::vector<std::pair<pid_t, std::string>> find_by_environment(const std::set<std::string>& entries);
 
 }  // namespace tjob::process

@@ -3,23 +3,23 @@
 #include "adapters/process/proc_info.hpp"
 
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
-#include <cerrno>
-#include <csignal>
-#include <cstring>
 #include <fcntl.h>
 #include <linux/close_range.h>
-#include <spawn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 
 // ThreadSanitizer's clone() interceptor cannot follow a CLONE_VM child: its
 // builds spawn with posix_spawn (see spawn_portable).
@@ -89,8 +89,7 @@ std::optional<std::string> find_executable(std::string_view name, std::string_vi
   return std::nullopt;
 }
 
-std::vector<std::string> merge_environment(char** base,
-                                           const std::map<std::string, std::string>& overlay) {
+std::vector<std::string> merge_environment(char** base, const std::map<std::string, std::string>& overlay) {
   std::vector<std::string> out;
   for (char** e = base; e && *e; ++e) {
     std::string_view entry(*e);
@@ -147,7 +146,6 @@ struct kernel_sigaction {
 // libc state, no sanitizer interceptors, no errno that matters).
 #define TJOB_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
 
-
 // Returns the result, or -errno.
 TJOB_NO_SANITIZE long sys(long n, long a = 0, long b = 0, long c = 0, long d = 0) {
 #if defined(__x86_64__)
@@ -202,10 +200,9 @@ TJOB_NO_SANITIZE int child_main(void* arg) {
                              : sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/dev/null"), O_RDONLY);
   if (in < 0) child_fail(l, in, "open /dev/null");
   in = above_stdio(in);
-  long out = l->stdout_fd >= 0
-                 ? l->stdout_fd
-                 : sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>(l->stdout_path),
-                       O_WRONLY | O_APPEND | O_CREAT, 0600);
+  long out = l->stdout_fd >= 0 ? l->stdout_fd
+                               : sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>(l->stdout_path),
+                                     O_WRONLY | O_APPEND | O_CREAT, 0600);
   if (out < 0) child_fail(l, out, "open the log");
   out = above_stdio(out);
   if ((r = sys(SYS_dup2, in, 0)) < 0 || (r = sys(SYS_dup2, out, 1)) < 0 || (r = sys(SYS_dup2, out, 2)) < 0)
@@ -251,7 +248,8 @@ pid_t spawn_portable(const spawn_spec& spec, std::vector<char*>& argv, std::vect
   if (spec.stdout_fd >= 0)
     posix_spawn_file_actions_adddup2(&fa, spec.stdout_fd, STDOUT_FILENO);
   else
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, spec.stdout_path.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0600);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, spec.stdout_path.c_str(),
+                                     O_WRONLY | O_APPEND | O_CREAT, 0600);
   posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
   posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
@@ -313,9 +311,9 @@ child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code&
   c.impl_ = std::make_unique<impl>(ex, pid, pidfd);
   return c;
 #else
-  launch l{spec.executable.c_str(), argv.data(), envp.data(),
-           spec.cwd.empty() ? nullptr : spec.cwd.c_str(), spec.stdout_path.c_str(),
-           spec.stdin_fd, spec.stdout_fd, spec.new_session};
+  launch l{
+      spec.executable.c_str(),  argv.data(),   envp.data(),    spec.cwd.empty() ? nullptr : spec.cwd.c_str(),
+      spec.stdout_path.c_str(), spec.stdin_fd, spec.stdout_fd, spec.new_session};
   char* stack = child_stack_top();
   if (!stack) {
     ec.assign(ENOMEM, boost::system::system_category());
@@ -328,8 +326,8 @@ child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code&
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   int pidfd = -1;
-  pid_t pid = ::clone(child_main, stack, CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_PIDFD | SIGCHLD,
-                      &l, &pidfd);
+  pid_t pid =
+      ::clone(child_main, stack, CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_PIDFD | SIGCHLD, &l, &pidfd);
   int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) {
@@ -359,8 +357,8 @@ exit_status child::reap() {
   siginfo_t info{};
   int rc;
   do {
-    rc = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(impl_->pidfd.native_handle()),
-                  &info, WEXITED);
+    rc = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(impl_->pidfd.native_handle()), &info,
+                  WEXITED);
   } while (rc != 0 && errno == EINTR);
   if (rc != 0)
     throw boost::system::system_error(errno, boost::system::system_category(),

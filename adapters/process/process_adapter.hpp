@@ -26,12 +26,12 @@
 namespace tjob::process {
 
 struct spawn_spec {
-  std::string executable;          ///< absolute path (see find_executable)
-  std::vector<std::string> argv;   ///< argv[0] as the user gave it
-  std::vector<std::string> env;    ///< complete environment, "KEY=VALUE"
-  std::string cwd;                 ///< working directory of the child
-  bool new_session = false;        ///< setsid() instead of a new process group
-  int stdin_fd = -1;               ///< -1: /dev/null
+  std::string executable;         ///< absolute path (see find_executable)
+  std::vector<std::string> argv;  ///< argv[0] as the user gave it
+  std::vector<std::string> env;   ///< complete environment, "KEY=VALUE"
+  std::string cwd;                ///< working directory of the child
+  bool new_session = false;       ///< setsid() instead of a new process group
+  int stdin_fd = -1;              ///< -1: /dev/null
   /// Where stdout and stderr go: a file the child opens for appending
   /// (created 0600), so a job writes its output straight into its log; or,
   /// when `stdout_fd` is not -1, that descriptor (the caller keeps it).
@@ -56,8 +56,7 @@ std::optional<std::string> find_executable(std::string_view name, std::string_vi
                                            std::string_view cwd);
 
 /// The environment `base` (as `environ`) with `overlay` laid on top.
-std::vector<std::string> merge_environment(char** base,
-                                           const std::map<std::string, std::string>& overlay);
+std::vector<std::string> merge_environment(char** base, const std::map<std::string, std::string>& overlay);
 
 /// A running (or exited, not yet waited for) child process in its own process
 /// group. Holds one descriptor: its pidfd.
@@ -74,8 +73,8 @@ class child {
   /// descriptors). Errors before exec (no such file, a bad cwd, the log cannot
   /// be opened) come back in `ec`, and what failed ("execve", "open the
   /// log", "chdir", …) in `failed_step`.
-  static child spawn(boost::asio::any_io_executor ex, const spawn_spec& spec,
-                     boost::system::error_code& ec, std::string* failed_step = nullptr);
+  static child spawn(boost::asio::any_io_executor ex, const spawn_spec& spec, boost::system::error_code& ec,
+                     std::string* failed_step = nullptr);
 
   pid_t pid() const noexcept;
   /// Start time in clock ticks since boot (see proc_info.hpp); 0 if unknown.

@@ -28,11 +28,11 @@ std::string read_source(const std::string& who, const std::string& file) {
   std::error_code ec;
   auto size = std::filesystem::file_size(file, ec);
   if (ec)
-    fail(errc::invalid_argument, who + ": cannot read the training file " + quote(file) + ": " +
-                                     ec.message() + "; check the path");
+    fail(errc::invalid_argument,
+         who + ": cannot read the training file " + quote(file) + ": " + ec.message() + "; check the path");
   if (size > (16u << 20))
-    fail(errc::invalid_argument, who + ": the training file " + quote(file) +
-                                     " is larger than 16 MiB; pass a script, not data");
+    fail(errc::invalid_argument,
+         who + ": the training file " + quote(file) + " is larger than 16 MiB; pass a script, not data");
   std::ifstream in(file, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -41,16 +41,17 @@ std::string read_source(const std::string& who, const std::string& file) {
 
 std::string check_python_code(const std::string& who, python_trainer& pt) {
   if (pt.source.empty() == pt.source_file.empty())
-    fail(errc::invalid_argument, who + ": give the training code either as source text or as a "
-                                       "file (source or source_file), not both or neither");
+    fail(errc::invalid_argument, who +
+                                     ": give the training code either as source text or as a "
+                                     "file (source or source_file), not both or neither");
   if (!pt.source_file.empty()) {
     std::error_code ec;
     pt.source_file = std::filesystem::absolute(pt.source_file, ec).string();
     if (pt.function.empty() && !std::filesystem::is_regular_file(pt.source_file, ec))
-      fail(errc::invalid_argument, who + ": the training file " + quote(pt.source_file) +
-                                       " does not exist; check the path");
+      fail(errc::invalid_argument,
+           who + ": the training file " + quote(pt.source_file) + " does not exist; check the path");
   }
-  std::string source = !pt.source.empty() ? pt.source
+  std::string source = !pt.source.empty()    ? pt.source
                        : pt.function.empty() ? std::string()
                                              : read_source(who, pt.source_file);
   std::string where = pt.source_file.empty() ? "the source" : quote(pt.source_file);
@@ -66,11 +67,12 @@ std::string check_python_code(const std::string& who, python_trainer& pt) {
     auto v = json::parse(pt.function_args, jec);
     if (jec || !v.is_object())
       fail(errc::invalid_argument,
-           who + ": function_args (--args) must be a JSON object of keyword arguments, such as "
-                 "{\"lr\": 0.1}; got " + printable(pt.function_args, 60));
+           who +
+               ": function_args (--args) must be a JSON object of keyword arguments, such as "
+               "{\"lr\": 0.1}; got " +
+               printable(pt.function_args, 60));
   }
-  if (pt.procs_per_node < 1)
-    fail(errc::invalid_argument, who + ": procs_per_node must be 1 or more");
+  if (pt.procs_per_node < 1) fail(errc::invalid_argument, who + ": procs_per_node must be 1 or more");
   for (const auto& a : pt.args)
     if (has_nul(a)) fail(errc::invalid_argument, who + ": a script argument holds a NUL byte");
   for (const auto& p : pt.packages_to_install)
@@ -88,8 +90,9 @@ std::string check_remote_trainer(const std::string& who, python_trainer& pt) {
   if (source.empty()) source = read_source(who, pt.source_file);
   for (const auto& p : pt.packages_to_install)
     if (!requirement_name(p))
-      fail(errc::invalid_argument, who + ": package " + quote(p) + " is not a requirement "
-                                         "(a name, optionally with extras and a version)");
+      fail(errc::invalid_argument, who + ": package " + quote(p) +
+                                       " is not a requirement "
+                                       "(a name, optionally with extras and a version)");
   check_gpus(who, pt);
   return source;
 }
@@ -115,7 +118,10 @@ std::vector<std::string> torchrun_flags(const torch_topology& t) {
           "--master_addr=" + t.master_addr,
           "--master_port=" + t.master_port,
           "--monitor_interval=0.2",
-          "--redirects", "9:1", "--tee", "9:1"};
+          "--redirects",
+          "9:1",
+          "--tee",
+          "9:1"};
 }
 
 std::vector<std::string> code_argv(const std::string& python, bool torch, const torch_topology& t,
@@ -185,14 +191,16 @@ os.execv(argv[0], argv)
 )PY";
 }
 
-json::object entry_plan(const python_trainer& pt, const std::string& source, bool torch,
-                        bool with_code, const std::string& script) {
+json::object entry_plan(const python_trainer& pt, const std::string& source, bool torch, bool with_code,
+                        const std::string& script) {
   json::array packages, pip_args, args;
   for (const auto& p : pt.packages_to_install) packages.emplace_back(p);
   for (const auto& a : pip_install_args({}, index_urls(pt.pip_index_urls))) pip_args.emplace_back(a);
   for (const auto& a : pt.args) args.emplace_back(a);
-  json::object plan{{"packages", std::move(packages)}, {"pip_args", std::move(pip_args)},
-                    {"args", std::move(args)}, {"torch", torch}};
+  json::object plan{{"packages", std::move(packages)},
+                    {"pip_args", std::move(pip_args)},
+                    {"args", std::move(args)},
+                    {"torch", torch}};
   if (with_code) {
     auto files = training_files(pt, source, "train");
     plan["code"] = files.empty() ? source : files.front().second;

@@ -83,8 +83,14 @@ std::vector<std::string> index_urls(const std::vector<std::string>& trainer_urls
 
 std::vector<std::string> pip_install_args(const std::vector<std::string>& packages,
                                           const std::vector<std::string>& urls) {
-  std::vector<std::string> args = {"install", "--no-input", "--disable-pip-version-check",
-                                   "--no-warn-script-location", "--progress-bar", "off", "--retries", "2"};
+  std::vector<std::string> args = {"install",
+                                   "--no-input",
+                                   "--disable-pip-version-check",
+                                   "--no-warn-script-location",
+                                   "--progress-bar",
+                                   "off",
+                                   "--retries",
+                                   "2"};
   for (std::size_t i = 0; i < urls.size(); ++i) {
     args.push_back(i == 0 ? "--index-url" : "--extra-index-url");
     args.push_back(urls[i]);

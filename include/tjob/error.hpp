@@ -14,24 +14,24 @@
 namespace tjob {
 
 enum class errc {
-  job_not_found = 1,      ///< no job with that name
-  step_not_found,         ///< the job has no such step
-  invalid_name,           ///< not an RFC 1035 label of at most 63 characters
-  duplicate_name,         ///< a job with that name exists already
-  invalid_argument,       ///< a field of the request or call is malformed
-  executable_not_found,   ///< the command's program is not on PATH or not executable
-  runtime_not_found,      ///< no runtime with that name
-  job_failed,             ///< a wait saw the job reach Failed, which was not asked for
-  unreachable_status,     ///< a wait saw the job end in a status that was not asked for
-  timeout,                ///< a wait ran out of time
-  store_unavailable,      ///< $TJOB_HOME or the database cannot be created or opened
-  store_corrupt,          ///< the database file is not a valid tjob store
-  store_locked,           ///< another process holds the database lock for too long
-  spawn_failed,           ///< the OS refused to start the process
-  shut_down,              ///< the engine is shutting down
-  backend_unavailable,    ///< the daemon or API server cannot be reached, or went away mid-answer
-  backend_error,          ///< the daemon or API server refused a request (its message is in the text)
-  protocol_error,         ///< a peer's answer is malformed or over a limit
+  job_not_found = 1,     ///< no job with that name
+  step_not_found,        ///< the job has no such step
+  invalid_name,          ///< not an RFC 1035 label of at most 63 characters
+  duplicate_name,        ///< a job with that name exists already
+  invalid_argument,      ///< a field of the request or call is malformed
+  executable_not_found,  ///< the command's program is not on PATH or not executable
+  runtime_not_found,     ///< no runtime with that name
+  job_failed,            ///< a wait saw the job reach Failed, which was not asked for
+  unreachable_status,    ///< a wait saw the job end in a status that was not asked for
+  timeout,               ///< a wait ran out of time
+  store_unavailable,     ///< $TJOB_HOME or the database cannot be created or opened
+  store_corrupt,         ///< the database file is not a valid tjob store
+  store_locked,          ///< another process holds the database lock for too long
+  spawn_failed,          ///< the OS refused to start the process
+  shut_down,             ///< the engine is shutting down
+  backend_unavailable,   ///< the daemon or API server cannot be reached, or went away mid-answer
+  backend_error,         ///< the daemon or API server refused a request (its message is in the text)
+  protocol_error,        ///< a peer's answer is malformed or over a limit
 };
 
 const boost::system::error_category& category() noexcept;

@@ -22,10 +22,10 @@ using clock = std::chrono::system_clock;
 /// child's PATH, i.e. `env["PATH"]` when set, else the engine's) unless it
 /// contains a '/'. No shell is involved; every string is passed as data.
 struct command_trainer {
-  std::vector<std::string> command;          ///< argv; must not be empty
-  std::map<std::string, std::string> env;    ///< laid over the engine's environment
-  std::string working_dir;                   ///< empty: the job's own `jobs/<name>/work/` (in a container: /workspace)
-  std::string image;                         ///< container backend: the image; empty: the config's, else the runtime's
+  std::vector<std::string> command;        ///< argv; must not be empty
+  std::map<std::string, std::string> env;  ///< laid over the engine's environment
+  std::string working_dir;  ///< empty: the job's own `jobs/<name>/work/` (in a container: /workspace)
+  std::string image;        ///< container backend: the image; empty: the config's, else the runtime's
 };
 
 /// Runs Python training code in a virtual environment of its own, as
@@ -34,23 +34,24 @@ struct command_trainer {
 /// with pip after the runtime's, merged by Kubeflow's rules; the code runs
 /// under torchrun when the runtime's framework is torch, else under python.
 struct python_trainer {
-  std::string source;                 ///< Python source text (API); or
-  std::string source_file;            ///< a .py file: its text is the source
-  std::string function;               ///< empty: run the source as a script
-  std::string function_args;          ///< a JSON object of keyword arguments; empty: none
-  std::vector<std::string> args;      ///< command-line arguments of a script
+  std::string source;             ///< Python source text (API); or
+  std::string source_file;        ///< a .py file: its text is the source
+  std::string function;           ///< empty: run the source as a script
+  std::string function_args;      ///< a JSON object of keyword arguments; empty: none
+  std::vector<std::string> args;  ///< command-line arguments of a script
   std::vector<std::string> packages_to_install;
   std::vector<std::string> pip_index_urls;  ///< empty: $DEFAULT_PIP_INDEX_URLS or PyPI
   std::map<std::string, std::string> env;   ///< laid over the engine's environment
-  std::string working_dir;            ///< empty: the job's own work dir
-  std::string python;                 ///< interpreter; empty: the first python3 on PATH
-  bool system_site_packages = false;  ///< the venv sees the interpreter's packages (a system torch)
-  bool keep_venv = false;             ///< keep the venv after the job, whatever the config says
-  int procs_per_node = 1;             ///< torchrun --nproc_per_node (resources_per_node cpu)
-  bool cpu_limit = false;             ///< also limit each node's CPU time to procs_per_node CPUs (cgroup), where the machine allows
-  std::uint64_t memory_limit = 0;     ///< bytes of address space per process of the code (RLIMIT_AS); 0: none
-  int gpus = 0;                       ///< GPUs per node, leased from the engine's device list (container: a GPU DeviceRequest)
-  std::string image;                  ///< container backend: the image; empty: the config's, else the runtime's
+  std::string working_dir;                  ///< empty: the job's own work dir
+  std::string python;                       ///< interpreter; empty: the first python3 on PATH
+  bool system_site_packages = false;        ///< the venv sees the interpreter's packages (a system torch)
+  bool keep_venv = false;                   ///< keep the venv after the job, whatever the config says
+  int procs_per_node = 1;                   ///< torchrun --nproc_per_node (resources_per_node cpu)
+  bool cpu_limit =
+      false;  ///< also limit each node's CPU time to procs_per_node CPUs (cgroup), where the machine allows
+  std::uint64_t memory_limit = 0;  ///< bytes of address space per process of the code (RLIMIT_AS); 0: none
+  int gpus = 0;  ///< GPUs per node, leased from the engine's device list (container: a GPU DeviceRequest)
+  std::string image;  ///< container backend: the image; empty: the config's, else the runtime's
 };
 
 /// The kinds of trainer a job can have; the engine dispatches on it.
@@ -59,8 +60,8 @@ using trainer = std::variant<command_trainer, python_trainer>;
 /// Everything `train` needs. The runtime defaults to Kubeflow's
 /// `torch-distributed` when empty.
 struct train_request {
-  std::string name;       ///< empty: generated (a letter + 11 hex characters)
-  std::string runtime;    ///< runtime name; empty: "torch-distributed"
+  std::string name;     ///< empty: generated (a letter + 11 hex characters)
+  std::string runtime;  ///< runtime name; empty: "torch-distributed"
   trainer job_trainer;
   int num_nodes = 1;
   /// Kubernetes backend: the TrainJob's labels and annotations (Kubeflow's
@@ -92,8 +93,8 @@ struct step {
   std::string name;
   job_status status = job_status::created;
   std::optional<int> exit_code;
-  std::string reason;   ///< why it failed: "exit code 3", "cancelled", "lost", …
-  std::int64_t pid = 0; ///< the process while it runs; 0 before it starts
+  std::string reason;    ///< why it failed: "exit code 3", "cancelled", "lost", …
+  std::int64_t pid = 0;  ///< the process while it runs; 0 before it starts
 };
 
 /// A job as the engine knows it. `status` is derived from the event log.
@@ -104,16 +105,16 @@ struct train_job {
   int num_nodes = 1;
   clock::time_point creation_timestamp;
   job_status status = job_status::created;
-  std::string reason;   ///< for Failed: the failing step's reason
+  std::string reason;  ///< for Failed: the failing step's reason
 };
 
 /// One entry of a job's append-only event log.
 struct event {
-  std::int64_t seq = 0;     ///< order within the store
+  std::int64_t seq = 0;  ///< order within the store
   clock::time_point time;
-  std::string step;         ///< empty for job-level events
-  std::string reason;       ///< Created, Started, Exited, StartFailed, CancelRequested, Cancelled, Lost
-  std::string message;      ///< for a person
+  std::string step;     ///< empty for job-level events
+  std::string reason;   ///< Created, Started, Exited, StartFailed, CancelRequested, Cancelled, Lost
+  std::string message;  ///< for a person
 };
 
 /// One entry of the local backend's venv cache (`tjob cache list`): a venv
@@ -121,7 +122,7 @@ struct event {
 /// system-site-packages flag, copied into every job that needs the same.
 struct venv_cache_entry {
   std::string key;
-  std::string python;           ///< the interpreter's real executable
+  std::string python;  ///< the interpreter's real executable
   std::string python_version;
   std::vector<std::string> packages;
   std::vector<std::string> index_urls;
@@ -136,7 +137,7 @@ struct venv_cache_entry {
 struct log_options {
   std::string step = "node-0";
   bool follow = false;
-  std::optional<std::size_t> tail;   ///< only the last N lines (then follow, if asked)
+  std::optional<std::size_t> tail;  ///< only the last N lines (then follow, if asked)
 };
 
 }  // namespace tjob

@@ -1,9 +1,9 @@
 // The tjob command as a user runs it.
 #include "tests/support/test_support.hpp"
 
-#include <boost/json.hpp>
 #include <doctest/doctest.h>
 #include <sqlite3.h>
+#include <boost/json.hpp>
 
 #include <csignal>
 #include <cstdlib>
@@ -40,9 +40,7 @@ struct fixture : tjob::test::home_fixture {
   }
 };
 
-bool one_line(const std::string& s) {
-  return !s.empty() && s.back() == '\n' && s.find('\n') == s.size() - 1;
-}
+bool one_line(const std::string& s) { return !s.empty() && s.back() == '\n' && s.find('\n') == s.size() - 1; }
 
 }  // namespace
 
@@ -120,15 +118,15 @@ TEST_CASE_FIXTURE(fixture, "list and get and logs and events and wait and delete
   CHECK(rts.exit_code == 0);
   std::set<std::string> names;
   auto parsed = boost::json::parse(rts.out);
-  for (const auto& r : parsed.as_array())
-    names.insert(std::string(r.at("name").as_string()));
+  for (const auto& r : parsed.as_array()) names.insert(std::string(r.at("name").as_string()));
   CHECK(names == std::set<std::string>{"python", "torch-distributed"});
   CHECK(tjob({"runtimes"}).out.find("torch-distributed   torch") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(fixture, "every command has --help") {
   CHECK(tjob({"--help"}).exit_code == 0);
-  for (std::string cmd : {"run", "train", "list", "get", "logs", "wait", "delete", "cancel", "events", "runtimes", "cache"}) {
+  for (std::string cmd :
+       {"run", "train", "list", "get", "logs", "wait", "delete", "cancel", "events", "runtimes", "cache"}) {
     auto r = tjob({cmd, "--help"});
     CAPTURE(cmd);
     CHECK(r.exit_code == 0);
@@ -137,7 +135,8 @@ TEST_CASE_FIXTURE(fixture, "every command has --help") {
   CHECK(tjob({"train", "--help"}).out.find("supervising process") != std::string::npos);
 }
 
-TEST_CASE_FIXTURE(fixture, "usage errors give one line that names the problem and exit 2 and change nothing") {
+TEST_CASE_FIXTURE(fixture,
+                  "usage errors give one line that names the problem and exit 2 and change nothing") {
   REQUIRE(tjob({"run", "--name", "kept", "--", helper_bin(), "exit", "0"}).exit_code == 0);
   auto db_before = tjob({"get", "kept", "-o", "json"}).out;
   struct bad_case {
@@ -206,7 +205,8 @@ TEST_CASE_FIXTURE(fixture, "an unwritable and corrupt or locked store is reporte
   CHECK(all[0].at("name").as_string() == "before-lock");
 }
 
-TEST_CASE_FIXTURE(fixture, "Ctrl-C on tjob run cancels the job gracefully and records it Failed (cancelled)") {
+TEST_CASE_FIXTURE(fixture,
+                  "Ctrl-C on tjob run cancels the job gracefully and records it Failed (cancelled)") {
   tjob::test::background r({tjob_bin(), "run", "--name", "interrupted", "--", helper_bin(), "print",
                             "working\n", "sleep", "60000"},
                            env());
@@ -220,9 +220,8 @@ TEST_CASE_FIXTURE(fixture, "Ctrl-C on tjob run cancels the job gracefully and re
 }
 
 TEST_CASE_FIXTURE(fixture, "after tjob run is SIGKILLed no job is left Running") {
-  tjob::test::background r({tjob_bin(), "run", "--name", "killed", "--", helper_bin(), "print", "up\n",
-                            "sleep", "60000"},
-                           env());
+  tjob::test::background r(
+      {tjob_bin(), "run", "--name", "killed", "--", helper_bin(), "print", "up\n", "sleep", "60000"}, env());
   REQUIRE(r.wait_for_stdout("up\n"));
   r.signal(SIGKILL);
   r.wait();
@@ -231,8 +230,10 @@ TEST_CASE_FIXTURE(fixture, "after tjob run is SIGKILLed no job is left Running")
   CHECK(o.at("reason").as_string() == "lost");
 }
 
-TEST_CASE_FIXTURE(fixture, "tjob train returns at once and logs -f and wait and cancel work from other shells") {
-  auto t = tjob({"train", "--name", "bg", "--", helper_bin(), "print", "a\n", "sleep", "200", "print", "b\n"});
+TEST_CASE_FIXTURE(fixture,
+                  "tjob train returns at once and logs -f and wait and cancel work from other shells") {
+  auto t =
+      tjob({"train", "--name", "bg", "--", helper_bin(), "print", "a\n", "sleep", "200", "print", "b\n"});
   REQUIRE(t.exit_code == 0);
   CHECK(t.out == "bg\n");
   auto f = tjob({"logs", "-f", "bg"});
@@ -257,7 +258,8 @@ TEST_CASE_FIXTURE(fixture, "the README's main job trains the linear model under 
                env(), 300s);
   CAPTURE(r.err);
   CHECK(r.exit_code == 0);
-  for (int i = 1; i <= 5; ++i) CHECK(r.out.find("Epoch " + std::to_string(i) + "/5, Loss: ") != std::string::npos);
+  for (int i = 1; i <= 5; ++i)
+    CHECK(r.out.find("Epoch " + std::to_string(i) + "/5, Loss: ") != std::string::npos);
   CHECK(r.out.find("Training completed!\n") != std::string::npos);
   CHECK(r.out.find("[tjob] venv done in ") != std::string::npos);
   CHECK(r.err.find("Complete in") != std::string::npos);
@@ -269,7 +271,8 @@ TEST_CASE_FIXTURE(fixture, "tjob run FILE.py runs Python code and rejects bad Py
                          "    print('script', sys.argv[1:])\n";
   auto env = this->env();
   env["PIP_CONFIG_FILE"] = "/dev/null";
-  auto func = run({tjob_bin(), "run", "--runtime", "python", "--func", "go", "--args", "{\"n\": 7}", file.string()}, env);
+  auto func = run(
+      {tjob_bin(), "run", "--runtime", "python", "--func", "go", "--args", "{\"n\": 7}", file.string()}, env);
   CHECK(func.exit_code == 0);
   CHECK(func.out.find("n = 7\n") != std::string::npos);
   auto script = run({tjob_bin(), "run", "--runtime", "python", file.string(), "a", "b"}, env);
@@ -298,8 +301,8 @@ TEST_CASE_FIXTURE(fixture, "tjob run FILE.py runs Python code and rejects bad Py
     CHECK(one_line(r.err));
     CHECK(r.err.find(c.mention) != std::string::npos);
   }
-  auto detached = run({tjob_bin(), "train", "--name", "py-bg", "--runtime", "python", "--func", "go", "--args",
-                       "{\"n\": 3}", file.string()},
+  auto detached = run({tjob_bin(), "train", "--name", "py-bg", "--runtime", "python", "--func", "go",
+                       "--args", "{\"n\": 3}", file.string()},
                       env);
   REQUIRE(detached.exit_code == 0);
   CHECK(detached.out == "py-bg\n");
@@ -323,9 +326,10 @@ TEST_CASE_FIXTURE(fixture, "tjob run whose reader goes away keeps owning its job
 TEST_CASE_FIXTURE(fixture, "runtime directories add and override runtimes and report broken manifests") {
   auto rdir = dir.path() / "rt";
   std::filesystem::create_directories(rdir);
-  std::ofstream(rdir / "mine.yaml") << "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\n"
-                                        "metadata:\n  name: my-runtime\n  labels:\n    trainer.kubeflow.org/framework: python\n"
-                                        "spec:\n  template:\n    spec:\n      replicatedJobs:\n        - name: node\n";
+  std::ofstream(rdir / "mine.yaml")
+      << "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\n"
+         "metadata:\n  name: my-runtime\n  labels:\n    trainer.kubeflow.org/framework: python\n"
+         "spec:\n  template:\n    spec:\n      replicatedJobs:\n        - name: node\n";
   std::ofstream(rdir / "broken.yaml") << "kind: ClusterTrainingRuntime\nmetadata:\n  name: broken\n";
   auto r = tjob({"--runtime-dir", rdir.string(), "runtimes"});
   CHECK(r.exit_code == 0);
@@ -360,7 +364,8 @@ TEST_CASE_FIXTURE(fixture, "processes that find a new store at the same time all
   CHECK(all.size() == 12);
 }
 
-TEST_CASE_FIXTURE(fixture, "tjob cache lists the cached venvs and prune removes them and --no-venv-cache builds afresh") {
+TEST_CASE_FIXTURE(
+    fixture, "tjob cache lists the cached venvs and prune removes them and --no-venv-cache builds afresh") {
   auto script = dir.path() / "hello.py";
   std::ofstream(script) << "print('hello from the venv')\n";
   std::vector<std::string> job = {"run", "--runtime", "python", script.string()};
@@ -427,7 +432,8 @@ std::vector<std::string> trace_args(const std::string& call) {
 std::string at(const std::string& dirfd, const std::string& name) {
   if (!name.empty() && name[0] == '/') return name;
   auto lt = dirfd.find('<');
-  if (lt != std::string::npos && dirfd.back() == '>') return dirfd.substr(lt + 1, dirfd.size() - lt - 2) + "/" + name;
+  if (lt != std::string::npos && dirfd.back() == '>')
+    return dirfd.substr(lt + 1, dirfd.size() - lt - 2) + "/" + name;
   return "relative to the cwd: " + name;
 }
 
@@ -476,25 +482,33 @@ std::vector<std::string> written_paths(const std::string& trace, const std::stri
 
 }  // namespace
 
-TEST_CASE_FIXTURE(fixture, "tjob writes nothing outside TJOB_HOME: every write-open, mkdir, rename and unlink traced") {
+TEST_CASE_FIXTURE(
+    fixture, "tjob writes nothing outside TJOB_HOME: every write-open, mkdir, rename and unlink traced") {
   if (!have_strace()) return;
   auto trace = dir.path() / "trace";
   auto script = dir.path() / "job.py";
   std::ofstream(script) << "print('python job')\n";
   std::string marker = (dir.path() / "pwned").string();
-  std::vector<std::vector<std::string>> runs = {
-      {"run", "--name", "a", "--env", "X=$(touch " + marker + ")", "--", helper_bin(), "print", "../../escape"},
-      {"run", "--runtime", "python", script.string()},
-      {"train", "--name", "b", "--", helper_bin(), "sleep", "100"},
-      {"wait", "b"},
-      {"delete", "a"},
-      {"cache", "list"}};
+  std::vector<std::vector<std::string>> runs = {{"run", "--name", "a", "--env", "X=$(touch " + marker + ")",
+                                                 "--", helper_bin(), "print", "../../escape"},
+                                                {"run", "--runtime", "python", script.string()},
+                                                {"train", "--name", "b", "--", helper_bin(), "sleep", "100"},
+                                                {"wait", "b"},
+                                                {"delete", "a"},
+                                                {"cache", "list"}};
   std::string traced;
   for (const auto& args : runs) {
-    std::vector<std::string> argv{"strace", "-f", "-qq", "-y", "-o", trace.string(), "-e",
-                                  "trace=open,openat,creat,mkdir,mkdirat,rename,renameat,renameat2,unlink,unlinkat,"
-                                  "link,linkat,symlink,symlinkat,truncate,execve",
-                                  tjob_bin()};
+    std::vector<std::string> argv{
+        "strace",
+        "-f",
+        "-qq",
+        "-y",
+        "-o",
+        trace.string(),
+        "-e",
+        "trace=open,openat,creat,mkdir,mkdirat,rename,renameat,renameat2,unlink,unlinkat,"
+        "link,linkat,symlink,symlinkat,truncate,execve",
+        tjob_bin()};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = run(argv, traced_env(), 120s);
     CAPTURE(args.front());
@@ -511,13 +525,14 @@ TEST_CASE_FIXTURE(fixture, "tjob writes nothing outside TJOB_HOME: every write-o
   CHECK_FALSE(std::filesystem::exists(marker));
 }
 
-TEST_CASE_FIXTURE(fixture, "a new job's directories are made on the engine's pool, not on the thread that spawns jobs") {
+TEST_CASE_FIXTURE(
+    fixture, "a new job's directories are made on the engine's pool, not on the thread that spawns jobs") {
   // Blocking file work (directories, logs, venv copies and removals) must
   // leave the reactor free; strace -f shows which thread made each call.
   if (!have_strace()) return;
   auto trace = dir.path() / "trace";
-  auto r = run({"strace", "-f", "-qq", "-o", trace.string(), "-e", "trace=mkdir,mkdirat,clone,clone3", tjob_bin(),
-                "run", "--name", "pooled", "--", helper_bin(), "print", "x"},
+  auto r = run({"strace", "-f", "-qq", "-o", trace.string(), "-e", "trace=mkdir,mkdirat,clone,clone3",
+                tjob_bin(), "run", "--name", "pooled", "--", helper_bin(), "print", "x"},
                traced_env(), 120s);
   REQUIRE(r.exit_code == 0);
   std::string spawner, maker;
@@ -525,7 +540,8 @@ TEST_CASE_FIXTURE(fixture, "a new job's directories are made on the engine's poo
   for (std::string line; std::getline(lines, line);) {
     auto tid = line.substr(0, line.find(' '));
     if (line.find("CLONE_VFORK") != std::string::npos && spawner.empty()) spawner = tid;  // the job's spawn
-    if (line.find("/jobs/pooled/logs\"") != std::string::npos && line.find("= 0") != std::string::npos) maker = tid;
+    if (line.find("/jobs/pooled/logs\"") != std::string::npos && line.find("= 0") != std::string::npos)
+      maker = tid;
   }
   CAPTURE(tjob::test::read_file(trace));
   REQUIRE_FALSE(spawner.empty());

@@ -6,10 +6,10 @@
 
 #include <tjob/error.hpp>
 
-#include <cstdlib>
 #include <fcntl.h>
-#include <string>
 #include <unistd.h>
+#include <cstdlib>
+#include <string>
 
 namespace {
 

@@ -1,11 +1,11 @@
 // Job specs as the CLI's supervisor and the API receive them: any JSON as a
 // trainer, then the checks every train runs (name, env, command, Python code,
 // packages). Bad specs are tjob::error, never a crash.
+#include "adapters/python/python_plan.hpp"
 #include "adapters/python/python_setup.hpp"
 #include "engine/names.hpp"
 #include "engine/spec_json.hpp"
 #include "engine/trainer_checks.hpp"
-#include "adapters/python/python_plan.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 #include <tjob/error.hpp>
@@ -38,7 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     // What went in comes back out the same.
     auto again = tjob::detail::trainer_from_json(tjob::detail::to_json(t));
-    if (boost::json::serialize(tjob::detail::to_json(again)) != boost::json::serialize(tjob::detail::to_json(t)))
+    if (boost::json::serialize(tjob::detail::to_json(again)) !=
+        boost::json::serialize(tjob::detail::to_json(t)))
       std::abort();
   } catch (const tjob::error&) {
   }

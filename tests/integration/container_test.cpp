@@ -41,7 +41,7 @@ fs::path peers_dir() {
 // skipped on a developer machine; in CI, which installs both, it fails).
 std::string socket_of(const std::string& daemon) {
   auto s = peers_dir() / (daemon + ".sock");
-  struct stat st{};
+  struct stat st {};
   if (::stat(s.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return s.string();
   REQUIRE_MESSAGE(std::getenv("CI") == nullptr,
                   daemon << " is not running (" << s << "); the container_peers fixture starts it");
@@ -125,8 +125,8 @@ TEST_CASE_TEMPLATE("a command job runs in a container with its output, Kubeflow'
                                  "--format", "{{.Names}} {{.Label \"trainer.kubeflow.org/step\"}}"});
   CHECK(names == "cmd-ok-node-0 node-0\n");
   // With none (or host) networking no job network is made: it would carry nothing.
-  auto nets = docker_cli(sock, {"network", "ls", "--filter", "label=trainer.kubeflow.org/trainjob-name=cmd-ok",
-                                "--format", "{{.Name}}"});
+  auto nets = docker_cli(sock, {"network", "ls", "--filter",
+                                "label=trainer.kubeflow.org/trainjob-name=cmd-ok", "--format", "{{.Name}}"});
   CHECK(nets == "");
   auto events = client.get_job_events(name);
   std::vector<std::string> reasons;
@@ -174,9 +174,8 @@ TEST_CASE_TEMPLATE("another process sees the container jobs of the first, with t
   auto name = started_sleeper(client);
   auto env = fx.env();
   env["TJOB_BACKEND"] = "container";  // the CLI's default backend
-  auto r = tjob::test::run({tjob::test::tjob_bin(), "list", "--container-host", "unix://" + sock,
-                            "-o", "json"},
-                           env);
+  auto r = tjob::test::run(
+      {tjob::test::tjob_bin(), "list", "--container-host", "unix://" + sock, "-o", "json"}, env);
   REQUIRE(r.exit_code == 0);
   auto v = boost::json::parse(r.out);
   bool seen = false;
@@ -238,7 +237,8 @@ TEST_CASE_TEMPLATE("an image missing under pull policy Never is refused and noth
   if (!m2.empty()) {  // Docker refuses at start; Podman starts and the job fails
     CHECK(m2.find("bad-start-node-0") != std::string::npos);
     CHECK(code_of([&] { c2.get_job("bad-start"); }) == errc::job_not_found);
-    CHECK(docker_cli(sock, {"network", "ls", "--filter", "name=bad-start-net", "--format", "{{.Name}}"}) == "");
+    CHECK(docker_cli(sock, {"network", "ls", "--filter", "name=bad-start-net", "--format", "{{.Name}}"}) ==
+          "");
   } else {
     CHECK(c2.wait_for_job_status("bad-start", {job_status::failed}, 60s).status == job_status::failed);
     c2.delete_job("bad-start");
@@ -264,7 +264,8 @@ TEST_CASE_TEMPLATE("a 2-node container job runs steps node-0 and node-1 Complete
   CHECK(job.steps[1].name == "node-1");
   CHECK(job.steps[0].status == job_status::complete);
   CHECK(job.steps[1].status == job_status::complete);
-  CHECK(all_of(client.get_job_logs(name, {.step = "node-1"})).find("Training completed!") != std::string::npos);
+  CHECK(all_of(client.get_job_logs(name, {.step = "node-1"})).find("Training completed!") !=
+        std::string::npos);
   client.delete_job(name);
 }
 
@@ -296,7 +297,9 @@ TEST_CASE_TEMPLATE("packages are installed in the container with pip from the in
   client.delete_job(name);
 }
 
-TEST_CASE("one spec, three backends: the linear example and a command job have the same statuses, steps and lines") {
+TEST_CASE(
+    "one spec, three backends: the linear example and a command job have the same statuses, steps and "
+    "lines") {
   auto sock = socket_of("docker");
   if (sock.empty() || !tjob::test::system_python_has("torch")) return;
   auto lines_of = [](const std::string& log, const std::string& first) {
@@ -528,10 +531,18 @@ TEST_CASE_TEMPLATE("the README's container command trains the linear example", D
   fixture fx;
   auto sock = socket_of(D::name);
   if (sock.empty() || !tjob::test::system_python_has("torch")) return;
-  std::vector<std::string> argv = {tjob::test::tjob_bin(), "run", "--backend", "container",
-                                   "--container-runtime", D::name,
-                                   "--container-host", "unix://" + sock,
-                                   "--image", "localhost/tjob-host:bookworm", "--network", "host"};
+  std::vector<std::string> argv = {tjob::test::tjob_bin(),
+                                   "run",
+                                   "--backend",
+                                   "container",
+                                   "--container-runtime",
+                                   D::name,
+                                   "--container-host",
+                                   "unix://" + sock,
+                                   "--image",
+                                   "localhost/tjob-host:bookworm",
+                                   "--network",
+                                   "host"};
   for (const auto& v : host_volumes) {
     argv.push_back("-v");
     argv.push_back(v);

@@ -10,10 +10,10 @@
 #include <doctest/doctest.h>
 #include <sqlite3.h>
 
+#include <dirent.h>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <dirent.h>
 #include <fstream>
 #include <map>
 #include <random>
@@ -31,7 +31,9 @@ std::string expected_log(const std::string& tag, int i) {
   return out;
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
 
 // Where `got` leaves `want`, with what follows there, for the failure message.
 std::string departure(const std::string& want, const std::string& got) {
@@ -123,7 +125,8 @@ TEST_CASE("an engine SIGKILLed at random points again and again loses no job, no
       REQUIRE(job.steps.size() == 1);
       const auto& st = job.steps[0];
       CHECK(is_terminal(job.status));  // nothing left Created or Running
-      auto log = tjob::test::read_file(std::filesystem::path(fx.home()) / "jobs" / name / "logs" / "node-0.log");
+      auto log =
+          tjob::test::read_file(std::filesystem::path(fx.home()) / "jobs" / name / "logs" / "node-0.log");
       auto want = expected_log(tag, i);
       INFO("log " << departure(want, log));
       if (st.reason == "lost" || st.reason == "cancelled") {

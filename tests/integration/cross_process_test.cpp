@@ -3,8 +3,8 @@
 
 #include <tjob/client.hpp>
 
-#include <boost/json.hpp>
 #include <doctest/doctest.h>
+#include <boost/json.hpp>
 
 #include <csignal>
 #include <fstream>
@@ -18,7 +18,6 @@ using tjob::test::tjob_bin;
 namespace {
 
 using fixture = tjob::test::home_fixture;
-
 
 }  // namespace
 
@@ -40,7 +39,8 @@ TEST_CASE_FIXTURE(fixture, "another process lists and gets a job while it runs")
   c.cancel_job(name);
 }
 
-TEST_CASE_FIXTURE(fixture, "tjob logs -f in another process follows a running job live and returns when it ends") {
+TEST_CASE_FIXTURE(fixture,
+                  "tjob logs -f in another process follows a running job live and returns when it ends") {
   trainer_client c(config());
   auto name = c.train(helper_job({"print", "first\n", "sleep", "500", "print", "second\n", "exit", "4"}));
   tjob::test::background follower({tjob_bin(), "logs", "-f", name}, env());
@@ -50,7 +50,8 @@ TEST_CASE_FIXTURE(fixture, "tjob logs -f in another process follows a running jo
   CHECK(c.get_job(name).steps[0].exit_code == 4);
 }
 
-TEST_CASE_FIXTURE(fixture, "a job whose owner is SIGKILLed is Failed (lost) at the next start and its processes killed") {
+TEST_CASE_FIXTURE(
+    fixture, "a job whose owner is SIGKILLed is Failed (lost) at the next start and its processes killed") {
   auto pidfile = dir.path() / "pids";
   tjob::test::background owner(
       {tjob_bin(), "run", "--name", "orphan", "--", helper_bin(), "ignore-term", pidfile.string()}, env());
@@ -61,7 +62,7 @@ TEST_CASE_FIXTURE(fixture, "a job whose owner is SIGKILLed is Failed (lost) at t
   owner.signal(SIGKILL);
   owner.wait();
   CHECK_FALSE(tjob::test::process_gone(child));  // it outlived its owner ...
-  trainer_client c(config());                     // ... until an engine opens the store
+  trainer_client c(config());                    // ... until an engine opens the store
   auto job = c.get_job("orphan");
   CHECK(job.status == job_status::failed);
   CHECK(job.reason == "lost");
@@ -74,7 +75,8 @@ TEST_CASE_FIXTURE(fixture, "a job whose owner is SIGKILLed is Failed (lost) at t
 
 TEST_CASE_FIXTURE(fixture, "a waiter in another process is woken by the owner's death and without polling") {
   tjob::test::background owner(
-      {tjob_bin(), "run", "--name", "doomed", "--", helper_bin(), "print", "ready\n", "sleep", "60000"}, env());
+      {tjob_bin(), "run", "--name", "doomed", "--", helper_bin(), "print", "ready\n", "sleep", "60000"},
+      env());
   REQUIRE(owner.wait_for_stdout("ready\n"));
   trainer_client c(config());
   auto job = c.get_job("doomed");
@@ -87,10 +89,11 @@ TEST_CASE_FIXTURE(fixture, "a waiter in another process is woken by the owner's 
   owner.wait();
 }
 
-TEST_CASE_FIXTURE(fixture, "a job submitted with tjob train outlives the submitter and is waited for elsewhere") {
-  auto submitted = tjob::test::run({tjob_bin(), "train", "--name", "detached", "--", helper_bin(), "sleep",
-                                    "300", "print", "done\n"},
-                                   env());
+TEST_CASE_FIXTURE(fixture,
+                  "a job submitted with tjob train outlives the submitter and is waited for elsewhere") {
+  auto submitted = tjob::test::run(
+      {tjob_bin(), "train", "--name", "detached", "--", helper_bin(), "sleep", "300", "print", "done\n"},
+      env());
   REQUIRE(submitted.exit_code == 0);
   CHECK(submitted.out == "detached\n");
   trainer_client c(config());

@@ -5,23 +5,21 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <csignal>
 #include <fstream>
 #include <thread>
-#include <sys/stat.h>
 
 using namespace tjob;
 using namespace std::chrono_literals;
 using tjob::test::code_of;
-using tjob::test::message_of;
 using tjob::test::helper_bin;
 using tjob::test::helper_job;
+using tjob::test::message_of;
 
 namespace {
 
 using fixture = tjob::test::home_fixture;
-
-
 
 }  // namespace
 
@@ -30,7 +28,8 @@ TEST_CASE_FIXTURE(fixture, "a job runs to Complete and its log is captured byte 
   std::string bytes;
   for (int b = 0; b < 256; ++b) bytes.push_back(static_cast<char>(b));
   std::string payload = "text\nsecond line\nno newline at the end";
-  auto name = c.train(helper_job({"allbytes", "print", payload, "stderr", "to stderr\n", "exit", "0"}, "exact"));
+  auto name =
+      c.train(helper_job({"allbytes", "print", payload, "stderr", "to stderr\n", "exit", "0"}, "exact"));
   CHECK(name == "exact");
   auto job = c.wait_for_job_status(name, {job_status::complete}, 30s);
   CHECK(job.status == job_status::complete);
@@ -67,7 +66,8 @@ TEST_CASE_FIXTURE(fixture, "exit codes decide the status and the event log recor
   CHECK(events.back().message.find("exit code 3") != std::string::npos);
 }
 
-TEST_CASE_FIXTURE(fixture, "waiting for Complete on a failing job raises with step and exit code and last lines") {
+TEST_CASE_FIXTURE(fixture,
+                  "waiting for Complete on a failing job raises with step and exit code and last lines") {
   trainer_client c(config());
   auto name = c.train(helper_job({"lines", "30", "stderr", "boom: out of memory\n", "exit", "5"}));
   std::string msg;
@@ -91,8 +91,9 @@ TEST_CASE_FIXTURE(fixture, "waits time out and reject bad arguments and refuse u
   auto name = c.train(helper_job({"sleep", "60000"}));
   c.wait_for_job_status(name, {job_status::running}, 30s);
   CHECK(code_of([&] { c.wait_for_job_status(name, {job_status::complete}, 50ms); }) == errc::timeout);
-  CHECK(message_of([&] { c.wait_for_job_status(name, {job_status::complete}, 50ms); })
-            .find("Timeout waiting for TrainJob " + name + " to reach status: Complete") != std::string::npos);
+  CHECK(message_of([&] {
+          c.wait_for_job_status(name, {job_status::complete}, 50ms);
+        }).find("Timeout waiting for TrainJob " + name + " to reach status: Complete") != std::string::npos);
   CHECK(code_of([&] { c.wait_for_job_status(name, {job_status::complete}, 0ms); }) == errc::invalid_argument);
   CHECK(code_of([&] { c.wait_for_job_status(name, {}, 1s); }) == errc::invalid_argument);
   CHECK(code_of([&] { c.wait_for_job_status("nope", {job_status::complete}, 1s); }) == errc::job_not_found);
@@ -106,9 +107,9 @@ TEST_CASE_FIXTURE(fixture, "the child sees the engine's environment with the tra
   ::setenv("TJOB_TEST_PARENT_VAR", "from-parent", 1);
   ::setenv("TJOB_TEST_OVERRIDDEN", "parent", 1);
   trainer_client c(config());
-  auto name = c.train(helper_job({"env", "TJOB_TEST_PARENT_VAR", "env", "TJOB_TEST_OVERRIDDEN", "env",
-                                  "TJOB_TEST_DATA"},
-                                 {}, {{"TJOB_TEST_OVERRIDDEN", "job"}, {"TJOB_TEST_DATA", "a'b\"c;$(touch /tmp/x)\nz"}}));
+  auto name = c.train(
+      helper_job({"env", "TJOB_TEST_PARENT_VAR", "env", "TJOB_TEST_OVERRIDDEN", "env", "TJOB_TEST_DATA"}, {},
+                 {{"TJOB_TEST_OVERRIDDEN", "job"}, {"TJOB_TEST_DATA", "a'b\"c;$(touch /tmp/x)\nz"}}));
   c.wait_for_job_status(name, {job_status::complete}, 30s);
   CHECK(c.get_job_logs(name).read_all() == "from-parent\njob\na'b\"c;$(touch /tmp/x)\nz\n");
 }
@@ -202,7 +203,8 @@ TEST_CASE_FIXTURE(fixture, "follow replays what is stored and streams the rest l
   trainer_client c(config());
   // The job pauses between the two halves of its output; a second follower
   // joins in the pause, so it replays the first half and streams the second.
-  auto name = c.train(helper_job({"lines", "500", "print", "half\n", "sleep", "300", "prefixed", "500", "more "}));
+  auto name =
+      c.train(helper_job({"lines", "500", "print", "half\n", "sleep", "300", "prefixed", "500", "more "}));
   auto first = c.get_job_logs(name, {.follow = true});
   while (auto line = first.next())
     if (*line == "half\n") break;
@@ -240,7 +242,8 @@ TEST_CASE_FIXTURE(fixture, "a child that closes its output early still ends with
   CHECK(c.get_job_logs(name).read_all() == "before\n");
 }
 
-TEST_CASE_FIXTURE(fixture, "deleting a job that ignores SIGTERM kills it after the grace period and grandchild too") {
+TEST_CASE_FIXTURE(fixture,
+                  "deleting a job that ignores SIGTERM kills it after the grace period and grandchild too") {
   trainer_client c(config(300ms));
   auto pidfile = dir.path() / "pids";
   auto name = c.train(helper_job({"ignore-term", pidfile.string()}));
@@ -313,7 +316,8 @@ TEST_CASE_FIXTURE(fixture, "an unusable TJOB_HOME is reported with the path and 
   }
 }
 
-TEST_CASE_FIXTURE(fixture, "the engine checkpoints its store's WAL on its own thread long before the commit would") {
+TEST_CASE_FIXTURE(fixture,
+                  "the engine checkpoints its store's WAL on its own thread long before the commit would") {
   // Without the engine's checkpointer nothing copies the WAL into tjob.db
   // until 8,000 WAL pages (the commit's own fallback): a few hundred jobs
   // fill about 1,000-4,000, so a tjob.db holding their rows shows it ran.

@@ -6,10 +6,10 @@
 
 #include <doctest/doctest.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cstdlib>
+#include <fstream>
 
 using namespace tjob;
 using namespace std::chrono_literals;
@@ -37,10 +37,12 @@ unsigned mode_of(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(fixture, "names with ../, /, NUL or 64 characters are refused and nothing is made for them") {
+TEST_CASE_FIXTURE(fixture,
+                  "names with ../, /, NUL or 64 characters are refused and nothing is made for them") {
   trainer_client c(config());
-  for (std::string name : {std::string("../escape"), std::string("a/b"), std::string("/abs"), std::string("a\0b", 3),
-                           std::string(64, 'a'), std::string("."), std::string(".."), std::string("A-upper")}) {
+  for (std::string name :
+       {std::string("../escape"), std::string("a/b"), std::string("/abs"), std::string("a\0b", 3),
+        std::string(64, 'a'), std::string("."), std::string(".."), std::string("A-upper")}) {
     CAPTURE(name);
     CHECK(code_of([&] { c.train(helper_job({"print", "x"}, name)); }) == errc::invalid_name);
   }
@@ -49,10 +51,12 @@ TEST_CASE_FIXTURE(fixture, "names with ../, /, NUL or 64 characters are refused 
   CHECK_FALSE(fs::exists(dir.path() / "escape"));
 }
 
-TEST_CASE_FIXTURE(fixture, "shell syntax in arguments, env values, script paths and working dirs is data, never run") {
+TEST_CASE_FIXTURE(fixture,
+                  "shell syntax in arguments, env values, script paths and working dirs is data, never run") {
   trainer_client c(config());
   auto marker = dir.path() / "pwned";
-  std::string nasty = "'; touch " + marker.string() + "; echo \"$(touch " + marker.string() + ")\" `id` \n;|&";
+  std::string nasty =
+      "'; touch " + marker.string() + "; echo \"$(touch " + marker.string() + ")\" `id` \n;|&";
   auto job = helper_job({"print", nasty, "env", "NASTY"});
   std::get<command_trainer>(job.job_trainer).env = {{"NASTY", nasty}};
   auto name = c.train(job);
@@ -73,11 +77,13 @@ TEST_CASE_FIXTURE(fixture, "shell syntax in arguments, env values, script paths 
   r.job_trainer = t;
   auto py = c.train(r);
   c.wait_for_job_status(py, {job_status::complete}, 120s);
-  CHECK(c.get_job_logs(py).read_all().find("ran ['$(touch " + marker.string() + ")'] True\n") != std::string::npos);
+  CHECK(c.get_job_logs(py).read_all().find("ran ['$(touch " + marker.string() + ")'] True\n") !=
+        std::string::npos);
   CHECK_FALSE(fs::exists(marker));
 }
 
-TEST_CASE_FIXTURE(fixture, "a 100 MB line is stored byte for byte and read in 1 MiB pieces without 100 MB of memory") {
+TEST_CASE_FIXTURE(fixture,
+                  "a 100 MB line is stored byte for byte and read in 1 MiB pieces without 100 MB of memory") {
   trainer_client c(config());
   constexpr long long size = 100ll << 20;
   auto name = c.train(helper_job({"longline", std::to_string(size)}));
@@ -95,7 +101,8 @@ TEST_CASE_FIXTURE(fixture, "a 100 MB line is stored byte for byte and read in 1 
   CHECK(largest <= (1u << 20) + 1);
   CHECK(pieces >= 100);
   if (!tjob::test::under_sanitizer()) CHECK(peak - before < 48l << 20);  // pieces, not the line
-  CHECK(fs::file_size(fs::path(home()) / "jobs" / name / "logs" / "node-0.log") == static_cast<std::uintmax_t>(size + 1));
+  CHECK(fs::file_size(fs::path(home()) / "jobs" / name / "logs" / "node-0.log") ==
+        static_cast<std::uintmax_t>(size + 1));
   CHECK(c.get_job(name).status == job_status::complete);
 }
 
@@ -112,13 +119,14 @@ TEST_CASE_FIXTURE(fixture, "everything in TJOB_HOME is the user's alone: directo
     auto py = c.train(r);
     c.wait_for_job_status(py, {job_status::complete}, 120s);
     fs::path h = home();
-    for (const auto& d : {h, h / "jobs", h / "jobs" / "modes", h / "jobs" / "modes" / "logs", h / "jobs" / py / "work",
-                          h / "cache", h / "cache" / "venvs"}) {
+    for (const auto& d : {h, h / "jobs", h / "jobs" / "modes", h / "jobs" / "modes" / "logs",
+                          h / "jobs" / py / "work", h / "cache", h / "cache" / "venvs"}) {
       CAPTURE(d);
       CHECK(mode_of(d) == 0700u);
     }
-    for (const auto& f : {h / "tjob.db", h / "tjob.db-wal", h / "tjob.db-shm", h / "tjob.db-wake",
-                          h / "jobs" / "modes" / "logs" / "node-0.log", h / "jobs" / py / "logs" / "node-0.log"}) {
+    for (const auto& f :
+         {h / "tjob.db", h / "tjob.db-wal", h / "tjob.db-shm", h / "tjob.db-wake",
+          h / "jobs" / "modes" / "logs" / "node-0.log", h / "jobs" / py / "logs" / "node-0.log"}) {
       CAPTURE(f);
       CHECK(mode_of(f) == 0600u);
     }

@@ -5,8 +5,8 @@
 
 #include <tjob/client.hpp>
 
-#include <boost/json.hpp>
 #include <doctest/doctest.h>
+#include <boost/json.hpp>
 
 #include <cstdlib>
 #include <fstream>
@@ -87,9 +87,11 @@ train_request sleeper(const std::string& name, const std::string& ms) {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(kube_fixture, "a command job runs on the cluster: body, status, steps, logs, events, delete") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "a command job runs on the cluster: body, status, steps, logs, events, delete") {
   trainer_client c(kube_config());
-  auto req = helper_job({"print", "hello from the pod\n", "env", "GREETING"}, "hello", {{"GREETING", "hi there"}});
+  auto req =
+      helper_job({"print", "hello from the pod\n", "env", "GREETING"}, "hello", {{"GREETING", "hi there"}});
   req.num_nodes = 2;
   req.labels = {{"team", "vision"}};
   req.annotations = {{"note", "it's \"quoted\"; $(not run)"}};
@@ -117,7 +119,8 @@ TEST_CASE_FIXTURE(kube_fixture, "a command job runs on the cluster: body, status
   CHECK(spec.at("trainer").at("env").as_array()[0].at("name").as_string() == "GREETING");
   CHECK(tj.at("metadata").at("labels").at("team").as_string() == "vision");
   CHECK(tj.at("metadata").at("annotations").at("note").as_string() == "it's \"quoted\"; $(not run)");
-  CHECK(kubectl({"get", "trainjobs", "-l", "team=vision", "-o", "name"}) == "trainjob.trainer.kubeflow.org/hello\n");
+  CHECK(kubectl({"get", "trainjobs", "-l", "team=vision", "-o", "name"}) ==
+        "trainjob.trainer.kubeflow.org/hello\n");
 
   auto listed = c.list_jobs();
   REQUIRE(listed.size() == 1);
@@ -135,7 +138,8 @@ TEST_CASE_FIXTURE(kube_fixture, "a command job runs on the cluster: body, status
   CHECK(code_of([&] { c.get_job_logs("hello", {.step = "node-7"}); }) == errc::step_not_found);
   c.delete_job("hello");
   CHECK(code_of([&] { c.get_job("hello"); }) == errc::job_not_found);
-  CHECK(message_of([&] { c.delete_job("hello"); }).find("namespace 'default' on https://127.0.0.1") != std::string::npos);
+  CHECK(message_of([&] { c.delete_job("hello"); }).find("namespace 'default' on https://127.0.0.1") !=
+        std::string::npos);
 }
 
 TEST_CASE_FIXTURE(kube_fixture, "a failing node fails the wait with its exit code and last log lines") {
@@ -152,7 +156,8 @@ TEST_CASE_FIXTURE(kube_fixture, "a failing node fails the wait with its exit cod
   CHECK(c.wait_for_job_status("bad", {job_status::failed}, 10s).status == job_status::failed);
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "a function job installs its packages from the index with pip inside the pod") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "a function job installs its packages from the index with pip inside the pod") {
   tjob::test::package_index index;
   trainer_client c(kube_config());
   train_request r;
@@ -174,7 +179,8 @@ TEST_CASE_FIXTURE(kube_fixture, "a function job installs its packages from the i
   CHECK(log.find("it says hi from tinyjob 1.2.0 on tinydep 0.1.0") != std::string::npos);
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "waiting 30 seconds costs the watch connections, not a request every few seconds") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "waiting 30 seconds costs the watch connections, not a request every few seconds") {
   trainer_client c(kube_config());
   c.train(sleeper("slow", "30000"));
   c.wait_for_job_status("slow", {job_status::running}, 60s);
@@ -193,15 +199,14 @@ TEST_CASE_FIXTURE(kube_fixture, "waiting 30 seconds costs the watch connections,
   CHECK(watches_after == 2);
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "a tjob wait survives a cut watch, a 410 and a bad line and reports the right status") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "a tjob wait survives a cut watch, a 410 and a bad line and reports the right status") {
   trainer_client c(kube_config());
   c.train(sleeper("cut", "6000"));
   auto [r0, w0] = stats();
   tjob::test::background waiter(cli({"wait", "cut", "--status", "Complete", "--timeout", "60"}), env());
   // each fault hits watches that are up: the server says when they are
-  auto watches_at_least = [&](std::size_t n) {
-    return poll_until([&] { return stats().second >= n; });
-  };
+  auto watches_at_least = [&](std::size_t n) { return poll_until([&] { return stats().second >= n; }); };
   REQUIRE(watches_at_least(w0 + 2));
   server.ctl("drop-watches");
   REQUIRE(watches_at_least(w0 + 4));  // both came back
@@ -227,19 +232,24 @@ TEST_CASE_FIXTURE(kube_fixture, "a watch line over the limit is an error the wat
   CHECK(waiter.err().find("a line is longer than 16777216 bytes") != std::string::npos);
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "500s are retried, a slow server times out with a clear error, Status errors are quoted") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "500s are retried, a slow server times out with a clear error, Status errors are quoted") {
   trainer_client c(kube_config());
   c.train(helper_job({"print", "x\n"}, "r"));
   server.ctl("fail", R"({"count": 3, "code": 500, "path": "/apis/trainer.kubeflow.org"})");
   CHECK(c.get_job("r").name == "r");  // read again after each 500
 
-  server.ctl("fail", R"({"count": 1, "code": 403, "path": "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"})");
+  server.ctl(
+      "fail",
+      R"({"count": 1, "code": 403, "path": "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"})");
   auto m = message_of([&] { c.get_job("r"); });
   CHECK(m.find("403") != std::string::npos);
   CHECK(m.find("injected fault 403") != std::string::npos);
   CHECK(m.find(server.token) == std::string::npos);
 
-  server.ctl("fail", R"({"count": 1, "code": 422, "path": "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"})");
+  server.ctl(
+      "fail",
+      R"({"count": 1, "code": 422, "path": "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"})");
   auto bad = helper_job({"print", "x\n"}, "rejected");
   m = message_of([&] { c.train(bad); });
   CHECK(m.find("TrainJob 'rejected'") != std::string::npos);
@@ -255,7 +265,8 @@ TEST_CASE_FIXTURE(kube_fixture, "500s are retried, a slow server times out with 
   CHECK(impatient.get_job("r").name == "r");
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "TLS is verified: a wrong CA is refused by name, and the token is never shown") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "TLS is verified: a wrong CA is refused by name, and the token is never shown") {
   tjob::test::kube_standin other;
   // this server's address with the other server's CA
   auto text = tjob::test::read_file(server.kubeconfig());
@@ -272,7 +283,8 @@ TEST_CASE_FIXTURE(kube_fixture, "TLS is verified: a wrong CA is refused by name,
   CHECK(m.find(wrong.string()) != std::string::npos);
   CHECK(m.find(server.token) == std::string::npos);
 
-  auto r = tjob::test::run({tjob_bin(), "--backend", "kubernetes", "--kubeconfig", wrong.string(), "list"}, env());
+  auto r =
+      tjob::test::run({tjob_bin(), "--backend", "kubernetes", "--kubeconfig", wrong.string(), "list"}, env());
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("certificate") != std::string::npos);
   CHECK((r.out + r.err).find(server.token) == std::string::npos);
@@ -283,14 +295,18 @@ TEST_CASE_FIXTURE(kube_fixture, "TLS is verified: a wrong CA is refused by name,
   CHECK(r.err.find("no context 'nope'") != std::string::npos);
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "the token never appears in any output: run, get and list in every format, events, errors") {
+TEST_CASE_FIXTURE(
+    kube_fixture,
+    "the token never appears in any output: run, get and list in every format, events, errors") {
   std::string all;
   auto take = [&](const std::vector<std::string>& args) {
     auto r = tjob::test::run(cli(args), env(), 120s);
     all += r.out + r.err;
     return r;
   };
-  CHECK(take({"run", "--name", "quiet", "--", "sh", "-c", "echo the job does not know the token"}).exit_code == 0);
+  CHECK(
+      take({"run", "--name", "quiet", "--", "sh", "-c", "echo the job does not know the token"}).exit_code ==
+      0);
   for (std::string f : {"table", "json", "yaml"}) {
     take({"get", "quiet", "-o", f});
     take({"list", "-o", f});
@@ -306,7 +322,8 @@ TEST_CASE_FIXTURE(kube_fixture, "the token never appears in any output: run, get
   CHECK(all.find(server.token) == std::string::npos);
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "cancel suspends the TrainJob: its pods stop and it reads Failed (cancelled)") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "cancel suspends the TrainJob: its pods stop and it reads Failed (cancelled)") {
   trainer_client c(kube_config());
   c.train(sleeper("stopme", "60000"));
   c.wait_for_job_status("stopme", {job_status::running}, 60s);
@@ -397,8 +414,8 @@ TEST_CASE("the README's kubernetes commands start the stand-in and train the lin
 }
 
 TEST_CASE_FIXTURE(kube_fixture, "tjob run streams a pod's log while the job runs and exits with its status") {
-  tjob::test::background run(cli({"run", "--name", "live", "--", tjob::test::helper_bin(), "print",
-                                  "first\n", "sleep", "3000", "print", "second\n", "exit", "2"}),
+  tjob::test::background run(cli({"run", "--name", "live", "--", tjob::test::helper_bin(), "print", "first\n",
+                                  "sleep", "3000", "print", "second\n", "exit", "2"}),
                              env());
   REQUIRE(run.wait_for_stdout("first\n"));
   trainer_client c(kube_config());
@@ -408,7 +425,8 @@ TEST_CASE_FIXTURE(kube_fixture, "tjob run streams a pod's log while the job runs
   CHECK(run.err().find("exit code 2") != std::string::npos);
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "labels and annotations are the kubernetes backend's and the others refuse them") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "labels and annotations are the kubernetes backend's and the others refuse them") {
   trainer_client local(config());
   auto r = helper_job({"print", "x\n"}, "labelled");
   r.labels = {{"team", "a"}};
@@ -427,7 +445,8 @@ TEST_CASE_FIXTURE(kube_fixture, "labels and annotations are the kubernetes backe
   CHECK(tj.at("metadata").at("annotations").at("a").as_string() == "b=c");
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "runtimes come from the cluster and a namespaced TrainingRuntime wins its name") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "runtimes come from the cluster and a namespaced TrainingRuntime wins its name") {
   trainer_client c(kube_config());
   auto rts = c.list_runtimes();
   REQUIRE(rts.size() == 1);
@@ -487,16 +506,17 @@ spec:
 
 namespace {
 // A kubeconfig for `server` with the given cluster and user fields.
-std::string write_kubeconfig(const std::filesystem::path& file, const std::string& url,
-                             json::object cluster, json::object user) {
+std::string write_kubeconfig(const std::filesystem::path& file, const std::string& url, json::object cluster,
+                             json::object user) {
   cluster["server"] = url;
-  json::object cfg{{"apiVersion", "v1"},
-                   {"kind", "Config"},
-                   {"current-context", "c"},
-                   {"clusters", json::array{json::object{{"name", "k"}, {"cluster", cluster}}}},
-                   {"users", json::array{json::object{{"name", "u"}, {"user", user}}}},
-                   {"contexts", json::array{json::object{
-                                    {"name", "c"}, {"context", json::object{{"cluster", "k"}, {"user", "u"}}}}}}};
+  json::object cfg{
+      {"apiVersion", "v1"},
+      {"kind", "Config"},
+      {"current-context", "c"},
+      {"clusters", json::array{json::object{{"name", "k"}, {"cluster", cluster}}}},
+      {"users", json::array{json::object{{"name", "u"}, {"user", user}}}},
+      {"contexts",
+       json::array{json::object{{"name", "c"}, {"context", json::object{{"cluster", "k"}, {"user", "u"}}}}}}};
   std::ofstream(file) << json::serialize(cfg);
   return file.string();
 }
@@ -520,9 +540,9 @@ TEST_CASE_FIXTURE(kube_fixture, "a client certificate, insecure-skip-tls-verify 
     key_data += i + 1 < key_pem.size() ? b64[(v >> 6) & 63] : '=';
     key_data += i + 2 < key_pem.size() ? b64[v & 63] : '=';
   }
-  cfg.kubernetes.config_file = write_kubeconfig(dir.path() / "cert.kubeconfig", server.url,
-                                                {{"certificate-authority", server.ca}},
-                                                {{"client-certificate", cert}, {"client-key-data", key_data}});
+  cfg.kubernetes.config_file =
+      write_kubeconfig(dir.path() / "cert.kubeconfig", server.url, {{"certificate-authority", server.ca}},
+                       {{"client-certificate", cert}, {"client-key-data", key_data}});
   {
     trainer_client c(cfg);
     c.train(helper_job({"print", "by certificate\n"}, "certified"));
@@ -530,9 +550,9 @@ TEST_CASE_FIXTURE(kube_fixture, "a client certificate, insecure-skip-tls-verify 
   }
   // a certificate the server does not know, but verification off as the kubeconfig says
   tjob::test::kube_standin other;
-  cfg.kubernetes.config_file = write_kubeconfig(dir.path() / "insecure.kubeconfig", server.url,
-                                                {{"certificate-authority", other.ca}, {"insecure-skip-tls-verify", true}},
-                                                {{"token", server.token}});
+  cfg.kubernetes.config_file = write_kubeconfig(
+      dir.path() / "insecure.kubeconfig", server.url,
+      {{"certificate-authority", other.ca}, {"insecure-skip-tls-verify", true}}, {{"token", server.token}});
   {
     trainer_client c(cfg);
     CHECK(c.get_job("certified").status == job_status::complete);
@@ -544,10 +564,9 @@ TEST_CASE_FIXTURE(kube_fixture, "a client certificate, insecure-skip-tls-verify 
   auto m = message_of([&] { c.list_jobs(); });
   CHECK(m.find("401 Unauthorized") != std::string::npos);
   // a key that does not match the certificate is refused before any request
-  cfg.kubernetes.config_file = write_kubeconfig(dir.path() / "mismatch.kubeconfig", server.url,
-                                                {{"certificate-authority", server.ca}},
-                                                {{"client-certificate", cert},
-                                                 {"client-key", (server.dir.path() / "server.key").string()}});
+  cfg.kubernetes.config_file = write_kubeconfig(
+      dir.path() / "mismatch.kubeconfig", server.url, {{"certificate-authority", server.ca}},
+      {{"client-certificate", cert}, {"client-key", (server.dir.path() / "server.key").string()}});
   m = message_of([&] { trainer_client bad(cfg); });
   CHECK(m.find("client key") != std::string::npos);
   CHECK(m.find("BEGIN") == std::string::npos);  // no key material in the message
@@ -574,7 +593,8 @@ TEST_CASE_FIXTURE(kube_fixture, "inside a pod the service account reaches the AP
 TEST_CASE_FIXTURE(kube_fixture, "many jobs waited for at once share one watch per kind") {
   trainer_client c(kube_config());
   std::vector<std::string> names;
-  for (int i = 0; i < 6; ++i) names.push_back(c.train(sleeper("many-" + std::to_string(i), std::to_string(500 + 200 * i))));
+  for (int i = 0; i < 6; ++i)
+    names.push_back(c.train(sleeper("many-" + std::to_string(i), std::to_string(500 + 200 * i))));
   std::vector<std::future<job_status>> waits;
   for (const auto& n : names)
     waits.push_back(std::async(std::launch::async, [&c, n] {

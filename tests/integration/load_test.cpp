@@ -7,9 +7,9 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <csignal>
 #include <fstream>
-#include <unistd.h>
 
 using namespace tjob;
 using namespace std::chrono_literals;
@@ -47,11 +47,12 @@ TEST_CASE("10,000 jobs run at once within the open-file limit and a few KiB each
   double launch = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   long per_job = (rss_bytes() - before) / n;
   auto fds = tjob::test::open_fds();
-  MESSAGE(n << " jobs running after " << launch << " s; engine memory " << per_job << " B/job; "
-            << fds << " descriptors open");
+  MESSAGE(n << " jobs running after " << launch << " s; engine memory " << per_job << " B/job; " << fds
+            << " descriptors open");
   CHECK(fds - fds_before <= static_cast<std::size_t>(n) + 16);
   CHECK(fds < 20000u);
-  if (!tjob::test::under_sanitizer()) CHECK(per_job < 8192);  // this process holds the test's own bookkeeping too
+  if (!tjob::test::under_sanitizer())
+    CHECK(per_job < 8192);  // this process holds the test's own bookkeeping too
   for (const auto& name : names) {
     auto job = c.get_job(name);
     REQUIRE(job.status == job_status::running);

@@ -6,9 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <fstream>
-#include <unistd.h>
 
 using namespace tjob;
 using namespace std::chrono_literals;
@@ -41,11 +41,10 @@ train_request python_job(python_trainer t, std::string runtime = "python", std::
   return r;
 }
 
-
-
 }  // namespace
 
-TEST_CASE_FIXTURE(fixture, "a function job installs its packages from the index and runs with its keyword arguments") {
+TEST_CASE_FIXTURE(fixture,
+                  "a function job installs its packages from the index and runs with its keyword arguments") {
   package_index index;
   trainer_client c(config());
   python_trainer t;
@@ -76,7 +75,8 @@ TEST_CASE_FIXTURE(fixture, "a function job installs its packages from the index 
   CHECK(setup_events >= 3);  // venv done, pip started, pip done
 }
 
-TEST_CASE_FIXTURE(fixture, "a package that does not exist fails the job with pip's message and removes the venv") {
+TEST_CASE_FIXTURE(fixture,
+                  "a package that does not exist fails the job with pip's message and removes the venv") {
   package_index index;
   trainer_client c(config());
   python_trainer t;
@@ -101,7 +101,8 @@ TEST_CASE_FIXTURE(fixture, "package names with shell syntax reach pip as inert d
   python_trainer t;
   t.source = "def main():\n    pass\n";
   t.function = "main";
-  t.packages_to_install = {"tinyjob; $(touch " + marker.string() + ")", "x\"; touch " + marker.string() + "; \""};
+  t.packages_to_install = {"tinyjob; $(touch " + marker.string() + ")",
+                           "x\"; touch " + marker.string() + "; \""};
   t.pip_index_urls = {index.url};
   auto name = c.train(python_job(t));
   auto job = c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 120s);
@@ -114,7 +115,8 @@ TEST_CASE_FIXTURE(fixture, "a script runs as it is with its arguments and the en
   trainer_client c(config());
   python_trainer t;
   t.source_file = write("script.py",
-                        "import os, sys\nprint('argv', sys.argv[1:])\nprint('engine', os.environ.get('TJOB_TEST_FROM_ENGINE'))\n"
+                        "import os, sys\nprint('argv', sys.argv[1:])\nprint('engine', "
+                        "os.environ.get('TJOB_TEST_FROM_ENGINE'))\n"
                         "print('job', os.environ.get('MY_VAR'))\nsys.exit(3)\n");
   t.args = {"--epochs", "2", "it's"};
   t.env = {{"MY_VAR", "v1"}};
@@ -152,7 +154,8 @@ TEST_CASE_FIXTURE(fixture, "bad Python requests are rejected before anything is 
   python_trainer t;
   t.source = "def train_model():\n    pass\n";
   t.function = "nope";
-  CHECK(message_of([&] { c.train(python_job(t)); }).find("function 'nope' is not defined") != std::string::npos);
+  CHECK(message_of([&] { c.train(python_job(t)); }).find("function 'nope' is not defined") !=
+        std::string::npos);
   t.function = "train_model";
   t.function_args = "[1, 2]";
   CHECK(message_of([&] { c.train(python_job(t)); }).find("function_args") != std::string::npos);
@@ -217,7 +220,8 @@ TEST_CASE_FIXTURE(fixture, "a torch job runs two processes under torchrun with g
   }
 }
 
-TEST_CASE_FIXTURE(fixture, "a 2-node torch job runs steps node-0 and node-1 with WORLD_SIZE the sum of processes") {
+TEST_CASE_FIXTURE(fixture,
+                  "a 2-node torch job runs steps node-0 and node-1 with WORLD_SIZE the sum of processes") {
   if (!tjob::test::system_python_has("torch.distributed")) return;
   trainer_client c(config());
   python_trainer t;
@@ -227,7 +231,8 @@ TEST_CASE_FIXTURE(fixture, "a 2-node torch job runs steps node-0 and node-1 with
       "    dist.init_process_group('gloo')\n"
       "    x = torch.tensor([float(dist.get_rank() + 1)])\n"
       "    dist.all_reduce(x)\n"
-      "    print(f\"node={os.environ['GROUP_RANK']} rank={dist.get_rank()} world={os.environ['WORLD_SIZE']} sum={x.item()}\", flush=True)\n"
+      "    print(f\"node={os.environ['GROUP_RANK']} rank={dist.get_rank()} world={os.environ['WORLD_SIZE']} "
+      "sum={x.item()}\", flush=True)\n"
       "    dist.destroy_process_group()\n";
   t.function = "allreduce";
   t.python = "/usr/bin/python3";
@@ -298,7 +303,8 @@ TEST_CASE_FIXTURE(fixture, "several nodes need a torch runtime") {
   CHECK(code_of([&] { c.train(req); }) == errc::invalid_argument);
 }
 
-TEST_CASE_FIXTURE(fixture, "GPUs are leased from the device list and a job waits Created until its GPUs are free") {
+TEST_CASE_FIXTURE(fixture,
+                  "GPUs are leased from the device list and a job waits Created until its GPUs are free") {
   auto cfg = config();
   cfg.gpu_devices = {"0", "1"};
   trainer_client c(cfg);

@@ -58,13 +58,15 @@ std::string run_to_end(trainer_client& c, const train_request& r) {
 // The file of tinyjob inside the cached venv.
 std::filesystem::path cached_module(const std::filesystem::path& cache, const std::string& key) {
   for (const auto& e : std::filesystem::recursive_directory_iterator(cache / key / "venv"))
-    if (e.path().filename() == "__init__.py" && e.path().parent_path().filename() == "tinyjob") return e.path();
+    if (e.path().filename() == "__init__.py" && e.path().parent_path().filename() == "tinyjob")
+      return e.path();
   return {};
 }
 
 }  // namespace
 
-TEST_CASE_FIXTURE(fixture, "a second job with the same packages gets a copy of the cached venv and runs no venv or pip") {
+TEST_CASE_FIXTURE(
+    fixture, "a second job with the same packages gets a copy of the cached venv and runs no venv or pip") {
   package_index index;
   trainer_client c(config());
   auto first = run_to_end(c, tiny_job(index.url));
@@ -159,7 +161,8 @@ TEST_CASE_FIXTURE(fixture, "jobs that need the same venv at once build it once, 
   CHECK(a.list_venv_cache().size() == 1);
 }
 
-TEST_CASE_FIXTURE(fixture, "the interpreter's view of system packages and the index are part of what a venv is") {
+TEST_CASE_FIXTURE(fixture,
+                  "the interpreter's view of system packages and the index are part of what a venv is") {
   package_index index, other;
   trainer_client c(config());
   run_to_end(c, tiny_job(index.url));

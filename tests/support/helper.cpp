@@ -16,6 +16,7 @@
 //   sleep MS               sleep MS milliseconds, exit 0
 //   stderr TEXT            write TEXT to stderr
 // Commands run one after another: `lines 3 exit 2`.
+#include <unistd.h>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -23,7 +24,6 @@
 #include <cstring>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
 namespace {
 

@@ -18,12 +18,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
-#include <fcntl.h>
 #include <string>
-#include <unistd.h>
 
 namespace asio = boost::asio;
 
@@ -51,9 +51,17 @@ struct stress {
 
   tjob::train_request job(int i) const {
     tjob::command_trainer t;
-    t.command = {helper, "prefixed", "150", tag + " " + std::to_string(i) + " a", "sleep",
-                 std::to_string(i % 5 * 10), "prefixed", "150", tag + " " + std::to_string(i) + " b",
-                 "exit", std::to_string(i % 3)};
+    t.command = {helper,
+                 "prefixed",
+                 "150",
+                 tag + " " + std::to_string(i) + " a",
+                 "sleep",
+                 std::to_string(i % 5 * 10),
+                 "prefixed",
+                 "150",
+                 tag + " " + std::to_string(i) + " b",
+                 "exit",
+                 std::to_string(i % 3)};
     tjob::train_request r;
     r.job_trainer = std::move(t);
     return r;

@@ -4,20 +4,20 @@
 
 #include <doctest/doctest.h>
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
-#include <fcntl.h>
 #include <fstream>
-#include <poll.h>
-#include <spawn.h>
 #include <sstream>
 #include <stdexcept>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 extern char** environ;
 
@@ -53,8 +53,8 @@ std::vector<std::string> make_env(const std::map<std::string, std::string>& over
   return env;
 }
 
-pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-            int& out_fd, int& err_fd, int& in_fd) {
+pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, int& out_fd,
+            int& err_fd, int& in_fd) {
   int o[2], e[2], in[2];
   if (::pipe2(o, O_CLOEXEC) || ::pipe2(e, O_CLOEXEC) || ::pipe2(in, O_CLOEXEC))
     throw std::runtime_error("pipe failed");
@@ -159,8 +159,7 @@ result run(const std::vector<std::string>& argv, const std::map<std::string, std
   return r;
 }
 
-background::background(const std::vector<std::string>& argv,
-                       const std::map<std::string, std::string>& env) {
+background::background(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   int in_fd;
   pid_ = spawn(argv, env, out_fd_, err_fd_, in_fd);
   ::close(in_fd);

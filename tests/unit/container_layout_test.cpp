@@ -6,8 +6,8 @@
 
 #include <tjob/error.hpp>
 
-#include <boost/json/serialize.hpp>
 #include <doctest/doctest.h>
+#include <boost/json/serialize.hpp>
 
 using namespace tjob;
 using namespace tjob::container;
@@ -52,8 +52,9 @@ TEST_CASE("frame_decoder rejects an oversized or malformed frame and passes TTY 
   CHECK(code_of([&] { small.feed(frame(1, std::string(17, 'x')), [](int, std::string_view) {}); }) ==
         errc::protocol_error);
   frame_decoder d;
-  CHECK(code_of([&] { d.feed(std::string_view("\x07\0\0\0\0\0\0\x01x", 9), [](int, std::string_view) {}); }) ==
-        errc::protocol_error);
+  CHECK(code_of([&] {
+          d.feed(std::string_view("\x07\0\0\0\0\0\0\x01x", 9), [](int, std::string_view) {});
+        }) == errc::protocol_error);
   frame_decoder raw(true);
   std::string got;
   raw.feed("plain\r\ntext", [&](int s, std::string_view p) {

@@ -71,8 +71,7 @@ TEST_CASE("statuses carry Kubeflow's strings and parse back exactly") {
 }
 
 TEST_CASE("event reasons round-trip") {
-  for (auto e : detail::all_event_kinds)
-    CHECK(detail::parse_event_reason(detail::event_reason(e)) == e);
+  for (auto e : detail::all_event_kinds) CHECK(detail::parse_event_reason(detail::event_reason(e)) == e);
   CHECK_FALSE(detail::parse_event_reason("CancelRequested").has_value());
 }
 

@@ -6,8 +6,8 @@
 #include "adapters/kubernetes/trainjob.hpp"
 #include "tests/support/test_support.hpp"
 
-#include <boost/json.hpp>
 #include <doctest/doctest.h>
+#include <boost/json.hpp>
 
 #include <cstdlib>
 #include <fstream>
@@ -20,9 +20,7 @@ namespace json = boost::json;
 
 namespace {
 
-void write(const std::filesystem::path& p, const std::string& text) {
-  std::ofstream(p) << text;
-}
+void write(const std::filesystem::path& p, const std::string& text) { std::ofstream(p) << text; }
 
 // KUBECONFIG for one scope.
 struct kubeconfig_env {
@@ -32,8 +30,10 @@ struct kubeconfig_env {
     ::setenv("KUBECONFIG", v.c_str(), 1);
   }
   ~kubeconfig_env() {
-    if (old) ::setenv("KUBECONFIG", old->c_str(), 1);
-    else ::unsetenv("KUBECONFIG");
+    if (old)
+      ::setenv("KUBECONFIG", old->c_str(), 1);
+    else
+      ::unsetenv("KUBECONFIG");
   }
 };
 
@@ -71,20 +71,22 @@ std::vector<pod_step> steps(const std::vector<json::object>& pods) {
   return steps_from_pods(p);
 }
 
-json::object pod(const std::string& name, int index, const std::string& phase,
-                 const std::string& created, std::optional<int> exit = std::nullopt) {
+json::object pod(const std::string& name, int index, const std::string& phase, const std::string& created,
+                 std::optional<int> exit = std::nullopt) {
   json::object state;
-  if (exit) state["terminated"] = json::object{{"exitCode", *exit}, {"reason", *exit ? "Error" : "Completed"}};
-  else state["running"] = json::object{};
+  if (exit)
+    state["terminated"] = json::object{{"exitCode", *exit}, {"reason", *exit ? "Error" : "Completed"}};
+  else
+    state["running"] = json::object{};
   return json::object{
       {"metadata", json::object{{"name", name},
                                 {"creationTimestamp", created},
                                 {"labels", json::object{{label_jobset, "j"},
                                                         {label_rjob, "node"},
                                                         {label_index, std::to_string(index)}}}}},
-      {"status", json::object{{"phase", phase},
-                              {"containerStatuses",
-                               json::array{json::object{{"name", "node"}, {"state", state}}}}}}};
+      {"status",
+       json::object{{"phase", phase},
+                    {"containerStatuses", json::array{json::object{{"name", "node"}, {"state", state}}}}}}};
 }
 
 }  // namespace
@@ -239,8 +241,12 @@ TEST_CASE("the TrainJob body is the one Kubeflow's SDK sends, with its resource 
                          "env": [{"name": "A", "value": "1"}]}}})");
   CHECK(json::value(body) == expected);
   CHECK(resources_per_node("j", {{"mig-1g.5gb", "1"}}).count("nvidia.com/mig-1g.5gb") == 1);
-  CHECK(code_of([] { resources_per_node("j", {{"gpu", "1"}, {"mig-1g.5gb", "1"}}); }) == errc::invalid_argument);
-  CHECK(code_of([] { resources_per_node("j", {{"mig-1g.5gb", "1"}, {"mig-2g.10gb", "1"}}); }) == errc::invalid_argument);
+  CHECK(code_of([] {
+          resources_per_node("j", {{"gpu", "1"}, {"mig-1g.5gb", "1"}});
+        }) == errc::invalid_argument);
+  CHECK(code_of([] {
+          resources_per_node("j", {{"mig-1g.5gb", "1"}, {"mig-2g.10gb", "1"}});
+        }) == errc::invalid_argument);
 }
 
 TEST_CASE("steps come from the newest pod of each node, named node-<index>") {
@@ -260,8 +266,8 @@ TEST_CASE("status follows Kubeflow's rule: terminal conditions, else Running whe
                       "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 2}}})");
   auto one_up = steps({pod("a", 0, "Running", "2026-01-01T00:00:01Z")});
   CHECK(to_job(tj, one_up, 1).status == job_status::created);
-  auto both = steps({pod("a", 0, "Running", "2026-01-01T00:00:01Z"),
-                     pod("b", 1, "Succeeded", "2026-01-01T00:00:01Z", 0)});
+  auto both = steps(
+      {pod("a", 0, "Running", "2026-01-01T00:00:01Z"), pod("b", 1, "Succeeded", "2026-01-01T00:00:01Z", 0)});
   auto j = to_job(tj, both, 1);
   CHECK(j.status == job_status::running);
   CHECK(j.num_nodes == 2);
@@ -281,7 +287,8 @@ TEST_CASE("status follows Kubeflow's rule: terminal conditions, else Running whe
   tj["status"] = json::parse(R"({"conditions": [{"type": "Complete", "status": "True"}]})");
   CHECK(to_job(tj, both, 1).status == job_status::complete);
   // a condition that is not terminal does not freeze the job at Created (Kubeflow's does)
-  tj["status"] = json::parse(R"({"conditions": [{"type": "Suspended", "status": "False", "reason": "Resumed"}]})");
+  tj["status"] =
+      json::parse(R"({"conditions": [{"type": "Suspended", "status": "False", "reason": "Resumed"}]})");
   CHECK(to_job(tj, both, 1).status == job_status::running);
   // numNodes from the runtime when the TrainJob does not say
   tj["spec"].as_object()["trainer"].as_object().erase("numNodes");
@@ -299,21 +306,25 @@ TEST_CASE("a cancelled TrainJob reads Failed (cancelled) once nothing of it runs
 }
 
 TEST_CASE("watch lines and Status errors are parsed, and bad ones are named") {
-  auto ev = parse_watch_event(R"({"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"7"}}})", "w");
+  auto ev = parse_watch_event(
+      R"({"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"7"}}})", "w");
   CHECK(ev.type == "MODIFIED");
   CHECK(name_of(ev.object) == "a");
   CHECK(code_of([] { parse_watch_event("not json", "TrainJobs watch"); }) == errc::protocol_error);
-  CHECK(message_of([] { parse_watch_event("not json", "TrainJobs watch"); }).find("TrainJobs watch") != std::string::npos);
+  CHECK(message_of([] { parse_watch_event("not json", "TrainJobs watch"); }).find("TrainJobs watch") !=
+        std::string::npos);
   CHECK(code_of([] { parse_watch_event(R"({"type":"ADDED"})", "w"); }) == errc::protocol_error);
 
-  auto e = status_failure("https://s", "GET /x", 404,
-                          R"({"kind":"Status","status":"Failure","reason":"NotFound","message":"trainjobs \"a\" not found","code":404})");
+  auto e = status_failure(
+      "https://s", "GET /x", 404,
+      R"({"kind":"Status","status":"Failure","reason":"NotFound","message":"trainjobs \"a\" not found","code":404})");
   CHECK(e.http_code() == 404);
   CHECK(e.reason() == "NotFound");
   CHECK(std::string(e.what()).find("trainjobs \"a\" not found") != std::string::npos);
   CHECK(status_failure("s", "x", 409, "{}").code() == make_error_code(errc::duplicate_name));
   CHECK(status_failure("s", "x", 422, "{}").code() == make_error_code(errc::invalid_argument));
-  CHECK(status_failure("s", "x", 503, "<html>down</html>").code() == make_error_code(errc::backend_unavailable));
+  CHECK(status_failure("s", "x", 503, "<html>down</html>").code() ==
+        make_error_code(errc::backend_unavailable));
   CHECK(status_failure("s", "x", 403, R"({"reason":"Forbidden","message":"no"})").code() ==
         make_error_code(errc::backend_error));
 }
@@ -326,7 +337,8 @@ TEST_CASE("events are the job's, its steps' and its pods', by time") {
      "firstTimestamp": "2026-01-01T00:00:01Z"},
     {"involvedObject": {"kind": "Pod", "name": "other"}, "reason": "Started", "firstTimestamp": "2026-01-01T00:00:01Z"},
     {"involvedObject": {"kind": "ConfigMap", "name": "j"}, "reason": "X", "firstTimestamp": "2026-01-01T00:00:01Z"},
-    {"involvedObject": {"kind": "Pod", "name": "j-node-0-0-a"}, "reason": "NoTime"}])").as_array();
+    {"involvedObject": {"kind": "Pod", "name": "j-node-0-0-a"}, "reason": "NoTime"}])")
+                   .as_array();
   auto ev = events_of(items, "j", steps({pod("j-node-0-0-a", 0, "Running", "2026-01-01T00:00:01Z")}));
   REQUIRE(ev.size() == 2);
   CHECK(ev[0].reason == "Created");
@@ -344,10 +356,12 @@ TEST_CASE("times from a server are range-checked: a year that does not fit the c
   CHECK_FALSE(parse_time("2026-12-02 garbage").has_value());
   auto t = parse_time("2026-12-02T10:00:00.250Z");
   REQUIRE(t.has_value());
-  CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(t->time_since_epoch()).count() == 1796205600250);
+  CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(t->time_since_epoch()).count() ==
+        1796205600250);
 }
 
-TEST_CASE("a kubeconfig whose top level is not a mapping is refused, also the one-byte file that hangs yaml-cpp") {
+TEST_CASE(
+    "a kubeconfig whose top level is not a mapping is refused, also the one-byte file that hangs yaml-cpp") {
   tjob::test::temp_dir dir;
   for (std::string text : {",", "- a\n,", "\"x\","}) {
     auto file = dir.path() / "config";

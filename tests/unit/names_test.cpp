@@ -6,8 +6,8 @@
 
 #include <tjob/error.hpp>
 
-#include <boost/json.hpp>
 #include <doctest/doctest.h>
+#include <boost/json.hpp>
 
 #include <filesystem>
 #include <set>
@@ -31,14 +31,14 @@ TEST_CASE("generated names are a letter and 11 hex characters and valid") {
 }
 
 TEST_CASE("names are RFC 1035 labels of at most 63 characters") {
-  for (std::string ok : std::vector<std::string>{"a", "my-train-job", "a1b2c3d4e5f6", std::string(63, 'a'), "x-1"})
+  for (std::string ok :
+       std::vector<std::string>{"a", "my-train-job", "a1b2c3d4e5f6", std::string(63, 'a'), "x-1"})
     CHECK_MESSAGE(!name_problem(ok).has_value(), ok);
-  for (std::string bad : {std::string(), std::string(64, 'a'), std::string("1abc"),
-                          std::string("-abc"), std::string("abc-"), std::string("ABC"),
-                          std::string("a_b"), std::string("a.b"), std::string("../x"),
-                          std::string("a/b"), std::string("experiment\\run"), std::string("."),
-                          std::string(".."), std::string("a\0b", 3), std::string("a b"),
-                          std::string("caf\xc3\xa9")})
+  for (std::string bad :
+       {std::string(), std::string(64, 'a'), std::string("1abc"), std::string("-abc"), std::string("abc-"),
+        std::string("ABC"), std::string("a_b"), std::string("a.b"), std::string("../x"), std::string("a/b"),
+        std::string("experiment\\run"), std::string("."), std::string(".."), std::string("a\0b", 3),
+        std::string("a b"), std::string("caf\xc3\xa9")})
     CHECK_MESSAGE(name_problem(bad).has_value(), printable(bad));
 }
 
@@ -86,7 +86,8 @@ TEST_CASE("no test case name holds a semicolon (ctest would run nothing for it)"
 
 TEST_CASE("a job spec with a field of the wrong type is one invalid_argument error") {
   // fuzz_spec found the JSON library's own exception escaping trainer_from_json.
-  auto spec = boost::json::parse(R"({"kind": "command", "command": [{"A": "b"}], "env": {}, "working_dir": ""})");
+  auto spec =
+      boost::json::parse(R"({"kind": "command", "command": [{"A": "b"}], "env": {}, "working_dir": ""})");
   try {
     tjob::detail::trainer_from_json(spec.as_object());
     FAIL("accepted");

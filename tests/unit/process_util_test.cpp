@@ -1,13 +1,13 @@
-#include "adapters/process/process_adapter.hpp"
 #include "adapters/process/proc_info.hpp"
+#include "adapters/process/process_adapter.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <set>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <fstream>
+#include <set>
 
 using namespace tjob::process;
 

@@ -6,8 +6,8 @@
 
 #include <tjob/error.hpp>
 
-#include <boost/json.hpp>
 #include <doctest/doctest.h>
+#include <boost/json.hpp>
 
 #include <fstream>
 
@@ -40,10 +40,10 @@ TEST_CASE("torchrun's flags: a static rendezvous, underscore spellings, the Pyth
   t.nproc_per_node = "4";
   t.master_addr = "node-0";
   t.master_port = "29400";
-  CHECK(python::torchrun_flags(t) ==
-        strings{"--nproc_per_node=4", "--nnodes=2", "--node_rank=1", "--rdzv_backend=static",
-                "--rdzv_endpoint=node-0:29400", "--master_addr=node-0", "--master_port=29400",
-                "--monitor_interval=0.2", "--redirects", "9:1", "--tee", "9:1"});
+  CHECK(python::torchrun_flags(t) == strings{"--nproc_per_node=4", "--nnodes=2", "--node_rank=1",
+                                             "--rdzv_backend=static", "--rdzv_endpoint=node-0:29400",
+                                             "--master_addr=node-0", "--master_port=29400",
+                                             "--monitor_interval=0.2", "--redirects", "9:1", "--tee", "9:1"});
 }
 
 TEST_CASE("a node's argv: torchrun as a module for a torch runtime, python -u otherwise") {
@@ -85,8 +85,9 @@ TEST_CASE("a remote trainer's checks: each package a requirement, gpus not negat
   CHECK(m.find("TrainJob 'j': package '; rm -rf /' is not a requirement") != std::string::npos);
   pt.packages_to_install = {"numpy"};
   pt.gpus = -1;
-  CHECK(tjob::test::message_of([&] { python::check_remote_trainer("TrainJob 'j'", pt); })
-            .find("gpus must be 0 or more") != std::string::npos);
+  CHECK(tjob::test::message_of([&] {
+          python::check_remote_trainer("TrainJob 'j'", pt);
+        }).find("gpus must be 0 or more") != std::string::npos);
 }
 
 TEST_CASE("the entry script runs code carried in its plan, with the script's arguments") {

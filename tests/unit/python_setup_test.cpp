@@ -26,7 +26,8 @@ TEST_CASE("a package named twice in the trainer list is an error naming both for
     FAIL("no error");
   } catch (const tjob::error& e) {
     CHECK(e.code() == make_error_code(tjob::errc::invalid_argument));
-    CHECK(std::string(e.what()).find("Duplicate dependency in trainer_packages: 'NumPy>=1' (canonical: 'numpy')") !=
+    CHECK(std::string(e.what()).find(
+              "Duplicate dependency in trainer_packages: 'NumPy>=1' (canonical: 'numpy')") !=
           std::string::npos);
   }
 }
@@ -38,7 +39,8 @@ TEST_CASE("a requirement without a name is rejected") {
   try {
     merge_packages({}, {">=2"});
   } catch (const tjob::error& e) {
-    CHECK(std::string(e.what()).find("Could not parse package name from requirement: '>=2'") != std::string::npos);
+    CHECK(std::string(e.what()).find("Could not parse package name from requirement: '>=2'") !=
+          std::string::npos);
   }
 }
 
@@ -55,8 +57,8 @@ TEST_CASE("requirement names and PEP 503 canonical forms") {
 TEST_CASE("index URLs: the first is --index-url and the rest --extra-index-url") {
   CHECK(pip_install_args({"a", "b c"}, {"http://one/simple", "http://two/simple"}) ==
         strings{"install", "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
-                "--progress-bar", "off", "--retries", "2", "--index-url", "http://one/simple", "--extra-index-url",
-                "http://two/simple", "a", "b c"});
+                "--progress-bar", "off", "--retries", "2", "--index-url", "http://one/simple",
+                "--extra-index-url", "http://two/simple", "a", "b c"});
   ::unsetenv("DEFAULT_PIP_INDEX_URLS");
   CHECK(index_urls({}) == strings{"https://pypi.org/simple"});
   ::setenv("DEFAULT_PIP_INDEX_URLS", "http://a/simple, http://b/simple", 1);
@@ -66,9 +68,10 @@ TEST_CASE("index URLs: the first is --index-url and the rest --extra-index-url")
 }
 
 TEST_CASE("a function must be defined at the top level of the source") {
-  std::string src = "import os\n\ndef helper():\n    pass\n\nasync  def  agen (x):\n    pass\n"
-                    "class K:\n    def method(self):\n        pass\n"
-                    "def train_model(lr=0.1):\n    helper()\n";
+  std::string src =
+      "import os\n\ndef helper():\n    pass\n\nasync  def  agen (x):\n    pass\n"
+      "class K:\n    def method(self):\n        pass\n"
+      "def train_model(lr=0.1):\n    helper()\n";
   CHECK(defines_function(src, "train_model"));
   CHECK(defines_function(src, "helper"));
   CHECK(defines_function(src, "agen"));

@@ -155,8 +155,10 @@ TEST_CASE("a YAML bomb is read without expanding it") {
     bomb += "]\n";
     prev = c;
   }
-  bomb += "kind: ClusterTrainingRuntime\nmetadata:\n  name: bomb\n  labels: {trainer.kubeflow.org/framework: "
-          "torch}\n  annotations: {tjob/packages: *k}\nspec:\n  template: {spec: {replicatedJobs: [{name: node}]}}\n";
+  bomb +=
+      "kind: ClusterTrainingRuntime\nmetadata:\n  name: bomb\n  labels: {trainer.kubeflow.org/framework: "
+      "torch}\n  annotations: {tjob/packages: *k}\nspec:\n  template: {spec: {replicatedJobs: [{name: "
+      "node}]}}\n";
   std::vector<std::string> problems;
   auto rts = parse(bomb, problems);
   REQUIRE(rts.size() == 1);

@@ -6,10 +6,10 @@
 #include <doctest/doctest.h>
 #include <sqlite3.h>
 
-#include <cstring>
-#include <thread>
 #include <sys/inotify.h>
 #include <unistd.h>
+#include <cstring>
+#include <thread>
 
 using namespace tjob;
 using namespace tjob::detail;
@@ -97,8 +97,8 @@ TEST_CASE("somebody else's SQLite database is refused and not converted") {
   auto path = d.path() / "tjob.db";
   sqlite3* raw = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
-  REQUIRE(sqlite3_exec(raw, "CREATE TABLE precious(x); INSERT INTO precious VALUES(42);", nullptr,
-                       nullptr, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(raw, "CREATE TABLE precious(x); INSERT INTO precious VALUES(42);", nullptr, nullptr,
+                       nullptr) == SQLITE_OK);
   sqlite3_close(raw);
   auto before = tjob::test::read_file(path);
   CHECK_THROWS_AS(store(path, std::chrono::milliseconds(100)), error);
@@ -170,7 +170,9 @@ TEST_CASE("the last change a commit makes in the store's directory is to the wak
   CHECK(std::filesystem::exists(store::wake_path(path)));
 }
 
-TEST_CASE("a full WAL goes to on_wal_full, a wal_checkpointer on another thread copies it, and past 8x the commit does") {
+TEST_CASE(
+    "a full WAL goes to on_wal_full, a wal_checkpointer on another thread copies it, and past 8x the commit "
+    "does") {
   tjob::test::temp_dir d;
   auto path = d.path() / "tjob.db";
   auto wal = std::filesystem::path(path.string() + "-wal");
@@ -197,8 +199,9 @@ TEST_CASE("a full WAL goes to on_wal_full, a wal_checkpointer on another thread 
   std::thread t([&] { why = cp.run(); });
   t.join();
   CHECK(why.empty());
-  CHECK(std::filesystem::file_size(path) > static_cast<std::uintmax_t>(n) * 3000);  // every job is in the file
-  write_one();  // the next writer starts the WAL over, and it fills again
+  CHECK(std::filesystem::file_size(path) >
+        static_cast<std::uintmax_t>(n) * 3000);  // every job is in the file
+  write_one();                                   // the next writer starts the WAL over, and it fills again
   auto restarted = n;
   while (calls == 1 && n < 20000) write_one();
   CHECK(calls == 2);
