@@ -201,15 +201,20 @@ TEST_CASE_FIXTURE(fixture, "tail gives the last lines and follow goes on from th
 
 TEST_CASE_FIXTURE(fixture, "follow replays what is stored and streams the rest live and ends with the step") {
   trainer_client c(config());
-  // The job pauses between the two halves of its output; a second follower
-  // joins in the pause, so it replays the first half and streams the second.
-  auto name =
-      c.train(helper_job({"lines", "500", "print", "half\n", "sleep", "300", "prefixed", "500", "more "}));
-  auto first = c.get_job_logs(name, {.follow = true});
-  while (auto line = first.next())
-    if (*line == "half\n") break;
+  // The job writes its second half only once this reader has read the first
+  // (it waits on a FIFO): a reader that only replays what is stored ends at
+  // "half" and fails this test.
+  tjob::test::gate gate;
+  auto name = c.train(
+      helper_job({"lines", "500", "print", "half\n", "read-fifo", gate.path(), "prefixed", "500", "more "}));
   auto reader = c.get_job_logs(name, {.follow = true});
   std::string got;
+  while (auto line = reader.next()) {
+    got += *line;
+    if (*line == "half\n") break;
+  }
+  CHECK(c.get_job(name).status == job_status::running);
+  gate.release();
   while (auto chunk = reader.read_some()) got += *chunk;
   std::string expected;
   for (int i = 1; i <= 500; ++i) expected += "line " + std::to_string(i) + "\n";
@@ -329,8 +334,7 @@ TEST_CASE_FIXTURE(fixture,
   for (int i = 0; i < 300; ++i)
     c.wait_for_job_status(c.train(helper_job({"print", "x"})), {job_status::complete}, 60s);
   CHECK(std::filesystem::file_size(wal) < 8000u * 4096u);  // the fallback never had to run
-  auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (std::filesystem::file_size(db) == first && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(50ms);
-  CHECK(std::filesystem::file_size(db) > first);
+  // the checkpoint writes tjob.db: inotify wakes the check
+  CHECK(tjob::test::wait_for_file_change(
+      home(), [&] { return std::filesystem::file_size(db) > first; }, 30s));
 }

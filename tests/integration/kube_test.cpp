@@ -43,6 +43,11 @@ struct kube_fixture : tjob::test::home_fixture {
     auto v = json::parse(server.ctl("stats")).as_object();
     return {v.at("requests").as_array().size(), static_cast<std::size_t>(v.at("watches_opened").as_int64())};
   }
+  // Waits (the stand-in answers when it holds, or after 30 s) until the
+  // condition `cond` (a JSON object: see await_condition in kube_standin.py) holds.
+  bool await_standin(const std::string& cond) const {
+    return json::parse(server.ctl("await", cond)).as_object().at("ok").as_bool();
+  }
   std::size_t lists_of(const std::string& plural) const {
     auto v = json::parse(server.ctl("stats")).as_object();
     std::size_t n = 0;
@@ -70,16 +75,6 @@ bool have_kubectl() {
   return true;
 }
 
-// Polls a peer's state until `pred` holds (true) or 30 s pass (false).
-template <class F>
-bool poll_until(F pred) {
-  auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
 
 train_request sleeper(const std::string& name, const std::string& ms) {
   return helper_job({"print", "up\n", "sleep", ms, "print", "done\n"}, name);
@@ -206,13 +201,15 @@ TEST_CASE_FIXTURE(kube_fixture,
   auto [r0, w0] = stats();
   tjob::test::background waiter(cli({"wait", "cut", "--status", "Complete", "--timeout", "60"}), env());
   // each fault hits watches that are up: the server says when they are
-  auto watches_at_least = [&](std::size_t n) { return poll_until([&] { return stats().second >= n; }); };
+  auto watches_at_least = [&](std::size_t n) {
+    return await_standin(R"({"watches_at_least": )" + std::to_string(n) + "}");
+  };
   REQUIRE(watches_at_least(w0 + 2));
   server.ctl("drop-watches");
   REQUIRE(watches_at_least(w0 + 4));  // both came back
   auto lists = lists_of("trainjobs");
   server.ctl("compact");  // the versions they hold are now too old: ERROR 410, relist
-  REQUIRE(poll_until([&] { return lists_of("trainjobs") > lists; }));
+  REQUIRE(await_standin(R"({"lists_of": "trainjobs", "more_than": )" + std::to_string(lists) + "}"));
   REQUIRE(watches_at_least(w0 + 6));
   server.ctl("inject-line", R"({"line": "this is not json"})");
   CHECK(waiter.wait(60s) == 0);
@@ -225,7 +222,7 @@ TEST_CASE_FIXTURE(kube_fixture, "a watch line over the limit is an error the wat
   trainer_client c(kube_config());
   c.train(sleeper("long", "4000"));
   tjob::test::background waiter(cli({"wait", "long", "--status", "Complete", "--timeout", "60"}), env());
-  REQUIRE(poll_until([&] { return stats().second >= 2; }));
+  REQUIRE(await_standin(R"({"watches_at_least": 2})"));
   server.ctl("inject-long-line", R"({"bytes": 17000000})");
   CHECK(waiter.wait(60s) == 0);
   CHECK(waiter.out() == "Complete\n");
@@ -334,7 +331,8 @@ TEST_CASE_FIXTURE(kube_fixture,
   auto tj = json::parse(kubectl({"get", "trainjob", "stopme", "-o", "json"})).as_object();
   CHECK(tj.at("spec").at("suspend").as_bool());
   // the controller deletes the suspended job's pods once they have stopped
-  CHECK(poll_until([&] { return kubectl({"get", "pods", "-o", "name"}).empty(); }));
+  CHECK(await_standin(R"({"no_pods": true})"));
+  CHECK(kubectl({"get", "pods", "-o", "name"}).empty());
 }
 
 TEST_CASE("logs -f of a pod that is still Pending waits for it to start (Kubeflow's #182)") {
@@ -373,12 +371,9 @@ TEST_CASE_FIXTURE(kube_fixture, "kubectl reads, watches, follows and creates Tra
   auto pods = kubectl({"get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=made-by-kubectl", "-o", "name"});
   REQUIRE_FALSE(pods.empty());
   auto pod = pods.substr(0, pods.find('\n'));
+  // kubectl logs refuses a Pending pod: wait (through the watches) until it has started
+  c.wait_for_job_status("made-by-kubectl", {job_status::running, job_status::complete}, 60s);
   auto logs = tjob::test::run({"kubectl", "--kubeconfig", server.kubeconfig(), "logs", "-f", pod}, {}, 60s);
-  // Pending at first: kubectl's own message, then it works once running
-  for (int i = 0; i < 50 && logs.exit_code != 0; ++i) {
-    std::this_thread::sleep_for(100ms);
-    logs = tjob::test::run({"kubectl", "--kubeconfig", server.kubeconfig(), "logs", "-f", pod}, {}, 60s);
-  }
   CHECK(logs.exit_code == 0);
   CHECK(logs.out == "from kubectl\n");
   // tjob sees what kubectl made

@@ -14,8 +14,10 @@
 //                          behind, write "<child> <grandchild>" to PIDFILE, print
 //                          "ready", then wait forever
 //   sleep MS               sleep MS milliseconds, exit 0
+//   read-fifo PATH         wait until the test writes to the FIFO at PATH (and closes it)
 //   stderr TEXT            write TEXT to stderr
 // Commands run one after another: `lines 3 exit 2`.
+#include <fcntl.h>
 #include <unistd.h>
 #include <chrono>
 #include <csignal>
@@ -111,6 +113,14 @@ int main(int argc, char** argv) {
       for (;;) ::pause();
     } else if (cmd == "sleep") {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(1).c_str())));
+      i += 1;
+    } else if (cmd == "read-fifo") {
+      int fd = ::open(arg(1).c_str(), O_RDONLY | O_CLOEXEC);  // blocks until the test opens it
+      if (fd < 0) return 101;
+      char buf[64];
+      while (::read(fd, buf, sizeof buf) > 0) {
+      }
+      ::close(fd);
       i += 1;
     } else {
       std::fprintf(stderr, "tjob-test-helper: unknown command %s\n", cmd.c_str());

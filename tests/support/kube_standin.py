@@ -308,7 +308,7 @@ class Store:
 
 class Faults:
     def __init__(self):
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()  # notified when a request or a watch is counted
         self.fail = []  # [{"count", "code", "path"}]
         self.delay = None  # {"seconds", "path"}
         self.inject = []  # lines to send on the open watches
@@ -729,6 +729,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.control(method, path)
         with srv.faults.lock:
             srv.faults.requests.append((method, path, q.get("watch", "") in ("1", "true")))
+            srv.faults.lock.notify_all()
             delay = srv.faults.delay
         peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
         if srv.token and self.headers.get("Authorization") != "Bearer " + srv.token and not peer:
@@ -904,6 +905,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
         with srv.faults.lock:
             srv.faults.watches_opened += 1
+            srv.faults.lock.notify_all()
             drop_gen = srv.faults.drop
             injected = len(srv.faults.inject)
         self.start_chunked("application/json")
@@ -1004,6 +1006,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         arg = json.loads(self.rfile.read(n) or b"{}") if n else {}
         action = path[len("/_standin/"):]
+        if action == "await":
+            return self.send_json(200, {"ok": self.await_condition(arg)})
         with f.lock:
             if action == "stats":
                 return self.send_json(200, {"requests": [list(r) for r in f.requests], "watches_opened": f.watches_opened})
@@ -1024,6 +1028,34 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if action == "compact":
             srv.store.compact()
         self.send_json(200, {"ok": True})
+
+
+    def await_condition(self, arg):
+        """Blocks until the condition `arg` names holds (True) or its timeout passes
+        (False), woken by the change itself, never by polling: watches_at_least N,
+        lists_of PLURAL more_than N (GETs of the collection that are not watches),
+        or no_pods (in any namespace)."""
+        srv = self.server
+        deadline = time.monotonic() + float(arg.get("timeout", 30))
+        if "no_pods" in arg:
+            lock, holds = srv.store.lock, lambda: not srv.store.list("pods", None)[0]
+        else:
+            f = srv.faults
+
+            def holds():
+                if "watches_at_least" in arg:
+                    return f.watches_opened >= int(arg["watches_at_least"])
+                plural = "/" + arg["lists_of"]
+                n = sum(1 for m, p, w in f.requests if m == "GET" and not w and p.endswith(plural))
+                return n > int(arg["more_than"])
+            lock = f.lock
+        with lock:
+            while not holds():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                lock.wait(left)
+        return True
 
 
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -1126,7 +1158,7 @@ def ctl(d, action, arg=None):
     data = (arg or "{}").encode()
     req = urllib.request.Request(info["url"] + "/_standin/" + action, data=data, method="POST",
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+    with urllib.request.urlopen(req, context=ctx, timeout=90) as r:
         sys.stdout.write(r.read().decode() + "\n")
 
 

@@ -4,10 +4,14 @@
 
 #include <doctest/doctest.h>
 
+#include <set>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -256,12 +260,101 @@ std::string message_of(const std::function<void()>& f) {
   return {};
 }
 
+namespace {
+
+// The cases of this process: started, and those that skipped.
+struct case_counter : doctest::IReporter {
+  static inline std::size_t run = 0;
+  static inline std::set<std::string> skipped;
+  static inline std::string current;
+  explicit case_counter(const doctest::ContextOptions&) {}
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats&) override {}
+  void test_case_start(const doctest::TestCaseData& d) override {
+    ++run;
+    current = d.m_name;
+  }
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+};
+
+}  // namespace
+
+DOCTEST_REGISTER_LISTENER("tjob_case_counter", 1, case_counter);
+
+bool skip(const std::string& what) {
+  REQUIRE_MESSAGE(std::getenv("CI") == nullptr,
+                  what << " on a CI machine, which installs everything the tests need (scripts/setup)");
+  MESSAGE("skipped: " << what << " (scripts/setup installs it)");
+  case_counter::skipped.insert(case_counter::current);
+  return false;
+}
+
+std::size_t cases_skipped() { return case_counter::skipped.size(); }
+std::size_t cases_run() { return case_counter::run; }
+
+gate::gate() : path_((dir_.path() / "gate").string()) { REQUIRE(::mkfifo(path_.c_str(), 0600) == 0); }
+
+gate::~gate() = default;
+
+void gate::release() {
+  // Without a reader a non-blocking open fails (ENXIO): the job's open of the
+  // FIFO wakes this wait (inotify IN_OPEN), under a hard deadline.
+  int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  REQUIRE(in >= 0);
+  REQUIRE(::inotify_add_watch(in, path_.c_str(), IN_OPEN) >= 0);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int fd = -1;
+  for (;;) {
+    fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 || errno != ENXIO) break;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{in, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+    char buf[4096];
+    while (::read(in, buf, sizeof buf) > 0) {
+    }
+  }
+  ::close(in);
+  REQUIRE_MESSAGE(fd >= 0, "the job never opened " << path_ << " (did it die?)");
+  ::close(fd);
+}
+
+bool wait_for_file_change(const std::filesystem::path& dir, const std::function<bool()>& holds,
+                          std::chrono::milliseconds deadline) {
+  int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  REQUIRE(fd >= 0);
+  REQUIRE(::inotify_add_watch(fd, dir.c_str(), IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_MOVED_TO) >= 0);
+  auto until = std::chrono::steady_clock::now() + deadline;
+  bool ok = false;
+  for (;;) {
+    if (holds()) {
+      ok = true;
+      break;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+    char buf[4096];
+    while (::read(fd, buf, sizeof buf) > 0) {
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
 bool system_python_has(const std::string& module) {
   if (run({"/usr/bin/python3", "-c", "import " + module}).exit_code == 0) return true;
-  std::string missing = "/usr/bin/python3 cannot import " + module;
-  REQUIRE_MESSAGE(std::getenv("CI") == nullptr, missing << " on a CI machine; scripts/setup installs it");
-  MESSAGE("skipped: " << missing << " (scripts/setup installs it)");
-  return false;
+  return skip("/usr/bin/python3 cannot import " + module);
 }
 
 package_index::package_index() {

@@ -114,6 +114,27 @@ class background {
 /// True when `pid` is gone (no such process, or a zombie nobody reaped yet).
 bool process_gone(pid_t pid);
 
+/// Waits until `holds()` is true, checking it each time a file in `dir` is
+/// written (inotify), never by sleeping; false when `deadline` passes first.
+bool wait_for_file_change(const std::filesystem::path& dir, const std::function<bool()>& holds,
+                          std::chrono::milliseconds deadline);
+
+/// A FIFO for a job to wait on (tjob-test-helper's read-fifo): release()
+/// lets the job go on. It proves a reader live: the job writes what follows
+/// only after the test has seen what came before.
+class gate {
+ public:
+  gate();
+  ~gate();
+  const std::string& path() const { return path_; }
+  /// Opens the FIFO for writing (waiting for the job to open it for reading) and closes it.
+  void release();
+
+ private:
+  temp_dir dir_;
+  std::string path_;
+};
+
 /// Waits until `pid` is gone, without sleeping: a pidfd where one can be had.
 bool wait_gone(pid_t pid, std::chrono::milliseconds deadline);
 
@@ -125,6 +146,16 @@ train_request helper_job(std::vector<std::string> args, std::string name = {},
 std::optional<errc> code_of(const std::function<void()>& f);
 /// The message of the tjob::error `f` throws (empty when it throws none).
 std::string message_of(const std::function<void()>& f);
+
+/// Skips the running test case because `what` is missing here: it reports as
+/// skipped (ctest prints "Skipped": the case's process exits 77, the suites'
+/// SKIP_RETURN_CODE), never as passed. On a CI machine (CI set), which
+/// installs every prerequisite, a skip fails the case instead. Returns false,
+/// for `if (!have) return tjob::test::skip(...);`-style use.
+bool skip(const std::string& what);
+/// The test cases this process skipped, and ran (tests/support/doctest_main.cpp).
+std::size_t cases_skipped();
+std::size_t cases_run();
 
 /// True when /usr/bin/python3 (Debian's) imports `module`. Where it does not,
 /// a test that needs it is skipped on a developer machine but fails in CI,
