@@ -6,6 +6,7 @@
 #include <tjob/engine.hpp>
 
 #include "engine/backend.hpp"
+#include "engine/fail.hpp"
 #include "engine/log_stream_impl.hpp"
 #include "engine/messages.hpp"
 #include "engine/names.hpp"
@@ -25,14 +26,11 @@
 namespace tjob {
 
 namespace asio = boost::asio;
+using detail::fail;
 using detail::quote;
 using steady = std::chrono::steady_clock;
 
 namespace {
-
-[[noreturn]] void fail(errc e, std::string message, std::string diagnostics = {}) {
-  throw error(e, std::move(message), std::move(diagnostics));
-}
 
 void raise_open_file_limit() {
   rlimit lim{};

@@ -57,6 +57,54 @@ std::optional<event_kind> parse_event_reason(std::string_view s) noexcept {
   return std::nullopt;
 }
 
+std::string_view to_string(log_event e) noexcept {
+  switch (e) {
+    case log_event::created:
+      return "Created";
+    case log_event::started:
+      return event_reason(event_kind::started);
+    case log_event::exited:
+      return event_reason(event_kind::exited);
+    case log_event::start_failed:
+      return event_reason(event_kind::start_failed);
+    case log_event::cancelled:
+      return event_reason(event_kind::cancelled);
+    case log_event::lost:
+      return event_reason(event_kind::lost);
+    case log_event::setup:
+      return "Setup";
+    case log_event::queued:
+      return "Queued";
+    case log_event::devices_leased:
+      return "DevicesLeased";
+    case log_event::cancel_requested:
+      return "CancelRequested";
+  }
+  return "Created";
+}
+
+std::optional<log_event> parse_log_event(std::string_view s) noexcept {
+  for (auto e : all_log_events)
+    if (to_string(e) == s) return e;
+  return std::nullopt;
+}
+
+log_event log_event_of(event_kind k) noexcept {
+  switch (k) {
+    case event_kind::started:
+      return log_event::started;
+    case event_kind::exited:
+      return log_event::exited;
+    case event_kind::start_failed:
+      return log_event::start_failed;
+    case event_kind::cancelled:
+      return log_event::cancelled;
+    case event_kind::lost:
+      return log_event::lost;
+  }
+  return log_event::lost;
+}
+
 job_status aggregate(std::span<const job_status> steps) noexcept {
   bool running = false, created = steps.empty();
   for (auto s : steps) {

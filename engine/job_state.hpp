@@ -39,6 +39,32 @@ std::optional<job_status> next(job_status from, const job_event& ev) noexcept;
 std::string_view event_reason(event_kind k) noexcept;
 std::optional<event_kind> parse_event_reason(std::string_view s) noexcept;
 
+/// Every kind of event the log stores: the transitions (event_kind, by the
+/// same names) and the records that change no status. The store keeps the
+/// name (to_string); nothing else spells one.
+enum class log_event : std::uint8_t {
+  created,           ///< "Created": the job was recorded
+  started,           ///< "Started"
+  exited,            ///< "Exited"
+  start_failed,      ///< "StartFailed"
+  cancelled,         ///< "Cancelled"
+  lost,              ///< "Lost"
+  setup,             ///< "Setup": a setup phase (venv, pip) started or ended in a step
+  queued,            ///< "Queued": the job waits (for GPUs)
+  devices_leased,    ///< "DevicesLeased": its GPUs, node by node
+  cancel_requested,  ///< "CancelRequested": a cancel was asked for (changes no status)
+};
+inline constexpr log_event all_log_events[] = {log_event::created,        log_event::started,
+                                               log_event::exited,         log_event::start_failed,
+                                               log_event::cancelled,      log_event::lost,
+                                               log_event::setup,          log_event::queued,
+                                               log_event::devices_leased, log_event::cancel_requested};
+
+std::string_view to_string(log_event e) noexcept;
+std::optional<log_event> parse_log_event(std::string_view s) noexcept;
+/// The log's event for a transition.
+log_event log_event_of(event_kind k) noexcept;
+
 /// A job's status from its steps' statuses, as Kubeflow aggregates them: any
 /// Failed → Failed; else any Running → Running; else any Created (or none) →
 /// Created; else Complete.

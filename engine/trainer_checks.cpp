@@ -1,5 +1,6 @@
 #include "engine/trainer_checks.hpp"
 
+#include "engine/fail.hpp"
 #include "engine/names.hpp"
 
 #include <tjob/error.hpp>
@@ -12,10 +13,6 @@
 #include <unistd.h>
 
 namespace tjob::detail {
-
-namespace {
-[[noreturn]] void fail(errc e, std::string message) { throw error(e, std::move(message)); }
-}  // namespace
 
 bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
 

@@ -6,6 +6,7 @@
 #include "adapters/container/container_backend.hpp"
 #include "adapters/container/docker_api.hpp"
 #include "adapters/container/layout.hpp"
+#include "engine/fail.hpp"
 #include "engine/task_group.hpp"
 #include "engine/wake.hpp"
 
@@ -26,9 +27,7 @@ namespace json = boost::json;
 namespace fs = std::filesystem;
 using steady = std::chrono::steady_clock;
 
-[[noreturn]] inline void fail(errc e, std::string message, std::string diagnostics = {}) {
-  throw error(e, std::move(message), std::move(diagnostics));
-}
+using detail::fail;
 
 /// The same error (code and diagnostics) with `prefix` saying where it happened.
 [[noreturn]] inline void rethrow_as(const error& e, const std::string& prefix) {

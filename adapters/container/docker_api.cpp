@@ -1,5 +1,6 @@
 #include "adapters/container/docker_api.hpp"
 
+#include "engine/fail.hpp"
 #include "engine/names.hpp"
 
 #include <tjob/error.hpp>
@@ -16,11 +17,9 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using detail::quote;
 
-namespace {
+using detail::fail;
 
-[[noreturn]] void fail(errc code, std::string message, std::string diagnostics = {}) {
-  throw error(make_error_code(code), std::move(message), std::move(diagnostics));
-}
+namespace {
 
 // "localhost/bb:latest" → ("localhost/bb", "latest"); a digest stays whole.
 std::pair<std::string, std::string> split_reference(const std::string& image) {

@@ -1,4 +1,5 @@
 #include "adapters/http/http_client.hpp"
+#include "engine/fail.hpp"
 
 #include <tjob/error.hpp>
 
@@ -39,11 +40,9 @@ using asio::use_awaitable;
 using generic_stream = beast::basic_stream<asio::generic::stream_protocol>;
 using tls_stream = asio::ssl::stream<generic_stream>;
 
-namespace {
+using detail::fail;
 
-[[noreturn]] void fail(errc code, std::string message, std::string diagnostics = {}) {
-  throw error(make_error_code(code), std::move(message), std::move(diagnostics));
-}
+namespace {
 
 std::string lower(std::string_view s) {
   std::string out(s);

@@ -5,6 +5,7 @@
 #include "adapters/kubernetes/kubeconfig.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
 #include "adapters/python/python_plan.hpp"
+#include "engine/fail.hpp"
 #include "engine/log_stream_impl.hpp"
 #include "engine/messages.hpp"
 #include "engine/names.hpp"
@@ -20,14 +21,13 @@
 namespace tjob::kube {
 
 namespace asio = boost::asio;
+using detail::fail;
 namespace json = boost::json;
 using steady = std::chrono::steady_clock;
 using detail::quote;
 using detail::who;
 
 namespace {
-
-[[noreturn]] void fail(errc c, const std::string& message) { throw error(c, message); }
 
 // A Python node runs the shared entry script (python3 -c ENTRY PLAN): the plan
 // carries the code and everything the user gave, as data; the torchrun flags

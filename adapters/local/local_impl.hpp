@@ -9,6 +9,7 @@
 #include "adapters/local/venv_cache.hpp"
 #include "adapters/process/process_adapter.hpp"
 #include "engine/backend.hpp"
+#include "engine/fail.hpp"
 #include "engine/job_state.hpp"
 #include "engine/names.hpp"
 #include "engine/strings.hpp"
@@ -32,6 +33,7 @@ using boost::system::error_code;
 using steady = std::chrono::steady_clock;
 using detail::event_kind;
 using detail::job_event;
+using detail::log_event;
 using detail::printable;
 using detail::quote;
 
@@ -276,8 +278,6 @@ clock::time_point from_ms(std::int64_t ms);
 std::string join_argv(const std::vector<std::string>& argv);
 /// mkdir -p with mode 0700 for every directory it creates.
 void make_private_dirs(const std::filesystem::path& p);
-[[noreturn]] inline void fail(errc e, std::string message, std::string diagnostics = {}) {
-  throw error(e, std::move(message), std::move(diagnostics));
-}
+using detail::fail;
 
 }  // namespace tjob::local

@@ -123,7 +123,7 @@ asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string 
   queue_write(
       [st, row = std::move(row), message = std::move(created_message)](detail::store& db) {
         st->inserted = db.insert_job(row);
-        if (st->inserted) db.append_event(row.name, "", row.created_ms, "Created", message);
+        if (st->inserted) db.append_event(row.name, "", row.created_ms, log_event::created, message);
       },
       [st] { st->done.notify(); },
       [st](std::exception_ptr x) {
@@ -254,7 +254,7 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
 
   queue_write(
       [name = j.row.name, step = s.row, status = j.row.status, jreason = j.row.reason, t = now_ms(),
-       what = std::string(detail::event_reason(ev.kind)), message = std::move(message)](detail::store& db) {
+       what = detail::log_event_of(ev.kind), message = std::move(message)](detail::store& db) {
         db.append_event(name, step.name, t, what, message);
         db.update_step(name, step);
         db.update_job_status(name, status, jreason);

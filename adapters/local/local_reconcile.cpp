@@ -32,7 +32,7 @@ asio::awaitable<void> engine_state::cancel_owned(std::shared_ptr<job_rec> j) {
     j->watchers.notify_all();  // a job waiting for GPUs gives up its place
     queue_write([name = j->row.name, t = now_ms(), grace = cfg.grace_period.count()](detail::store& db) {
       db.append_event(
-          name, "", t, "CancelRequested",
+          name, "", t, log_event::cancel_requested,
           "cancel requested: SIGTERM to the process group, SIGKILL after " + std::to_string(grace) + " ms");
     });
   }
@@ -53,7 +53,7 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name) {
   if (!row) throw_not_found(name);
   if (is_terminal(row->status)) co_return;
   transact([&](detail::store& db) {
-    db.append_event(name, "", now_ms(), "CancelRequested",
+    db.append_event(name, "", now_ms(), log_event::cancel_requested,
                     "cancel requested by process " + std::to_string(self_pid) +
                         ": SIGTERM to the process group, SIGKILL after " +
                         std::to_string(cfg.grace_period.count()) + " ms");
@@ -127,7 +127,7 @@ std::size_t engine_state::reconcile_rows(const std::vector<detail::job_row>& row
           s.status = *to;
           s.reason = "lost";
           db.update_step(cur->name, s);
-          db.append_event(cur->name, s.name, now_ms(), "Lost",
+          db.append_event(cur->name, s.name, now_ms(), log_event::lost,
                           "the process that supervised the job (pid " + std::to_string(cur->owner_pid) +
                               ") ended while the step was " + was + "; nobody saw how it ended");
         }

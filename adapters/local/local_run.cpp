@@ -169,7 +169,7 @@ asio::awaitable<bool> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
                    "[tjob] waiting for " + std::to_string(need) + " GPU(s); the engine's " +
                        std::to_string(gpu_devices.size()) + " are in use\n");
       queue_write([name = j->row.name, t = now_ms(), need](detail::store& db) {
-        db.append_event(name, "", t, "Queued", "waiting for " + std::to_string(need) + " GPU(s)");
+        db.append_event(name, "", t, log_event::queued, "waiting for " + std::to_string(need) + " GPU(s)");
       });
     }
     co_await w.wait_until(steady::time_point::max());
@@ -186,7 +186,7 @@ asio::awaitable<bool> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
   }
   log_progress(*j, j->steps[0], "[tjob] GPUs (CUDA_VISIBLE_DEVICES) " + summary + "\n");
   queue_write([name = j->row.name, t = now_ms(), summary](detail::store& db) {
-    db.append_event(name, "", t, "DevicesLeased", "CUDA_VISIBLE_DEVICES " + summary);
+    db.append_event(name, "", t, log_event::devices_leased, "CUDA_VISIBLE_DEVICES " + summary);
   });
   co_return true;
 }
@@ -282,7 +282,7 @@ bool engine_state::start_phase(job_rec& j, std::size_t index, const phase& ph, s
   } else {
     queue_write([name = j.row.name, row = s.row, t = now_ms(), what](detail::store& db) {
       db.update_step(name, row);  // the pid that a crash recovery must kill
-      db.append_event(name, row.name, t, "Setup", what);
+      db.append_event(name, row.name, t, log_event::setup, what);
     });
   }
   return true;
@@ -322,7 +322,7 @@ asio::awaitable<step_outcome> engine_state::run_phases(std::shared_ptr<job_rec> 
     }
     double secs = std::chrono::duration<double>(steady::now() - t0).count();
 
-    if (j->cancel_requested || db->has_event(j->row.name, "CancelRequested")) {
+    if (j->cancel_requested || db->has_event(j->row.name, log_event::cancel_requested)) {
       j->cancel_requested = true;
       s.row.exit_code = st.code;
       out.ev = {event_kind::cancelled};
@@ -341,7 +341,7 @@ asio::awaitable<step_outcome> engine_state::run_phases(std::shared_ptr<job_rec> 
       log_progress(*j, s, fmt::format("[tjob] {} done in {:.2f} s\n", what, secs));
       queue_write([name = j->row.name, step = s.row.name, t = now_ms(),
                    text = fmt::format("{} done in {:.2f} s", what, secs)](detail::store& db) {
-        db.append_event(name, step, t, "Setup", text);
+        db.append_event(name, step, t, log_event::setup, text);
       });
       continue;
     }

@@ -89,7 +89,7 @@ asio::awaitable<bool> engine_state::copy_from_cache(std::shared_ptr<job_rec> j, 
       auto text = fmt::format("venv from the cache ({}) in {:.3f} s", key, secs);
       log_progress(*j, s, "[tjob] " + text + "\n");
       queue_write([name = j->row.name, t = now_ms(), text](detail::store& db) {
-        db.append_event(name, "node-0", t, "Setup", text);
+        db.append_event(name, "node-0", t, log_event::setup, text);
       });
       co_return true;
     }

@@ -337,7 +337,8 @@ void store::update_job_status(const std::string& job, job_status status, const s
 }
 
 void store::append_event(const std::string& job, const std::string& step, std::int64_t time_ms,
-                         std::string_view reason, const std::string& message) {
+                         log_event what, const std::string& message) {
+  const std::string_view reason = to_string(what);
   auto* s = prepare("INSERT INTO events(job, step, time_ms, reason, message) VALUES(?,?,?,?,?)");
   reset_guard g{s};
   bind_text(s, 1, job);
@@ -440,7 +441,8 @@ std::vector<event_row> store::load_events(const std::string& job) {
   return out;
 }
 
-bool store::has_event(const std::string& job, std::string_view reason) {
+bool store::has_event(const std::string& job, log_event what) {
+  const std::string_view reason = to_string(what);
   auto* s = prepare("SELECT 1 FROM events WHERE job=? AND reason=? LIMIT 1");
   reset_guard g{s};
   bind_text(s, 1, job);

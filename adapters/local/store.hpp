@@ -10,6 +10,8 @@
 
 #include <tjob/status.hpp>
 
+#include "engine/job_state.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -85,15 +87,15 @@ class store {
   bool insert_job(const job_row& job);  ///< false when the name is taken
   void update_step(const std::string& job, const step_row& step);
   void update_job_status(const std::string& job, job_status status, const std::string& reason);
-  void append_event(const std::string& job, const std::string& step, std::int64_t time_ms,
-                    std::string_view reason, const std::string& message);
+  void append_event(const std::string& job, const std::string& step, std::int64_t time_ms, log_event what,
+                    const std::string& message);
   void delete_job(const std::string& job);
 
   std::optional<job_row> load_job(const std::string& name);
   std::vector<job_row> load_jobs();
   std::vector<job_row> load_unfinished();
   std::vector<event_row> load_events(const std::string& job);
-  bool has_event(const std::string& job, std::string_view reason);
+  bool has_event(const std::string& job, log_event what);
 
   /// Leases `n` of `devices` to `job` (leases of ended or vanished jobs are
   /// dropped first); nullopt when fewer than `n` are free. In a transaction.

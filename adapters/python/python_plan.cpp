@@ -1,6 +1,7 @@
 #include "adapters/python/python_plan.hpp"
 
 #include "adapters/python/python_setup.hpp"
+#include "engine/fail.hpp"
 #include "engine/names.hpp"
 #include "engine/strings.hpp"
 #include "engine/trainer_checks.hpp"
@@ -20,9 +21,7 @@ using detail::has_nul;
 using detail::printable;
 using detail::quote;
 
-namespace {
-[[noreturn]] void fail(errc e, std::string message) { throw error(e, std::move(message)); }
-}  // namespace
+using detail::fail;
 
 std::string read_source(const std::string& who, const std::string& file) {
   std::error_code ec;

@@ -234,8 +234,8 @@ TEST_CASE_FIXTURE(fixture,
   // The job prints b only once the follower has shown a (it waits on a
   // FIFO): a follower that only replays ends after a and fails this test.
   tjob::test::gate gate;
-  auto t = tjob({"train", "--name", "bg", "--", helper_bin(), "print", "a\n", "read-fifo", gate.path(), "print",
-                 "b\n"});
+  auto t = tjob({"train", "--name", "bg", "--", helper_bin(), "print", "a\n", "read-fifo", gate.path(),
+                 "print", "b\n"});
   REQUIRE(t.exit_code == 0);
   CHECK(t.out == "bg\n");
   tjob::test::background f({tjob_bin(), "logs", "-f", "bg"}, env());

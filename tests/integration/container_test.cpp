@@ -43,8 +43,7 @@ std::string socket_of(const std::string& daemon) {
   auto s = peers_dir() / (daemon + ".sock");
   struct stat st {};
   if (::stat(s.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return s.string();
-  tjob::test::skip(daemon + " is not running at " + s.string() +
-                   " (the container_peers fixture starts it)");
+  tjob::test::skip(daemon + " is not running at " + s.string() + " (the container_peers fixture starts it)");
   return {};
 }
 

@@ -75,7 +75,6 @@ bool have_kubectl() {
   return true;
 }
 
-
 train_request sleeper(const std::string& name, const std::string& ms) {
   return helper_job({"print", "up\n", "sleep", ms, "print", "done\n"}, name);
 }

@@ -10,8 +10,7 @@ int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   int failed = context.run();
   if (context.shouldExit()) return failed;
-  if (failed == 0 && tjob::test::cases_run() > 0 &&
-      tjob::test::cases_skipped() == tjob::test::cases_run())
+  if (failed == 0 && tjob::test::cases_run() > 0 && tjob::test::cases_skipped() == tjob::test::cases_run())
     return 77;
   return failed;
 }

@@ -315,7 +315,8 @@ void gate::release() {
   for (;;) {
     fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0 || errno != ENXIO) break;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     pollfd p{in, POLLIN, 0};
     ::poll(&p, 1, static_cast<int>(left.count()));
@@ -340,7 +341,8 @@ bool wait_for_file_change(const std::filesystem::path& dir, const std::function<
       ok = true;
       break;
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     pollfd p{fd, POLLIN, 0};
     ::poll(&p, 1, static_cast<int>(left.count()));

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <set>
 #include <vector>
 
 using namespace tjob;
@@ -84,4 +85,20 @@ TEST_CASE("job status aggregates its steps as Kubeflow does") {
   CHECK(agg({S::created, S::complete}) == S::created);
   CHECK(agg({}) == S::created);
   CHECK(agg({S::created, S::running}) == S::running);
+}
+
+TEST_CASE(
+    "the event vocabulary: every stored event has one name, parsed back, transitions by their own names") {
+  using namespace tjob::detail;
+  std::set<std::string_view> names;
+  for (auto e : all_log_events) {
+    auto n = to_string(e);
+    CHECK(!n.empty());
+    CHECK(names.insert(n).second);  // no two events share a name
+    CHECK(parse_log_event(n) == e);
+  }
+  CHECK(names.size() == std::size(all_log_events));
+  for (auto k : all_event_kinds) CHECK(to_string(log_event_of(k)) == event_reason(k));
+  CHECK_FALSE(parse_log_event("Bogus").has_value());
+  CHECK_FALSE(parse_log_event("created").has_value());  // names are exact
 }

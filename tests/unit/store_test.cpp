@@ -40,7 +40,7 @@ TEST_CASE("a new store holds what was written after it is reopened") {
     db.begin();
     CHECK(db.insert_job(sample("a")));
     CHECK_FALSE(db.insert_job(sample("a")));  // the name is taken
-    db.append_event("a", "", 1, "Created", "made");
+    db.append_event("a", "", 1, log_event::created, "made");
     step_row s;
     s.name = "node-0";
     s.status = job_status::failed;
@@ -48,7 +48,7 @@ TEST_CASE("a new store holds what was written after it is reopened") {
     s.reason = "exit code 3";
     db.update_step("a", s);
     db.update_job_status("a", job_status::failed, "exit code 3");
-    db.append_event("a", "node-0", 2, "Exited", "ended");
+    db.append_event("a", "node-0", 2, log_event::exited, "ended");
     db.commit();
   }
   store db(path, std::chrono::milliseconds(1000));
@@ -63,8 +63,8 @@ TEST_CASE("a new store holds what was written after it is reopened") {
   CHECK(ev[0].reason == "Created");
   CHECK(ev[1].reason == "Exited");
   CHECK(ev[0].seq < ev[1].seq);
-  CHECK(db.has_event("a", "Exited"));
-  CHECK_FALSE(db.has_event("a", "CancelRequested"));
+  CHECK(db.has_event("a", log_event::exited));
+  CHECK_FALSE(db.has_event("a", log_event::cancel_requested));
   CHECK(db.load_unfinished().empty());
   db.begin();
   db.delete_job("a");
