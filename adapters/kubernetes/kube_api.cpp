@@ -77,9 +77,14 @@ api::api(asio::any_io_executor ex, connection conn, std::chrono::milliseconds ti
   http_ = std::make_unique<http::client>(ex_, ep, 64 << 20, std::move(tls));
 }
 
+void api::set_clock(clock_fn now) {
+  now_ = std::move(now);
+  token_read_ = now_();
+}
+
 std::string api::bearer() {
-  auto now = std::chrono::steady_clock::now();
-  if (!conn_.token_file.empty() && now - token_read_ >= std::chrono::minutes(1)) {
+  auto now = now_();
+  if (!conn_.token_file.empty() && now - token_read_ >= token_reread) {
     token_read_ = now;
     if (auto t = read_token(conn_.token_file); t && !t->empty()) conn_.token = std::move(*t);
   }

@@ -16,6 +16,7 @@
 
 #include <boost/json/value.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +72,12 @@ class api {
   /// Requests sent so far (for tests and diagnostics).
   std::uint64_t requests() const { return requests_; }
 
+  /// The clock that times the token file's re-reads (a test moves it).
+  using clock_fn = std::function<std::chrono::steady_clock::time_point()>;
+  void set_clock(clock_fn now);
+  /// How often the token file is read again (service-account tokens rotate).
+  static constexpr std::chrono::minutes token_reread{1};
+
  private:
   boost::asio::awaitable<http::response> send(std::string method, std::string path, std::string body,
                                               std::string content_type);
@@ -82,7 +89,8 @@ class api {
   std::chrono::milliseconds timeout_;
   std::unique_ptr<http::client> http_;
   std::uint64_t requests_ = 0;
-  std::chrono::steady_clock::time_point token_read_ = std::chrono::steady_clock::now();
+  clock_fn now_ = [] { return std::chrono::steady_clock::now(); };
+  std::chrono::steady_clock::time_point token_read_ = now_();
 };
 
 }  // namespace tjob::kube

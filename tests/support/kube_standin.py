@@ -25,7 +25,8 @@ their own under DIR/pods/.
   kube_standin.py ctl DIR ACTION [JSON]
       drives faults: drop-watches, compact, fail (JSON {count, code, path}),
       delay (JSON {seconds, path}), inject-line (JSON {line}),
-      inject-long-line (JSON {bytes}), stats, reset-stats
+      inject-long-line (JSON {bytes}), set-token (JSON {token}: the one accepted from now on),
+      stats, reset-stats
   kube_standin.py stop DIR
 """
 
@@ -1021,6 +1022,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 f.inject.append(arg["line"])
             elif action == "inject-long-line":
                 f.inject.append("x" * int(arg["bytes"]))
+            elif action == "set-token":
+                srv.token = arg["token"]
             elif action == "drop-watches":
                 f.drop += 1
             elif action != "compact":
