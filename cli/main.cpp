@@ -255,6 +255,19 @@ resources parse_resources(const std::string& spec) {
   return r;
 }
 
+// --label and --annotation, KEY=VALUE each.
+void add_metadata(const job_options& o, train_request& req) {
+  for (const auto& [flag, from, into] : {std::tuple{"--label", &o.labels, &req.labels},
+                                         std::tuple{"--annotation", &o.annotations, &req.annotations}})
+    for (const auto& e : *from) {
+      auto eq = e.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw usage_error(std::string(flag) + " '" + e + "': expected KEY=VALUE (for example " + flag +
+                          " team=vision)");
+      (*into)[e.substr(0, eq)] = e.substr(eq + 1);
+    }
+}
+
 train_request make_request(const job_options& o, backend_kind backend) {
   train_request req;
   req.name = o.name;
@@ -279,15 +292,7 @@ train_request make_request(const job_options& o, backend_kind backend) {
   req.num_nodes = o.num_nodes;
   if ((!o.labels.empty() || !o.annotations.empty()) && !in_cluster)
     throw usage_error("--label and --annotation are for the kubernetes backend; add --backend kubernetes");
-  for (const auto& [flag, from, into] : {std::tuple{"--label", &o.labels, &req.labels},
-                                         std::tuple{"--annotation", &o.annotations, &req.annotations}})
-    for (const auto& e : *from) {
-      auto eq = e.find('=');
-      if (eq == std::string::npos || eq == 0)
-        throw usage_error(std::string(flag) + " '" + e + "': expected KEY=VALUE (for example " + flag +
-                          " team=vision)");
-      (*into)[e.substr(0, eq)] = e.substr(eq + 1);
-    }
+  add_metadata(o, req);
   bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() || !o.args.empty() ||
                         !o.python.empty() || o.system_site_packages || o.keep_venv || !o.resources.empty();
   if (o.command_mode) {
