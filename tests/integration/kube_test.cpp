@@ -1,15 +1,11 @@
 // The kubernetes backend against the API stand-in (tests/support/kube_standin.py):
 // each test starts its own server (TLS, a token, a controller that runs pods as
 // local processes), so faults injected in one test touch no other.
-#include "adapters/kubernetes/kube_api.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
 
 #include <doctest/doctest.h>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/json.hpp>
 
 #include <cstdlib>
@@ -614,47 +610,4 @@ TEST_CASE_FIXTURE(kube_fixture, "the kubernetes backend never opens the local st
   // The cluster keeps the jobs: nothing of the local backend is made in $TJOB_HOME.
   CHECK(!std::filesystem::exists(std::filesystem::path(home()) / "tjob.db"));
   CHECK(!std::filesystem::exists(std::filesystem::path(home()) / "jobs"));
-}
-
-namespace {
-
-// One GET through `a`; the error's message, empty when it succeeded.
-boost::asio::awaitable<void> get_pods(kube::api& a, std::string& error) {
-  try {
-    co_await a.get("/api/v1/namespaces/default/pods");
-  } catch (const tjob::error& e) {
-    error = e.what();
-  }
-}
-
-}  // namespace
-
-TEST_CASE_FIXTURE(kube_fixture, "a rotated token file is read again once a minute has passed, not before") {
-  auto token_file = dir.path() / "token";
-  std::ofstream(token_file) << server.token << "\n";
-  kube::load_options o;
-  o.config_file =
-      write_kubeconfig(dir.path() / "rotating.kubeconfig", server.url, {{"certificate-authority", server.ca}},
-                       {{"tokenFile", token_file.string()}});
-  o.in_cluster_dir.clear();
-  boost::asio::io_context io;
-  kube::api a(io.get_executor(), kube::load(o), 10s);
-  // The test moves the api's clock: the re-read is logic, not a wait.
-  auto now = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-  a.set_clock([now] { return *now; });
-  auto get = [&] {
-    std::string error;
-    boost::asio::co_spawn(io, get_pods(a, error), boost::asio::detached);
-    io.restart();
-    io.run();
-    return error;
-  };
-  CHECK(get() == "");
-  // The token rotates: the file holds the new one, the server takes only it.
-  std::ofstream(token_file, std::ios::trunc) << "rotated-token\n";
-  server.ctl("set-token", R"({"token": "rotated-token"})");
-  *now += kube::api::token_reread - 1s;
-  CHECK(get().find("401") != std::string::npos);  // the file is not read before a minute
-  *now += 2s;
-  CHECK(get() == "");  // read again: the new token
 }

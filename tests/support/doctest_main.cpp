@@ -4,7 +4,13 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include "tests/support/test_support.hpp"
+#include <cstddef>
+
+namespace tjob::test {
+// tests/support/test_support.hpp (not included: this file is compiled alone, and fast)
+std::size_t cases_skipped();
+std::size_t cases_run();
+}  // namespace tjob::test
 
 int main(int argc, char** argv) {
   doctest::Context context(argc, argv);

@@ -1,12 +1,15 @@
 // The Kubernetes adapter's pure parts: kubeconfig loading and merging, the
 // TrainJob body, Kubeflow's status and step rules, watch lines and Status
-// errors.
+// errors; and the API client's token re-read, against the stand-in.
 #include "adapters/kubernetes/kube_api.hpp"
 #include "adapters/kubernetes/kubeconfig.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <doctest/doctest.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/json.hpp>
 
 #include <cstdlib>
@@ -373,4 +376,54 @@ TEST_CASE(
     CAPTURE(text);
     CHECK(msg.find("is not a kubeconfig: document 1 (line 1) must be a mapping") != std::string::npos);
   }
+}
+
+namespace {
+
+// One GET through `a`; the error's message, empty when it succeeded.
+boost::asio::awaitable<void> get_pods(kube::api& a, std::string& error) {
+  try {
+    co_await a.get("/api/v1/namespaces/default/pods");
+  } catch (const tjob::error& e) {
+    error = e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("against the stand-in: a rotated token file is read again once a minute has passed, not before") {
+  tjob::test::kube_standin server;
+  tjob::test::temp_dir dir;
+  auto token_file = dir.path() / "token";
+  std::ofstream(token_file) << server.token << "\n";
+  kube::load_options o;
+  o.config_file = (dir.path() / "rotating.kubeconfig").string();
+  write(o.config_file,
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n"
+        "    server: " +
+            server.url + "\n    certificate-authority: " + server.ca +
+            "\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nusers:\n- name: u\n  user:\n"
+            "    tokenFile: " +
+            token_file.string() + "\n");
+  o.in_cluster_dir.clear();
+  boost::asio::io_context io;
+  kube::api a(io.get_executor(), kube::load(o), std::chrono::seconds(10));
+  // The test moves the api's clock: the re-read is logic, not a wait.
+  auto now = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  a.set_clock([now] { return *now; });
+  auto get = [&] {
+    std::string error;
+    boost::asio::co_spawn(io, get_pods(a, error), boost::asio::detached);
+    io.restart();
+    io.run();
+    return error;
+  };
+  CHECK(get() == "");
+  // The token rotates: the file holds the new one, the server takes only it.
+  std::ofstream(token_file, std::ios::trunc) << "rotated-token\n";
+  server.ctl("set-token", R"({"token": "rotated-token"})");
+  *now += kube::api::token_reread - std::chrono::seconds(1);
+  CHECK(get().find("401") != std::string::npos);  // the file is not read before a minute
+  *now += std::chrono::seconds(2);
+  CHECK(get() == "");  // read again: the new token
 }
