@@ -304,36 +304,15 @@ gate::gate() : path_((dir_.path() / "gate").string()) { REQUIRE(::mkfifo(path_.c
 
 gate::~gate() = default;
 
-void gate::release() {
-  // Without a reader a non-blocking open fails (ENXIO): the job's open of the
-  // FIFO wakes this wait (inotify IN_OPEN), under a hard deadline.
-  int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  REQUIRE(in >= 0);
-  REQUIRE(::inotify_add_watch(in, path_.c_str(), IN_OPEN) >= 0);
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  int fd = -1;
-  for (;;) {
-    fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0 || errno != ENXIO) break;
-    auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{in, POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(left.count()));
-    char buf[4096];
-    while (::read(in, buf, sizeof buf) > 0) {
-    }
-  }
-  ::close(in);
-  REQUIRE_MESSAGE(fd >= 0, "the job never opened " << path_ << " (did it die?)");
-  ::close(fd);
-}
+namespace {
 
-bool wait_for_file_change(const std::filesystem::path& dir, const std::function<bool()>& holds,
-                          std::chrono::milliseconds deadline) {
+// Checks `holds()` each time `what` (a file, or a directory's files) sees one
+// of `events` (inotify), until it is true or `deadline` passes; never sleeps.
+bool on_inotify(const std::filesystem::path& what, std::uint32_t events, const std::function<bool()>& holds,
+                std::chrono::milliseconds deadline) {
   int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
   REQUIRE(fd >= 0);
-  REQUIRE(::inotify_add_watch(fd, dir.c_str(), IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_MOVED_TO) >= 0);
+  REQUIRE(::inotify_add_watch(fd, what.c_str(), events) >= 0);
   auto until = std::chrono::steady_clock::now() + deadline;
   bool ok = false;
   for (;;) {
@@ -352,6 +331,28 @@ bool wait_for_file_change(const std::filesystem::path& dir, const std::function<
   }
   ::close(fd);
   return ok;
+}
+
+}  // namespace
+
+void gate::release() {
+  // Without a reader a non-blocking open fails (ENXIO): the job's open of the
+  // FIFO (inotify IN_OPEN) is what makes the next try worth it.
+  int fd = -1;
+  on_inotify(
+      path_, IN_OPEN,
+      [&] {
+        fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        return fd >= 0 || errno != ENXIO;
+      },
+      std::chrono::seconds(60));
+  REQUIRE_MESSAGE(fd >= 0, "the job never opened " << path_ << " (did it die?)");
+  ::close(fd);
+}
+
+bool wait_for_file_change(const std::filesystem::path& dir, const std::function<bool()>& holds,
+                          std::chrono::milliseconds deadline) {
+  return on_inotify(dir, IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_MOVED_TO, holds, deadline);
 }
 
 bool system_python_has(const std::string& module) {
