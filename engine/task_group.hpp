@@ -1,6 +1,7 @@
-// The owner of a backend's background coroutines (an events loop, a watch):
-// each is started through the group, its failure is logged with what it was,
-// and join() waits until every one has ended. Nothing is `detached`.
+// The owner of a backend's coroutines (an events loop, a watch, a job, a
+// node): each is started through the group, its end is reported (to its own
+// handler, else a failure is logged with what it was), and join() waits
+// until every one has ended. Nothing is `detached`.
 //
 // Threading: the executor's thread only.
 // Cancellation: the group does not stop its tasks; their owner asks them to
@@ -12,10 +13,13 @@
 #include "engine/wake.hpp"
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 
 #include <spdlog/logger.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,11 +30,16 @@ class task_group {
   task_group(const boost::asio::any_io_executor& ex, std::shared_ptr<spdlog::logger> log)
       : ex_(ex), state_(std::make_shared<state>(ex, std::move(log))) {}
 
-  /// Starts `task`; `what` names it in the log when it fails.
-  void spawn(boost::asio::awaitable<void> task, std::string what) {
+  /// Starts `task`. `done`, when given, hears how it ended (a null pointer:
+  /// it returned); without it a failure is logged, named by `what`. A signal
+  /// emitted on `slot` ends the task.
+  void spawn(boost::asio::awaitable<void> task, std::string what,
+             std::function<void(std::exception_ptr)> done = {}, boost::asio::cancellation_slot slot = {}) {
     ++state_->running;
-    boost::asio::co_spawn(ex_, std::move(task), [s = state_, what = std::move(what)](std::exception_ptr e) {
-      if (e) {
+    auto ended = [s = state_, what = std::move(what), done = std::move(done)](std::exception_ptr e) {
+      if (done) {
+        done(e);
+      } else if (e) {
         try {
           std::rethrow_exception(e);
         } catch (const std::exception& x) {
@@ -40,7 +49,8 @@ class task_group {
         }
       }
       if (--s->running == 0) s->idle.notify();
-    });
+    };
+    boost::asio::co_spawn(ex_, std::move(task), boost::asio::bind_cancellation_slot(slot, std::move(ended)));
   }
 
   std::size_t running() const noexcept { return state_->running; }

@@ -1,6 +1,5 @@
 #include "adapters/local/fs_watch.hpp"
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include <spdlog/spdlog.h>
@@ -14,12 +13,12 @@ namespace tjob::detail {
 namespace asio = boost::asio;
 
 struct fs_watch::impl : std::enable_shared_from_this<impl> {
-  impl(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> l)
-      : executor(ex), descriptor(ex), log(std::move(l)) {}
+  impl(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> l, task_group& o)
+      : descriptor(ex), log(std::move(l)), owner(o) {}
 
-  asio::any_io_executor executor;
   asio::posix::stream_descriptor descriptor;
   std::shared_ptr<spdlog::logger> log;
+  task_group& owner;
   std::map<int, wake_list> subscribers;  // by watch descriptor
   bool reading = false;
   bool closed = false;
@@ -39,9 +38,7 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
   void start_reading() {
     if (reading) return;
     reading = true;
-    asio::co_spawn(executor, read_loop(shared_from_this()), [](std::exception_ptr e) {
-      if (e) std::rethrow_exception(e);  // read_loop catches everything itself
-    });
+    owner.spawn(read_loop(shared_from_this()), "inotify reader");  // it catches everything itself
   }
 
   // Wakes the subscribers of each event in `buf`. Not in the coroutine: a
@@ -82,8 +79,8 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
   }
 };
 
-fs_watch::fs_watch(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log)
-    : impl_(std::make_shared<impl>(ex, std::move(log))) {}
+fs_watch::fs_watch(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log, task_group& owner)
+    : impl_(std::make_shared<impl>(ex, std::move(log), owner)) {}
 
 fs_watch::~fs_watch() { close(); }
 

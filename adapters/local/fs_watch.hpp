@@ -4,6 +4,7 @@
 // engine, opened on first use.
 #pragma once
 
+#include "engine/task_group.hpp"
 #include "engine/wake.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -20,7 +21,8 @@ namespace tjob::detail {
 
 class fs_watch {
  public:
-  fs_watch(boost::asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log);
+  /// Its reader is a task of `owner`, which must outlive it; close() ends it.
+  fs_watch(boost::asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log, task_group& owner);
   ~fs_watch();
 
   /// Wakes `w` on changes in `dir` until `remove` is called with the result.

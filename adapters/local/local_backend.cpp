@@ -246,7 +246,7 @@ asio::awaitable<void> backend::shutdown() {
     }
     e.watch.close();
   }
-  while (e.internal_coroutines > 0) co_await e.idle.wait_until(steady::time_point::max());
+  co_await e.tasks.join();
   e.flush();
   e.pool.join();
   if (e.checkpoint_thread) e.checkpoint_thread->join();

@@ -122,6 +122,9 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::shared_ptr<spdlog::logger> log;
   std::filesystem::path home, jobs_dir;
   std::unique_ptr<detail::store> db;
+  /// Every coroutine of this backend (jobs, nodes, escalations, the inotify
+  /// reader); shutdown() joins it.
+  detail::task_group tasks;
   detail::fs_watch watch;
   std::map<std::string, std::shared_ptr<job_rec>, std::less<>> jobs;
   /// A write for the next group commit: `apply` runs in the transaction,
@@ -135,8 +138,6 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::vector<pending_write> pending;
   bool flush_posted = false;
   bool stopping = false;
-  std::size_t internal_coroutines = 0;
-  detail::wake_signal idle;
   boost::asio::thread_pool pool{1};
   // The store's WAL checkpoints run on a thread of their own (made at the
   // first): on `pool` they would hold up the next job's directories.

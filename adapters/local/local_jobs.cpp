@@ -5,8 +5,6 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 
 #include <fcntl.h>
@@ -60,7 +58,7 @@ train_job to_job(const detail::job_row& row) {
 // construction, store writes
 
 engine_state::engine_state(const detail::backend_context& ctx)
-    : ex(ctx.ex), cfg(ctx.cfg), log(ctx.log), watch(ctx.ex, log), idle(ctx.ex) {
+    : ex(ctx.ex), cfg(ctx.cfg), log(ctx.log), tasks(ctx.ex, log), watch(ctx.ex, log, tasks) {
   home = ctx.home;  // absolute, and checked by the engine
   jobs_dir = home / "jobs";
   try {
@@ -274,39 +272,34 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
 }
 
 void engine_state::spawn_internal(asio::awaitable<void> op, const char* what) {
-  ++internal_coroutines;
-  asio::co_spawn(ex, std::move(op), [self = shared_from_this(), what](std::exception_ptr e) {
-    if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& x) {
-        if (!self->stopping) self->log->error("{}: {}", what, x.what());
-      }
+  tasks.spawn(std::move(op), what, [self = shared_from_this(), what](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      if (!self->stopping) self->log->error("{}: {}", what, x.what());
     }
-    if (--self->internal_coroutines == 0) self->idle.notify();
   });
 }
 
 void engine_state::start_job(std::shared_ptr<job_rec> j) {
-  ++internal_coroutines;
-  auto& slot_owner = j->stop;
-  asio::co_spawn(
-      ex, run_job(j),
-      asio::bind_cancellation_slot(slot_owner.slot(), [self = shared_from_this(), j](std::exception_ptr e) {
-        if (e && !self->stopping) {
-          std::string why;
-          try {
-            std::rethrow_exception(e);
-          } catch (const std::exception& x) {
-            why = x.what();
-          } catch (...) {
-            why = "unknown error";
-          }
-          self->log->error("job {}: {}", j->row.name, why);
-          self->fail_unfinished(*j, why);
+  auto slot = j->stop.slot();
+  tasks.spawn(
+      run_job(j), "job " + j->row.name,
+      [self = shared_from_this(), j](std::exception_ptr e) {
+        if (!e || self->stopping) return;
+        std::string why;
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+          why = x.what();
+        } catch (...) {
+          why = "unknown error";
         }
-        if (--self->internal_coroutines == 0) self->idle.notify();
-      }));
+        self->log->error("job {}: {}", j->row.name, why);
+        self->fail_unfinished(*j, why);
+      },
+      slot);
 }
 
 // The engine could not supervise a job any more: whatever still runs of it is

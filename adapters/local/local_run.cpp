@@ -5,9 +5,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 
 #include <fcntl.h>
@@ -101,9 +99,8 @@ asio::awaitable<std::vector<step_outcome>> engine_state::run_nodes(std::shared_p
   for (std::size_t i = 0; i < nodes; ++i) {
     std::vector<phase*> code{&j->node_phases[i]};
     bool started = i == 0 && (!setup.empty() || j->setup_started);
-    ++internal_coroutines;
-    asio::co_spawn(
-        ex,
+    auto slot = j->steps[i].stop->slot();
+    tasks.spawn(
         [](std::shared_ptr<engine_state> self, std::shared_ptr<job_rec> j, std::size_t i,
            std::vector<phase*> code, bool started, std::shared_ptr<node_group> g) -> asio::awaitable<void> {
           auto out = co_await self->run_phases(j, i, code, started);
@@ -114,12 +111,12 @@ asio::awaitable<std::vector<step_outcome>> engine_state::run_nodes(std::shared_p
             self->stop_other_nodes(j, i);
           }
         }(shared_from_this(), j, i, std::move(code), started, group),
-        asio::bind_cancellation_slot(j->steps[i].stop->slot(),
-                                     [self = shared_from_this(), group](std::exception_ptr) {
-                                       --group->remaining;
-                                       group->done.notify();
-                                       if (--self->internal_coroutines == 0) self->idle.notify();
-                                     }));
+        "node",
+        [group](std::exception_ptr) {
+          --group->remaining;
+          group->done.notify();
+        },
+        slot);
   }
   while (group->remaining > 0) co_await group->done.wait_until(steady::time_point::max());
   co_return std::move(group->outcomes);

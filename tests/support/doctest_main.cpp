@@ -1,14 +1,19 @@
-// The test programs' main: doctest's, except that a run in which every case
-// that ran was skipped (tjob::test::skip) exits 77, which ctest reports as
-// "Skipped" (the suites' SKIP_RETURN_CODE): ctest runs one case per process.
+// The test programs' main: doctest's, except that skipped cases
+// (tjob::test::skip) are reported as skipped, never as passed. doctest counts
+// them as passed, so they are listed after its summary; and a run in which
+// every case that ran was skipped exits 77, which ctest reports as "Skipped"
+// (the suites' SKIP_RETURN_CODE): ctest runs one case per process.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 namespace tjob::test {
 // tests/support/test_support.hpp (not included: this file is compiled alone, and fast)
-std::size_t cases_skipped();
+std::vector<std::string> cases_skipped();
 std::size_t cases_run();
 }  // namespace tjob::test
 
@@ -16,7 +21,12 @@ int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   int failed = context.run();
   if (context.shouldExit()) return failed;
-  if (failed == 0 && tjob::test::cases_run() > 0 && tjob::test::cases_skipped() == tjob::test::cases_run())
-    return 77;
+  auto skipped = tjob::test::cases_skipped();
+  if (!skipped.empty()) {
+    std::fprintf(stderr, "[tjob] %zu of the %zu test cases above were skipped, not passed:\n", skipped.size(),
+                 tjob::test::cases_run());
+    for (const auto& name : skipped) std::fprintf(stderr, "[tjob]   skipped: %s\n", name.c_str());
+  }
+  if (failed == 0 && tjob::test::cases_run() > 0 && skipped.size() == tjob::test::cases_run()) return 77;
   return failed;
 }

@@ -153,8 +153,8 @@ std::string message_of(const std::function<void()>& f);
 /// installs every prerequisite, a skip fails the case instead. Returns false,
 /// for `if (!have) return tjob::test::skip(...);`-style use.
 bool skip(const std::string& what);
-/// The test cases this process skipped, and ran (tests/support/doctest_main.cpp).
-std::size_t cases_skipped();
+/// The test cases this process skipped, and how many it ran (tests/support/doctest_main.cpp).
+std::vector<std::string> cases_skipped();
 std::size_t cases_run();
 
 /// True when /usr/bin/python3 (Debian's) imports `module`. Where it does not,

@@ -8,8 +8,8 @@
 
 #include <doctest/doctest.h>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/json.hpp>
 
 #include <cstdlib>
@@ -413,9 +413,10 @@ TEST_CASE("against the stand-in: a rotated token file is read again once a minut
   a.set_clock([now] { return *now; });
   auto get = [&] {
     std::string error;
-    boost::asio::co_spawn(io, get_pods(a, error), boost::asio::detached);
+    auto done = boost::asio::co_spawn(io, get_pods(a, error), boost::asio::use_future);
     io.restart();
     io.run();
+    done.get();  // the request has ended (and any other failure surfaces here)
     return error;
   };
   CHECK(get() == "");
