@@ -97,7 +97,6 @@ struct engine::impl {
   std::shared_ptr<spdlog::logger> log;
   std::filesystem::path home;
   std::shared_ptr<detail::backend> backend;
-  detail::backend_traits traits;
   bool stopping = false;
 
   void check_running() const {
@@ -152,7 +151,6 @@ engine::engine(asio::any_io_executor ex, engine_config config) : impl_(std::make
     return cat;
   };
   e.backend = detail::make_backend(std::move(ctx));
-  e.traits = e.backend->traits();
 }
 
 engine::~engine() = default;
@@ -162,10 +160,11 @@ const std::filesystem::path& engine::home() const { return impl_->home; }
 
 asio::awaitable<std::string> engine::train(train_request req) {
   auto& e = *impl_;
-  if (!e.traits.keeps_labels && (!req.labels.empty() || !req.annotations.empty()))
+  const auto traits = e.backend->traits();
+  if (!traits.keeps_labels && (!req.labels.empty() || !req.annotations.empty()))
     fail(errc::invalid_argument,
          std::string(req.labels.empty() ? "Annotations" : "Labels") + " option is not compatible with the " +
-             std::string(to_string(e.traits.kind)) + " backend (TrainJob " + quote(req.name) +
+             std::string(to_string(traits.kind)) + " backend (TrainJob " + quote(req.name) +
              "); only the kubernetes backend keeps labels and annotations");
   e.check_running();
   detail::checked_request checked;

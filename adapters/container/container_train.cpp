@@ -82,8 +82,7 @@ node_program backend::impl::program_of(const std::string& me, train_request& r, 
                                         "host); leave it empty");
     auto source = python::check_remote_trainer(me, pt);
     // The code goes into the work dir, a script file's too: a container reads no host path.
-    p.files = python::training_files(pt, source, "train");
-    if (p.files.empty()) p.files.emplace_back("train.py", source);
+    p.files = python::shipped_files(pt, source);
     p.files.emplace_back("entry.py", std::string(python::entry_script()));
     p.plan = python::entry_plan(pt, source, rt.trainer.framework == "torch", false,
                                 std::string(workspace) + "/.tjob/train.py");

@@ -108,6 +108,13 @@ std::vector<std::pair<std::string, std::string>> training_files(const python_tra
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> shipped_files(const python_trainer& pt,
+                                                               const std::string& source) {
+  auto files = training_files(pt, source, "train");
+  if (files.empty()) files.emplace_back("train.py", source);
+  return files;
+}
+
 std::vector<std::string> torchrun_flags(const torch_topology& t) {
   return {"--nproc_per_node=" + t.nproc_per_node,
           "--nnodes=" + t.nnodes,
@@ -201,8 +208,8 @@ json::object entry_plan(const python_trainer& pt, const std::string& source, boo
                     {"args", std::move(args)},
                     {"torch", torch}};
   if (with_code) {
-    auto files = training_files(pt, source, "train");
-    plan["code"] = files.empty() ? source : files.front().second;
+    auto files = shipped_files(pt, source);
+    plan["code"] = files.front().second;
     if (files.size() > 1) plan["kwargs"] = files[1].second;
   } else {
     plan["script"] = script;

@@ -43,6 +43,12 @@ std::vector<std::pair<std::string, std::string>> training_files(const python_tra
                                                                 const std::string& source,
                                                                 const std::string& stem);
 
+/// The files a job that runs elsewhere (a container, a pod) takes with it:
+/// `train.py` (a script file's text too: it cannot read a host path) and,
+/// with function arguments, `train.kwargs.json`.
+std::vector<std::pair<std::string, std::string>> shipped_files(const python_trainer& pt,
+                                                               const std::string& source);
+
 /// Where the nodes of a torch job meet. A value may be a placeholder
 /// `{PET_NAME}`, which the entry script fills in from the variable the
 /// Kubeflow Trainer controller sets on each node (see entry_plan).

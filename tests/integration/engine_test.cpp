@@ -338,3 +338,13 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(tjob::test::wait_for_file_change(
       home(), [&] { return std::filesystem::file_size(db) > first; }, 30s));
 }
+
+TEST_CASE_FIXTURE(fixture,
+                  "the venv cache is the local backend's: another backend says so and where to look") {
+  auto cfg = config();
+  cfg.backend = backend_kind::container;
+  cfg.container.container_host = "unix:///nonexistent/docker.sock";  // never reached: no daemon is asked
+  trainer_client c(cfg);
+  CHECK(code_of([&] { c.list_venv_cache(); }) == errc::invalid_argument);
+  CHECK(message_of([&] { c.prune_venv_cache(0s); }).find("--backend local") != std::string::npos);
+}

@@ -5,6 +5,7 @@
 #include "engine/spec_json.hpp"
 
 #include <tjob/error.hpp>
+#include <tjob/spec.hpp>
 
 #include <doctest/doctest.h>
 #include <boost/json.hpp>
@@ -97,4 +98,24 @@ TEST_CASE("a job spec with a field of the wrong type is one invalid_argument err
   }
   auto missing = boost::json::parse(R"({"kind": "python"})");
   CHECK_THROWS_AS(tjob::detail::trainer_from_json(missing.as_object()), tjob::error);
+}
+
+TEST_CASE("the public trainer JSON round-trips and refuses text that is not a spec") {
+  tjob::python_trainer pt;
+  pt.source = "def f(x):\n    print(x)\n";
+  pt.function = "f";
+  pt.function_args = R"({"x": 1})";
+  pt.packages_to_install = {"numpy>=1"};
+  pt.env = {{"K", "V"}};
+  auto back = tjob::trainer_from_json(tjob::trainer_to_json(pt));
+  REQUIRE(std::holds_alternative<tjob::python_trainer>(back));
+  CHECK(tjob::trainer_to_json(back) == tjob::trainer_to_json(pt));
+  tjob::command_trainer ct;
+  ct.command = {"echo", "a b"};
+  CHECK(tjob::trainer_to_json(tjob::trainer_from_json(tjob::trainer_to_json(ct))) ==
+        tjob::trainer_to_json(ct));
+  CHECK(tjob::test::code_of([] { tjob::trainer_from_json("not json"); }) == tjob::errc::invalid_argument);
+  CHECK(tjob::test::code_of([] { tjob::trainer_from_json("[1, 2]"); }) == tjob::errc::invalid_argument);
+  CHECK(tjob::test::code_of([] { tjob::trainer_from_json(R"({"kind": "python"})"); }) ==
+        tjob::errc::invalid_argument);
 }

@@ -137,3 +137,17 @@ TEST_CASE("the entry script reads a plan file and fills torchrun's placeholders 
                    "'--rdzv_endpoint=job-node-0-0.job:29500', '--master_addr=job-node-0-0.job', "
                    "'--master_port=29500'") != std::string::npos);
 }
+
+TEST_CASE("a job that runs elsewhere takes its code with it, a script file's text too") {
+  python_trainer script;
+  script.source_file = "/somewhere/train.py";
+  CHECK(python::shipped_files(script, "print('from the file')\n") ==
+        std::vector<std::pair<std::string, std::string>>{{"train.py", "print('from the file')\n"}});
+  python_trainer fn;
+  fn.function = "go";
+  fn.function_args = "{}";
+  auto files = python::shipped_files(fn, "def go():\n    pass\n");
+  REQUIRE(files.size() == 2);
+  CHECK(files[0].first == "train.py");
+  CHECK(files[1] == std::pair<std::string, std::string>{"train.kwargs.json", "{}"});
+}
