@@ -105,6 +105,59 @@ log_event log_event_of(event_kind k) noexcept {
   return log_event::lost;
 }
 
+std::optional<event_kind> transition_of(log_event e) noexcept {
+  switch (e) {
+    case log_event::started:
+      return event_kind::started;
+    case log_event::exited:
+      return event_kind::exited;
+    case log_event::start_failed:
+      return event_kind::start_failed;
+    case log_event::cancelled:
+      return event_kind::cancelled;
+    case log_event::lost:
+      return event_kind::lost;
+    case log_event::created:
+    case log_event::setup:
+    case log_event::queued:
+    case log_event::devices_leased:
+    case log_event::cancel_requested:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+folded_job initial_state(std::span<const std::string> step_names) {
+  folded_job j;
+  for (const auto& n : step_names) j.steps.push_back(folded_step{n, job_status::created, std::nullopt, {}});
+  return j;
+}
+
+void fold_event(folded_job& j, const logged_event& e) {
+  if (e.what == log_event::cancel_requested) j.cancel_requested = true;
+  auto kind = transition_of(e.what);
+  if (!kind) return;
+  folded_step* s = nullptr;
+  for (auto& st : j.steps)
+    if (st.name == e.step) s = &st;
+  if (!s) return;
+  auto to = next(s->status, job_event{*kind, e.exit_code.value_or(0)});
+  if (!to) return;
+  s->status = *to;
+  if (e.exit_code) s->exit_code = e.exit_code;
+  if (*to == job_status::failed) s->reason = e.detail;
+  std::vector<job_status> statuses;
+  statuses.reserve(j.steps.size());
+  for (const auto& st : j.steps) statuses.push_back(st.status);
+  j.status = aggregate(statuses);
+  if (j.status == job_status::failed && j.reason.empty()) j.reason = s->reason;
+}
+
+folded_job fold(folded_job state, std::span<const logged_event> events) {
+  for (const auto& e : events) fold_event(state, e);
+  return state;
+}
+
 job_status aggregate(std::span<const job_status> steps) noexcept {
   bool running = false, created = steps.empty();
   for (auto s : steps) {

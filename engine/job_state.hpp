@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tjob::detail {
 
@@ -64,6 +65,42 @@ std::string_view to_string(log_event e) noexcept;
 std::optional<log_event> parse_log_event(std::string_view s) noexcept;
 /// The log's event for a transition.
 log_event log_event_of(event_kind k) noexcept;
+
+/// One stored event as the fold reads it.
+struct logged_event {
+  std::string step;  ///< empty: the job's own (Created, Queued, CancelRequested, ...)
+  log_event what = log_event::created;
+  std::optional<int> exit_code;  ///< the step's exit code, when its process ended
+  std::string detail;            ///< the step's reason, when the event fails it
+};
+
+struct folded_step {
+  std::string name;
+  job_status status = job_status::created;
+  std::optional<int> exit_code;
+  std::string reason;
+  bool operator==(const folded_step&) const = default;
+};
+
+/// A job's state as its event log says: the log is the truth, and the status
+/// columns of the store are a cache of this.
+struct folded_job {
+  job_status status = job_status::created;
+  std::string reason;  ///< the reason of the first step that failed
+  std::vector<folded_step> steps;
+  bool cancel_requested = false;
+  bool operator==(const folded_job&) const = default;
+};
+
+/// The state before any event: every step Created.
+folded_job initial_state(std::span<const std::string> step_names);
+/// Folds one more event in. A transition `next` rejects (or of a step the
+/// job does not have) changes nothing, as it was never applied when written.
+void fold_event(folded_job& state, const logged_event& e);
+/// fold(events) = fold_event over them in order, from `state`.
+folded_job fold(folded_job state, std::span<const logged_event> events);
+/// The transition a stored event is, if it is one.
+std::optional<event_kind> transition_of(log_event e) noexcept;
 
 /// A job's status from its steps' statuses, as Kubeflow aggregates them: any
 /// Failed → Failed; else any Running → Running; else any Created (or none) →

@@ -253,7 +253,9 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
   queue_write(
       [name = j.row.name, step = s.row, status = j.row.status, jreason = j.row.reason, t = now_ms(),
        what = detail::log_event_of(ev.kind), message = std::move(message)](detail::store& db) {
-        db.append_event(name, step.name, t, what, message);
+        db.append_event(
+            name, step.name, t, what, message, step.exit_code,
+            step.status == job_status::failed ? std::string_view(step.reason) : std::string_view());
         db.update_step(name, step);
         db.update_job_status(name, status, jreason);
       },

@@ -120,20 +120,27 @@ std::size_t engine_state::reconcile_rows(const std::vector<detail::job_row>& row
       if (!cur || is_terminal(cur->status) || cur->owner_pid != row->owner_pid ||
           cur->owner_start != row->owner_start)
         return false;
-      std::vector<job_status> statuses;
-      for (auto& s : cur->steps) {
-        if (auto to = detail::next(s.status, {event_kind::lost})) {
-          std::string was(to_string(s.status));
-          s.status = *to;
-          s.reason = "lost";
-          db.update_step(cur->name, s);
-          db.append_event(cur->name, s.name, now_ms(), log_event::lost,
-                          "the process that supervised the job (pid " + std::to_string(cur->owner_pid) +
-                              ") ended while the step was " + was + "; nobody saw how it ended");
-        }
-        statuses.push_back(s.status);
+      // The log is the truth: what it says of each step decides which steps
+      // are lost, and the columns are written again from its fold.
+      auto state = db.fold_log(*cur);
+      for (auto& s : state.steps) {
+        if (is_terminal(s.status)) continue;
+        std::string was(to_string(s.status));
+        detail::logged_event lost{s.name, log_event::lost, std::nullopt, "lost"};
+        db.append_event(cur->name, s.name, now_ms(), log_event::lost,
+                        "the process that supervised the job (pid " + std::to_string(cur->owner_pid) +
+                            ") ended while the step was " + was + "; nobody saw how it ended",
+                        std::nullopt, lost.detail);
+        detail::fold_event(state, lost);
       }
-      db.update_job_status(cur->name, detail::aggregate(statuses), "lost");
+      for (std::size_t i = 0; i < cur->steps.size(); ++i) {
+        auto& s = cur->steps[i];
+        s.status = state.steps[i].status;
+        s.exit_code = state.steps[i].exit_code;
+        s.reason = state.steps[i].reason;
+        db.update_step(cur->name, s);
+      }
+      db.update_job_status(cur->name, state.status, state.reason);
       return true;
     });
     if (done) ++marked;

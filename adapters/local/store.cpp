@@ -15,7 +15,9 @@ namespace tjob::detail {
 namespace {
 
 constexpr int application_id = 0x746a6f62;  // "tjob"
-constexpr int schema_version = 1;
+// Version 2: events carry the step's exit code and reason (`detail`), so the
+// status columns can be folded from the log (migrate_v1_to_v2).
+constexpr int schema_version = 2;
 
 constexpr const char* schema_sql = R"sql(
 CREATE TABLE jobs(
@@ -45,7 +47,9 @@ CREATE TABLE events(
   step    TEXT NOT NULL,
   time_ms INTEGER NOT NULL,
   reason  TEXT NOT NULL,
-  message TEXT NOT NULL
+  message TEXT NOT NULL,
+  exit_code INTEGER,
+  detail  TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX events_by_job ON events(job, seq);
 CREATE TABLE device_leases(
@@ -53,6 +57,22 @@ CREATE TABLE device_leases(
   job    TEXT NOT NULL
 );
 CREATE INDEX jobs_by_status ON jobs(status);
+)sql";
+
+// A version-1 store: each step's last transition gets the exit code and
+// reason its step row holds, which is what the fold of the log then gives.
+constexpr const char* migrate_v1_to_v2_sql = R"sql(
+ALTER TABLE events ADD COLUMN exit_code INTEGER;
+ALTER TABLE events ADD COLUMN detail TEXT NOT NULL DEFAULT '';
+UPDATE events SET
+  exit_code = (SELECT s.exit_code FROM steps s WHERE s.job = events.job AND s.name = events.step),
+  detail = (SELECT s.reason FROM steps s WHERE s.job = events.job AND s.name = events.step)
+WHERE step <> '' AND seq = (
+  SELECT max(e.seq) FROM events e
+  WHERE e.job = events.job AND e.step = events.step
+    AND e.reason IN ('Started', 'Exited', 'StartFailed', 'Cancelled', 'Lost'))
+  AND reason IN ('Exited', 'StartFailed', 'Cancelled', 'Lost')
+  AND EXISTS (SELECT 1 FROM steps s WHERE s.job = events.job AND s.name = events.step);
 )sql";
 
 errc classify(int rc) {
@@ -93,7 +113,8 @@ std::string text_of(sqlite3_stmt* s, int col) {
 }
 
 void bind_text(sqlite3_stmt* s, int i, std::string_view v) {
-  sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  // An empty view may have no data: SQLite would bind that as NULL.
+  sqlite3_bind_text(s, i, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_TRANSIENT);
 }
 
 // Resets a cached statement when the scope ends, whatever happened.
@@ -156,6 +177,23 @@ void store::open(std::chrono::milliseconds busy_timeout) {
     }
   }
   int version = read_int("PRAGMA user_version");
+  if (version >= 1 && version < schema_version) {
+    // Migrated in one write transaction; another process may have done it
+    // meanwhile, so the version is read again inside it.
+    begin();
+    try {
+      version = read_int("PRAGMA user_version");
+      if (version == 1) {
+        exec(migrate_v1_to_v2_sql);
+        version = 2;
+        exec(("PRAGMA user_version=" + std::to_string(version)).c_str());
+      }
+      commit();
+    } catch (...) {
+      rollback();
+      throw;
+    }
+  }
   if (version != schema_version)
     throw error(errc::store_corrupt, "store " + path_.string() + " has schema version " +
                                          std::to_string(version) + ", this tjob reads version " +
@@ -337,15 +375,22 @@ void store::update_job_status(const std::string& job, job_status status, const s
 }
 
 void store::append_event(const std::string& job, const std::string& step, std::int64_t time_ms,
-                         log_event what, const std::string& message) {
+                         log_event what, const std::string& message, std::optional<int> exit_code,
+                         std::string_view detail) {
   const std::string_view reason = to_string(what);
-  auto* s = prepare("INSERT INTO events(job, step, time_ms, reason, message) VALUES(?,?,?,?,?)");
+  auto* s = prepare(
+      "INSERT INTO events(job, step, time_ms, reason, message, exit_code, detail) VALUES(?,?,?,?,?,?,?)");
   reset_guard g{s};
   bind_text(s, 1, job);
   bind_text(s, 2, step);
   sqlite3_bind_int64(s, 3, time_ms);
   bind_text(s, 4, reason);
   bind_text(s, 5, message);
+  if (exit_code)
+    sqlite3_bind_int(s, 6, *exit_code);
+  else
+    sqlite3_bind_null(s, 6);
+  bind_text(s, 7, detail);
   int rc = sqlite3_step(s);
   if (rc != SQLITE_DONE) fail(rc, "cannot append an event");
 }
@@ -422,7 +467,8 @@ std::vector<job_row> store::load_unfinished() {
 }
 
 std::vector<event_row> store::load_events(const std::string& job) {
-  auto* s = prepare("SELECT seq, step, time_ms, reason, message FROM events WHERE job=? ORDER BY seq");
+  auto* s = prepare(
+      "SELECT seq, step, time_ms, reason, message, exit_code, detail FROM events WHERE job=? ORDER BY seq");
   reset_guard g{s};
   bind_text(s, 1, job);
   std::vector<event_row> out;
@@ -435,10 +481,25 @@ std::vector<event_row> store::load_events(const std::string& job) {
     e.time_ms = sqlite3_column_int64(s, 2);
     e.reason = text_of(s, 3);
     e.message = text_of(s, 4);
+    if (sqlite3_column_type(s, 5) != SQLITE_NULL) e.exit_code = sqlite3_column_int(s, 5);
+    e.detail = text_of(s, 6);
     out.push_back(std::move(e));
   }
   if (rc != SQLITE_DONE) fail(rc, "cannot read events");
   return out;
+}
+
+folded_job store::fold_log(const job_row& job) {
+  std::vector<std::string> names;
+  for (const auto& st : job.steps) names.push_back(st.name);
+  folded_job state = initial_state(names);
+  for (const auto& e : load_events(job.name)) {
+    // A name this tjob does not know (a newer one wrote it) changes nothing.
+    auto what = parse_log_event(e.reason);
+    if (!what) continue;
+    fold_event(state, logged_event{e.step, *what, e.exit_code, e.detail});
+  }
+  return state;
 }
 
 bool store::has_event(const std::string& job, log_event what) {

@@ -1,7 +1,7 @@
 // The durable store of the embedded default: SQLite in WAL mode under
 // $TJOB_HOME. Jobs, steps and the append-only event log; the status columns
-// are the fold of the event log, written in the same transaction as the event
-// that changed them.
+// are a cache of the fold of the event log (fold_log), written in the same
+// transaction as the event that changed them.
 //
 // Threading: one store per engine, used on the reactor thread only. Any number
 // of processes may open the same file; SQLite's locks order their writes.
@@ -55,6 +55,8 @@ struct event_row {
   std::int64_t time_ms = 0;
   std::string reason;
   std::string message;
+  std::optional<int> exit_code;  ///< the step's, when its process ended
+  std::string detail;            ///< the step's reason, on the event that failed it
 };
 
 class store {
@@ -87,8 +89,11 @@ class store {
   bool insert_job(const job_row& job);  ///< false when the name is taken
   void update_step(const std::string& job, const step_row& step);
   void update_job_status(const std::string& job, job_status status, const std::string& reason);
+  /// Appends to the job's event log; `exit_code` and `detail` (the step's
+  /// reason) go with a transition, so the log alone gives the job's state.
   void append_event(const std::string& job, const std::string& step, std::int64_t time_ms, log_event what,
-                    const std::string& message);
+                    const std::string& message, std::optional<int> exit_code = std::nullopt,
+                    std::string_view detail = {});
   void delete_job(const std::string& job);
 
   std::optional<job_row> load_job(const std::string& name);
@@ -96,6 +101,8 @@ class store {
   std::vector<job_row> load_unfinished();
   std::vector<event_row> load_events(const std::string& job);
   bool has_event(const std::string& job, log_event what);
+  /// The job's state as its event log says (the steps named in `job`).
+  folded_job fold_log(const job_row& job);
 
   /// Leases `n` of `devices` to `job` (leases of ended or vanished jobs are
   /// dropped first); nullopt when fewer than `n` are free. In a transaction.

@@ -3,6 +3,7 @@
 // and again, on one $TJOB_HOME; after each kill the next engine must open the
 // store, account for every job, keep every byte a follower had been given,
 // leave nothing Running and no job process alive.
+#include "tests/support/fold_check.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
@@ -110,6 +111,9 @@ TEST_CASE("an engine SIGKILLed at random points again and again loses no job, no
     // The next engine: it opens the store and reconciles what the dead one owned.
     REQUIRE(integrity((std::filesystem::path(fx.home()) / "tjob.db").string()) == "ok");
     trainer_client c(fx.config(200ms));
+    // What it reconciled, it wrote from the fold of the log: columns and log agree.
+    for (const auto& m : tjob::test::fold_mismatches(fx.home()))
+      FAIL_CHECK("columns and log disagree: " << m);
     std::map<std::string, train_job> jobs;
     for (auto& j : c.list_jobs()) jobs.emplace(j.name, j);
     std::ifstream in(journal / "submitted");

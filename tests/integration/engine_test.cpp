@@ -1,4 +1,5 @@
 // The engine with real child processes, through the blocking facade.
+#include "tests/support/fold_check.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
@@ -19,7 +20,7 @@ using tjob::test::message_of;
 
 namespace {
 
-using fixture = tjob::test::home_fixture;
+using fixture = tjob::test::folded_home;  // each case ends with the columns checked against the log
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 // Python training jobs: venv, pip against a real index on 127.0.0.1, the
 // training code under python or torchrun.
+#include "tests/support/fold_check.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
@@ -19,7 +20,7 @@ namespace {
 
 using tjob::test::package_index;
 
-struct fixture : tjob::test::home_fixture {
+struct fixture : tjob::test::folded_home {
   fixture() {
     // Hermetic pip: no user or machine pip.conf (find-links, other indexes).
     ::setenv("PIP_CONFIG_FILE", "/dev/null", 1);

@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <random>
 #include <set>
+#include <span>
 #include <vector>
 
 using namespace tjob;
@@ -101,4 +103,100 @@ TEST_CASE(
   for (auto k : all_event_kinds) CHECK(to_string(log_event_of(k)) == event_reason(k));
   CHECK_FALSE(parse_log_event("Bogus").has_value());
   CHECK_FALSE(parse_log_event("created").has_value());  // names are exact
+}
+
+namespace {
+
+using namespace tjob::detail;
+
+// A random event of a job with steps node-0..node-2 (and a step it lacks).
+logged_event random_event(std::mt19937& rng) {
+  static const char* steps[] = {"node-0", "node-1", "node-2", "node-9", ""};
+  logged_event e;
+  e.step = steps[std::uniform_int_distribution<int>(0, 4)(rng)];
+  e.what = all_log_events[std::uniform_int_distribution<std::size_t>(0, std::size(all_log_events) - 1)(rng)];
+  if (std::uniform_int_distribution<int>(0, 2)(rng) > 0)
+    e.exit_code = std::uniform_int_distribution<int>(-1, 3)(rng);
+  e.detail = "why " + std::to_string(std::uniform_int_distribution<int>(0, 99)(rng));
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("fold: a job's state from its log, step by step, as the engine writes it") {
+  using namespace tjob::detail;
+  std::vector<std::string> names{"node-0", "node-1"};
+  std::vector<logged_event> log{
+      {"", log_event::created, std::nullopt, ""},
+      {"node-0", log_event::started, std::nullopt, ""},
+      {"node-0", log_event::setup, std::nullopt, ""},
+      {"node-1", log_event::started, std::nullopt, ""},
+      {"node-1", log_event::exited, 1, "exit code 1"},
+      {"node-0", log_event::exited, 143, "stopped: node-1 failed (signal 15)"},
+      {"node-0", log_event::started, std::nullopt, "late"},  // rejected: node-0 has ended
+  };
+  auto s = fold(initial_state(names), log);
+  CHECK(s.status == job_status::failed);
+  CHECK(s.reason == "exit code 1");  // the first step that failed
+  REQUIRE(s.steps.size() == 2);
+  CHECK(s.steps[0].status == job_status::failed);
+  CHECK(s.steps[0].exit_code == 143);
+  CHECK(s.steps[0].reason == "stopped: node-1 failed (signal 15)");
+  CHECK(s.steps[1].exit_code == 1);
+  CHECK_FALSE(s.cancel_requested);
+
+  std::vector<logged_event> cancelled{
+      {"node-0", log_event::started, std::nullopt, ""},
+      {"", log_event::cancel_requested, std::nullopt, ""},
+      {"node-0", log_event::cancelled, -1, "cancelled"},
+      {"node-1", log_event::cancelled, std::nullopt, "cancelled"},
+  };
+  auto c = fold(initial_state(names), cancelled);
+  CHECK(c.cancel_requested);
+  CHECK(c.status == job_status::failed);
+  CHECK(c.reason == "cancelled");
+  CHECK(c.steps[0].exit_code == -1);  // the process ended by its signal
+  CHECK_FALSE(c.steps[1].exit_code.has_value());
+  auto fresh = fold(initial_state(names), std::span<const logged_event>());
+  CHECK(fresh.status == job_status::created);
+}
+
+TEST_CASE("fold property: every status is one next() allows, and folding in parts equals folding at once") {
+  using namespace tjob::detail;
+  unsigned seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<std::string> names{"node-0", "node-1", "node-2"};
+  for (int round = 0; round < 2000; ++round) {
+    std::vector<logged_event> log;
+    int n = std::uniform_int_distribution<int>(0, 24)(rng);
+    for (int i = 0; i < n; ++i) log.push_back(random_event(rng));
+    // step by step: each change of a step is the transition next() gives
+    auto state = initial_state(names);
+    for (const auto& e : log) {
+      auto before = state;
+      fold_event(state, e);
+      std::vector<job_status> statuses;
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        statuses.push_back(state.steps[i].status);
+        if (state.steps[i].status == before.steps[i].status) continue;
+        auto kind = transition_of(e.what);
+        REQUIRE(kind.has_value());
+        CHECK(e.step == names[i]);
+        CHECK(next(before.steps[i].status, job_event{*kind, e.exit_code.value_or(0)}) ==
+              state.steps[i].status);
+      }
+      CHECK(state.status == aggregate(statuses));
+      if (before.status == job_status::failed) {  // Failed stays Failed, for the first failure's reason
+        CHECK(state.status == job_status::failed);
+        CHECK(state.reason == before.reason);
+      }
+    }
+    CHECK(state == fold(initial_state(names), log));
+    // a prefix, then the rest, from the prefix's state
+    auto cut = std::uniform_int_distribution<std::size_t>(0, log.size())(rng);
+    std::span<const logged_event> all(log);
+    auto head = fold(initial_state(names), all.first(cut));
+    CHECK(fold(head, all.subspan(cut)) == state);
+  }
 }

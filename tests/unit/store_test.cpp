@@ -229,3 +229,76 @@ TEST_CASE("a wal_checkpointer of a store that is not there says so and makes not
   CHECK(why.find("none.db") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(d.path() / "none.db"));
 }
+
+TEST_CASE("a version-1 store is migrated: its log then folds to exactly the status columns it had") {
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  {
+    // What tjob wrote before events carried exit codes and reasons.
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+    const char* v1 = R"sql(
+CREATE TABLE jobs(name TEXT PRIMARY KEY, runtime TEXT NOT NULL, num_nodes INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL, spec TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
+  owner_pid INTEGER NOT NULL, owner_start INTEGER NOT NULL);
+CREATE TABLE steps(job TEXT NOT NULL REFERENCES jobs(name) ON DELETE CASCADE, name TEXT NOT NULL,
+  status TEXT NOT NULL, exit_code INTEGER, reason TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0,
+  pid_start INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(job, name));
+CREATE TABLE events(seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  job TEXT NOT NULL REFERENCES jobs(name) ON DELETE CASCADE, step TEXT NOT NULL, time_ms INTEGER NOT NULL,
+  reason TEXT NOT NULL, message TEXT NOT NULL);
+CREATE INDEX events_by_job ON events(job, seq);
+CREATE TABLE device_leases(device TEXT PRIMARY KEY, job TEXT NOT NULL);
+CREATE INDEX jobs_by_status ON jobs(status);
+PRAGMA application_id=1953132386;
+PRAGMA user_version=1;
+INSERT INTO jobs VALUES('ok','r',1,1,'{}','Complete','',1,2);
+INSERT INTO steps VALUES('ok','node-0','Complete',0,'',10,11);
+INSERT INTO events(job,step,time_ms,reason,message) VALUES('ok','',1,'Created','m'),
+  ('ok','node-0',2,'Started','m'),('ok','node-0',3,'Setup','pip done'),('ok','node-0',4,'Exited','m');
+INSERT INTO jobs VALUES('two','r',2,1,'{}','Failed','exit code 3',1,2);
+INSERT INTO steps VALUES('two','node-0','Failed',143,'stopped: node-1 failed (signal 15)',0,0),
+  ('two','node-1','Failed',3,'exit code 3',0,0);
+INSERT INTO events(job,step,time_ms,reason,message) VALUES('two','',1,'Created','m'),
+  ('two','node-0',2,'Started','m'),('two','node-1',2,'Started','m'),('two','node-1',3,'Exited','m'),
+  ('two','node-0',4,'Exited','m');
+INSERT INTO jobs VALUES('cancelled','r',1,1,'{}','Failed','cancelled',1,2);
+INSERT INTO steps VALUES('cancelled','node-0','Failed',-1,'cancelled',0,0);
+INSERT INTO events(job,step,time_ms,reason,message) VALUES('cancelled','',1,'Created','m'),
+  ('cancelled','node-0',2,'Started','m'),('cancelled','',3,'CancelRequested','m'),
+  ('cancelled','node-0',4,'Cancelled','m');
+INSERT INTO jobs VALUES('never','r',1,1,'{}','Failed','start failed: No such file or directory',1,2);
+INSERT INTO steps VALUES('never','node-0','Failed',NULL,'start failed: No such file or directory',0,0);
+INSERT INTO events(job,step,time_ms,reason,message) VALUES('never','',1,'Created','m'),
+  ('never','node-0',2,'StartFailed','m');
+INSERT INTO jobs VALUES('running','r',1,1,'{}','Running','',1,2);
+INSERT INTO steps VALUES('running','node-0','Running',NULL,'',99,98);
+INSERT INTO events(job,step,time_ms,reason,message) VALUES('running','',1,'Created','m'),
+  ('running','node-0',2,'Started','m');
+)sql";
+    char* err = nullptr;
+    int rc = sqlite3_exec(raw, v1, nullptr, nullptr, &err);
+    INFO((err ? err : ""));
+    REQUIRE(rc == SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  store db(path, std::chrono::milliseconds(1000));
+  for (const auto& job : db.load_jobs()) {
+    CAPTURE(job.name);
+    auto f = db.fold_log(job);
+    CHECK(f.status == job.status);
+    CHECK(f.reason == job.reason);
+    REQUIRE(f.steps.size() == job.steps.size());
+    for (std::size_t i = 0; i < f.steps.size(); ++i) {
+      CAPTURE(f.steps[i].name);
+      CHECK(f.steps[i].status == job.steps[i].status);
+      CHECK(f.steps[i].exit_code == job.steps[i].exit_code);
+      CHECK(f.steps[i].reason == job.steps[i].reason);
+    }
+  }
+  CHECK(db.load_jobs().size() == 5);
+  CHECK(db.load_events("two").size() == 5);  // nothing added, nothing lost
+  // reopened: already version 2, nothing to do
+  store again(path, std::chrono::milliseconds(1000));
+  CHECK(again.fold_log(*again.load_job("cancelled")).steps[0].exit_code == -1);
+}
