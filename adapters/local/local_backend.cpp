@@ -241,6 +241,7 @@ asio::awaitable<void> backend::shutdown() {
     e.stopping = true;
     for (auto& [name, j] : e.jobs) {
       j->stop.emit(asio::cancellation_type::terminal);
+      j->op_stop.emit(asio::cancellation_type::terminal);
       for (auto& st : j->steps) st.stop->emit(asio::cancellation_type::terminal);
       j->watchers.notify_all();
     }

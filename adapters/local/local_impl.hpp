@@ -4,6 +4,7 @@
 #pragma once
 
 #include "adapters/local/fs_watch.hpp"
+#include "adapters/local/job_fsm.hpp"
 #include "adapters/local/log_files.hpp"
 #include "adapters/local/store.hpp"
 #include "adapters/local/venv_cache.hpp"
@@ -52,8 +53,7 @@ struct step_rec {
   // ends the node's coroutine on shutdown (a pointer: signals do not move)
   std::unique_ptr<boost::asio::cancellation_signal> stop =
       std::make_unique<boost::asio::cancellation_signal>();
-  bool stopped = false;  // stopped because another node failed
-  std::string cgroup;    // the cgroup of its code, removed when the step ends
+  std::string cgroup;  // the cgroup of its code, removed when the step ends
 };
 
 /// One process a step runs: a setup phase (venv, pip) or the job's own code.
@@ -95,23 +95,25 @@ struct job_rec {
   int master_port = 0;
   int gpus_per_node = 0;
   std::vector<std::string> node_devices;  // CUDA_VISIBLE_DEVICES of each node, once leased
-  std::optional<std::string> failed_node;
   /// Set when the venv comes from the cache (engine_config::venv_cache):
   /// what it is built from; `python` is the interpreter as given until
-  /// prepare_venv finds the real one.
+  /// resolve_venv finds the real one.
   std::unique_ptr<detail::venv_cache::inputs> venv_inputs;  // a pointer: command jobs pay 8 bytes
-  bool setup_started = false;             // the venv was built in the job's step: it is Running
-  detail::wake_list watchers;             // woken by transitions (after commit) and new log bytes
-  boost::asio::cancellation_signal stop;  // ends the job's coroutine on shutdown
-  bool cancel_requested = false;
-  bool escalating = false;
-};
-
-/// How a step's phases ended: the event to apply and its texts.
-struct step_outcome {
-  detail::job_event ev{detail::event_kind::cancelled};
-  std::string message, reason;
-  bool started = false;
+  struct cache_entry {
+    std::string key;              // its cache entry, once known
+    std::filesystem::path build;  // where this job builds that entry
+    int lock = -1;                // the entry's lock while it builds it
+  };
+  std::unique_ptr<cache_entry> venv_entry;   // made by resolve_venv
+  detail::wake_list watchers;                // woken by transitions (after commit) and new log bytes
+  boost::asio::cancellation_signal stop;     // ends the job's coroutine on shutdown
+  boost::asio::cancellation_signal op_stop;  // abandons its child operation (a lease or venv wait)
+  /// What happened to the job, for its state machine: run_job takes these
+  /// in order. `inbox_wake` is run_job's, set while it runs.
+  std::vector<job_input> inbox;
+  detail::wake_signal* inbox_wake = nullptr;
+  std::exception_ptr op_failure;  // a child operation failed: the job fails with it
+  void post(job_input in);
 };
 
 struct engine_state : std::enable_shared_from_this<engine_state> {
@@ -190,15 +192,18 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   void start_job(std::shared_ptr<job_rec> j);
   void spawn_internal(boost::asio::awaitable<void> op, const char* what);
   boost::asio::awaitable<void> run_job(std::shared_ptr<job_rec> j);
-  boost::asio::awaitable<void> run_other(std::shared_ptr<job_rec> j);
-  boost::asio::awaitable<std::vector<step_outcome>> run_nodes(std::shared_ptr<job_rec> j);
+  bool take_turn(const std::shared_ptr<job_rec>& j, job_fsm& fsm,
+                 std::unique_ptr<boost::asio::steady_timer>& grace, std::vector<step_outcome>& outcomes);
+  void perform(const std::shared_ptr<job_rec>& j, job_action& a, std::vector<job_input>& now,
+               std::unique_ptr<boost::asio::steady_timer>& grace);
+  void start_op(const std::shared_ptr<job_rec>& j, boost::asio::awaitable<void> op, const char* what,
+                bool answer_when_abandoned = false);
   boost::asio::awaitable<void> finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes);
-  bool start_phase(job_rec& j, std::size_t index, const phase& ph, step_outcome& out);
-  boost::asio::awaitable<step_outcome> run_phases(std::shared_ptr<job_rec> j, std::size_t index,
-                                                  std::vector<phase*> phases, bool started);
-  void stop_other_nodes(std::shared_ptr<job_rec> j, std::size_t failed);
+  job_input spawn_phase(const std::shared_ptr<job_rec>& j, std::size_t index, std::size_t phase_index,
+                        bool first);
+  void await_exit(const std::shared_ptr<job_rec>& j, std::size_t index, std::string what);
   /// Waits (Created, without polling) until the job's GPUs are free and leases them.
-  boost::asio::awaitable<bool> lease_gpus(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<void> lease_gpus(std::shared_ptr<job_rec> j);
   void release_gpus(job_rec& j);
   boost::asio::awaitable<std::string> train(detail::checked_request c);
   void plan_job(job_rec& j, const std::string& name, train_request& req, const runtime& rt);
@@ -219,23 +224,16 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// `timeout`); nullopt when it could not start, failed or took too long.
   boost::asio::awaitable<std::optional<std::string>> capture_output(process::spawn_spec spec,
                                                                     std::chrono::milliseconds timeout);
-  /// The venv of a job whose venv_inputs are set: a copy from the cache,
-  /// built there first when it is not (running the job's venv and pip phases
-  /// for that). nullopt when the venv is ready (the setup phases are then
-  /// gone from the job); else the outcome that ends the job.
-  boost::asio::awaitable<std::optional<step_outcome>> prepare_venv(std::shared_ptr<job_rec> j);
-  step_outcome setup_failure(job_rec& j, const std::string& why);
+  /// The venv of a job whose venv_inputs are set comes from the cache,
+  /// built there first when it is not (by the job's venv and pip phases):
+  /// these are the job's child operations for that (local_venv.cpp).
+  boost::asio::awaitable<void> resolve_venv(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<void> wait_venv(std::shared_ptr<job_rec> j);
+  boost::asio::awaitable<void> finalize_venv(std::shared_ptr<job_rec> j);
+  void end_venv_build(const std::shared_ptr<job_rec>& j, bool ok);
   boost::asio::awaitable<bool> copy_from_cache(std::shared_ptr<job_rec> j, const std::string& key, int& fd);
-  boost::asio::awaitable<std::optional<step_outcome>> build_cached_venv(std::shared_ptr<job_rec> j,
-                                                                        const std::string& key, int fd,
-                                                                        bool& raced);
-  boost::asio::awaitable<std::optional<step_outcome>> run_cache_build(std::shared_ptr<job_rec> j,
-                                                                      const std::string& key,
-                                                                      std::filesystem::path build,
-                                                                      std::vector<phase*> setup);
   boost::asio::awaitable<std::optional<std::pair<std::string, std::string>>> python_identity(job_rec& j);
   boost::asio::awaitable<void> wait_for_venv(const std::string& key, detail::wake_signal& w);
-  boost::asio::awaitable<void> escalate(std::shared_ptr<job_rec> j, bool terminated);
   boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<void> cancel_foreign(const std::string& name);
   void fail_unfinished(job_rec& j, const std::string& why);

@@ -317,11 +317,4 @@ void engine_state::fail_unfinished(job_rec& j, const std::string& why) {
   }
 }
 
-// A job runs its phases (engine_impl.hpp): the setup phases once, in node-0
-// (a venv serves every node of the job), then each node's own code at the
-// same time. One node failing stops the others (JobSet's default policy).
-// A job of one node that needs no GPUs and no cached venv (a command job, the
-// common case) runs in this frame: a running job costs it, run_phases' frame
-// and its pidfd. Everything else is in run_other, the ending in finish_job.
-
 }  // namespace tjob::local

@@ -25,21 +25,11 @@ void kill_orphan_group(std::int64_t pid, std::uint64_t start) {
   }
 }
 
+// A cancel is an input of the job's state machine, which stops what runs
+// (SIGTERM, then SIGKILL after the grace period); this waits for its end.
 asio::awaitable<void> engine_state::cancel_owned(std::shared_ptr<job_rec> j) {
   if (is_terminal(j->row.status)) co_return;
-  if (!j->cancel_requested) {
-    j->cancel_requested = true;
-    j->watchers.notify_all();  // a job waiting for GPUs gives up its place
-    queue_write([name = j->row.name, t = now_ms(), grace = cfg.grace_period.count()](detail::store& db) {
-      db.append_event(
-          name, "", t, log_event::cancel_requested,
-          "cancel requested: SIGTERM to the process group, SIGKILL after " + std::to_string(grace) + " ms");
-    });
-  }
-  if (!j->escalating) {
-    j->escalating = true;
-    spawn_internal(escalate(j, false), "cancel");
-  }
+  j->post(job_input::cancel());
   detail::wake_signal w(ex);
   detail::wake_registration reg(j->watchers, &w);
   while (!is_terminal(j->row.status)) {

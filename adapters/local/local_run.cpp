@@ -5,8 +5,10 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -17,116 +19,173 @@ extern char** environ;
 
 namespace tjob::local {
 
-// A job runs its phases (local_impl.hpp): the setup phases once, in node-0
-// (a venv serves every node of the job), then each node's own code at the
-// same time. One node failing stops the others (JobSet's default policy).
-// A job of one node that needs no GPUs and no cached venv (a command job, the
-// common case) runs in this frame: a running job costs it, run_phases' frame
-// and its pidfd. Everything else is in run_other, the ending in finish_job.
-asio::awaitable<void> engine_state::run_job(std::shared_ptr<job_rec> j) {
-  if (j->steps.size() != 1 || j->gpus_per_node > 0 || j->venv_inputs || j->torch_port) {
-    co_await run_other(j);
-    co_return;
+namespace {
+
+job_shape shape_of(const job_rec& j) {
+  job_shape s;
+  for (const auto& st : j.steps) s.steps.push_back(st.row.name);
+  s.setup = j.phases.size();
+  s.lease = j.gpus_per_node > 0;
+  s.venv_cache = j.venv_inputs != nullptr;
+  return s;
+}
+
+bool is_abort(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const boost::system::system_error& x) {
+    return x.code() == asio::error::operation_aborted;
+  } catch (...) {
   }
-  std::vector<phase*> all;
-  for (auto& ph : j->phases) all.push_back(&ph);
-  all.push_back(&j->node_phases[0]);
-  std::vector<step_outcome> outcomes(1);
-  outcomes[0] = co_await run_phases(j, 0, std::move(all), false);
+  return false;
+}
+
+}  // namespace
+
+void job_rec::post(job_input in) {
+  inbox.push_back(std::move(in));
+  if (inbox_wake) inbox_wake->notify();
+}
+
+// The job's coroutine: the shell around its state machine (job_fsm.hpp). It
+// hands the machine one input at a time and carries out the actions it
+// answers with (take_turn); what those bring back later (a process's exit, a
+// lease, the grace timer, a cancel) arrives in the job's inbox, and the
+// coroutine sleeps until it does. It decides nothing itself. Its frame is
+// what a running job costs: the turn's inputs and actions live in
+// take_turn's stack, not here.
+asio::awaitable<void> engine_state::run_job(std::shared_ptr<job_rec> j) {
+  if (j->torch_port) j->master_port = detail::free_port();
+  job_fsm fsm(shape_of(*j));
+  detail::wake_signal wake(ex);
+  j->inbox_wake = &wake;
+  struct unhook {
+    job_rec& j;
+    ~unhook() { j.inbox_wake = nullptr; }
+  } unhook_inbox{*j};
+  std::unique_ptr<asio::steady_timer> grace;  // made when first armed: most jobs never need it
+  std::vector<step_outcome> outcomes;
+  j->inbox.insert(j->inbox.begin(), job_input::begin());
+  while (!take_turn(j, fsm, grace, outcomes)) {
+    co_await wake.wait_until(steady::time_point::max());
+    // Shutting the engine down is not cancelling its jobs: they stay as they are.
+    if (stopping) co_return;
+  }
+  if (grace) grace->cancel();
   co_await finish_job(j, std::move(outcomes));
 }
 
-asio::awaitable<void> engine_state::run_other(std::shared_ptr<job_rec> j) {
-  if (j->torch_port) j->master_port = detail::free_port();
-  if (j->gpus_per_node > 0 && !co_await lease_gpus(j)) {
-    for (auto& s : j->steps)
-      apply(*j, s, {event_kind::cancelled}, "cancelled while waiting for GPUs", "cancelled");
-    co_return;
-  }
-  std::vector<step_outcome> outcomes;
-  if (j->venv_inputs) {
-    auto ended = co_await prepare_venv(j);
-    if (ended) {
-      outcomes.resize(j->steps.size());
-      outcomes[0] = std::move(*ended);
-      for (std::size_t i = 1; i < outcomes.size(); ++i)
-        outcomes[i] = {{event_kind::start_failed},
-                       "not started: node-0's setup did not succeed",
-                       j->cancel_requested ? "cancelled" : "setup failed in node-0",
-                       false};
-      co_await finish_job(j, std::move(outcomes));
-      co_return;
+// Feeds the machine every input in the inbox, and what the actions bring
+// back at once (a spawn's answer) ahead of anything later. True when the job
+// has finished, with `outcomes` filled.
+bool engine_state::take_turn(const std::shared_ptr<job_rec>& j, job_fsm& fsm,
+                             std::unique_ptr<asio::steady_timer>& grace,
+                             std::vector<step_outcome>& outcomes) {
+  std::vector<job_input> now;
+  for (;;) {
+    if (now.empty()) {
+      if (j->op_failure) std::rethrow_exception(std::exchange(j->op_failure, nullptr));
+      if (j->inbox.empty()) return false;
+      now.swap(j->inbox);
+    }
+    job_input in = std::move(now.front());
+    now.erase(now.begin());
+    for (auto& a : fsm.on(in)) {
+      if (a.k == job_action::kind::finish) {
+        outcomes = std::move(a.outcomes);
+        return true;
+      }
+      perform(j, a, now, grace);
     }
   }
-  if (j->steps.size() > 1) {
-    outcomes = co_await run_nodes(j);
-  } else {
-    std::vector<phase*> all;
-    for (auto& ph : j->phases) all.push_back(&ph);
-    all.push_back(&j->node_phases[0]);
-    step_outcome out = co_await run_phases(j, 0, std::move(all), j->setup_started);
-    outcomes.push_back(std::move(out));
-  }
-  co_await finish_job(j, std::move(outcomes));
 }
 
-asio::awaitable<std::vector<step_outcome>> engine_state::run_nodes(std::shared_ptr<job_rec> j) {
-  std::size_t nodes = j->steps.size();
-  std::vector<phase*> setup;
-  for (auto& ph : j->phases) setup.push_back(&ph);
-  std::vector<step_outcome> outcomes(nodes);
-  auto& first = outcomes[0];
-  if (!setup.empty()) first = co_await run_phases(j, 0, setup, j->setup_started);
-  bool setup_ok = setup.empty() ||
-                  (first.ev.kind == event_kind::exited && first.ev.exit_code == 0 && !j->cancel_requested);
-  if (!setup_ok) {
-    for (std::size_t i = 1; i < nodes; ++i)
-      outcomes[i] = {{event_kind::start_failed},
-                     "not started: node-0's setup did not succeed",
-                     j->cancel_requested ? "cancelled" : "setup failed in node-0",
-                     false};
-    co_return outcomes;
+void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std::vector<job_input>& now,
+                           std::unique_ptr<asio::steady_timer>& grace) {
+  using A = job_action::kind;
+  switch (a.k) {
+    case A::request_lease:
+      start_op(j, lease_gpus(j), "waiting for GPUs");
+      break;
+    case A::abandon_lease:
+    case A::abandon_venv_wait:
+      j->op_stop.emit(asio::cancellation_type::terminal);
+      break;
+    case A::resolve_venv:
+      start_op(j, resolve_venv(j), "the venv cache");
+      break;
+    case A::wait_venv:
+      start_op(j, wait_venv(j), "waiting for the venv cache", true);
+      break;
+    case A::finalize_venv:
+      start_op(j, finalize_venv(j), "the venv cache");
+      break;
+    case A::end_venv_build:
+      end_venv_build(j, a.ok);
+      break;
+    case A::spawn:
+      now.push_back(spawn_phase(j, a.step, a.phase, a.first));
+      break;
+    case A::signal:
+      for (auto i : a.steps) {
+        auto& s = j->steps[i];
+        if (a.forced)
+          log->info("job {} step {}: still running {} ms after SIGTERM; sending SIGKILL", j->row.name,
+                    s.row.name, cfg.grace_period.count());
+        s.proc.signal_group(a.forced ? SIGKILL : SIGTERM);
+      }
+      break;
+    case A::arm_timer:
+      if (!grace) grace = std::make_unique<asio::steady_timer>(ex);
+      grace->expires_after(cfg.grace_period);
+      grace->async_wait([w = std::weak_ptr<job_rec>(j)](error_code ec) {
+        if (auto jr = w.lock(); jr && !ec) jr->post(job_input::timer_fired());
+      });
+      break;
+    case A::note:
+      log_progress(*j, j->steps[a.step], "[tjob] " + a.text + "\n");
+      if (a.setup_event)
+        queue_write([name = j->row.name, step = j->steps[a.step].row.name, t = now_ms(),
+                     text = std::move(a.text)](detail::store& db) {
+          db.append_event(name, step, t, log_event::setup, text);
+        });
+      break;
+    case A::record_cancel:
+      queue_write([name = j->row.name, t = now_ms(), grace = cfg.grace_period.count()](detail::store& db) {
+        db.append_event(
+            name, "", t, log_event::cancel_requested,
+            "cancel requested: SIGTERM to the process group, SIGKILL after " + std::to_string(grace) + " ms");
+      });
+      break;
+    case A::finish:
+      break;  // run_job's
   }
-  // Shared with the node coroutines, which may outlive this frame on shutdown.
-  struct node_group {
-    explicit node_group(const asio::any_io_executor& ex, std::size_t n) : outcomes(n), done(ex) {}
-    std::vector<step_outcome> outcomes;
-    std::size_t remaining = 0;
-    detail::wake_signal done;
-  };
-  auto group = std::make_shared<node_group>(ex, nodes);
-  group->remaining = nodes;
-  for (std::size_t i = 0; i < nodes; ++i) {
-    std::vector<phase*> code{&j->node_phases[i]};
-    bool started = i == 0 && (!setup.empty() || j->setup_started);
-    auto slot = j->steps[i].stop->slot();
-    tasks.spawn(
-        [](std::shared_ptr<engine_state> self, std::shared_ptr<job_rec> j, std::size_t i,
-           std::vector<phase*> code, bool started, std::shared_ptr<node_group> g) -> asio::awaitable<void> {
-          auto out = co_await self->run_phases(j, i, code, started);
-          g->outcomes[i] = out;
-          bool failed = !(out.ev.kind == event_kind::exited && out.ev.exit_code == 0);
-          if (failed && !j->failed_node && !j->cancel_requested) {
-            j->failed_node = j->steps[i].row.name;
-            self->stop_other_nodes(j, i);
-          }
-        }(shared_from_this(), j, i, std::move(code), started, group),
-        "node",
-        [group](std::exception_ptr) {
-          --group->remaining;
-          group->done.notify();
-        },
-        slot);
-  }
-  while (group->remaining > 0) co_await group->done.wait_until(steady::time_point::max());
-  co_return std::move(group->outcomes);
 }
 
+// A child operation of the job (a lease wait, a venv cache step): it posts
+// its answer to the job's inbox, and op_stop abandons it. One that fails
+// fails the job (run_job rethrows it); one abandoned answers `abandoned`
+// when the machine waits for that.
+void engine_state::start_op(const std::shared_ptr<job_rec>& j, asio::awaitable<void> op, const char* what,
+                            bool answer_when_abandoned) {
+  tasks.spawn(
+      std::move(op), what,
+      [self = shared_from_this(), j, what, answer_when_abandoned](std::exception_ptr e) {
+        if (!e || self->stopping) return;
+        if (is_abort(e)) {
+          if (answer_when_abandoned) j->post(job_input::venv_waited());
+          return;
+        }
+        j->op_failure = e;
+        if (j->inbox_wake) j->inbox_wake->notify();
+      },
+      j->op_stop.slot());
+}
+
+// The job's end: the venv and the GPUs go before it is recorded, so that
+// whoever waits for the end finds them gone.
 asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j,
                                                std::vector<step_outcome> outcomes) {
-  std::size_t nodes = j->steps.size();
-  // The venv and the GPUs go before the end is recorded: whoever waits for
-  // the end finds them gone.
   if (j->gpus_per_node > 0) release_gpus(*j);
   if (!j->venv.empty()) {
     if (j->remove_venv) {
@@ -135,26 +194,30 @@ asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j,
       log_progress(*j, j->steps[0], "[tjob] venv kept at " + j->venv.string() + "\n");
     }
   }
-  for (std::size_t i = 0; i < nodes; ++i) {
+  for (std::size_t i = 0; i < j->steps.size() && i < outcomes.size(); ++i) {
     auto& o = outcomes[i];
-    if (j->cancel_requested && !o.started && o.ev.kind != event_kind::cancelled)
-      o = {{event_kind::cancelled}, "cancelled before it started", "cancelled", false};
-    if (j->steps[i].stopped && j->failed_node && o.ev.kind == event_kind::exited && o.ev.exit_code != 0)
-      o.reason = "stopped: " + *j->failed_node + " failed (" + o.reason + ")";
+    if (o.exit_code) j->steps[i].row.exit_code = o.exit_code;
     apply(*j, j->steps[i], o.ev, o.message, o.reason);
   }
 }
 
-asio::awaitable<bool> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
+// Waits (Created, without polling) until the job's GPUs are free, leases
+// them and says so: lease_granted.
+asio::awaitable<void> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
   std::size_t nodes = j->steps.size();
   std::size_t need = static_cast<std::size_t>(j->gpus_per_node) * nodes;
   detail::wake_signal w(ex);
   detail::wake_registration own(device_waiters, &w), mine(j->watchers, &w);
   int wd = -1;
+  struct unwatch {
+    detail::fs_watch& watch;
+    int& wd;
+    detail::wake_signal* w;
+    ~unwatch() { watch.remove(wd, w); }
+  } unwatch_home{watch, wd, &w};
   bool said = false;
   std::optional<std::vector<std::string>> got;
   for (;;) {
-    if (j->cancel_requested) break;
     check_running();
     got = transact([&](detail::store& db) { return db.lease_devices(j->row.name, gpu_devices, need); });
     if (got) break;
@@ -170,9 +233,9 @@ asio::awaitable<bool> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
       });
     }
     co_await w.wait_until(steady::time_point::max());
+    if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
+      co_return;  // abandoned: the job was cancelled
   }
-  watch.remove(wd, &w);
-  if (!got) co_return false;
   std::string summary;
   for (std::size_t i = 0; i < nodes; ++i) {
     std::string ids;
@@ -185,7 +248,7 @@ asio::awaitable<bool> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
   queue_write([name = j->row.name, t = now_ms(), summary](detail::store& db) {
     db.append_event(name, "", t, log_event::devices_leased, "CUDA_VISIBLE_DEVICES " + summary);
   });
-  co_return true;
+  j->post(job_input::lease_granted());
 }
 
 void engine_state::release_gpus(job_rec& j) {
@@ -197,56 +260,39 @@ void engine_state::release_gpus(job_rec& j) {
   device_waiters.notify_all();
 }
 
-void engine_state::stop_other_nodes(std::shared_ptr<job_rec> j, std::size_t failed) {
-  bool any = false;
-  for (std::size_t i = 0; i < j->steps.size(); ++i)
-    if (i != failed && j->steps[i].row.status == job_status::running) {
-      j->steps[i].stopped = true;
-      j->steps[i].proc.signal_group(SIGTERM);
-      any = true;
-    }
-  if (any) spawn_internal(escalate(j, /*terminated=*/true), "stopping the other nodes");
-}
-
-// Starts one phase of step `index`; its process writes its output straight
-// into the step's log, so the log is complete whatever happens to the engine,
-// and the engine holds no pipe. False, with `out` saying why, when it could not
-// start. Not a coroutine: nothing it builds (the environment, argv) stays in
-// the job's frame while the process runs.
-bool engine_state::start_phase(job_rec& j, std::size_t index, const phase& ph, step_outcome& out) {
-  step_rec& s = j.steps[index];
+// Starts phase `index` of step `step` (code_phase: the node's code); its
+// process writes its output straight into the step's log, so the log is
+// complete whatever happens to the engine, and the engine holds no pipe. The
+// answer is `spawned` or `spawn_failed`. Not a coroutine: nothing it builds
+// (the environment, argv) stays in the job's frame while the process runs.
+job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size_t index,
+                                    std::size_t phase_index, bool first) {
+  step_rec& s = j->steps[index];
+  phase& ph = phase_index == code_phase ? j->node_phases[index] : j->phases[phase_index];
   process::spawn_spec spec;
   spec.executable = ph.executable;
   spec.argv = ph.argv;
   if (ph.torch_port)
     for (auto& a : spec.argv)
       if (auto at = a.find(master_port_placeholder); at != std::string::npos)
-        a.replace(at, master_port_placeholder.size(), std::to_string(j.master_port));
+        a.replace(at, master_port_placeholder.size(), std::to_string(j->master_port));
   auto env = ph.env;
-  env.emplace(token_variable, job_token(j.row));
-  if (ph.final && index < j.node_devices.size())
-    env.insert_or_assign("CUDA_VISIBLE_DEVICES", j.node_devices[index]);
+  env.emplace(token_variable, job_token(j->row));
+  if (ph.final && index < j->node_devices.size())
+    env.insert_or_assign("CUDA_VISIBLE_DEVICES", j->node_devices[index]);
   spec.env = process::merge_environment(environ, env);
   spec.cwd = ph.cwd;
-  if (!ph.title.empty()) log_progress(j, s, "[tjob] " + ph.title + "\n");
+  if (!ph.title.empty()) log_progress(*j, s, "[tjob] " + ph.title + "\n");
   spec.stdout_path = s.log_path;
   error_code ec;
   std::string failed_step;
   auto child = process::child::spawn(ex, spec, ec, &failed_step);
   if (ec) {
-    out.message =
+    std::string message =
         "cannot start " + quote(spec.executable) + " (" + ph.name +
         "): " + (failed_step == "open the log" ? "cannot open its log " + s.log_path + ": " : std::string()) +
         ec.message();
-    if (!out.started) {
-      out.ev = {event_kind::start_failed};
-      out.reason = "start failed: " + ec.message();
-    } else {
-      out.ev = {event_kind::exited, 127};
-      out.reason = "setup failed: " + ph.name + ": " + ec.message();
-      log_progress(j, s, "[tjob] " + out.message + "\n");
-    }
-    return false;
+    return job_input::spawn_failed(index, ph.name, ec.message(), std::move(message));
   }
   s.proc = std::move(child);
   s.row.pid = s.proc.pid();
@@ -256,96 +302,80 @@ bool engine_state::start_phase(job_rec& j, std::size_t index, const phase& ph, s
     // been exec'd, so what it starts later inherits the limit.
     rlimit lim{ph.memory_limit, ph.memory_limit};
     if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
-      log_progress(j, s,
+      log_progress(*j, s,
                    std::string("[tjob] could not set the memory limit: ") + std::strerror(errno) + "\n");
   }
   if (ph.cpu_limit > 0) {
     // As with the memory limit: moved right after exec, before it starts workers.
     std::string why_not;
-    auto dir = process::limit_cpu(s.row.pid, job_token(j.row) + "-" + s.row.name, ph.cpu_limit, why_not);
+    auto dir = process::limit_cpu(s.row.pid, job_token(j->row) + "-" + s.row.name, ph.cpu_limit, why_not);
     if (dir) {
       s.cgroup = *dir;
-      log_progress(j, s,
+      log_progress(*j, s,
                    "[tjob] CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")\n");
     } else {
-      log_progress(j, s, "[tjob] CPU time not limited: " + why_not + "\n");
+      log_progress(*j, s, "[tjob] CPU time not limited: " + why_not + "\n");
     }
   }
   std::string what =
       "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " + join_argv(spec.argv);
-  if (!out.started) {
-    apply(j, s, {event_kind::started}, what, {});
-    out.started = true;
+  if (first) {
+    apply(*j, s, {event_kind::started}, what, {});
   } else {
-    queue_write([name = j.row.name, row = s.row, t = now_ms(), what](detail::store& db) {
+    queue_write([name = j->row.name, row = s.row, t = now_ms(), what](detail::store& db) {
       db.update_step(name, row);  // the pid that a crash recovery must kill
       db.append_event(name, row.name, t, log_event::setup, what);
     });
   }
-  return true;
+  // Started: what it was built from is not needed while it runs (a job of
+  // one node lets go of its whole plan once its code runs).
+  std::string name = ph.name;
+  const bool final = ph.final;
+  ph.release_plan();
+  if (final && j->steps.size() == 1) {
+    std::vector<phase>().swap(j->phases);
+    std::vector<phase>().swap(j->node_phases);
+  }
+  await_exit(j, index, std::move(name));
+  return job_input::spawned(index);
 }
 
-// Runs `phases` as step `index`, one after another; the outcome says how
-// the last one that ran ended. The step is Running from its first phase.
-asio::awaitable<step_outcome> engine_state::run_phases(std::shared_ptr<job_rec> j, std::size_t index,
-                                                       std::vector<phase*> phases, bool started) {
-  step_rec& s = j->steps[index];
-  step_outcome out{{event_kind::cancelled}, "cancelled before it started", "cancelled", started};
-  for (auto* ph : phases) {
-    if (j->cancel_requested || s.stopped) break;
-    auto t0 = steady::now();
-    if (!start_phase(*j, index, *ph, out)) co_return out;
-    // Started: what it was built from is not needed while it runs (a job of
-    // one node lets go of its whole plan once its code runs).
-    const std::string what = ph->name;
-    const bool final = ph->final;
-    ph->release_plan();
-    if (final && j->steps.size() == 1) {
-      std::vector<phase>().swap(j->phases);
-      std::vector<phase>().swap(j->node_phases);
-    }
-    error_code ec;
-    co_await s.proc.exit_signal().async_wait(asio::posix::descriptor_base::wait_read,
-                                             asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) throw boost::system::system_error(ec, "waiting for process " + std::to_string(s.row.pid));
-    process::exit_status st = s.proc.reap();
-    // The step ends with its main process, as a container does: whatever it
-    // left behind in its process group goes with it.
-    s.proc.signal_group(SIGKILL);
-    s.proc = process::child();  // its pidfd: the one descriptor a running job holds
-    if (!s.cgroup.empty()) {
-      process::remove_cgroup(s.cgroup);  // its processes are gone: the group was killed
-      s.cgroup.clear();
-    }
-    double secs = std::chrono::duration<double>(steady::now() - t0).count();
-
-    if (j->cancel_requested || db->has_event(j->row.name, log_event::cancel_requested)) {
-      j->cancel_requested = true;
-      s.row.exit_code = st.code;
-      out.ev = {event_kind::cancelled};
-      out.message = "cancelled; the process ended: " + describe(st);
-      out.reason = "cancelled";
-      co_return out;
-    }
-    out.ev = {event_kind::exited, st.code};
-    if (!final) {
-      if (st.code != 0) {
-        log_progress(*j, s, fmt::format("[tjob] {} failed after {:.2f} s: {}\n", what, secs, describe(st)));
-        out.message = what + " failed: " + describe(st) + " (its output is in the step's log)";
-        out.reason = "setup failed: " + what + " " + describe(st);
-        co_return out;
-      }
-      log_progress(*j, s, fmt::format("[tjob] {} done in {:.2f} s\n", what, secs));
-      queue_write([name = j->row.name, step = s.row.name, t = now_ms(),
-                   text = fmt::format("{} done in {:.2f} s", what, secs)](detail::store& db) {
-        db.append_event(name, step, t, log_event::setup, text);
-      });
-      continue;
-    }
-    out.message = "process " + std::to_string(s.row.pid) + " ended: " + describe(st);
-    out.reason = describe(st);
-  }
-  co_return out;
+// The step's process ending is an input of the job: `exited`. Shutting the
+// engine down (the step's stop signal) leaves the process as it is.
+void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t index, std::string what) {
+  auto& s = j->steps[index];
+  s.proc.exit_signal().async_wait(
+      asio::posix::descriptor_base::wait_read,
+      asio::bind_cancellation_slot(
+          s.stop->slot(),
+          [self = shared_from_this(), j, index, what = std::move(what), t0 = steady::now()](error_code ec) {
+            auto& s = j->steps[index];
+            // The wait is over: its cancellation handler (which names the
+            // pidfd's reactor state, freed with the pidfd) must not outlive it.
+            s.stop->slot().clear();
+            if (ec == asio::error::operation_aborted) return;
+            if (ec) {
+              j->op_failure = std::make_exception_ptr(
+                  boost::system::system_error(ec, "waiting for process " + std::to_string(s.row.pid)));
+              if (j->inbox_wake) j->inbox_wake->notify();
+              return;
+            }
+            process::exit_status st = s.proc.reap();
+            // The step ends with its main process, as a container does: whatever it
+            // left behind in its process group goes with it.
+            s.proc.signal_group(SIGKILL);
+            s.proc = process::child();  // its pidfd: the one descriptor a running job holds
+            if (!s.cgroup.empty()) {
+              process::remove_cgroup(s.cgroup);  // its processes are gone: the group was killed
+              s.cgroup.clear();
+            }
+            double secs = std::chrono::duration<double>(steady::now() - t0).count();
+            // A cancel asked by another process (cancel_foreign) is in the log,
+            // and it signalled the process itself: it is an input here too.
+            if (self->db->has_event(j->row.name, log_event::cancel_requested))
+              j->post(job_input::cancel(false, true));
+            j->post(job_input::exited(index, st.code, describe(st), s.row.pid, what, secs));
+          }));
 }
 
 // Deleting a tree (a venv: thousands of files) is blocking work: it runs on
@@ -413,24 +443,6 @@ void engine_state::log_progress(job_rec& j, step_rec& s, const std::string& line
   if (auto ec = detail::append_file(s.log_path, line))
     log->warn("job {}: cannot write {}: {}", j.row.name, s.log_path, ec.message());
   j.watchers.notify_all();
-}
-
-asio::awaitable<void> engine_state::escalate(std::shared_ptr<job_rec> j, bool terminated) {
-  if (!terminated)
-    for (auto& s : j->steps)
-      if (s.row.status == job_status::running) s.proc.signal_group(SIGTERM);
-  detail::wake_signal w(ex);
-  detail::wake_registration reg(j->watchers, &w);
-  auto deadline = steady::now() + cfg.grace_period;
-  while (!stopping && !is_terminal(j->row.status) && steady::now() < deadline)
-    co_await w.wait_until(deadline);
-  if (stopping || is_terminal(j->row.status)) co_return;
-  for (auto& s : j->steps) {
-    if (s.row.status != job_status::running) continue;
-    log->info("job {} step {}: still running {} ms after SIGTERM; sending SIGKILL", j->row.name, s.row.name,
-              cfg.grace_period.count());
-    s.proc.signal_group(SIGKILL);
-  }
 }
 
 }  // namespace tjob::local

@@ -58,17 +58,6 @@ asio::awaitable<void> engine_state::wait_for_venv(const std::string& key, detail
   watch.remove(wd, &w);
 }
 
-// How a job ends when its venv could not be set up.
-step_outcome engine_state::setup_failure(job_rec& j, const std::string& why) {
-  log_progress(j, j.steps[0], "[tjob] " + why + "\n");
-  step_outcome out;
-  out.ev = j.setup_started ? job_event{event_kind::exited, 1} : job_event{event_kind::start_failed};
-  out.message = why;
-  out.reason = "setup failed: " + why;
-  out.started = j.setup_started;
-  return out;
-}
-
 // The cached venv `key`, copied into the job under a shared lock (nobody
 // rebuilds or removes it meanwhile) when it is there and sound: true. Else
 // false, with `fd` holding the exclusive lock when this engine is to build
@@ -102,130 +91,136 @@ asio::awaitable<bool> engine_state::copy_from_cache(std::shared_ptr<job_rec> j, 
   co_return false;
 }
 
-// Builds the venv `key` in the cache, under the exclusive lock `fd` (which
-// it releases), by running the job's venv and pip phases there, then copies
-// it into the job. nullopt when the venv is ready; `raced` when somebody
-// finished the entry just before (nothing built: look again); else the
-// outcome that ends the job.
-asio::awaitable<std::optional<step_outcome>> engine_state::build_cached_venv(std::shared_ptr<job_rec> j,
-                                                                             const std::string& key, int fd,
-                                                                             bool& raced) {
-  std::optional<std::string> problem;
-  auto build = venv_store.build_dir(key, j->row.name);
-  try {
-    co_await blocking([&] {
-      problem = venv_store.check(key);
-      if (problem) venv_store.remove(key);  // a broken entry, and builds nobody finished
-    });
-  } catch (const std::exception& e) {
-    detail::venv_cache::cache::unlock(fd);
-    co_return setup_failure(*j, std::string("venv cache: ") + e.what());
-  }
-  raced = !problem;
-  if (raced) {
-    detail::venv_cache::cache::unlock(fd);
-    co_return std::nullopt;
-  }
-  venv_building[key] = std::make_shared<detail::wake_list>();
-  // The venv and pip phases build into the cache instead of the job.
-  const std::string from = j->venv.string(), to = (build / "venv").string();
-  auto retarget = [&](std::string& p) {
-    if (p.rfind(from, 0) == 0) p = to + p.substr(from.size());
-  };
-  std::vector<phase*> setup;
-  for (auto& ph : j->phases) {
-    retarget(ph.executable);
-    for (auto& a : ph.argv) retarget(a);
-    setup.push_back(&ph);
-  }
-  log_progress(*j, j->steps[0], "[tjob] building the cached venv " + key + "\n");
-  std::optional<step_outcome> ended;
-  try {
-    ended = co_await run_cache_build(j, key, build, setup);
-  } catch (const std::exception& e) {
-    ended = setup_failure(*j, std::string("venv cache: ") + e.what());
-  }
-  detail::venv_cache::cache::unlock(fd);
-  if (auto it = venv_building.find(key); it != venv_building.end()) {
-    it->second->notify_all();
-    venv_building.erase(it);
-  }
-  co_return ended;
-}
-
-// The setup phases into the cache entry's build directory, then the entry
-// finalized and copied into the job; a failed build is removed.
-asio::awaitable<std::optional<step_outcome>> engine_state::run_cache_build(std::shared_ptr<job_rec> j,
-                                                                           const std::string& key,
-                                                                           std::filesystem::path build,
-                                                                           std::vector<phase*> setup) {
-  co_await blocking([&] {
-    if (::mkdir(build.c_str(), 0700) != 0)
-      throw std::system_error(errno, std::generic_category(), "cannot create " + build.string());
-  });
-  auto out = co_await run_phases(j, 0, setup, false);
-  j->setup_started = out.started;
-  if (out.ev.kind == event_kind::exited && out.ev.exit_code == 0 && !j->cancel_requested) {
-    auto t0 = steady::now();
-    co_await blocking([&] {
-      venv_store.finalize(key, build, *j->venv_inputs);
-      venv_store.copy_to(key, j->venv);
-    });
-    double secs = std::chrono::duration<double>(steady::now() - t0).count();
-    log_progress(*j, j->steps[0], fmt::format("[tjob] venv cached as {}; copied in {:.3f} s\n", key, secs));
-    co_return std::nullopt;
-  }
-  co_await blocking([&] {
-    std::error_code ec;
-    std::filesystem::remove_all(build, ec);
-  });
-  co_return out;
-}
-
-asio::awaitable<std::optional<step_outcome>> engine_state::prepare_venv(std::shared_ptr<job_rec> j) {
+// Looks the job's venv up in the cache: venv_resolved says what it found. A
+// copy is made into the job when the entry is there and sound (`copied`);
+// else this job takes the entry's lock to build it (`build`: its setup phases
+// then build into the cache's build directory), or somebody else holds it
+// (`busy`). `uncached` when the interpreter cannot be told (a cached venv
+// could be the wrong one), `failed` when the cache does not work.
+asio::awaitable<void> engine_state::resolve_venv(std::shared_ptr<job_rec> j) {
   auto& in = *j->venv_inputs;
-  auto id = co_await python_identity(*j);
-  if (!id) {
-    // Without knowing the interpreter a cached venv could be the wrong one:
-    // this job builds its own, as without the cache.
-    log_progress(*j, j->steps[0],
-                 "[tjob] venv cache not used: cannot tell which interpreter " + in.python + " runs\n");
-    j->venv_inputs.reset();
-    co_return std::nullopt;
+  if (!j->venv_entry) j->venv_entry = std::make_unique<job_rec::cache_entry>();
+  if (j->venv_entry->key.empty()) {
+    auto id = co_await python_identity(*j);
+    if (!id) {
+      log_progress(*j, j->steps[0],
+                   "[tjob] venv cache not used: cannot tell which interpreter " + in.python + " runs\n");
+      j->venv_inputs.reset();
+      j->post(job_input::venv_resolved(venv_found::uncached));
+      co_return;
+    }
+    in.python = id->first;
+    in.python_identity = id->second;
+    j->venv_entry->key = detail::venv_cache::key_of(in);
   }
-  in.python = id->first;
-  in.python_identity = id->second;
-  const std::string key = detail::venv_cache::key_of(in);
-  detail::wake_signal w(ex);
-  detail::wake_registration on_cancel(j->watchers, &w);
+  const std::string key = j->venv_entry->key;
   for (;;) {
-    if (j->cancel_requested)
-      co_return step_outcome{
-          {event_kind::cancelled}, "cancelled before it started", "cancelled", j->setup_started};
     check_running();
     int fd = -1;
-    bool copied = false;
+    std::optional<std::string> problem;
     try {
-      copied = co_await copy_from_cache(j, key, fd);
+      if (co_await copy_from_cache(j, key, fd)) {
+        j->phases.clear();
+        j->post(job_input::venv_resolved(venv_found::copied));
+        co_return;
+      }
+      if (fd < 0) {
+        j->post(job_input::venv_resolved(venv_found::busy));
+        co_return;
+      }
+      co_await blocking([&] {
+        problem = venv_store.check(key);
+        if (problem) venv_store.remove(key);  // a broken entry, and builds nobody finished
+      });
     } catch (const std::exception& e) {
       detail::venv_cache::cache::unlock(fd);
-      co_return setup_failure(*j, std::string("venv cache: ") + e.what());
+      j->post(job_input::venv_resolved(venv_found::failed, std::string("venv cache: ") + e.what()));
+      co_return;
     }
-    if (copied) {
-      j->phases.clear();
-      co_return std::nullopt;
-    }
-    if (fd < 0) {
-      co_await wait_for_venv(key, w);
+    if (!problem) {  // somebody finished the entry just before: look again
+      detail::venv_cache::cache::unlock(fd);
       continue;
     }
-    bool raced = false;
-    auto ended = co_await build_cached_venv(j, key, fd, raced);
-    if (raced) continue;
-    if (ended) co_return ended;
-    j->phases.clear();
-    co_return std::nullopt;
+    auto build = venv_store.build_dir(key, j->row.name);
+    try {
+      co_await blocking([&] {
+        if (::mkdir(build.c_str(), 0700) != 0)
+          throw std::system_error(errno, std::generic_category(), "cannot create " + build.string());
+      });
+    } catch (const std::exception& e) {
+      detail::venv_cache::cache::unlock(fd);
+      j->post(job_input::venv_resolved(venv_found::failed, std::string("venv cache: ") + e.what()));
+      co_return;
+    }
+    venv_building[key] = std::make_shared<detail::wake_list>();
+    j->venv_entry->lock = fd;
+    j->venv_entry->build = build;
+    // The venv and pip phases build into the cache instead of the job.
+    const std::string from = j->venv.string(), to = (build / "venv").string();
+    auto retarget = [&](std::string& p) {
+      if (p.rfind(from, 0) == 0) p = to + p.substr(from.size());
+    };
+    for (auto& ph : j->phases) {
+      retarget(ph.executable);
+      for (auto& a : ph.argv) retarget(a);
+    }
+    log_progress(*j, j->steps[0], "[tjob] building the cached venv " + key + "\n");
+    j->post(job_input::venv_resolved(venv_found::build));
+    co_return;
   }
+}
+
+asio::awaitable<void> engine_state::wait_venv(std::shared_ptr<job_rec> j) {
+  detail::wake_signal w(ex);
+  detail::wake_registration on_shutdown(j->watchers, &w);
+  co_await wait_for_venv(j->venv_entry->key, w);
+  j->post(job_input::venv_waited());
+}
+
+// The entry this job built goes into the cache, and a copy of it into the job.
+asio::awaitable<void> engine_state::finalize_venv(std::shared_ptr<job_rec> j) {
+  auto t0 = steady::now();
+  try {
+    co_await blocking([&] {
+      venv_store.finalize(j->venv_entry->key, j->venv_entry->build, *j->venv_inputs);
+      venv_store.copy_to(j->venv_entry->key, j->venv);
+    });
+  } catch (const std::exception& e) {
+    j->post(job_input::venv_finalized(false, std::string("venv cache: ") + e.what()));
+    co_return;
+  }
+  double secs = std::chrono::duration<double>(steady::now() - t0).count();
+  log_progress(*j, j->steps[0],
+               fmt::format("[tjob] venv cached as {}; copied in {:.3f} s\n", j->venv_entry->key, secs));
+  j->post(job_input::venv_finalized(true));
+}
+
+// The build of the job's cache entry has ended: a failed one is removed,
+// then the entry's lock goes and whoever waits for it looks again.
+void engine_state::end_venv_build(const std::shared_ptr<job_rec>& j, bool ok) {
+  auto build = std::exchange(j->venv_entry->build, {});
+  int fd = std::exchange(j->venv_entry->lock, -1);
+  auto release = [self = shared_from_this(), key = j->venv_entry->key, fd] {
+    detail::venv_cache::cache::unlock(fd);
+    if (auto it = self->venv_building.find(key); it != self->venv_building.end()) {
+      it->second->notify_all();
+      self->venv_building.erase(it);
+    }
+  };
+  if (ok || build.empty()) {
+    release();
+    return;
+  }
+  spawn_internal(
+      [](std::shared_ptr<engine_state> self, std::filesystem::path build, std::string job,
+         std::function<void()> release) -> asio::awaitable<void> {
+        struct on_exit {
+          std::function<void()>& f;
+          ~on_exit() { f(); }
+        } released{release};
+        co_await self->remove_tree(build, job);
+      }(shared_from_this(), build, j->row.name, release),
+      "removing a failed venv build");
 }
 
 }  // namespace tjob::local

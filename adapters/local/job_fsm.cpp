@@ -1,0 +1,363 @@
+#include "adapters/local/job_fsm.hpp"
+
+#include <fmt/format.h>
+
+namespace tjob::local {
+
+using detail::event_kind;
+using detail::job_event;
+
+job_input job_input::venv_resolved(venv_found f, std::string how) {
+  job_input in{kind::venv_resolved};
+  in.found = f;
+  in.how = std::move(how);
+  return in;
+}
+
+job_input job_input::venv_finalized(bool ok, std::string how) {
+  job_input in{kind::venv_finalized};
+  in.ok = ok;
+  in.how = std::move(how);
+  return in;
+}
+
+job_input job_input::spawned(std::size_t step) {
+  job_input in{kind::spawned};
+  in.step = step;
+  return in;
+}
+
+job_input job_input::spawn_failed(std::size_t step, std::string what, std::string how, std::string message) {
+  job_input in{kind::spawn_failed};
+  in.step = step;
+  in.what = std::move(what);
+  in.how = std::move(how);
+  in.message = std::move(message);
+  return in;
+}
+
+job_input job_input::exited(std::size_t step, int code, std::string how, long pid, std::string what,
+                            double seconds) {
+  job_input in{kind::exited};
+  in.step = step;
+  in.exit_code = code;
+  in.how = std::move(how);
+  in.pid = pid;
+  in.what = std::move(what);
+  in.seconds = seconds;
+  return in;
+}
+
+job_input job_input::cancel(bool forced, bool recorded) {
+  job_input in{kind::cancel};
+  in.forced = forced;
+  in.recorded = recorded;
+  return in;
+}
+
+job_fsm::job_fsm(job_shape shape) : shape_(std::move(shape)), steps_(shape_.steps.size()) {}
+
+std::vector<job_action> job_fsm::on(const job_input& in) {
+  out_.clear();
+  if (stage_ == stage::done) return {};
+  using K = job_input::kind;
+  switch (in.k) {
+    case K::begin:
+      if (stage_ != stage::idle) break;
+      if (cancelled_) {
+        finish_all("cancelled before it started");
+      } else if (shape_.lease) {
+        stage_ = stage::leasing;
+        emit({job_action::kind::request_lease});
+      } else {
+        after_lease();
+      }
+      break;
+
+    case K::lease_granted:
+      if (stage_ == stage::leasing) after_lease();
+      break;
+
+    case K::venv_resolved:
+      if (stage_ != stage::resolving) break;
+      if (cancelled_) {
+        if (in.found == venv_found::build) emit({job_action::kind::end_venv_build});
+        finish_all("cancelled before it started");
+        break;
+      }
+      switch (in.found) {
+        case venv_found::copied:
+          next_setup_ = shape_.setup;  // nothing to set up
+          start_setup();
+          break;
+        case venv_found::build:
+          building_ = true;
+          start_setup();
+          break;
+        case venv_found::uncached:
+          start_setup();
+          break;
+        case venv_found::busy:
+          stage_ = stage::waiting_venv;
+          emit({job_action::kind::wait_venv});
+          break;
+        case venv_found::failed:
+          setup_failure(in.how);
+          break;
+      }
+      break;
+
+    case K::venv_waited:
+      if (stage_ != stage::waiting_venv) break;
+      if (cancelled_) {
+        finish_all("cancelled before it started");
+      } else {
+        stage_ = stage::resolving;
+        emit({job_action::kind::resolve_venv});
+      }
+      break;
+
+    case K::venv_finalized: {
+      if (stage_ != stage::finalizing) break;
+      building_ = false;
+      job_action end{job_action::kind::end_venv_build};
+      end.ok = in.ok;
+      emit(std::move(end));
+      if (!in.ok) {
+        setup_failure(in.how);
+      } else if (cancelled_) {
+        finish_all("cancelled before it started");
+      } else {
+        start_nodes();
+      }
+      break;
+    }
+
+    case K::spawned:
+      if (in.step >= steps_.size()) break;
+      steps_[in.step].started = true;
+      steps_[in.step].running = true;
+      break;
+
+    case K::spawn_failed: {
+      if (in.step >= steps_.size()) break;
+      auto& s = steps_[in.step];
+      step_outcome out;
+      out.message = in.message;
+      if (!s.started) {
+        out.ev = {event_kind::start_failed};
+        out.reason = "start failed: " + in.how;
+      } else {
+        // a later phase of a step that runs: it ends as a process would that failed
+        out.ev = {event_kind::exited, 127};
+        out.reason = "setup failed: " + in.what + ": " + in.how;
+        job_action note{job_action::kind::note, in.step};
+        note.text = in.message;
+        emit(std::move(note));
+      }
+      if (stage_ == stage::setup)
+        setup_ended(std::move(out));
+      else if (stage_ == stage::running)
+        node_ended(in.step, std::move(out), true);
+      break;
+    }
+
+    case K::exited: {
+      if (in.step >= steps_.size() || !steps_[in.step].running) break;
+      steps_[in.step].running = false;
+      if (cancelled_) {
+        step_outcome out{
+            {event_kind::cancelled}, "cancelled; the process ended: " + in.how, "cancelled", in.exit_code};
+        if (stage_ == stage::setup)
+          setup_ended(std::move(out));
+        else
+          node_ended(in.step, std::move(out), false);
+        break;
+      }
+      if (stage_ == stage::setup) {
+        if (in.exit_code != 0) {
+          job_action note{job_action::kind::note, 0};
+          note.text = fmt::format("{} failed after {:.2f} s: {}", in.what, in.seconds, in.how);
+          emit(std::move(note));
+          setup_ended({{event_kind::exited, in.exit_code},
+                       in.what + " failed: " + in.how + " (its output is in the step's log)",
+                       "setup failed: " + in.what + " " + in.how,
+                       std::nullopt});
+          break;
+        }
+        job_action note{job_action::kind::note, 0};
+        note.text = fmt::format("{} done in {:.2f} s", in.what, in.seconds);
+        note.setup_event = true;
+        emit(std::move(note));
+        ++next_setup_;
+        start_setup();
+        break;
+      }
+      if (stage_ != stage::running) break;
+      step_outcome out{{event_kind::exited, in.exit_code},
+                       "process " + std::to_string(in.pid) + " ended: " + in.how,
+                       in.how,
+                       std::nullopt};
+      if (steps_[in.step].stopped && failed_node_ && in.exit_code != 0)
+        out.reason = "stopped: " + shape_.steps[*failed_node_] + " failed (" + in.how + ")";
+      node_ended(in.step, std::move(out), in.exit_code != 0);
+      break;
+    }
+
+    case K::cancel:
+      if (!cancelled_) {
+        cancelled_ = true;
+        if (!in.recorded) emit({job_action::kind::record_cancel});
+      } else if (!in.forced) {
+        break;  // asked again: it is under way
+      }
+      switch (stage_) {
+        case stage::idle:
+          break;  // begin ends it
+        case stage::leasing:
+          emit({job_action::kind::abandon_lease});
+          finish_all("cancelled while waiting for GPUs");
+          break;
+        case stage::waiting_venv:
+          emit({job_action::kind::abandon_venv_wait});
+          break;
+        case stage::resolving:
+        case stage::finalizing:
+          break;  // no process runs: it ends when the answer comes
+        case stage::setup:
+        case stage::running:
+          stop_running(std::nullopt, in.forced);
+          break;
+        case stage::done:
+          break;
+      }
+      break;
+
+    case K::timer_fired:
+      if (!timer_armed_) break;
+      timer_armed_ = false;
+      stop_running(std::nullopt, true);
+      break;
+  }
+  return std::move(out_);
+}
+
+void job_fsm::after_lease() {
+  if (shape_.venv_cache) {
+    stage_ = stage::resolving;
+    emit({job_action::kind::resolve_venv});
+  } else {
+    start_setup();
+  }
+}
+
+void job_fsm::start_setup() {
+  if (next_setup_ < shape_.setup) {
+    stage_ = stage::setup;
+    job_action a{job_action::kind::spawn, 0, next_setup_};
+    a.first = !steps_[0].started;
+    emit(std::move(a));
+  } else if (building_) {
+    stage_ = stage::finalizing;
+    emit({job_action::kind::finalize_venv});
+  } else {
+    start_nodes();
+  }
+}
+
+void job_fsm::start_nodes() {
+  stage_ = stage::running;
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    job_action a{job_action::kind::spawn, i, code_phase};
+    a.first = !steps_[i].started;
+    emit(std::move(a));
+  }
+}
+
+// node-0's setup ended without success: node-0 ends with `out`, and the
+// other nodes never start.
+void job_fsm::setup_ended(step_outcome out) {
+  if (building_) {
+    building_ = false;
+    emit({job_action::kind::end_venv_build});  // not ok: what was built goes
+  }
+  steps_[0].ended = true;
+  steps_[0].out = std::move(out);
+  for (std::size_t i = 1; i < steps_.size(); ++i) {
+    auto& s = steps_[i];
+    s.ended = true;
+    s.out = cancelled_ ? step_outcome{{event_kind::cancelled}, "cancelled before it started", "cancelled", {}}
+                       : step_outcome{{event_kind::start_failed},
+                                      "not started: node-0's setup did not succeed",
+                                      "setup failed in node-0",
+                                      {}};
+  }
+  finish();
+}
+
+// The venv could not be had (the cache failed, or building it did): node-0
+// says why in its log and ends; Running (exit 1) when it had started.
+void job_fsm::setup_failure(const std::string& why) {
+  job_action note{job_action::kind::note, 0};
+  note.text = why;
+  emit(std::move(note));
+  step_outcome out;
+  out.ev = steps_[0].started ? job_event{event_kind::exited, 1} : job_event{event_kind::start_failed};
+  out.message = why;
+  out.reason = "setup failed: " + why;
+  setup_ended(std::move(out));
+}
+
+void job_fsm::node_ended(std::size_t i, step_outcome out, bool failed) {
+  steps_[i].ended = true;
+  steps_[i].running = false;
+  steps_[i].out = std::move(out);
+  if (failed && !failed_node_ && !cancelled_) {
+    failed_node_ = i;
+    stop_running(i, false);
+  }
+  for (const auto& s : steps_)
+    if (!s.ended) return;
+  finish();
+}
+
+// Stops the steps that run (all but `except`): SIGTERM now and, for a
+// graceful stop, SIGKILL when the grace timer fires with some still running.
+void job_fsm::stop_running(std::optional<std::size_t> except, bool forced) {
+  job_action sig{job_action::kind::signal};
+  sig.forced = forced;
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    if (i == except || !steps_[i].running) continue;
+    if (except) steps_[i].stopped = true;
+    sig.steps.push_back(i);
+  }
+  if (sig.steps.empty()) return;
+  emit(std::move(sig));
+  if (!forced && !timer_armed_) {
+    timer_armed_ = true;
+    emit({job_action::kind::arm_timer});
+  }
+}
+
+void job_fsm::finish() {
+  stage_ = stage::done;
+  job_action a{job_action::kind::finish};
+  for (auto& s : steps_) {
+    // a step the cancel caught before its first process
+    if (cancelled_ && !s.started && s.out.ev.kind != event_kind::cancelled)
+      s.out = {{event_kind::cancelled}, "cancelled before it started", "cancelled", {}};
+    a.outcomes.push_back(std::move(s.out));
+  }
+  emit(std::move(a));
+}
+
+// Every step ends cancelled with `message` (nothing of the job ran).
+void job_fsm::finish_all(const std::string& message) {
+  for (auto& s : steps_) {
+    s.ended = true;
+    s.out = {{event_kind::cancelled}, s.started ? "cancelled after its setup" : message, "cancelled", {}};
+  }
+  finish();
+}
+
+}  // namespace tjob::local

@@ -1,0 +1,165 @@
+// The decisions of a local job, as a sans-io state machine: it is given what
+// happened (an input) and answers with what to do next (actions). It starts
+// nothing, waits for nothing and reads no clock; the job's coroutine
+// (local_run.cpp) carries out each action and turns what comes back (a process
+// exit, a cancel, the grace timer, a lease) into the next input. So every
+// failure path is a sequence of inputs a test can give it without a process.
+//
+// A job: GPUs leased (when it needs them), its venv taken from the cache (when
+// it uses the cache), its setup phases (venv, pip) one after another in node-0,
+// then every node's code at once. The first node to fail stops the others
+// (JobSet's default); a cancel stops whatever runs, gracefully, and the grace
+// timer makes it forced. The status of each step is `next(status, event)` of
+// job_state, applied by the shell to the outcomes this machine decides.
+#pragma once
+
+#include "engine/job_state.hpp"
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tjob::local {
+
+/// How a step ended: the event to apply, its message and (when it fails it)
+/// the step's reason; the exit code of a process a cancel ended.
+struct step_outcome {
+  detail::job_event ev{detail::event_kind::cancelled};
+  std::string message, reason;
+  std::optional<int> exit_code;
+};
+
+/// What the machine needs to know of a job.
+struct job_shape {
+  std::vector<std::string> steps;  ///< node-0, node-1, ...
+  std::size_t setup = 0;           ///< setup phases, run in node-0 before the nodes' code
+  bool lease = false;              ///< GPUs are leased first
+  bool venv_cache = false;         ///< the venv comes from the cache
+};
+
+/// What looking the venv up in the cache found.
+enum class venv_found : std::uint8_t {
+  copied,    ///< a copy is in the job: no setup phases run
+  build,     ///< this job builds the entry (it holds its lock): the setup phases build into the cache
+  busy,      ///< somebody else builds it: wait, then look again
+  uncached,  ///< the cache cannot be used: the setup phases build the job's own venv
+  failed,    ///< the cache failed: `how` says why
+};
+
+struct job_input {
+  enum class kind : std::uint8_t {
+    begin,
+    lease_granted,
+    venv_resolved,   ///< `found`, `how`
+    venv_waited,     ///< the wait for another builder ended (or was abandoned)
+    venv_finalized,  ///< `ok`, `how`
+    spawned,         ///< `step`'s process runs
+    spawn_failed,    ///< `step`, `what` (the phase), `how` (the error), `message`
+    exited,          ///< `step`, `exit_code`, `how` (describe), `pid`, `what`, `seconds`
+    cancel,          ///< `forced`; `recorded`: somebody already logged the request
+    timer_fired,     ///< the grace period after a graceful stop has passed
+  };
+  kind k = kind::begin;
+  std::size_t step = 0;
+  int exit_code = 0;
+  venv_found found = venv_found::copied;
+  bool ok = false, forced = false, recorded = false;
+  std::string what, how, message;
+  long pid = 0;
+  double seconds = 0;
+
+  static job_input begin() { return {}; }
+  static job_input lease_granted() { return {kind::lease_granted}; }
+  static job_input venv_resolved(venv_found f, std::string how = {});
+  static job_input venv_waited() { return {kind::venv_waited}; }
+  static job_input venv_finalized(bool ok, std::string how = {});
+  static job_input spawned(std::size_t step);
+  static job_input spawn_failed(std::size_t step, std::string what, std::string how, std::string message);
+  static job_input exited(std::size_t step, int code, std::string how, long pid, std::string what,
+                          double seconds);
+  static job_input cancel(bool forced = false, bool recorded = false);
+  static job_input timer_fired() { return {kind::timer_fired}; }
+};
+
+/// The index of a node's code among a step's phases (the setup phases are 0..).
+inline constexpr std::size_t code_phase = static_cast<std::size_t>(-1);
+
+struct job_action {
+  enum class kind : std::uint8_t {
+    request_lease,  ///< wait for the GPUs; lease_granted follows
+    abandon_lease,  ///< stop waiting for them
+    resolve_venv,   ///< look the venv up in the cache; venv_resolved follows
+    wait_venv,      ///< wait for another builder; venv_waited follows
+    abandon_venv_wait,
+    finalize_venv,   ///< the built entry into the cache, a copy into the job; venv_finalized follows
+    end_venv_build,  ///< let go of the entry's lock; `ok` false: remove what was built
+    spawn,           ///< start `phase` of `step` (`first`: the step's first process); spawned or
+                     ///< spawn_failed follows
+    signal,          ///< stop the processes of `steps`: gracefully, or `forced`
+    arm_timer,       ///< the grace period; timer_fired follows unless the job ends first
+    note,            ///< `text` as a "[tjob] " line in `step`'s log; `setup_event`: also a Setup event
+    record_cancel,   ///< log the cancel request
+    finish,          ///< apply `outcomes`, one per step; the job has ended
+  };
+  kind k;
+  std::size_t step = 0;
+  std::size_t phase = 0;
+  bool first = false, forced = false, ok = false, setup_event = false;
+  std::vector<std::size_t> steps;
+  std::string text;
+  std::vector<step_outcome> outcomes;
+};
+
+class job_fsm {
+ public:
+  explicit job_fsm(job_shape shape);
+
+  /// The actions `in` calls for, in order. After `finish`, nothing.
+  std::vector<job_action> on(const job_input& in);
+
+  bool done() const noexcept { return stage_ == stage::done; }
+  bool cancelled() const noexcept { return cancelled_; }
+
+ private:
+  enum class stage : std::uint8_t {
+    idle,
+    leasing,
+    resolving,
+    waiting_venv,
+    setup,
+    finalizing,
+    running,
+    done
+  };
+  struct step_state {
+    bool started = false;  ///< it has had a process (its Started event)
+    bool running = false;
+    bool ended = false;
+    bool stopped = false;  ///< stopped because another node failed
+    step_outcome out;
+  };
+
+  void after_lease();
+  void start_setup();
+  void start_nodes();
+  void setup_ended(step_outcome out);
+  void setup_failure(const std::string& why);
+  void node_ended(std::size_t i, step_outcome out, bool failed);
+  void stop_running(std::optional<std::size_t> except, bool forced);
+  void finish();
+  void finish_all(const std::string& message);
+  void emit(job_action a) { out_.push_back(std::move(a)); }
+
+  job_shape shape_;
+  stage stage_ = stage::idle;
+  std::size_t next_setup_ = 0;
+  bool building_ = false;  ///< the setup phases build the cache entry: end_venv_build is owed
+  bool cancelled_ = false;
+  bool timer_armed_ = false;
+  std::optional<std::size_t> failed_node_;
+  std::vector<step_state> steps_;
+  std::vector<job_action> out_;
+};
+
+}  // namespace tjob::local

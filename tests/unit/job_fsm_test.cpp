@@ -1,0 +1,404 @@
+// The local job's state machine, driven through every failure path with no
+// process, no timer and no store: inputs in, actions out.
+#include "adapters/local/job_fsm.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+using namespace tjob;
+using namespace tjob::local;
+using tjob::detail::event_kind;
+using A = job_action::kind;
+
+namespace {
+
+job_shape shape(std::size_t nodes, std::size_t setup = 0, bool lease = false, bool cache = false) {
+  job_shape s;
+  for (std::size_t i = 0; i < nodes; ++i) s.steps.push_back("node-" + std::to_string(i));
+  s.setup = setup;
+  s.lease = lease;
+  s.venv_cache = cache;
+  return s;
+}
+
+std::vector<A> kinds(const std::vector<job_action>& as) {
+  std::vector<A> out;
+  for (const auto& a : as) out.push_back(a.k);
+  return out;
+}
+
+const job_action* find(const std::vector<job_action>& as, A k) {
+  auto it = std::find_if(as.begin(), as.end(), [&](const job_action& a) { return a.k == k; });
+  return it == as.end() ? nullptr : &*it;
+}
+
+// The outcomes of the finish among `as` (which must be there).
+std::vector<step_outcome> finished(const std::vector<job_action>& as) {
+  auto* f = find(as, A::finish);
+  REQUIRE(f != nullptr);
+  CHECK(&as.back() == f);  // nothing after the end
+  return f->outcomes;
+}
+
+job_input exit_of(std::size_t step, int code, const std::string& what = "python") {
+  return job_input::exited(step, code, code == 0 ? "exit code 0" : "exit code " + std::to_string(code),
+                           100 + static_cast<long>(step), what, 0.5);
+}
+
+// Starts the nodes of a job without setup: each spawn answered `spawned`.
+void start_nodes(job_fsm& m, std::size_t nodes) {
+  auto as = m.on(job_input::begin());
+  REQUIRE(as.size() == nodes);
+  for (std::size_t i = 0; i < nodes; ++i) {
+    CHECK(as[i].k == A::spawn);
+    CHECK(as[i].step == i);
+    CHECK(as[i].phase == code_phase);
+    CHECK(as[i].first);
+    CHECK(m.on(job_input::spawned(i)).empty());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a one-node job: its code runs, and its exit code is the outcome") {
+  job_fsm m(shape(1));
+  start_nodes(m, 1);
+  auto out = finished(m.on(exit_of(0, 3)));
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].ev.kind == event_kind::exited);
+  CHECK(out[0].ev.exit_code == 3);
+  CHECK(out[0].message == "process 100 ended: exit code 3");
+  CHECK(out[0].reason == "exit code 3");
+  CHECK(m.done());
+  CHECK(m.on(job_input::cancel()).empty());  // an ended job takes nothing more
+  CHECK(m.on(exit_of(0, 0)).empty());
+}
+
+TEST_CASE("setup phases run one after another in node-0, then every node's code at once") {
+  job_fsm m(shape(2, 2));
+  auto as = m.on(job_input::begin());
+  REQUIRE(kinds(as) == std::vector<A>{A::spawn});
+  CHECK(as[0].step == 0);
+  CHECK(as[0].phase == 0);
+  CHECK(as[0].first);  // the step's Started
+  CHECK(m.on(job_input::spawned(0)).empty());
+  as = m.on(exit_of(0, 0, "venv"));
+  REQUIRE(kinds(as) == std::vector<A>{A::note, A::spawn});
+  CHECK(as[0].setup_event);
+  CHECK(as[0].text == "venv done in 0.50 s");
+  CHECK(as[1].phase == 1);
+  CHECK_FALSE(as[1].first);  // node-0 is Running already: a Setup event
+  m.on(job_input::spawned(0));
+  as = m.on(exit_of(0, 0, "pip install"));
+  REQUIRE(kinds(as) == std::vector<A>{A::note, A::spawn, A::spawn});
+  CHECK(as[1].step == 0);
+  CHECK(as[1].phase == code_phase);
+  CHECK_FALSE(as[1].first);
+  CHECK(as[2].step == 1);
+  CHECK(as[2].first);
+  m.on(job_input::spawned(0));
+  m.on(job_input::spawned(1));
+  CHECK(m.on(exit_of(1, 0)).empty());  // node-0 still runs
+  auto out = finished(m.on(exit_of(0, 0)));
+  CHECK(out[0].ev.kind == event_kind::exited);
+  CHECK(out[1].ev.exit_code == 0);
+}
+
+TEST_CASE("a setup phase that fails ends node-0 with it, and the other nodes never start") {
+  job_fsm m(shape(3, 2));
+  m.on(job_input::begin());
+  m.on(job_input::spawned(0));
+  auto as = m.on(exit_of(0, 1, "venv"));
+  REQUIRE(kinds(as) == std::vector<A>{A::note, A::finish});
+  CHECK(as[0].text == "venv failed after 0.50 s: exit code 1");
+  CHECK_FALSE(as[0].setup_event);
+  auto out = finished(as);
+  CHECK(out[0].ev.kind == event_kind::exited);
+  CHECK(out[0].ev.exit_code == 1);
+  CHECK(out[0].reason == "setup failed: venv exit code 1");
+  for (std::size_t i : {1u, 2u}) {
+    CHECK(out[i].ev.kind == event_kind::start_failed);
+    CHECK(out[i].reason == "setup failed in node-0");
+  }
+}
+
+TEST_CASE(
+    "a program that cannot be started fails its step: Created steps StartFailed, Running ones exit 127") {
+  SUBCASE("the first process") {
+    job_fsm m(shape(1));
+    m.on(job_input::begin());
+    auto out =
+        finished(m.on(job_input::spawn_failed(0, "command", "No such file or directory", "cannot start")));
+    CHECK(out[0].ev.kind == event_kind::start_failed);
+    CHECK(out[0].reason == "start failed: No such file or directory");
+  }
+  SUBCASE("a later phase") {
+    job_fsm m(shape(1, 1));
+    m.on(job_input::begin());
+    m.on(job_input::spawned(0));
+    m.on(exit_of(0, 0, "venv"));
+    auto as = m.on(job_input::spawn_failed(0, "python", "Permission denied", "cannot start x"));
+    REQUIRE(kinds(as) == std::vector<A>{A::note, A::finish});
+    CHECK(as[0].text == "cannot start x");
+    auto out = finished(as);
+    CHECK(out[0].ev.kind == event_kind::exited);
+    CHECK(out[0].ev.exit_code == 127);
+    CHECK(out[0].reason == "setup failed: python: Permission denied");
+  }
+  SUBCASE("one node of several: the others are stopped") {
+    job_fsm m(shape(2));
+    auto as = m.on(job_input::begin());
+    REQUIRE(as.size() == 2);
+    m.on(job_input::spawned(0));
+    as = m.on(job_input::spawn_failed(1, "torchrun", "No such file or directory", "cannot start torchrun"));
+    REQUIRE(kinds(as) == std::vector<A>{A::signal, A::arm_timer});
+    CHECK(as[0].steps == std::vector<std::size_t>{0});
+    CHECK_FALSE(as[0].forced);
+    auto out = finished(m.on(exit_of(0, 143)));
+    CHECK(out[1].ev.kind == event_kind::start_failed);
+    CHECK(out[0].reason == "stopped: node-1 failed (exit code 143)");
+  }
+}
+
+TEST_CASE("the first node to fail is the one blamed, the others are stopped, then killed after the grace") {
+  job_fsm m(shape(3));
+  start_nodes(m, 3);
+  auto as = m.on(exit_of(1, 2));
+  REQUIRE(kinds(as) == std::vector<A>{A::signal, A::arm_timer});
+  CHECK(as[0].steps == std::vector<std::size_t>{0, 2});
+  CHECK_FALSE(as[0].forced);
+  CHECK(m.on(exit_of(2, 143)).empty());  // node-0 still runs
+  as = m.on(job_input::timer_fired());
+  REQUIRE(kinds(as) == std::vector<A>{A::signal});
+  CHECK(as[0].forced);
+  CHECK(as[0].steps == std::vector<std::size_t>{0});  // only what still runs
+  auto out = finished(m.on(exit_of(0, -1)));
+  CHECK(out[1].reason == "exit code 2");
+  CHECK(out[2].reason == "stopped: node-1 failed (exit code 143)");
+  CHECK(out[0].ev.kind == event_kind::exited);
+  CHECK(out[0].reason.rfind("stopped: node-1 failed", 0) == 0);
+}
+
+TEST_CASE("a stopped node that still exits 0 is Complete, and a second failure blames nobody new") {
+  job_fsm m(shape(3));
+  start_nodes(m, 3);
+  m.on(exit_of(2, 1));
+  CHECK(m.on(exit_of(0, 0)).empty());
+  auto out = finished(m.on(exit_of(1, 5)));
+  CHECK(out[0].ev.exit_code == 0);
+  CHECK(out[0].reason == "exit code 0");
+  CHECK(out[1].reason == "stopped: node-2 failed (exit code 5)");
+  CHECK(out[2].reason == "exit code 1");
+}
+
+TEST_CASE("the grace timer after the job has ended, or after a forced stop, does nothing") {
+  job_fsm m(shape(2));
+  start_nodes(m, 2);
+  m.on(exit_of(0, 1));
+  finished(m.on(exit_of(1, 143)));
+  CHECK(m.on(job_input::timer_fired()).empty());
+  job_fsm idle(shape(1));
+  start_nodes(idle, 1);
+  CHECK(idle.on(job_input::timer_fired()).empty());  // never armed
+}
+
+TEST_CASE("cancel while the code runs: recorded once, SIGTERM, SIGKILL when the grace passes") {
+  job_fsm m(shape(2));
+  start_nodes(m, 2);
+  auto as = m.on(job_input::cancel());
+  REQUIRE(kinds(as) == std::vector<A>{A::record_cancel, A::signal, A::arm_timer});
+  CHECK(as[1].steps == std::vector<std::size_t>{0, 1});
+  CHECK_FALSE(as[1].forced);
+  CHECK(m.cancelled());
+  CHECK(m.on(job_input::cancel()).empty());  // asked again: under way
+  CHECK(m.on(exit_of(0, -15)).empty());
+  as = m.on(job_input::timer_fired());
+  REQUIRE(kinds(as) == std::vector<A>{A::signal});
+  CHECK(as[0].forced);
+  CHECK(as[0].steps == std::vector<std::size_t>{1});
+  auto out = finished(m.on(exit_of(1, -9)));
+  for (std::size_t i : {0u, 1u}) {
+    CHECK(out[i].ev.kind == event_kind::cancelled);
+    CHECK(out[i].reason == "cancelled");
+  }
+  CHECK(out[0].exit_code == -15);  // how the process ended is kept
+  CHECK(out[1].message == "cancelled; the process ended: exit code -9");
+}
+
+TEST_CASE("a cancel another process recorded is not recorded again, and a forced cancel kills at once") {
+  job_fsm m(shape(1));
+  start_nodes(m, 1);
+  auto as = m.on(job_input::cancel(false, true));
+  CHECK(kinds(as) == std::vector<A>{A::signal, A::arm_timer});
+  as = m.on(job_input::cancel(true));
+  REQUIRE(kinds(as) == std::vector<A>{A::signal});
+  CHECK(as[0].forced);
+  job_fsm f(shape(1));
+  start_nodes(f, 1);
+  as = f.on(job_input::cancel(true));
+  REQUIRE(kinds(as) == std::vector<A>{A::record_cancel, A::signal});
+  CHECK(as[1].forced);
+}
+
+TEST_CASE("cancel during setup stops the setup phase: no node starts, every step is cancelled") {
+  job_fsm m(shape(2, 2));
+  m.on(job_input::begin());
+  m.on(job_input::spawned(0));
+  auto as = m.on(job_input::cancel());
+  REQUIRE(kinds(as) == std::vector<A>{A::record_cancel, A::signal, A::arm_timer});
+  CHECK(as[1].steps == std::vector<std::size_t>{0});
+  // the phase ends with exit code 0 just as the cancel comes: nothing more starts
+  auto out = finished(m.on(exit_of(0, 0, "venv")));
+  CHECK(out[0].ev.kind == event_kind::cancelled);
+  CHECK(out[1].ev.kind == event_kind::cancelled);
+  CHECK(out[1].message == "cancelled before it started");
+}
+
+TEST_CASE("cancel during the escalation after a node failed: the job is cancelled, nobody new is blamed") {
+  job_fsm m(shape(3));
+  start_nodes(m, 3);
+  m.on(exit_of(0, 1));  // node-0 failed: node-1 and node-2 are being stopped, the timer armed
+  auto as = m.on(job_input::cancel());
+  REQUIRE(kinds(as) == std::vector<A>{A::record_cancel, A::signal});  // the timer is armed already
+  CHECK(as[1].steps == std::vector<std::size_t>{1, 2});
+  as = m.on(job_input::timer_fired());
+  REQUIRE(kinds(as) == std::vector<A>{A::signal});
+  CHECK(as[0].forced);
+  m.on(exit_of(1, -9));
+  auto out = finished(m.on(exit_of(2, -9)));
+  CHECK(out[0].reason == "exit code 1");  // it ended before the cancel
+  CHECK(out[1].ev.kind == event_kind::cancelled);
+  CHECK(out[2].ev.kind == event_kind::cancelled);
+}
+
+TEST_CASE("a lease wait that is cancelled is abandoned, and nothing of the job ever starts") {
+  job_fsm m(shape(2, 1, /*lease=*/true));
+  auto as = m.on(job_input::begin());
+  REQUIRE(kinds(as) == std::vector<A>{A::request_lease});
+  as = m.on(job_input::cancel());
+  REQUIRE(kinds(as) == std::vector<A>{A::record_cancel, A::abandon_lease, A::finish});
+  auto out = finished(as);
+  for (const auto& o : out) {
+    CHECK(o.ev.kind == event_kind::cancelled);
+    CHECK(o.message == "cancelled while waiting for GPUs");
+  }
+  CHECK(m.on(job_input::lease_granted()).empty());  // granted just too late: the end releases it
+}
+
+TEST_CASE("a granted lease starts the job") {
+  job_fsm m(shape(1, 0, true));
+  m.on(job_input::begin());
+  auto as = m.on(job_input::lease_granted());
+  REQUIRE(kinds(as) == std::vector<A>{A::spawn});
+  CHECK(m.on(job_input::lease_granted()).empty());  // once
+}
+
+TEST_CASE("the venv cache: a copy skips setup, a build runs setup into the cache, then finalizes") {
+  SUBCASE("copied") {
+    job_fsm m(shape(1, 2, false, true));
+    REQUIRE(kinds(m.on(job_input::begin())) == std::vector<A>{A::resolve_venv});
+    auto as = m.on(job_input::venv_resolved(venv_found::copied));
+    REQUIRE(kinds(as) == std::vector<A>{A::spawn});
+    CHECK(as[0].phase == code_phase);
+    CHECK(as[0].first);
+  }
+  SUBCASE("built here") {
+    job_fsm m(shape(2, 1, false, true));
+    m.on(job_input::begin());
+    auto as = m.on(job_input::venv_resolved(venv_found::build));
+    REQUIRE(kinds(as) == std::vector<A>{A::spawn});
+    CHECK(as[0].phase == 0);
+    m.on(job_input::spawned(0));
+    as = m.on(exit_of(0, 0, "venv"));
+    REQUIRE(kinds(as) == std::vector<A>{A::note, A::finalize_venv});
+    as = m.on(job_input::venv_finalized(true));
+    REQUIRE(kinds(as) == std::vector<A>{A::end_venv_build, A::spawn, A::spawn});
+    CHECK(as[0].ok);
+    CHECK_FALSE(as[1].first);
+    CHECK(as[2].first);
+  }
+  SUBCASE("a build whose pip fails: the lock goes, what was built is removed") {
+    job_fsm m(shape(1, 2, false, true));
+    m.on(job_input::begin());
+    m.on(job_input::venv_resolved(venv_found::build));
+    m.on(job_input::spawned(0));
+    m.on(exit_of(0, 0, "venv"));
+    m.on(job_input::spawned(0));
+    auto as = m.on(exit_of(0, 1, "pip install"));
+    REQUIRE(kinds(as) == std::vector<A>{A::note, A::end_venv_build, A::finish});
+    CHECK_FALSE(as[1].ok);
+    CHECK(finished(as)[0].reason == "setup failed: pip install exit code 1");
+  }
+  SUBCASE("the cache fails before anything ran") {
+    job_fsm m(shape(2, 2, false, true));
+    m.on(job_input::begin());
+    auto as = m.on(job_input::venv_resolved(venv_found::failed, "venv cache: disk full"));
+    REQUIRE(kinds(as) == std::vector<A>{A::note, A::finish});
+    auto out = finished(as);
+    CHECK(out[0].ev.kind == event_kind::start_failed);
+    CHECK(out[0].reason == "setup failed: venv cache: disk full");
+    CHECK(out[1].reason == "setup failed in node-0");
+  }
+  SUBCASE("finalizing fails after setup ran: node-0 exits 1") {
+    job_fsm m(shape(1, 1, false, true));
+    m.on(job_input::begin());
+    m.on(job_input::venv_resolved(venv_found::build));
+    m.on(job_input::spawned(0));
+    m.on(exit_of(0, 0, "venv"));
+    auto as = m.on(job_input::venv_finalized(false, "venv cache: cannot rename"));
+    REQUIRE(kinds(as) == std::vector<A>{A::end_venv_build, A::note, A::finish});
+    CHECK_FALSE(as[0].ok);
+    auto out = finished(as);
+    CHECK(out[0].ev.kind == event_kind::exited);
+    CHECK(out[0].ev.exit_code == 1);
+  }
+}
+
+TEST_CASE("the venv cache busy elsewhere: wait, look again, and a cancel abandons the wait") {
+  job_fsm m(shape(1, 2, false, true));
+  m.on(job_input::begin());
+  REQUIRE(kinds(m.on(job_input::venv_resolved(venv_found::busy))) == std::vector<A>{A::wait_venv});
+  REQUIRE(kinds(m.on(job_input::venv_waited())) == std::vector<A>{A::resolve_venv});
+  m.on(job_input::venv_resolved(venv_found::busy));
+  auto as = m.on(job_input::cancel());
+  REQUIRE(kinds(as) == std::vector<A>{A::record_cancel, A::abandon_venv_wait});
+  auto out = finished(m.on(job_input::venv_waited()));
+  CHECK(out[0].ev.kind == event_kind::cancelled);
+  CHECK(out[0].message == "cancelled before it started");
+}
+
+TEST_CASE("a cancel while the cache is looked up ends the job when the answer comes, giving back a lock") {
+  job_fsm m(shape(1, 2, false, true));
+  m.on(job_input::begin());
+  auto as = m.on(job_input::cancel());
+  REQUIRE(kinds(as) == std::vector<A>{A::record_cancel});  // nothing runs yet
+  as = m.on(job_input::venv_resolved(venv_found::build));
+  REQUIRE(kinds(as) == std::vector<A>{A::end_venv_build, A::finish});
+  CHECK_FALSE(as[0].ok);
+  CHECK(finished(as)[0].ev.kind == event_kind::cancelled);
+}
+
+TEST_CASE("a cancel before the job begins ends it at once") {
+  job_fsm m(shape(2, 1, true));
+  CHECK(kinds(m.on(job_input::cancel())) == std::vector<A>{A::record_cancel});
+  auto out = finished(m.on(job_input::begin()));
+  CHECK(out.size() == 2);
+  CHECK(out[0].ev.kind == event_kind::cancelled);
+}
+
+TEST_CASE("inputs that do not fit the state change nothing") {
+  job_fsm m(shape(2));
+  CHECK(m.on(job_input::lease_granted()).empty());
+  CHECK(m.on(job_input::venv_waited()).empty());
+  CHECK(m.on(exit_of(0, 0)).empty());  // nothing runs
+  start_nodes(m, 2);
+  CHECK(m.on(exit_of(7, 0)).empty());       // no such step
+  CHECK(m.on(job_input::begin()).empty());  // once
+  CHECK(m.on(exit_of(0, 0)).empty());
+  CHECK(m.on(exit_of(0, 0)).empty());  // an exit twice: once
+  CHECK_FALSE(m.done());
+  finished(m.on(exit_of(1, 0)));
+}
