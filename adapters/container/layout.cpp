@@ -110,6 +110,17 @@ std::string job_of_event(std::string_view line) {
   return attrs ? detail::str_of(*attrs, label_job) : std::string();
 }
 
+detail::log_event log_event_of_action(std::string_view action) {
+  using detail::log_event;
+  // "exec_start: sh -c ..." and "health_status: healthy" carry their detail after a colon.
+  auto verb = action.substr(0, action.find(':'));
+  if (verb == "create") return log_event::created;
+  if (verb == "start" || verb == "restart" || verb == "unpause") return log_event::started;
+  if (verb == "die" || verb == "died" || verb == "oom") return log_event::exited;
+  if (verb == "kill" || verb == "stop" || verb == "pause") return log_event::cancel_requested;
+  return log_event::setup;  // pull, attach, connect, mount, init, exec, destroy, ...
+}
+
 std::optional<event> event_of_line(std::string_view line, std::int64_t seq) {
   boost::system::error_code ec;
   auto v = boost::json::parse(line, ec);
@@ -140,9 +151,7 @@ std::optional<event> event_of_line(std::string_view line, std::int64_t seq) {
     e.step = detail::str_of(*attrs, label_step);
     cname = detail::str_of(*attrs, "name");
   }
-  e.reason = action;
-  if (!e.reason.empty())
-    e.reason[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(e.reason[0])));
+  e.reason = std::string(detail::to_string(log_event_of_action(action)));
   e.message = detail::str_of(o, "Type") + " " + cname + ": " + action;
   if (attrs && (action == "die" || action == "died")) {
     auto code = detail::str_of(*attrs, "exitCode");

@@ -7,6 +7,8 @@
 #include <tjob/status.hpp>
 #include <tjob/types.hpp>
 
+#include "engine/job_state.hpp"
+
 #include <boost/json/object.hpp>
 
 #include <cstdint>
@@ -60,8 +62,14 @@ job_status status_of(const std::string& state, std::optional<int> exit_code);
 /// label); empty for anything else, malformed lines included.
 std::string job_of_event(std::string_view line);
 
-/// A line of the daemon's /events stream as a job event (`seq` its place);
-/// nullopt when it is not a JSON object.
+/// The event log's name for a daemon's container action: create → Created,
+/// start → Started, die and oom → Exited, kill and stop → CancelRequested,
+/// anything else (pull, attach, connect, exec, destroy, ...) → Setup.
+detail::log_event log_event_of_action(std::string_view action);
+
+/// A line of the daemon's /events stream as a job event (`seq` its place),
+/// its reason in the event log's vocabulary and the daemon's action kept in
+/// the message; nullopt when it is not a JSON object.
 std::optional<event> event_of_line(std::string_view line, std::int64_t seq);
 
 }  // namespace tjob::container

@@ -302,6 +302,32 @@ train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int
   return j;
 }
 
+detail::log_event log_event_of_reason(std::string_view reason) {
+  using detail::log_event;
+  static const std::map<std::string_view, log_event> known{
+      {"Created", log_event::created},  // the TrainJob, or a pod's container
+      {"SuccessfulCreate", log_event::created},
+      {"Started", log_event::started},
+      {"Completed", log_event::exited},
+      {"Succeeded", log_event::exited},
+      {"Failed", log_event::start_failed},  // a pod that could not pull or start its image
+      {"BackOff", log_event::start_failed},
+      {"ErrImagePull", log_event::start_failed},
+      {"ImagePullBackOff", log_event::start_failed},
+      {"CreateContainerError", log_event::start_failed},
+      {"FailedCreate", log_event::start_failed},
+      {"FailedScheduling", log_event::queued},  // it waits for room on a node
+      {"Suspended", log_event::queued},
+      {"Killing", log_event::cancel_requested},
+      {"Evicted", log_event::lost},
+      {"Preempted", log_event::lost},
+      {"Preempting", log_event::lost},
+      {"NodeNotReady", log_event::lost},
+  };
+  auto it = known.find(reason);
+  return it == known.end() ? log_event::setup : it->second;  // Scheduled, Pulling, Pulled, ...
+}
+
 std::vector<event> events_of(const json::array& items, const std::string& job,
                              const std::vector<pod_step>& steps) {
   std::map<std::string, std::string> step_of;  // object name -> step
@@ -326,8 +352,9 @@ std::vector<event> events_of(const json::array& items, const std::string& job,
     event ev;
     ev.time = *t;
     ev.step = it->second;
-    ev.reason = str_of(&e, "reason");
-    ev.message = str_of(io, "kind") + " " + str_of(io, "name") + ": " + str_of(&e, "message");
+    auto reason = str_of(&e, "reason");
+    ev.reason = std::string(detail::to_string(log_event_of_reason(reason)));
+    ev.message = str_of(io, "kind") + " " + str_of(io, "name") + " " + reason + ": " + str_of(&e, "message");
     out.push_back(std::move(ev));
   }
   std::stable_sort(out.begin(), out.end(), [](const event& a, const event& b) { return a.time < b.time; });

@@ -6,12 +6,15 @@
 
 #include <tjob/types.hpp>
 
+#include "engine/job_state.hpp"
+
 #include <boost/json/object.hpp>
 
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tjob::kube {
@@ -80,9 +83,18 @@ std::string label_of(const boost::json::object& obj, std::string_view key);
 std::string resource_version_of(const boost::json::object& obj);
 std::string runtime_of(const boost::json::object& tj);
 
+/// The event log's name for a Kubernetes event's reason: Created and
+/// SuccessfulCreate → Created, Started → Started, Completed/Succeeded →
+/// Exited, image and start failures → StartFailed, FailedScheduling and
+/// Suspended → Queued, Killing → CancelRequested, eviction and preemption →
+/// Lost, anything else (Scheduled, Pulling, Pulled, ...) → Setup.
+detail::log_event log_event_of_reason(std::string_view reason);
+
 /// Kubeflow's get_job_events: events whose involved object is the job, one
 /// of its steps or pods (kinds TrainJob, JobSet, Job, Pod), with a
-/// firstTimestamp, by time. `step_of_pod` fills event.step.
+/// firstTimestamp, by time. `step_of_pod` fills event.step; the reason is
+/// the event log's (log_event_of_reason), the cluster's own reason is kept
+/// in the message ("Pod j-node-0-0-x Scheduled: ...").
 std::vector<event> events_of(const boost::json::array& items, const std::string& job,
                              const std::vector<pod_step>& steps);
 

@@ -61,7 +61,17 @@ CREATE INDEX jobs_by_status ON jobs(status);
 
 // A version-1 store: each step's last transition gets the exit code and
 // reason its step row holds, which is what the fold of the log then gives.
-constexpr const char* migrate_v1_to_v2_sql = R"sql(
+// The event names come from the vocabulary (job_state), as everywhere.
+std::string migrate_v1_to_v2_sql() {
+  std::string transitions, endings;
+  for (auto e : all_log_events) {
+    auto kind = transition_of(e);
+    if (!kind) continue;
+    std::string quoted = "'" + std::string(to_string(e)) + "'";
+    transitions += (transitions.empty() ? "" : ", ") + quoted;
+    if (*kind != event_kind::started) endings += (endings.empty() ? "" : ", ") + quoted;
+  }
+  return R"sql(
 ALTER TABLE events ADD COLUMN exit_code INTEGER;
 ALTER TABLE events ADD COLUMN detail TEXT NOT NULL DEFAULT '';
 UPDATE events SET
@@ -69,11 +79,13 @@ UPDATE events SET
   detail = (SELECT s.reason FROM steps s WHERE s.job = events.job AND s.name = events.step)
 WHERE step <> '' AND seq = (
   SELECT max(e.seq) FROM events e
-  WHERE e.job = events.job AND e.step = events.step
-    AND e.reason IN ('Started', 'Exited', 'StartFailed', 'Cancelled', 'Lost'))
-  AND reason IN ('Exited', 'StartFailed', 'Cancelled', 'Lost')
+  WHERE e.job = events.job AND e.step = events.step AND e.reason IN ()sql" +
+         transitions + R"sql())
+  AND reason IN ()sql" +
+         endings + R"sql()
   AND EXISTS (SELECT 1 FROM steps s WHERE s.job = events.job AND s.name = events.step);
 )sql";
+}
 
 errc classify(int rc) {
   switch (rc & 0xff) {
@@ -184,7 +196,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
     try {
       version = read_int("PRAGMA user_version");
       if (version == 1) {
-        exec(migrate_v1_to_v2_sql);
+        exec(migrate_v1_to_v2_sql().c_str());
         version = 2;
         exec(("PRAGMA user_version=" + std::to_string(version)).c_str());
       }

@@ -112,8 +112,12 @@ struct train_job {
 struct event {
   std::int64_t seq = 0;  ///< order within the store
   clock::time_point time;
-  std::string step;     ///< empty for job-level events
-  std::string reason;   ///< Created, Started, Exited, StartFailed, CancelRequested, Cancelled, Lost
+  std::string step;  ///< empty for job-level events
+  /// One vocabulary on every backend: Created, Started, Exited, StartFailed,
+  /// Cancelled, Lost, Setup, Queued, DevicesLeased, CancelRequested. The
+  /// container and kubernetes backends map their peer's events to these and
+  /// keep the peer's own word (a daemon's action, a cluster's reason) in `message`.
+  std::string reason;
   std::string message;  ///< for a person
 };
 

@@ -1,6 +1,7 @@
 // The container backend against the real daemons: Docker (dockerd) and Podman
 // (its API service), started for the suite by tests/support/container_peers
 // (a ctest fixture). Containers use host or none networking only.
+#include "engine/job_state.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
@@ -129,9 +130,13 @@ TEST_CASE_TEMPLATE("a command job runs in a container with its output, Kubeflow'
   auto events = client.get_job_events(name);
   std::vector<std::string> reasons;
   for (const auto& e : events) reasons.push_back(e.reason);
-  CHECK(std::find(reasons.begin(), reasons.end(), "Start") != reasons.end());
+  // The daemon's actions in the event log's vocabulary, the action kept in the message.
+  for (const auto& r : reasons) CHECK_MESSAGE(tjob::detail::parse_log_event(r).has_value(), r);
+  CHECK(std::find(reasons.begin(), reasons.end(), "Created") != reasons.end());
+  CHECK(std::find(reasons.begin(), reasons.end(), "Started") != reasons.end());
   bool died = false;
-  for (const auto& e : events) died = died || e.message.find("exit code 0") != std::string::npos;
+  for (const auto& e : events)
+    died = died || (e.reason == "Exited" && e.message.find("die (exit code 0)") != std::string::npos);
   CHECK(died);
   client.delete_job(name);
   CHECK(code_of([&] { client.get_job(name); }) == errc::job_not_found);

@@ -1,6 +1,7 @@
 // The kubernetes backend against the API stand-in (tests/support/kube_standin.py):
 // each test starts its own server (TLS, a token, a controller that runs pods as
 // local processes), so faults injected in one test touch no other.
+#include "engine/job_state.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
@@ -124,7 +125,9 @@ TEST_CASE_FIXTURE(kube_fixture,
   bool started = false, scheduled = false;
   for (const auto& e : events) {
     started = started || (e.reason == "Started" && e.step == "node-1");
-    scheduled = scheduled || e.reason == "Scheduled";
+    // the cluster's reason, kept in the message; the reason is the event log's
+    scheduled = scheduled || (e.reason == "Setup" && e.message.find(" Scheduled: ") != std::string::npos);
+    CHECK_MESSAGE(tjob::detail::parse_log_event(e.reason).has_value(), e.reason);
   }
   CHECK(started);
   CHECK(scheduled);

@@ -154,3 +154,31 @@ TEST_CASE("check_volume wants absolute HOST:CONTAINER[:ro|rw]") {
   for (const char* bad : {"usr:/usr", "/usr", "/a:/b:xx", "/a:/workspace", "/a:rel"})
     CHECK(code_of([&] { check_volume(bad); }) == errc::invalid_argument);
 }
+
+TEST_CASE("a daemon's container events are told in the event log's vocabulary, the action kept") {
+  using tjob::detail::log_event;
+  CHECK(log_event_of_action("create") == log_event::created);
+  CHECK(log_event_of_action("start") == log_event::started);
+  CHECK(log_event_of_action("die") == log_event::exited);
+  CHECK(log_event_of_action("died") == log_event::exited);  // Podman's word
+  CHECK(log_event_of_action("oom") == log_event::exited);
+  CHECK(log_event_of_action("kill") == log_event::cancel_requested);
+  CHECK(log_event_of_action("stop") == log_event::cancel_requested);
+  CHECK(log_event_of_action("exec_start: sh -c true") == log_event::setup);
+  CHECK(log_event_of_action("destroy") == log_event::setup);
+  CHECK(log_event_of_action("") == log_event::setup);
+  auto e = event_of_line(
+      R"({"Type":"container","Action":"die","timeNano":1700000000000000000,)"
+      R"("Actor":{"Attributes":{"name":"j-node-1","trainer.kubeflow.org/step":"node-1","exitCode":"3"}}})",
+      7);
+  REQUIRE(e.has_value());
+  CHECK(e->seq == 7);
+  CHECK(e->reason == "Exited");
+  CHECK(e->step == "node-1");
+  CHECK(e->message == "container j-node-1: die (exit code 3)");
+  auto podman =
+      event_of_line(R"({"status":"start","Type":"container","Actor":{"Attributes":{"name":"p"}}})", 1);
+  REQUIRE(podman.has_value());
+  CHECK(podman->reason == "Started");
+  CHECK(podman->message == "container p: start");
+}

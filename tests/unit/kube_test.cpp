@@ -348,7 +348,31 @@ TEST_CASE("events are the job's, its steps' and its pods', by time") {
   CHECK(ev[0].step.empty());
   CHECK(ev[1].reason == "Started");
   CHECK(ev[1].step == "node-0");
-  CHECK(ev[1].message.find("m2") != std::string::npos);
+  CHECK(ev[1].message == "Pod j-node-0-0-a Started: m2");
+}
+
+TEST_CASE("the cluster's event reasons are told in the event log's vocabulary") {
+  using tjob::detail::log_event;
+  CHECK(log_event_of_reason("Created") == log_event::created);
+  CHECK(log_event_of_reason("SuccessfulCreate") == log_event::created);
+  CHECK(log_event_of_reason("Started") == log_event::started);
+  CHECK(log_event_of_reason("Completed") == log_event::exited);
+  CHECK(log_event_of_reason("ErrImagePull") == log_event::start_failed);
+  CHECK(log_event_of_reason("FailedScheduling") == log_event::queued);
+  CHECK(log_event_of_reason("Suspended") == log_event::queued);
+  CHECK(log_event_of_reason("Killing") == log_event::cancel_requested);
+  CHECK(log_event_of_reason("Evicted") == log_event::lost);
+  CHECK(log_event_of_reason("Scheduled") == log_event::setup);
+  CHECK(log_event_of_reason("Pulled") == log_event::setup);
+  CHECK(log_event_of_reason("") == log_event::setup);
+  auto items = json::parse(R"([
+    {"involvedObject": {"kind": "Pod", "name": "j-node-0-0-a"}, "reason": "Scheduled",
+     "message": "Successfully assigned default/j-node-0-0-a to n1", "firstTimestamp": "2026-01-01T00:00:02Z"}])")
+                   .as_array();
+  auto ev = events_of(items, "j", steps({pod("j-node-0-0-a", 0, "Running", "2026-01-01T00:00:01Z")}));
+  REQUIRE(ev.size() == 1);
+  CHECK(ev[0].reason == "Setup");
+  CHECK(ev[0].message == "Pod j-node-0-0-a Scheduled: Successfully assigned default/j-node-0-0-a to n1");
 }
 
 TEST_CASE("times from a server are range-checked: a year that does not fit the clock is no time") {
