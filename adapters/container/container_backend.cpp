@@ -1,5 +1,6 @@
 #include "adapters/container/container_impl.hpp"
 
+#include "engine/backoff.hpp"
 #include "engine/job_state.hpp"
 #include "engine/json_fields.hpp"
 #include "engine/log_stream_impl.hpp"
@@ -342,7 +343,7 @@ void backend::impl::ensure_events() {
 
 asio::awaitable<void> backend::impl::events_loop(std::shared_ptr<impl> self) {
   auto& b = *self;
-  auto backoff = std::chrono::milliseconds(100);
+  detail::backoff retry(std::chrono::milliseconds(100), std::chrono::milliseconds(5'000));
   while (!b.stopping) {
     try {
       auto& d = *co_await b.daemon();
@@ -354,7 +355,7 @@ asio::awaitable<void> backend::impl::events_loop(std::shared_ptr<impl> self) {
       b.events_connected = true;
       ++b.epoch;
       b.waiters.notify_all();
-      backoff = std::chrono::milliseconds(100);
+      retry.reset();
       http::line_splitter lines(1 << 20, "the event stream of " + d.describe());
       std::vector<std::string> got;
       while (auto piece = co_await b.events->read_some()) {
@@ -370,8 +371,7 @@ asio::awaitable<void> backend::impl::events_loop(std::shared_ptr<impl> self) {
     ++b.epoch;
     b.waiters.notify_all();
     if (b.stopping) break;
-    co_await b.backoff_wake.wait_until(steady::now() + backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(5'000));
+    co_await b.backoff_wake.wait_until(steady::now() + retry.next());
   }
   b.events_running = false;
 }

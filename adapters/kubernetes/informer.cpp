@@ -1,5 +1,6 @@
 #include "adapters/kubernetes/informer.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
+#include "engine/backoff.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -131,7 +132,7 @@ struct informer::state {
 
   static asio::awaitable<void> run(std::shared_ptr<state> self) {
     bool need_list = true;
-    auto delay = std::chrono::milliseconds(200);
+    detail::backoff retry(std::chrono::milliseconds(200), std::chrono::milliseconds(5000));
     while (!self->stopped) {
       bool failed = false;
       try {
@@ -141,7 +142,7 @@ struct informer::state {
         }
         if (self->stopped) break;
         need_list = co_await self->watch_once();
-        delay = std::chrono::milliseconds(200);
+        retry.reset();
       } catch (const status_error& e) {
         if (e.http_code() == 410) {
           need_list = true;
@@ -162,12 +163,12 @@ struct informer::state {
       }
       if (self->stopped) break;
       if (failed) {
+        auto delay = retry.next();
         self->log->warn("{}: {}; trying again in {} ms", self->what, self->last_error, delay.count());
         self->changed();  // waiters may report it
         self->pause.expires_after(delay);
         boost::system::error_code ec;
         co_await self->pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-        delay = std::min(delay * 2, std::chrono::milliseconds(5000));
       }
     }
   }

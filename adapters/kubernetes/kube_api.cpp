@@ -1,5 +1,6 @@
 #include "adapters/kubernetes/kube_api.hpp"
 
+#include "engine/backoff.hpp"
 #include "engine/json_fields.hpp"
 
 #include <boost/asio/steady_timer.hpp>
@@ -104,7 +105,7 @@ asio::awaitable<http::response> api::send(std::string method, std::string path, 
   // Reads are retried with backoff when the server is away or answers 5xx;
   // writes are not (a create that timed out may have happened).
   bool idempotent = r.method == "GET";
-  auto delay = std::chrono::milliseconds(200);
+  detail::backoff retry(std::chrono::milliseconds(200), std::chrono::milliseconds(3000));
   for (int attempt = 1;; ++attempt) {
     ++requests_;
     try {
@@ -113,9 +114,8 @@ asio::awaitable<http::response> api::send(std::string method, std::string path, 
     } catch (const error& e) {
       if (e.code() != errc::backend_unavailable || !idempotent || attempt >= 5) throw;
     }
-    asio::steady_timer t(ex_, delay);
+    asio::steady_timer t(ex_, retry.next());
     co_await t.async_wait(asio::use_awaitable);
-    delay = std::min(delay * 2, std::chrono::milliseconds(3000));
   }
 }
 

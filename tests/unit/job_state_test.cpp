@@ -1,4 +1,5 @@
 #include "engine/job_state.hpp"
+#include "engine/backoff.hpp"
 
 #include <doctest/doctest.h>
 
@@ -199,4 +200,20 @@ TEST_CASE("fold property: every status is one next() allows, and folding in part
     auto head = fold(initial_state(names), all.first(cut));
     CHECK(fold(head, all.subspan(cut)) == state);
   }
+}
+
+TEST_CASE("backoff: the delay doubles up to its cap and starts over after a success") {
+  using std::chrono::milliseconds;
+  tjob::detail::backoff b(milliseconds(200), milliseconds(1000));
+  CHECK(b.next() == milliseconds(200));
+  CHECK(b.next() == milliseconds(400));
+  CHECK(b.next() == milliseconds(800));
+  CHECK(b.next() == milliseconds(1000));  // capped
+  CHECK(b.next() == milliseconds(1000));
+  b.reset();
+  CHECK(b.peek() == milliseconds(200));
+  CHECK(b.next() == milliseconds(200));
+  tjob::detail::backoff odd(milliseconds(500), milliseconds(100));  // a cap below the first is the first
+  CHECK(odd.next() == milliseconds(500));
+  CHECK(odd.next() == milliseconds(500));
 }
