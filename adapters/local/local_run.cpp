@@ -360,7 +360,14 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
               if (j->inbox_wake) j->inbox_wake->notify();
               return;
             }
-            process::exit_status st = s.proc.reap();
+            process::exit_status st;
+            try {
+              st = s.proc.reap();
+            } catch (...) {  // the job fails with it (run_job rethrows it)
+              j->op_failure = std::current_exception();
+              if (j->inbox_wake) j->inbox_wake->notify();
+              return;
+            }
             // The step ends with its main process, as a container does: whatever it
             // left behind in its process group goes with it.
             s.proc.signal_group(SIGKILL);
@@ -372,8 +379,15 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
             double secs = std::chrono::duration<double>(steady::now() - t0).count();
             // A cancel asked by another process (cancel_foreign) is in the log,
             // and it signalled the process itself: it is an input here too.
-            if (self->db->has_event(j->row.name, log_event::cancel_requested))
-              j->post(job_input::cancel(false, true));
+            // (A handler must not throw: a store that cannot be read now
+            // costs the cancel's wording, not the exit.)
+            try {
+              if (self->db->has_event(j->row.name, log_event::cancel_requested))
+                j->post(job_input::cancel(false, true));
+            } catch (const std::exception& e) {
+              self->log->warn("job {}: cannot read its event log at the exit of {}: {}", j->row.name,
+                              s.row.name, e.what());
+            }
             j->post(job_input::exited(index, st.code, describe(st), s.row.pid, what, secs));
           }));
 }
