@@ -1,4 +1,5 @@
 // Several processes on one store: readers, followers, and an owner that dies.
+#include "tests/support/fold_check.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
@@ -17,7 +18,7 @@ using tjob::test::tjob_bin;
 
 namespace {
 
-using fixture = tjob::test::home_fixture;
+using fixture = tjob::test::folded_home;  // each case ends with the columns checked against the log
 
 }  // namespace
 
@@ -117,4 +118,31 @@ TEST_CASE_FIXTURE(fixture, "tjob delete from another process cancels a supervise
   CHECK(tjob::test::wait_gone(child, 10s));
   CHECK(tjob::test::wait_gone(grandchild, 10s));
   CHECK(c.list_jobs().empty());
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "a cancel from another process reaches the owner's state machine: Failed, cancelled") {
+  auto submitted = tjob::test::run({tjob_bin(), "train", "--name", "remote-cancel", "--", helper_bin(),
+                                    "print", "ready\n", "sleep", "600000"},
+                                   env());
+  REQUIRE(submitted.exit_code == 0);
+  trainer_client c(config());
+  auto reader = c.get_job_logs("remote-cancel", {.follow = true});
+  REQUIRE(reader.next() == std::optional<std::string>("ready\n"));
+  c.cancel_job("remote-cancel");  // this process does not own it: the supervisor does
+  auto job = c.get_job("remote-cancel");
+  CHECK(job.status == job_status::failed);
+  CHECK(job.reason == "cancelled");
+  REQUIRE(job.steps.size() == 1);
+  CHECK(job.steps[0].reason == "cancelled");
+  // The owner took the cancel from the log when the process ended: its end
+  // is a Cancelled event, not an Exited one, and the request is logged once.
+  int requested = 0;
+  std::string last;
+  for (const auto& e : c.get_job_events("remote-cancel")) {
+    requested += e.reason == "CancelRequested";
+    if (e.step == "node-0") last = e.reason;
+  }
+  CHECK(requested == 1);
+  CHECK(last == "Cancelled");
 }
