@@ -242,6 +242,7 @@ asio::awaitable<void> backend::shutdown() {
     for (auto& [name, j] : e.jobs) {
       j->stop.emit(asio::cancellation_type::terminal);
       j->op_stop.emit(asio::cancellation_type::terminal);
+      j->wake_inbox(asio::error::operation_aborted);
       for (auto& st : j->steps) st.stop->emit(asio::cancellation_type::terminal);
       j->watchers.notify_all();
     }

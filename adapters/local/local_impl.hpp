@@ -109,11 +109,21 @@ struct job_rec {
   boost::asio::cancellation_signal stop;     // ends the job's coroutine on shutdown
   boost::asio::cancellation_signal op_stop;  // abandons its child operation (a lease or venv wait)
   /// What happened to the job, for its state machine: run_job takes these
-  /// in order. `inbox_wake` is run_job's, set while it runs.
+  /// in order. `inbox_waiter` is run_job's wait for them (a completion
+  /// handler, not a timer: a running job holds no timer).
   std::vector<job_input> inbox;
-  detail::wake_signal* inbox_wake = nullptr;
-  std::exception_ptr op_failure;  // a child operation failed: the job fails with it
+  struct waiter {
+    virtual ~waiter() = default;
+    virtual void complete(boost::system::error_code ec) = 0;
+  };
+  // (Boost 1.81's any_completion_handler wraps itself again on every move,
+  // without end: a handler of its own type-erasure instead.)
+  std::unique_ptr<waiter> inbox_waiter;
+  boost::asio::any_io_executor ex;  // the engine's, where the waiter resumes
+  std::exception_ptr op_failure;    // a child operation failed: the job fails with it
   void post(job_input in);
+  /// Resumes run_job's wait, if it waits (`ec`: operation_aborted at shutdown).
+  void wake_inbox(boost::system::error_code ec = {});
 };
 
 struct engine_state : std::enable_shared_from_this<engine_state> {

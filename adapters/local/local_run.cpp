@@ -44,8 +44,34 @@ bool is_abort(std::exception_ptr e) {
 
 void job_rec::post(job_input in) {
   inbox.push_back(std::move(in));
-  if (inbox_wake) inbox_wake->notify();
+  wake_inbox();
 }
+
+void job_rec::wake_inbox(error_code ec) {
+  if (!inbox_waiter) return;
+  // Posted, not called: whoever posts an input is not re-entered by the job.
+  asio::post(ex, [w = std::move(inbox_waiter), ec] { w->complete(ec); });
+}
+
+namespace {
+
+// run_job's wait for its next input: its completion handler is kept in the
+// job until post() (or shutdown, with operation_aborted) resumes it. Not a
+// coroutine: it returns the awaitable operation.
+asio::awaitable<void> next_input(const std::shared_ptr<job_rec>& j) {
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(error_code)>(
+      [j](auto handler) {
+        struct held final : job_rec::waiter {
+          explicit held(decltype(handler) h) : h(std::move(h)) {}
+          void complete(error_code ec) override { std::move(h)(ec); }
+          decltype(handler) h;
+        };
+        j->inbox_waiter = std::make_unique<held>(std::move(handler));
+      },
+      asio::use_awaitable);
+}
+
+}  // namespace
 
 // The job's coroutine: the shell around its state machine (job_fsm.hpp). It
 // hands the machine one input at a time and carries out the actions it
@@ -56,19 +82,17 @@ void job_rec::post(job_input in) {
 // take_turn's stack, not here.
 asio::awaitable<void> engine_state::run_job(std::shared_ptr<job_rec> j) {
   if (j->torch_port) j->master_port = detail::free_port();
+  j->ex = ex;
   job_fsm fsm(shape_of(*j));
-  detail::wake_signal wake(ex);
-  j->inbox_wake = &wake;
-  struct unhook {
-    job_rec& j;
-    ~unhook() { j.inbox_wake = nullptr; }
-  } unhook_inbox{*j};
   std::unique_ptr<asio::steady_timer> grace;  // made when first armed: most jobs never need it
   std::vector<step_outcome> outcomes;
   j->inbox.insert(j->inbox.begin(), job_input::begin());
   while (!take_turn(j, fsm, grace, outcomes)) {
-    co_await wake.wait_until(steady::time_point::max());
-    // Shutting the engine down is not cancelling its jobs: they stay as they are.
+    // Resumed by the next input; at shutdown with operation_aborted, which
+    // ends the coroutine (shutting the engine down is not cancelling its
+    // jobs: they stay as they are).
+    asio::awaitable<void> next = next_input(j);  // named: g++ 12 and temporaries in a co_await
+    co_await std::move(next);
     if (stopping) co_return;
   }
   if (grace) grace->cancel();
@@ -177,7 +201,7 @@ void engine_state::start_op(const std::shared_ptr<job_rec>& j, asio::awaitable<v
           return;
         }
         j->op_failure = e;
-        if (j->inbox_wake) j->inbox_wake->notify();
+        j->wake_inbox();
       },
       j->op_stop.slot());
 }
@@ -357,7 +381,7 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
             if (ec) {
               j->op_failure = std::make_exception_ptr(
                   boost::system::system_error(ec, "waiting for process " + std::to_string(s.row.pid)));
-              if (j->inbox_wake) j->inbox_wake->notify();
+              j->wake_inbox();
               return;
             }
             process::exit_status st;
@@ -365,7 +389,7 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
               st = s.proc.reap();
             } catch (...) {  // the job fails with it (run_job rethrows it)
               j->op_failure = std::current_exception();
-              if (j->inbox_wake) j->inbox_wake->notify();
+              j->wake_inbox();
               return;
             }
             // The step ends with its main process, as a container does: whatever it
