@@ -552,3 +552,16 @@ TEST_CASE_FIXTURE(
   REQUIRE_FALSE(maker.empty());
   CHECK(maker != spawner);
 }
+
+TEST_CASE_FIXTURE(fixture,
+                  "the C++ example without its training file says what it needs instead of aborting") {
+  // As when it runs outside the source tree: the file it would read is not there.
+  auto missing = (dir.path() / "elsewhere" / "train_linear.py").string();
+  auto r = run({TJOB_TEST_CLIENT_EXAMPLE, missing}, env(), 60s);
+  CHECK(r.exit_code == 2);  // a usage error, not an uncaught exception (134)
+  CHECK(r.err.find(missing) != std::string::npos);
+  CHECK(r.err.find("give the path of examples/train_linear.py") != std::string::npos);
+  auto extra = run({TJOB_TEST_CLIENT_EXAMPLE, "a", "b"}, env(), 60s);
+  CHECK(extra.exit_code == 2);
+  CHECK(extra.err.find("usage:") != std::string::npos);
+}
