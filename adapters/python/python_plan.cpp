@@ -38,6 +38,30 @@ std::string read_source(const std::string& who, const std::string& file) {
   return ss.str();
 }
 
+namespace {
+
+// An index is a URL pip can read: http, https or file, with something after
+// the "//". Anything else would fail the job only after its venv was built.
+void check_index_url(const std::string& who, const std::string& url) {
+  auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  bool ok = false;
+  for (std::string_view scheme : {"http://", "https://", "file://"})
+    if (url.size() > scheme.size() && lower(std::string_view(url).substr(0, scheme.size())) == scheme)
+      ok = true;
+  for (unsigned char c : url)
+    if (c <= 0x20 || c == 0x7f) ok = false;  // no spaces, controls or NUL in a URL
+  if (!ok)
+    fail(errc::invalid_argument, who + ": pip_index_urls (--index-url): " + quote(printable(url, 200)) +
+                                     " is not an index URL; give an http://, https:// or file:// URL, such "
+                                     "as https://pypi.org/simple");
+}
+
+}  // namespace
+
 std::string check_python_code(const std::string& who, python_trainer& pt) {
   if (pt.source.empty() == pt.source_file.empty())
     fail(errc::invalid_argument, who +
@@ -76,6 +100,7 @@ std::string check_python_code(const std::string& who, python_trainer& pt) {
     if (has_nul(a)) fail(errc::invalid_argument, who + ": a script argument holds a NUL byte");
   for (const auto& p : pt.packages_to_install)
     if (has_nul(p)) fail(errc::invalid_argument, who + ": a package name holds a NUL byte");
+  for (const auto& u : pt.pip_index_urls) check_index_url(who, u);
   detail::check_env(who, pt.env);
   return source;
 }

@@ -151,3 +151,22 @@ TEST_CASE("a job that runs elsewhere takes its code with it, a script file's tex
   CHECK(files[0].first == "train.py");
   CHECK(files[1] == std::pair<std::string, std::string>{"train.kwargs.json", "{}"});
 }
+
+TEST_CASE("an index URL that pip could not read is refused when the job is submitted") {
+  python_trainer pt;
+  pt.source = "print(1)\n";
+  for (std::string good :
+       {"https://pypi.org/simple", "http://127.0.0.1:8080/simple", "HTTPS://x/y", "file:///srv/index"}) {
+    pt.pip_index_urls = {good};
+    CHECK_NOTHROW(python::check_python_code("TrainJob 'j'", pt));
+  }
+  for (std::string bad : {"notaurl", "https://", "ftp://x/simple", "https://x/ simple", "/srv/index"}) {
+    CAPTURE(bad);
+    pt.pip_index_urls = {"https://pypi.org/simple", bad};
+    CHECK(tjob::test::code_of([&] { python::check_python_code("TrainJob 'j'", pt); }) ==
+          errc::invalid_argument);
+    auto m = tjob::test::message_of([&] { python::check_python_code("TrainJob 'j'", pt); });
+    CHECK(m.find("TrainJob 'j': pip_index_urls (--index-url): ") == 0);
+    CHECK(m.find("give an http://, https:// or file:// URL") != std::string::npos);
+  }
+}
