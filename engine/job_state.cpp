@@ -106,24 +106,9 @@ log_event log_event_of(event_kind k) noexcept {
 }
 
 std::optional<event_kind> transition_of(log_event e) noexcept {
-  switch (e) {
-    case log_event::started:
-      return event_kind::started;
-    case log_event::exited:
-      return event_kind::exited;
-    case log_event::start_failed:
-      return event_kind::start_failed;
-    case log_event::cancelled:
-      return event_kind::cancelled;
-    case log_event::lost:
-      return event_kind::lost;
-    case log_event::created:
-    case log_event::setup:
-    case log_event::queued:
-    case log_event::devices_leased:
-    case log_event::cancel_requested:
-      return std::nullopt;
-  }
+  // the inverse of log_event_of: one mapping, read both ways
+  for (auto k : all_event_kinds)
+    if (log_event_of(k) == e) return k;
   return std::nullopt;
 }
 

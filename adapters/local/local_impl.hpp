@@ -50,7 +50,7 @@ struct step_rec {
   detail::step_row row;
   std::string log_path;  // a string, not a path: a path also keeps its components
   process::child proc;
-  // ends the node's coroutine on shutdown (a pointer: signals do not move)
+  // cancels the wait for its process's exit on shutdown (a pointer: signals do not move)
   std::unique_ptr<boost::asio::cancellation_signal> stop =
       std::make_unique<boost::asio::cancellation_signal>();
   std::string cgroup;  // the cgroup of its code, removed when the step ends
@@ -114,13 +114,14 @@ struct job_rec {
   std::vector<job_input> inbox;
   struct waiter {
     virtual ~waiter() = default;
-    virtual void complete(boost::system::error_code ec) = 0;
+    /// Resumes run_job, posted to its executor (not called: whoever posts
+    /// an input is not re-entered by the job); consumes the waiter.
+    virtual void resume(std::unique_ptr<waiter> self, boost::system::error_code ec) = 0;
   };
-  // (Boost 1.81's any_completion_handler wraps itself again on every move,
-  // without end: a handler of its own type-erasure instead.)
+  // (Boost 1.81's any_completion_handler recursed without end when moved and
+  // posted here: a type-erasure of its own instead; docs/architecture.md.)
   std::unique_ptr<waiter> inbox_waiter;
-  boost::asio::any_io_executor ex;  // the engine's, where the waiter resumes
-  std::exception_ptr op_failure;    // a child operation failed: the job fails with it
+  std::exception_ptr op_failure;  // a child operation failed: the job fails with it
   void post(job_input in);
   /// Resumes run_job's wait, if it waits (`ec`: operation_aborted at shutdown).
   void wake_inbox(boost::system::error_code ec = {});
@@ -134,8 +135,8 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::shared_ptr<spdlog::logger> log;
   std::filesystem::path home, jobs_dir;
   std::unique_ptr<detail::store> db;
-  /// Every coroutine of this backend (jobs, nodes, escalations, the inotify
-  /// reader); shutdown() joins it.
+  /// Every coroutine of this backend (jobs, their lease and venv-cache
+  /// operations, the inotify reader); shutdown() joins it.
   detail::task_group tasks;
   detail::fs_watch watch;
   std::map<std::string, std::shared_ptr<job_rec>, std::less<>> jobs;

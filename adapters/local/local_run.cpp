@@ -49,8 +49,8 @@ void job_rec::post(job_input in) {
 
 void job_rec::wake_inbox(error_code ec) {
   if (!inbox_waiter) return;
-  // Posted, not called: whoever posts an input is not re-entered by the job.
-  asio::post(ex, [w = std::move(inbox_waiter), ec] { w->complete(ec); });
+  auto* w = inbox_waiter.get();
+  w->resume(std::move(inbox_waiter), ec);
 }
 
 namespace {
@@ -63,7 +63,10 @@ asio::awaitable<void> next_input(const std::shared_ptr<job_rec>& j) {
       [j](auto handler) {
         struct held final : job_rec::waiter {
           explicit held(decltype(handler) h) : h(std::move(h)) {}
-          void complete(error_code ec) override { std::move(h)(ec); }
+          void resume(std::unique_ptr<job_rec::waiter>, error_code ec) override {
+            auto ex = asio::get_associated_executor(h);
+            asio::post(ex, [h = std::move(h), ec]() mutable { std::move(h)(ec); });
+          }
           decltype(handler) h;
         };
         j->inbox_waiter = std::make_unique<held>(std::move(handler));
@@ -82,7 +85,6 @@ asio::awaitable<void> next_input(const std::shared_ptr<job_rec>& j) {
 // take_turn's stack, not here.
 asio::awaitable<void> engine_state::run_job(std::shared_ptr<job_rec> j) {
   if (j->torch_port) j->master_port = detail::free_port();
-  j->ex = ex;
   job_fsm fsm(shape_of(*j));
   std::unique_ptr<asio::steady_timer> grace;  // made when first armed: most jobs never need it
   std::vector<step_outcome> outcomes;
