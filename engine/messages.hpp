@@ -1,6 +1,8 @@
 // Messages every backend words the same way.
 #pragma once
 
+#include "engine/outcome.hpp"
+
 #include <tjob/backends.hpp>
 #include <tjob/types.hpp>
 
@@ -18,6 +20,8 @@ std::string failure_message(const train_job& job, const std::map<std::string, st
 /// job_not_found: "No TrainJob with name 'n' <where>; `tjob list [--backend
 /// b]` shows the jobs there". `where` says where the backend looked ("in
 /// /home/u/.local/state/tjob", "on the Docker daemon at ...").
+failure not_found_failure(const std::string& name, const std::string& where, backend_kind kind);
+/// Throws not_found_failure's error.
 [[noreturn]] void throw_not_found(const std::string& name, const std::string& where, backend_kind kind);
 
 /// step_not_found, listing the steps the job has.

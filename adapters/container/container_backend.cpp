@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 
 #include <sys/stat.h>
@@ -50,11 +51,9 @@ namespace {
 // The rank of a step named node-<rank>; -1 for others.
 int rank_of(const std::string& step) {
   if (!step.starts_with("node-")) return -1;
-  try {
-    return std::stoi(step.substr(5));
-  } catch (...) {
-    return -1;
-  }
+  int rank = -1;
+  auto [end, ec] = std::from_chars(step.data() + 5, step.data() + step.size(), rank);
+  return ec == std::errc() && end == step.data() + step.size() ? rank : -1;
 }
 
 std::int64_t unix_now() {
@@ -74,18 +73,22 @@ struct container_log final : detail::piecewise_log {
       : b(std::move(bk)), what(std::move(w)), container(std::move(c)), follow(f), tail(t), dec(tty) {}
 
   asio::awaitable<bool> read_piece(std::string& out) override {
-    try {
-      if (!body) body.emplace(co_await b->api->container_logs(container, follow, tail));
-      auto piece = co_await body->read_some();
-      if (!piece) {
-        if (!dec.at_boundary()) fail(errc::protocol_error, "the stream ended inside a frame");
-        co_return false;
-      }
-      dec.feed(*piece, [&](int, std::string_view p) { out.append(p); });
-      co_return true;
-    } catch (const error& e) {
-      rethrow_as(e, what + " (container " + quote(container) + "): ");
+    auto where = what + " (container " + quote(container) + "): ";
+    if (!body) {
+      auto opened = co_await b->api->container_logs(container, follow, tail);
+      if (!opened) raise(prefixed(opened.error(), where));
+      body.emplace(std::move(*opened));
     }
+    auto piece = co_await body->read_some();
+    if (!piece) raise(prefixed(piece.error(), where));
+    if (!*piece) {
+      if (!dec.at_boundary())
+        raise(failure(docker_errc::bad_answer, where + "the stream ended inside a frame"));
+      co_return false;
+    }
+    auto fed = dec.feed(**piece, [&](int, std::string_view p) { out.append(p); });
+    if (!fed) raise(prefixed(fed.error(), where));
+    co_return true;
   }
 };
 
@@ -99,7 +102,8 @@ class container_watch final : public detail::job_watch {
 
   // Connects the event stream (for a while): a read after it cannot miss a change.
   asio::awaitable<void> start(steady::time_point deadline) {
-    co_await b_->daemon();
+    auto d = co_await b_->daemon();
+    d.value();
     b_->ensure_events();
     auto settle = std::min(deadline, steady::now() + std::chrono::seconds(5));
     while (!b_->events_connected && b_->events_running && steady::now() < settle)
@@ -109,18 +113,17 @@ class container_watch final : public detail::job_watch {
   asio::awaitable<std::optional<train_job>> current() override {
     if (b_->stopping) fail(errc::shut_down, "the engine is shutting down");
     mark_ = b_->mark(name_);
-    try {
-      auto job = co_await b_->get(name_);
+    auto job = co_await b_->find(name_);
+    if (job) {
       unreachable_since_.reset();
       read_ = true;
-      co_return job;
-    } catch (const error& e) {
-      if (e.code() != make_error_code(errc::backend_unavailable)) throw;
-      // the daemon went away: retry while it restarts, for a while
-      if (!unreachable_since_) unreachable_since_ = steady::now();
-      if (steady::now() - *unreachable_since_ > std::chrono::seconds(30)) throw;
-      b_->ctx.log->warn("{}: waiting: {}", who(name_), e.what());
+      co_return std::move(*job);
     }
+    // the daemon went away: retry while it restarts, for a while
+    if (!detail::means(job.error().code, errc::backend_unavailable)) raise(job.error());
+    if (!unreachable_since_) unreachable_since_ = steady::now();
+    if (steady::now() - *unreachable_since_ > std::chrono::seconds(30)) raise(job.error());
+    b_->ctx.log->warn("{}: waiting: {}", who(name_), job.error().message);
     read_ = false;
     co_return std::nullopt;
   }
@@ -150,11 +153,20 @@ class container_watch final : public detail::job_watch {
   std::optional<steady::time_point> unreachable_since_;
 };
 
+// Why a unix socket endpoint cannot be the daemon's; empty when it may be.
+std::string socket_problem(const http::endpoint& ep) {
+  if (ep.type != http::endpoint::kind::unix_socket) return {};
+  struct stat st {};
+  if (::stat(ep.path.c_str(), &st) != 0) return "no such socket";
+  if (!S_ISSOCK(st.st_mode)) return "not a socket";
+  return {};
+}
+
 }  // namespace
 
 // --- the daemon -----------------------------------------------------------
 
-asio::awaitable<docker_api*> backend::impl::daemon() {
+asio::awaitable<outcome<docker_api*>> backend::impl::daemon() {
   if (api) co_return api.get();
   struct candidate {
     std::string url, origin;
@@ -181,53 +193,50 @@ asio::awaitable<docker_api*> backend::impl::daemon() {
         tried.push_back({std::string("unix://") + x + "/podman/podman.sock", "podman"});
     }
   }
-  std::string failures;
+  std::string failures, diagnostics;
   for (const auto& c : tried) {
-    std::string why;
-    try {
-      auto ep = http::parse_endpoint(c.url);
-      if (ep.type == http::endpoint::kind::unix_socket) {
-        struct stat st {};
-        if (::stat(ep.path.c_str(), &st) != 0) {
-          why = "no such socket";
-        } else if (!S_ISSOCK(st.st_mode)) {
-          why = "not a socket";
-        }
-      }
-      if (why.empty()) {
-        auto a = std::make_unique<docker_api>(ctx.ex, ep);
-        a->timeout = cfg.request_timeout;
-        co_await a->connect(std::min(cfg.request_timeout, std::chrono::milliseconds(5'000)));
+    auto ep = http::try_parse_endpoint(c.url);
+    std::string why = ep ? socket_problem(*ep) : ep.error().message;
+    if (why.empty()) {
+      auto a = std::make_unique<docker_api>(ctx.ex, *ep);
+      a->timeout = cfg.request_timeout;
+      auto connected = co_await a->connect(std::min(cfg.request_timeout, std::chrono::milliseconds(5'000)));
+      if (connected) {
         if (!api) {
           ctx.log->debug("using {}", a->describe());
           api = std::move(a);
         }
         co_return api.get();
       }
-    } catch (const error& e) {
-      why = e.what();
+      why = connected.error().message;
+      if (!connected.error().diagnostics.empty())
+        diagnostics += (diagnostics.empty() ? "" : "\n") + connected.error().diagnostics;
     }
     failures += "\n  " + c.url + " (" + c.origin + "): " + why;
   }
   std::string which = cfg.container_runtime.empty() ? "Docker or Podman" : cfg.container_runtime;
-  fail(errc::backend_unavailable,
-       "Could not connect to " + which + " (tried:" + failures +
-           ")\nTo name a socket: --container-host unix:///path/to/socket (container_host in "
-           "the config), or set DOCKER_HOST or CONTAINER_HOST; start one with `dockerd` or "
-           "`podman system service`.\nOr use the local backend (--backend local) for "
-           "non-containerized execution.");
+  co_return detail::make_failure(errc::backend_unavailable,
+                                 "Could not connect to " + which + " (tried:" + failures +
+                                     ")\nTo name a socket: --container-host unix:///path/to/socket (container_host in "
+                                     "the config), or set DOCKER_HOST or CONTAINER_HOST; start one with `dockerd` or "
+                                     "`podman system service`.\nOr use the local backend (--backend local) for "
+                                     "non-containerized execution.",
+                                 std::move(diagnostics));
 }
 
 // --- reading jobs ---------------------------------------------------------
 
 // The containers of one job (or of every job), oldest first.
-asio::awaitable<std::vector<seen>> backend::impl::containers(const std::string& job) {
-  auto& d = *co_await daemon();
+asio::awaitable<outcome<std::vector<seen>>> backend::impl::containers(const std::string& job) {
+  auto daemon_ = co_await daemon();
+  if (!daemon_) co_return daemon_.error();
+  auto& d = **daemon_;
   // (a named vector: g++ 12 miscompiles an initializer list inside co_await)
   std::vector<std::string> filter{job.empty() ? std::string(label_job) : std::string(label_job) + "=" + job};
   auto list = co_await d.container_list(filter);
+  if (!list) co_return list.error();
   std::vector<seen> out;
-  for (const auto& v : list) {
+  for (const auto& v : *list) {
     if (!v.is_object()) continue;
     const auto& o = v.as_object();
     seen c;
@@ -251,7 +260,9 @@ asio::awaitable<std::vector<seen>> backend::impl::containers(const std::string& 
     if (auto it = exited.find(c.id); it != exited.end()) {
       ins = &it->second;
     } else {
-      fresh = co_await d.container_inspect(c.id);
+      auto inspected = co_await d.container_inspect(c.id);
+      if (!inspected) co_return inspected.error();
+      fresh = std::move(*inspected);
       if (!fresh) {
         c.state = "removing";
         c.error = "removed while being read";
@@ -327,10 +338,16 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
   return j;
 }
 
-asio::awaitable<train_job> backend::impl::get(const std::string& name) {
+asio::awaitable<outcome<train_job>> backend::impl::find(const std::string& name) {
   auto cs = co_await containers(name);
-  if (cs.empty()) not_found(name);
-  co_return to_job(name, std::move(cs));
+  if (!cs) co_return cs.error();
+  if (cs->empty()) co_return not_found(name);
+  co_return to_job(name, std::move(*cs));
+}
+
+asio::awaitable<train_job> backend::impl::get(const std::string& name) {
+  auto job = co_await find(name);
+  co_return std::move(job).value();
 }
 
 // --- events ---------------------------------------------------------------
@@ -345,27 +362,9 @@ asio::awaitable<void> backend::impl::events_loop(std::shared_ptr<impl> self) {
   auto& b = *self;
   detail::backoff retry(std::chrono::milliseconds(100), std::chrono::milliseconds(5'000));
   while (!b.stopping) {
-    try {
-      auto& d = *co_await b.daemon();
-      // Podman's events match no bare-key label filter; on_event picks
-      // the jobs' containers by their label instead.
-      json::object filters{{"type", json::array{"container"}}};
-      if (d.info().kind == daemon_kind::docker) filters["label"] = json::array{label_job};
-      b.events.emplace(co_await d.events(filters, 0, 0));
-      b.events_connected = true;
-      ++b.epoch;
-      b.waiters.notify_all();
-      retry.reset();
-      http::line_splitter lines(1 << 20, "the event stream of " + d.describe());
-      std::vector<std::string> got;
-      while (auto piece = co_await b.events->read_some()) {
-        got.clear();
-        lines.feed(*piece, got);
-        for (const auto& line : got) b.on_event(line);
-      }
-    } catch (const error& e) {
-      if (!b.stopping) b.ctx.log->debug("container events: {}", e.what());
-    }
+    auto ended = co_await b.follow_events();
+    if (!ended && !b.stopping) b.ctx.log->debug("container events: {}", ended.error().message);
+    if (b.events_connected) retry.reset();  // it was connected: the next try starts the backoff over
     b.events.reset();
     b.events_connected = false;
     ++b.epoch;
@@ -374,6 +373,33 @@ asio::awaitable<void> backend::impl::events_loop(std::shared_ptr<impl> self) {
     co_await b.backoff_wake.wait_until(steady::now() + retry.next());
   }
   b.events_running = false;
+}
+
+asio::awaitable<outcome<void>> backend::impl::follow_events() {
+  auto daemon_ = co_await daemon();
+  if (!daemon_) co_return daemon_.error();
+  auto& d = **daemon_;
+  // Podman's events match no bare-key label filter; on_event picks
+  // the jobs' containers by their label instead.
+  json::object filters{{"type", json::array{"container"}}};
+  if (d.info().kind == daemon_kind::docker) filters["label"] = json::array{label_job};
+  auto opened = co_await d.events(filters, 0, 0);
+  if (!opened) co_return opened.error();
+  events.emplace(std::move(*opened));
+  events_connected = true;
+  ++epoch;
+  waiters.notify_all();
+  http::line_splitter lines(1 << 20, "the event stream of " + d.describe());
+  std::vector<std::string> got;
+  for (;;) {
+    auto piece = co_await events->read_some();
+    if (!piece) co_return piece.error();
+    if (!*piece) co_return outcome<void>();
+    got.clear();
+    auto fed = lines.feed(**piece, got);
+    if (!fed) co_return fed.error();
+    for (const auto& line : got) on_event(line);
+  }
 }
 
 void backend::impl::on_event(const std::string& line) {
@@ -394,8 +420,9 @@ std::string backend::impl::container_of(const std::string& job, const std::strin
 }
 
 asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const log_options& o) {
-  auto cs = co_await containers(name);
-  if (cs.empty()) not_found(name);
+  auto found = co_await containers(name);
+  auto cs = std::move(found).value();
+  if (cs.empty()) raise(not_found(name));
   std::vector<std::string> known;
   for (const auto& c : cs) {
     if (c.step == o.step) {
@@ -413,15 +440,21 @@ asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const l
 asio::awaitable<void> backend::impl::stop_all(const std::vector<seen>& cs) {
   int grace = static_cast<int>((ctx.cfg.grace_period.count() + 999) / 1000);
   for (const auto& c : cs)
-    if (c.state == "running") co_await api->container_kill(c.id, "SIGTERM");
+    if (c.state == "running") {
+      auto killed = co_await api->container_kill(c.id, "SIGTERM");
+      killed.value();
+    }
   for (const auto& c : cs)
-    if (c.state == "running" || c.state == "paused" || c.state == "restarting")
-      co_await api->container_stop(c.id, grace);
+    if (c.state == "running" || c.state == "paused" || c.state == "restarting") {
+      auto stopped = co_await api->container_stop(c.id, grace);
+      stopped.value();
+    }
 }
 
 asio::awaitable<void> backend::impl::cancel(const std::string& name) {
-  auto cs = co_await containers(name);
-  if (cs.empty()) not_found(name);
+  auto found = co_await containers(name);
+  auto cs = std::move(found).value();
+  if (cs.empty()) raise(not_found(name));
   auto j = to_job(name, cs);
   if (is_terminal(j.status)) co_return;
   std::error_code ec;
@@ -431,27 +464,34 @@ asio::awaitable<void> backend::impl::cancel(const std::string& name) {
 }
 
 asio::awaitable<void> backend::impl::remove(const std::string& name) {
-  auto& d = *co_await daemon();
-  auto cs = co_await containers(name);
-  auto net = co_await d.network_inspect(network_name(name));
+  auto daemon_ = co_await daemon();
+  auto& d = *daemon_.value();
+  auto found = co_await containers(name);
+  auto cs = std::move(found).value();
+  auto inspected = co_await d.network_inspect(network_name(name));
+  auto net = std::move(inspected).value();
   bool ours = net && labels_of(*net)[label_job] == name;
   if (cs.empty() && !ours) {
     // Nothing of it in the daemon (its containers removed behind our back):
     // the work dir this engine made for it is all that is left.
     std::error_code ec;
     if (cfg.auto_remove && fs::exists(workdir(name) / ".tjob", ec)) fs::remove_all(workdir(name), ec);
-    not_found(name);
+    raise(not_found(name));
   }
   co_await stop_all(cs);
   std::set<std::string> networks;
   for (const auto& c : cs) {
-    co_await d.container_remove(c.id);
+    auto removed = co_await d.container_remove(c.id);
+    removed.value();
     exited.erase(c.id);
     if (auto it = c.labels.find(label_network); it != c.labels.end() && !it->second.empty())
       networks.insert(it->second);
   }
   if (ours) networks.insert(str_of(*net, "Id"));
-  for (const auto& n : networks) co_await d.network_remove(n);
+  for (const auto& n : networks) {
+    auto removed = co_await d.network_remove(n);
+    removed.value();
+  }
   if (cfg.auto_remove) {
     // only the work dir this engine made; a label is not trusted with rm -rf
     std::error_code ec;
@@ -463,22 +503,27 @@ asio::awaitable<void> backend::impl::remove(const std::string& name) {
 // --- events ---------------------------------------------------------------
 
 asio::awaitable<std::vector<event>> backend::impl::job_events(const std::string& name) {
-  auto& d = *co_await daemon();
-  auto cs = co_await containers(name);
-  if (cs.empty()) not_found(name);
+  auto daemon_ = co_await daemon();
+  auto& d = *daemon_.value();
+  auto found = co_await containers(name);
+  auto cs = std::move(found).value();
+  if (cs.empty()) raise(not_found(name));
   std::int64_t since = cs.front().created - 1;
   for (const auto& c : cs) since = std::min(since, c.created - 1);
   json::object filters{{"label", json::array{std::string(label_job) + "=" + name}}};
-  auto body = co_await d.events(filters, std::max<std::int64_t>(since, 1), unix_now() + 1);
+  auto opened = co_await d.events(filters, std::max<std::int64_t>(since, 1), unix_now() + 1);
+  auto body = std::move(opened).value();
   http::line_splitter lines(1 << 20, "the event stream of " + d.describe());
   std::vector<std::string> got;
   std::vector<event> out;
   auto handle = [&](const std::string& line) {
     if (auto e = event_of_line(line, static_cast<std::int64_t>(out.size()) + 1)) out.push_back(std::move(*e));
   };
-  while (auto piece = co_await body.read_some()) {
+  for (;;) {
+    auto piece = co_await body.read_some();
+    if (!piece.value()) break;
     got.clear();
-    lines.feed(*piece, got);
+    lines.feed(**piece, got).value();
     for (const auto& l : got) handle(l);
   }
   if (auto rest = lines.finish()) handle(*rest);
@@ -495,8 +540,8 @@ asio::awaitable<void> backend::impl::shutdown() {
 
 // ---------------------------------------------------------------------------
 
-void backend::impl::not_found(const std::string& name) {
-  detail::throw_not_found(name, "on " + api->describe(), backend_kind::container);
+failure backend::impl::not_found(const std::string& name) const {
+  return detail::not_found_failure(name, "on " + api->describe(), backend_kind::container);
 }
 
 backend::backend(detail::backend_context ctx)
@@ -510,7 +555,9 @@ asio::awaitable<std::string> backend::train(detail::checked_request request) {
 }
 asio::awaitable<train_job> backend::get_job(std::string name) { co_return co_await impl_->get(name); }
 asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::string> runtime) {
-  auto all = co_await impl_->containers({});
+  std::string every;  // (named: g++ 12)
+  auto found = co_await impl_->containers(every);
+  auto all = std::move(found).value();
   std::map<std::string, std::vector<seen>> by_job;
   std::vector<std::string> order;
   for (auto& c : all) {

@@ -28,11 +28,8 @@ namespace fs = std::filesystem;
 using steady = std::chrono::steady_clock;
 
 using detail::fail;
-
-/// The same error (code and diagnostics) with `prefix` saying where it happened.
-[[noreturn]] inline void rethrow_as(const error& e, const std::string& prefix) {
-  throw error(e.code(), prefix + e.what(), e.diagnostics());
-}
+using detail::prefixed;
+using detail::raise;
 
 /// Labels as the list and inspect answers hold them ("Labels"; libpod "labels").
 std::map<std::string, std::string> labels_of(const json::object& o);
@@ -91,21 +88,26 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   std::map<std::string, json::object> exited;  // inspect answers of exited containers (final)
 
   // the daemon
-  asio::awaitable<docker_api*> daemon();
+  /// The connected daemon; the failure lists every socket tried.
+  asio::awaitable<outcome<docker_api*>> daemon();
 
   // reading jobs
   /// The containers of one job (or of every job), oldest first.
-  asio::awaitable<std::vector<seen>> containers(const std::string& job);
+  asio::awaitable<outcome<std::vector<seen>>> containers(const std::string& job);
   bool cancelled(const std::string& job) const;
   fs::path workdir(const std::string& job) const;
   train_job to_job(const std::string& name, std::vector<seen> cs);
-  [[noreturn]] void not_found(const std::string& name);
+  failure not_found(const std::string& name) const;
+  /// The job, or job_not_found (a failure, for the waiter to decide on).
+  asio::awaitable<outcome<train_job>> find(const std::string& name);
   asio::awaitable<train_job> get(const std::string& name);
   static std::string container_of(const std::string& job, const std::string& step);
 
   // events
   void ensure_events();
   static asio::awaitable<void> events_loop(std::shared_ptr<impl> self);
+  /// Connects the event stream and reads it until it ends or fails.
+  asio::awaitable<outcome<void>> follow_events();
   void on_event(const std::string& line);
   std::uint64_t mark(const std::string& job);
 

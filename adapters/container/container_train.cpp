@@ -39,23 +39,21 @@ constexpr const char* entry_sh =
 
 asio::awaitable<void> backend::impl::ensure_image(docker_api& d, const std::string& who,
                                                   const std::string& image) {
-  try {
-    bool have = cfg.pull == pull_policy::always ? false : (co_await d.image_inspect(image)).has_value();
-    if (have) co_return;
-    if (cfg.pull == pull_policy::never)
-      fail(errc::invalid_argument,
-           "Image " + quote(image) +
-               " not found locally and pull policy is Never; import or "
-               "load it first (docker load, podman load), or use pull policy IfNotPresent");
-    ctx.log->info("{}: pulling image {} on {}", who, image, d.describe());
-    co_await d.image_pull(
-        image, [&](const std::string& line) { ctx.log->info("{}: pull {}: {}", who, image, line); });
-  } catch (const error& e) {
-    fail(e.code().value() == static_cast<int>(errc::invalid_argument) && e.code().category() == category()
-             ? errc::invalid_argument
-             : errc::backend_error,
-         who + ": Failed to ensure image " + quote(image) + ": " + e.what(), e.diagnostics());
+  auto prefix = who + ": Failed to ensure image " + quote(image) + ": ";
+  if (cfg.pull != pull_policy::always) {
+    auto found = co_await d.image_inspect(image);
+    // Kubeflow words every failure here as a failure to ensure the image.
+    if (!found) raise(failure(docker_errc::refused, prefix + found.error().message, found.error().diagnostics));
+    if (*found) co_return;
   }
+  if (cfg.pull == pull_policy::never)
+    fail(errc::invalid_argument, prefix + "Image " + quote(image) +
+                                     " not found locally and pull policy is Never; import or "
+                                     "load it first (docker load, podman load), or use pull policy IfNotPresent");
+  ctx.log->info("{}: pulling image {} on {}", who, image, d.describe());
+  auto pulled = co_await d.image_pull(
+      image, [&](const std::string& line) { ctx.log->info("{}: pull {}: {}", who, image, line); });
+  if (!pulled) raise(failure(docker_errc::refused, prefix + pulled.error().message, pulled.error().diagnostics));
 }
 
 // What every node of the job runs: a command as it is, or Python code
@@ -123,11 +121,12 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
   // networking a network would carry nothing and still cost a bridge, an
   // address range from the daemon's pool and about 0.1 s per job.
   if (cfg.network == container_network::job) {
-    if (auto existing = co_await d.network_inspect(net);
-        existing && labels_of(*existing)[label_job] == name) {
+    auto inspected = co_await d.network_inspect(net);
+    if (auto& existing = inspected.value(); existing && labels_of(*existing)[label_job] == name) {
       undo.network_id = str_of(*existing, "Id");  // left by an earlier try, as Kubeflow re-uses it
     } else {
-      undo.network_id = co_await d.network_create(net, net_labels, false);
+      auto made = co_await d.network_create(net, net_labels, false);
+      undo.network_id = std::move(made).value();
       undo.made_network = true;
     }
   }
@@ -163,18 +162,19 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
       write_file(dir / ".tjob" / own, json::serialize(p.plan));
       n.cmd.push_back(std::string(workspace) + "/.tjob/" + own);
     }
-    std::string id;
-    try {
-      id = co_await d.container_create(n.container_name, create_body(n));
-      undo.made.push_back(id);
-      co_await d.container_start(id);
-    } catch (const error& e) {
-      rethrow_as(e, me + ": node-" + std::to_string(rank) + " (container " + quote(n.container_name) + "): ");
-    }
+    auto where = me + ": node-" + std::to_string(rank) + " (container " + quote(n.container_name) + "): ";
+    auto body = create_body(n);
+    auto made = co_await d.container_create(n.container_name, body);
+    if (!made) raise(prefixed(made.error(), where));
+    std::string id = *made;
+    undo.made.push_back(id);
+    auto started = co_await d.container_start(id);
+    if (!started) raise(prefixed(started.error(), where));
     if (rank == 0 && r.num_nodes > 1 && cfg.network == container_network::job &&
         d.info().kind == daemon_kind::podman) {
       // Podman's compat networks may have no DNS: reach node-0 by its address.
-      if (auto ins = co_await d.container_inspect(id))
+      auto inspected = co_await d.container_inspect(id);
+      if (auto& ins = inspected.value())
         if (auto* ns = obj_of(*ins, "NetworkSettings"))
           if (auto* nets = obj_of(*ns, "Networks"))
             if (auto* mine = obj_of(*nets, net)) {
@@ -190,18 +190,12 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
 asio::awaitable<void> backend::impl::undo_train(docker_api& d, const std::string& me,
                                                 const train_rollback_state& undo, const fs::path& dir) {
   for (const auto& id : undo.made) {
-    try {
-      co_await d.container_remove(id);
-    } catch (const std::exception& e) {
-      ctx.log->warn("{}: cleanup: {}", me, e.what());
-    }
+    auto removed = co_await d.container_remove(id);
+    if (!removed) ctx.log->warn("{}: cleanup: {}", me, removed.error().message);
   }
   if (undo.made_network) {
-    try {
-      co_await d.network_remove(undo.network_id);
-    } catch (const std::exception& e) {
-      ctx.log->warn("{}: cleanup: {}", me, e.what());
-    }
+    auto removed = co_await d.network_remove(undo.network_id);
+    if (!removed) ctx.log->warn("{}: cleanup: {}", me, removed.error().message);
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -214,8 +208,10 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   for (const auto& v : cfg.volumes) check_volume(v);
   auto program = program_of(me, r, c.rt);
 
-  auto& d = *co_await daemon();
-  if (!(co_await containers(name)).empty())
+  auto daemon_ = co_await daemon();
+  auto& d = *daemon_.value();
+  auto found = co_await containers(name);
+  if (!found.value().empty())
     fail(errc::duplicate_name,
          me + " exists already on " + d.describe() + "; delete it (tjob delete) or choose another name");
   co_await ensure_image(d, me, program.image);

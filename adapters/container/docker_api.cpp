@@ -8,6 +8,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -17,9 +18,20 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using detail::quote;
 
-using detail::fail;
 
 namespace {
+
+constexpr detail::code_info docker_codes[] = {
+    {"no such object", errc::backend_error},
+    {"conflict", errc::backend_error},
+    {"bad parameter", errc::backend_error},
+    {"request refused", errc::backend_error},
+    {"the daemon failed", errc::backend_error},
+    {"malformed answer", errc::protocol_error},
+    {"API version too old", errc::backend_error},
+    {"pull failed", errc::backend_error},
+    {"input unreadable", errc::invalid_argument},
+};
 
 // "localhost/bb:latest" → ("localhost/bb", "latest"); a digest stays whole.
 std::pair<std::string, std::string> split_reference(const std::string& image) {
@@ -31,20 +43,46 @@ std::pair<std::string, std::string> split_reference(const std::string& image) {
   return {image, "latest"};
 }
 
-json::value parse_json(const std::string& body, const std::string& what) {
+outcome<json::value> parse_json(const std::string& body, const std::string& what) {
   boost::system::error_code ec;
   auto v = json::parse(body, ec);
-  if (ec) fail(errc::protocol_error, what + ": the answer is not JSON (" + ec.message() + ")");
+  if (ec) return failure(docker_errc::bad_answer, what + ": the answer is not JSON (" + ec.message() + ")");
   return v;
 }
 
-json::object parse_object(const std::string& body, const std::string& what) {
+outcome<json::object> parse_object(const std::string& body, const std::string& what) {
   auto v = parse_json(body, what);
-  if (!v.is_object()) fail(errc::protocol_error, what + ": the answer is not a JSON object");
-  return std::move(v.as_object());
+  if (!v) return v.error();
+  if (!v->is_object()) return failure(docker_errc::bad_answer, what + ": the answer is not a JSON object");
+  return std::move(v->as_object());
+}
+
+// The "Id" of a create's answer.
+outcome<std::string> id_of(const std::string& body, const std::string& what) {
+  auto o = parse_object(body, what);
+  if (!o) return o.error();
+  auto* id = o->if_contains("Id");
+  if (!id || !id->is_string()) return failure(docker_errc::bad_answer, what + ": no Id in the answer");
+  return std::string(id->as_string());
+}
+
+// "1.41" → (1, 41); (0, 0) when it is not a version.
+std::pair<int, int> version_pair(const std::string& s) {
+  auto dot = s.find('.');
+  int major = 0, minor = 0;
+  if (dot == std::string::npos) return {0, 0};
+  auto a = std::from_chars(s.data(), s.data() + dot, major);
+  auto b = std::from_chars(s.data() + dot + 1, s.data() + s.size(), minor);
+  if (a.ec != std::errc() || b.ec != std::errc() || a.ptr != s.data() + dot) return {0, 0};
+  return {major, minor};
 }
 
 }  // namespace
+
+const boost::system::error_category& docker_category() noexcept {
+  static const detail::table_category instance("docker", docker_codes);
+  return instance;
+}
 
 std::string_view to_string(daemon_kind k) noexcept { return k == daemon_kind::podman ? "podman" : "docker"; }
 
@@ -65,10 +103,10 @@ std::string daemon_message(const std::string& body) {
 
 frame_decoder::frame_decoder(bool raw, std::size_t max_frame) : raw_(raw), max_(max_frame) {}
 
-void frame_decoder::feed(std::string_view bytes, const std::function<void(int, std::string_view)>& out) {
+outcome<void> frame_decoder::feed(std::string_view bytes, const std::function<void(int, std::string_view)>& out) {
   if (raw_) {
     if (!bytes.empty()) out(1, bytes);
-    return;
+    return {};
   }
   while (!bytes.empty()) {
     if (remaining_ == 0) {
@@ -76,17 +114,17 @@ void frame_decoder::feed(std::string_view bytes, const std::function<void(int, s
       std::copy_n(bytes.data(), n, header_ + header_have_);
       header_have_ += n;
       bytes.remove_prefix(n);
-      if (header_have_ < sizeof header_) return;
+      if (header_have_ < sizeof header_) return {};
       header_have_ = 0;
       if (header_[0] > 2 || header_[1] != 0 || header_[2] != 0 || header_[3] != 0)
-        fail(errc::protocol_error,
-             "log stream: a frame header is malformed (stream byte " + std::to_string(header_[0]) + ")");
+        return failure(docker_errc::bad_answer,
+                       "log stream: a frame header is malformed (stream byte " + std::to_string(header_[0]) + ")");
       stream_ = header_[0];
       std::size_t len = (std::size_t(header_[4]) << 24) | (std::size_t(header_[5]) << 16) |
                         (std::size_t(header_[6]) << 8) | std::size_t(header_[7]);
       if (len > max_)
-        fail(errc::protocol_error, "log stream: a frame of " + std::to_string(len) +
-                                       " bytes is over the limit of " + std::to_string(max_));
+        return failure(docker_errc::bad_answer, "log stream: a frame of " + std::to_string(len) +
+                                                    " bytes is over the limit of " + std::to_string(max_));
       remaining_ = len;
       continue;
     }
@@ -95,6 +133,7 @@ void frame_decoder::feed(std::string_view bytes, const std::function<void(int, s
     remaining_ -= n;
     bytes.remove_prefix(n);
   }
+  return {};
 }
 
 // ---------------------------------------------------------------------------
@@ -110,13 +149,17 @@ std::string docker_api::path(std::string_view p) const {
   return "/v" + info_.api_version + std::string(p);
 }
 
-void docker_api::refuse(const std::string& what, const http::response& r) const {
-  fail(errc::backend_error,
-       what + ": " + describe() + " answered " + std::to_string(r.status) + ": " + daemon_message(r.body),
-       r.body);
+failure docker_api::refuse(const std::string& what, const http::response& r) const {
+  auto code = r.status == 404   ? docker_errc::not_found
+              : r.status == 409 ? docker_errc::conflict
+              : r.status == 400 ? docker_errc::bad_parameter
+              : r.status >= 500 ? docker_errc::daemon_failed
+                                : docker_errc::refused;
+  return {code, what + ": " + describe() + " answered " + std::to_string(r.status) + ": " + daemon_message(r.body),
+          r.body};
 }
 
-asio::awaitable<http::response> docker_api::call(std::string method, std::string p, std::string body) {
+asio::awaitable<outcome<http::response>> docker_api::call(std::string method, std::string p, std::string body) {
   http::request r;
   r.method = std::move(method);
   r.target = path(p);
@@ -125,40 +168,43 @@ asio::awaitable<http::response> docker_api::call(std::string method, std::string
   co_return co_await http_.send(std::move(r));
 }
 
-asio::awaitable<http::body_stream> docker_api::stream(std::string method, std::string p, std::string what) {
+asio::awaitable<outcome<http::body_stream>> docker_api::stream(std::string method, std::string p,
+                                                               std::string what) {
   http::request r;
   r.method = std::move(method);
   r.target = path(p);
   r.timeout = timeout;
   auto body = co_await http_.open(std::move(r));
-  if (body.status() != 200) {
-    auto text = co_await body.read_all(1 << 20);  // (not inside a braced init: g++ 12)
-    http::response resp{body.status(), body.headers(), std::move(text)};
-    refuse(what, resp);
-  }
-  co_return body;
+  if (!body || body->status() == 200) co_return body;
+  auto text = co_await body->read_all(1 << 20);  // (not inside a braced init: g++ 12)
+  if (!text) co_return text.error();
+  http::response resp{body->status(), body->headers(), std::move(*text)};
+  co_return refuse(what, resp);
 }
 
-asio::awaitable<daemon_info> docker_api::connect(std::chrono::milliseconds t) {
+asio::awaitable<outcome<daemon_info>> docker_api::connect(std::chrono::milliseconds t) {
   http::request r;
   r.target = "/_ping";
   r.timeout = t;
   auto ping = co_await http_.send(r);
-  if (ping.status != 200) refuse("GET /_ping", ping);
+  if (!ping) co_return ping.error();
+  if (ping->status != 200) co_return refuse("GET /_ping", *ping);
   r.target = "/version";
   auto ver = co_await http_.send(r);
-  if (ver.status != 200) refuse("GET /version", ver);
-  auto v = parse_object(ver.body, "GET /version at " + http_.where().url());
+  if (!ver) co_return ver.error();
+  if (ver->status != 200) co_return refuse("GET /version", *ver);
+  auto v = parse_object(ver->body, "GET /version at " + http_.where().url());
+  if (!v) co_return v.error();
   daemon_info info;
   auto str = [&](const char* k) {
-    auto* p = v.if_contains(k);
+    auto* p = v->if_contains(k);
     return p && p->is_string() ? std::string(p->as_string()) : std::string();
   };
   info.version = str("Version");
   auto api = str("ApiVersion");
-  bool podman = ping.header("libpod-api-version").size() > 0 ||
-                ping.header("server").find("Libpod") != std::string::npos;
-  if (auto* comps = v.if_contains("Components"); comps && comps->is_array())
+  bool podman = ping->header("libpod-api-version").size() > 0 ||
+                ping->header("server").find("Libpod") != std::string::npos;
+  if (auto* comps = v->if_contains("Components"); comps && comps->is_array())
     for (const auto& c : comps->as_array())
       if (c.is_object())
         if (auto* n = c.as_object().if_contains("Name");
@@ -166,21 +212,12 @@ asio::awaitable<daemon_info> docker_api::connect(std::chrono::milliseconds t) {
           podman = true;
   info.kind = podman ? daemon_kind::podman : daemon_kind::docker;
   // Speak the daemon's version, capped at the one this client is written for.
-  auto as_pair = [](const std::string& s) {
-    auto dot = s.find('.');
-    if (dot == std::string::npos) return std::pair{0, 0};
-    try {
-      return std::pair{std::stoi(s.substr(0, dot)), std::stoi(s.substr(dot + 1))};
-    } catch (...) {
-      return std::pair{0, 0};
-    }
-  };
-  auto have = as_pair(api);
+  auto have = version_pair(api);
   if (have == std::pair{0, 0})
-    fail(errc::protocol_error, "GET /version at " + http_.where().url() + ": no ApiVersion");
+    co_return failure(docker_errc::bad_answer, "GET /version at " + http_.where().url() + ": no ApiVersion");
   if (have < std::pair{1, 24})
-    fail(errc::backend_error,
-         describe() + " speaks API " + api + "; tjob needs 1.24 or later (upgrade the daemon)");
+    co_return failure(docker_errc::too_old,
+                      describe() + " speaks API " + api + "; tjob needs 1.24 or later (upgrade the daemon)");
   info.api_version = have > std::pair{1, 41} ? "1.41" : api;
   info_ = info;
   co_return info;
@@ -188,19 +225,24 @@ asio::awaitable<daemon_info> docker_api::connect(std::chrono::milliseconds t) {
 
 // images ---------------------------------------------------------------------
 
-asio::awaitable<std::optional<json::object>> docker_api::image_inspect(const std::string& image) {
+asio::awaitable<outcome<std::optional<json::object>>> docker_api::image_inspect(const std::string& image) {
+  auto what = "inspecting image " + quote(image);
   auto r = co_await call("GET", "/images/" + http::url_encode(image) + "/json");
-  if (r.status == 404) co_return std::nullopt;
-  if (r.status != 200) refuse("inspecting image " + quote(image), r);
-  co_return parse_object(r.body, "inspecting image " + quote(image));
+  if (!r) co_return r.error();
+  if (r->status == 404) co_return std::optional<json::object>();
+  if (r->status != 200) co_return refuse(what, *r);
+  auto o = parse_object(r->body, what);
+  if (!o) co_return o.error();
+  co_return std::optional<json::object>(std::move(*o));
 }
 
-asio::awaitable<void> docker_api::image_pull(const std::string& image,
-                                             std::function<void(const std::string&)> progress) {
+asio::awaitable<outcome<void>> docker_api::image_pull(const std::string& image,
+                                                      std::function<void(const std::string&)> progress) {
   auto [repo, tag] = split_reference(image);
   std::string q = "/images/create?fromImage=" + http::url_encode(repo) +
                   (tag.empty() ? "" : "&tag=" + http::url_encode(tag));
   auto body = co_await stream("POST", std::move(q), "pulling image " + quote(image));
+  if (!body) co_return body.error();
   http::line_splitter lines(1 << 20, "pulling image " + quote(image));
   std::vector<std::string> got;
   std::string last_error;
@@ -219,20 +261,25 @@ asio::awaitable<void> docker_api::image_pull(const std::string& image,
       progress(text);
     }
   };
-  while (auto piece = co_await body.read_some()) {
+  for (;;) {
+    auto piece = co_await body->read_some();
+    if (!piece) co_return piece.error();
+    if (!*piece) break;
     got.clear();
-    lines.feed(*piece, got);
+    if (auto fed = lines.feed(**piece, got); !fed) co_return fed.error();
     for (const auto& l : got) handle(l);
   }
   if (auto rest = lines.finish()) handle(*rest);
   if (!last_error.empty())
-    fail(errc::backend_error, "pulling image " + quote(image) + ": " + describe() + ": " + last_error);
+    co_return failure(docker_errc::pull_failed,
+                      "pulling image " + quote(image) + ": " + describe() + ": " + last_error, last_error);
+  co_return outcome<void>();
 }
 
-asio::awaitable<void> docker_api::image_import(const std::string& tarball, const std::string& repo,
-                                               const std::string& tag) {
+asio::awaitable<outcome<void>> docker_api::image_import(const std::string& tarball, const std::string& repo,
+                                                        const std::string& tag) {
   std::ifstream in(tarball, std::ios::binary);
-  if (!in) fail(errc::invalid_argument, "cannot read image tarball " + quote(tarball));
+  if (!in) co_return failure(docker_errc::unreadable_input, "cannot read image tarball " + quote(tarball));
   std::ostringstream data;
   data << in.rdbuf();
   http::request r;
@@ -243,119 +290,139 @@ asio::awaitable<void> docker_api::image_import(const std::string& tarball, const
   r.content_type = "application/x-tar";
   r.timeout = std::max(timeout, std::chrono::milliseconds(120'000));
   auto resp = co_await http_.send(std::move(r));
-  if (resp.status != 200) refuse("importing " + quote(tarball), resp);
-  if (resp.body.find("\"error\"") != std::string::npos)
-    fail(errc::backend_error,
-         "importing " + quote(tarball) + ": " + describe() + ": " + daemon_message(resp.body));
+  if (!resp) co_return resp.error();
+  if (resp->status != 200) co_return refuse("importing " + quote(tarball), *resp);
+  if (resp->body.find("\"error\"") != std::string::npos)
+    co_return failure(docker_errc::pull_failed,
+                      "importing " + quote(tarball) + ": " + describe() + ": " + daemon_message(resp->body),
+                      resp->body);
+  co_return outcome<void>();
 }
 
 // networks -------------------------------------------------------------------
 
-asio::awaitable<std::string> docker_api::network_create(const std::string& name,
-                                                        const std::map<std::string, std::string>& labels,
-                                                        bool internal) {
+asio::awaitable<outcome<std::string>> docker_api::network_create(const std::string& name,
+                                                                 const std::map<std::string, std::string>& labels,
+                                                                 bool internal) {
   json::object body{{"Name", name}, {"Driver", "bridge"}, {"Internal", internal}, {"CheckDuplicate", true}};
   json::object l;
   for (const auto& [k, v] : labels) l[k] = v;
   body["Labels"] = std::move(l);
+  auto what = "creating network " + quote(name);
   auto r = co_await call("POST", "/networks/create", json::serialize(body));
-  if (r.status != 201 && r.status != 200) refuse("creating network " + quote(name), r);
-  auto o = parse_object(r.body, "creating network " + quote(name));
-  auto* id = o.if_contains("Id");
-  if (!id || !id->is_string())
-    fail(errc::protocol_error, "creating network " + quote(name) + ": no Id in the answer");
-  co_return std::string(id->as_string());
+  if (!r) co_return r.error();
+  if (r->status != 201 && r->status != 200) co_return refuse(what, *r);
+  co_return id_of(r->body, what);
 }
 
-asio::awaitable<std::optional<json::object>> docker_api::network_inspect(const std::string& id) {
+asio::awaitable<outcome<std::optional<json::object>>> docker_api::network_inspect(const std::string& id) {
+  auto what = "inspecting network " + quote(id);
   auto r = co_await call("GET", "/networks/" + http::url_encode(id));
-  if (r.status == 404) co_return std::nullopt;
-  if (r.status != 200) refuse("inspecting network " + quote(id), r);
-  co_return parse_object(r.body, "inspecting network " + quote(id));
+  if (!r) co_return r.error();
+  if (r->status == 404) co_return std::optional<json::object>();
+  if (r->status != 200) co_return refuse(what, *r);
+  auto o = parse_object(r->body, what);
+  if (!o) co_return o.error();
+  co_return std::optional<json::object>(std::move(*o));
 }
 
-asio::awaitable<bool> docker_api::network_remove(const std::string& id) {
+asio::awaitable<outcome<bool>> docker_api::network_remove(const std::string& id) {
   auto r = co_await call("DELETE", "/networks/" + http::url_encode(id));
-  if (r.status == 404) co_return false;
-  if (r.status != 204 && r.status != 200) refuse("removing network " + quote(id), r);
+  if (!r) co_return r.error();
+  if (r->status == 404) co_return false;
+  if (r->status != 204 && r->status != 200) co_return refuse("removing network " + quote(id), *r);
   co_return true;
 }
 
 // containers -----------------------------------------------------------------
 
-asio::awaitable<std::string> docker_api::container_create(const std::string& name, const json::object& body) {
+asio::awaitable<outcome<std::string>> docker_api::container_create(const std::string& name,
+                                                                   const json::object& body) {
+  auto what = "creating container " + quote(name);
   auto r = co_await call("POST", "/containers/create?name=" + http::url_encode(name), json::serialize(body));
-  if (r.status != 201 && r.status != 200) refuse("creating container " + quote(name), r);
-  auto o = parse_object(r.body, "creating container " + quote(name));
-  auto* id = o.if_contains("Id");
-  if (!id || !id->is_string())
-    fail(errc::protocol_error, "creating container " + quote(name) + ": no Id in the answer");
-  co_return std::string(id->as_string());
+  if (!r) co_return r.error();
+  if (r->status != 201 && r->status != 200) co_return refuse(what, *r);
+  co_return id_of(r->body, what);
 }
 
-asio::awaitable<void> docker_api::container_start(const std::string& id) {
+asio::awaitable<outcome<void>> docker_api::container_start(const std::string& id) {
   auto r = co_await call("POST", "/containers/" + http::url_encode(id) + "/start");
-  if (r.status != 204 && r.status != 304 && r.status != 200) refuse("starting container " + quote(id), r);
+  if (!r) co_return r.error();
+  if (r->status != 204 && r->status != 304 && r->status != 200)
+    co_return refuse("starting container " + quote(id), *r);
+  co_return outcome<void>();
 }
 
-asio::awaitable<std::optional<json::object>> docker_api::container_inspect(const std::string& id) {
+asio::awaitable<outcome<std::optional<json::object>>> docker_api::container_inspect(const std::string& id) {
+  auto what = "inspecting container " + quote(id);
   auto r = co_await call("GET", "/containers/" + http::url_encode(id) + "/json");
-  if (r.status == 404) co_return std::nullopt;
-  if (r.status != 200) refuse("inspecting container " + quote(id), r);
-  co_return parse_object(r.body, "inspecting container " + quote(id));
+  if (!r) co_return r.error();
+  if (r->status == 404) co_return std::optional<json::object>();
+  if (r->status != 200) co_return refuse(what, *r);
+  auto o = parse_object(r->body, what);
+  if (!o) co_return o.error();
+  co_return std::optional<json::object>(std::move(*o));
 }
 
-asio::awaitable<int> docker_api::container_wait(const std::string& id) {
+asio::awaitable<outcome<int>> docker_api::container_wait(const std::string& id) {
+  auto what = "waiting for container " + quote(id);
   auto r = co_await call("POST", "/containers/" + http::url_encode(id) + "/wait");
-  if (r.status != 200) refuse("waiting for container " + quote(id), r);
-  auto v = parse_json(r.body, "waiting for container " + quote(id));
-  if (v.is_int64()) co_return static_cast<int>(v.as_int64());
-  if (v.is_object())
-    if (auto* c = v.as_object().if_contains("StatusCode"); c && c->is_number())
+  if (!r) co_return r.error();
+  if (r->status != 200) co_return refuse(what, *r);
+  auto v = parse_json(r->body, what);
+  if (!v) co_return v.error();
+  if (v->is_int64()) co_return static_cast<int>(v->as_int64());
+  if (v->is_object())
+    if (auto* c = v->as_object().if_contains("StatusCode"); c && c->is_number())
       co_return static_cast<int>(c->to_number<std::int64_t>());
-  fail(errc::protocol_error, "waiting for container " + quote(id) + ": no StatusCode in the answer");
+  co_return failure(docker_errc::bad_answer, what + ": no StatusCode in the answer");
 }
 
-asio::awaitable<void> docker_api::container_kill(const std::string& id, const std::string& signal) {
+asio::awaitable<outcome<void>> docker_api::container_kill(const std::string& id, const std::string& signal) {
   auto r = co_await call("POST",
                          "/containers/" + http::url_encode(id) + "/kill?signal=" + http::url_encode(signal));
+  if (!r) co_return r.error();
   // 409: not running (Docker); Podman answers 409 or 500 with "not running"
-  if (r.status == 204 || r.status == 200 || r.status == 404 || r.status == 409) co_return;
-  if (daemon_message(r.body).find("not running") != std::string::npos) co_return;
-  refuse("signalling container " + quote(id), r);
+  if (r->status == 204 || r->status == 200 || r->status == 404 || r->status == 409) co_return outcome<void>();
+  if (daemon_message(r->body).find("not running") != std::string::npos) co_return outcome<void>();
+  co_return refuse("signalling container " + quote(id), *r);
 }
 
-asio::awaitable<void> docker_api::container_stop(const std::string& id, int seconds) {
+asio::awaitable<outcome<void>> docker_api::container_stop(const std::string& id, int seconds) {
   auto saved = timeout;
   timeout = std::max(timeout, std::chrono::milliseconds((seconds + 30) * 1000));
   auto r =
       co_await call("POST", "/containers/" + http::url_encode(id) + "/stop?t=" + std::to_string(seconds));
   timeout = saved;
-  if (r.status == 204 || r.status == 304 || r.status == 200 || r.status == 404) co_return;
-  refuse("stopping container " + quote(id), r);
+  if (!r) co_return r.error();
+  if (r->status == 204 || r->status == 304 || r->status == 200 || r->status == 404) co_return outcome<void>();
+  co_return refuse("stopping container " + quote(id), *r);
 }
 
-asio::awaitable<bool> docker_api::container_remove(const std::string& id) {
+asio::awaitable<outcome<bool>> docker_api::container_remove(const std::string& id) {
   auto r = co_await call("DELETE", "/containers/" + http::url_encode(id) + "?force=1&v=1");
-  if (r.status == 404) co_return false;
-  if (r.status != 204 && r.status != 200) refuse("removing container " + quote(id), r);
+  if (!r) co_return r.error();
+  if (r->status == 404) co_return false;
+  if (r->status != 204 && r->status != 200) co_return refuse("removing container " + quote(id), *r);
   co_return true;
 }
 
-asio::awaitable<json::array> docker_api::container_list(const std::vector<std::string>& labels) {
+asio::awaitable<outcome<json::array>> docker_api::container_list(const std::vector<std::string>& labels) {
   json::array l;
   for (const auto& s : labels) l.emplace_back(s);
   json::object filters{{"label", std::move(l)}};
   auto r =
       co_await call("GET", "/containers/json?all=1&filters=" + http::url_encode(json::serialize(filters)));
-  if (r.status != 200) refuse("listing containers", r);
-  auto v = parse_json(r.body, "listing containers");
-  if (!v.is_array()) fail(errc::protocol_error, "listing containers: the answer is not a list");
-  co_return std::move(v.as_array());
+  if (!r) co_return r.error();
+  if (r->status != 200) co_return refuse("listing containers", *r);
+  auto v = parse_json(r->body, "listing containers");
+  if (!v) co_return v.error();
+  if (!v->is_array()) co_return failure(docker_errc::bad_answer, "listing containers: the answer is not a list");
+  co_return std::move(v->as_array());
 }
 
-asio::awaitable<http::body_stream> docker_api::container_logs(const std::string& id, bool follow,
-                                                              std::optional<std::size_t> tail) {
+asio::awaitable<outcome<http::body_stream>> docker_api::container_logs(const std::string& id, bool follow,
+                                                                       std::optional<std::size_t> tail) {
   // (named, not temporaries in the co_await: g++ 12)
   std::string q = "/containers/" + http::url_encode(id) + "/logs?stdout=1&stderr=1" +
                   (follow ? "&follow=1" : "") + (tail ? "&tail=" + std::to_string(*tail) : std::string());
@@ -364,8 +431,8 @@ asio::awaitable<http::body_stream> docker_api::container_logs(const std::string&
   co_return body;
 }
 
-asio::awaitable<http::body_stream> docker_api::events(const json::object& filters, std::int64_t since,
-                                                      std::int64_t until) {
+asio::awaitable<outcome<http::body_stream>> docker_api::events(const json::object& filters, std::int64_t since,
+                                                               std::int64_t until) {
   std::string q = "/events?filters=" + http::url_encode(json::serialize(filters));
   if (since > 0) q += "&since=" + std::to_string(since);
   if (until > 0) q += "&until=" + std::to_string(until);

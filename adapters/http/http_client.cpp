@@ -41,8 +41,21 @@ using generic_stream = beast::basic_stream<asio::generic::stream_protocol>;
 using tls_stream = asio::ssl::stream<generic_stream>;
 
 using detail::fail;
+using detail::failure;
 
 namespace {
+
+constexpr detail::code_info http_codes[] = {
+    {"cannot connect", errc::backend_unavailable},
+    {"timed out", errc::backend_unavailable},
+    {"the connection closed early", errc::backend_unavailable},
+    {"the exchange failed", errc::backend_unavailable},
+    {"malformed answer", errc::protocol_error},
+    {"answer over a limit", errc::protocol_error},
+    {"stream closed", errc::shut_down},
+    {"server certificate not trusted", errc::backend_error},
+    {"request cannot be sent", errc::invalid_argument},
+};
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -50,14 +63,16 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-// The error for a failed exchange with the peer at `ep`.
-[[noreturn]] void peer_failed(const endpoint& ep, const std::string& what,
-                              const boost::system::error_code& ec) {
-  if (ec == beast::error::timeout) fail(errc::backend_unavailable, what + " at " + ep.url() + " timed out");
-  if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit ||
-      ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category())
-    fail(errc::protocol_error, what + " at " + ep.url() + ": malformed answer (" + ec.message() + ")");
-  fail(errc::backend_unavailable, what + " at " + ep.url() + " failed: " + ec.message());
+// The failure of an exchange with the peer at `ep`.
+failure peer_failed(const endpoint& ep, const std::string& what, const boost::system::error_code& ec) {
+  if (ec == beast::error::timeout) return {http_errc::timed_out, what + " at " + ep.url() + " timed out"};
+  if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit)
+    return {http_errc::too_large, what + " at " + ep.url() + ": the answer is over a limit (" + ec.message() + ")",
+            ec.message()};
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category())
+    return {http_errc::malformed, what + " at " + ep.url() + ": malformed answer (" + ec.message() + ")",
+            ec.message()};
+  return {http_errc::exchange_failed, what + " at " + ep.url() + " failed: " + ec.message(), ec.message()};
 }
 
 // The request line's name for messages: "GET /containers/json".
@@ -68,17 +83,24 @@ std::string describe(const request& r) {
 
 }  // namespace
 
+const boost::system::error_category& http_category() noexcept {
+  static const detail::table_category instance("http", http_codes);
+  return instance;
+}
+
 std::string endpoint::url() const {
   if (type == kind::unix_socket) return "unix://" + path;
   auto h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   return (tls ? "https://" : "tcp://") + h + ":" + std::to_string(port);
 }
 
-endpoint parse_endpoint(std::string_view url) {
+endpoint parse_endpoint(std::string_view url) { return try_parse_endpoint(url).value(); }
+
+outcome<endpoint> try_parse_endpoint(std::string_view url) {
   endpoint ep;
-  auto bad = [&](const std::string& why) -> endpoint {
-    fail(errc::invalid_argument, "cannot use host " + std::string(url) + ": " + why +
-                                     " (write unix:///path/to/socket or tcp://host:port)");
+  auto bad = [&](const std::string& why) -> failure {
+    return detail::make_failure(errc::invalid_argument, "cannot use host " + std::string(url) + ": " + why +
+                                                            " (write unix:///path/to/socket or tcp://host:port)");
   };
   if (url.starts_with("/"))
     ep.path = std::string(url);
@@ -131,42 +153,47 @@ std::string response::header(std::string_view name) const {
 
 namespace {
 
-asio::awaitable<generic_stream> connect(asio::any_io_executor ex, const endpoint& ep,
-                                        std::chrono::milliseconds timeout) {
+asio::awaitable<outcome<generic_stream>> connect(asio::any_io_executor ex, const endpoint& ep,
+                                                 std::chrono::milliseconds timeout) {
   generic_stream s(ex);
   s.expires_after(timeout);
-  try {
-    if (ep.type == endpoint::kind::unix_socket) {
-      asio::local::stream_protocol::endpoint le(ep.path);
-      co_await s.async_connect(asio::generic::stream_protocol::endpoint(le), use_awaitable);
-    } else {
-      asio::ip::tcp::resolver resolver(ex);
-      auto results = co_await resolver.async_resolve(ep.host, std::to_string(ep.port), use_awaitable);
-      boost::system::error_code last = asio::error::host_not_found;
-      for (const auto& r : results) {
-        boost::system::error_code ec;
-        co_await s.async_connect(asio::generic::stream_protocol::endpoint(r.endpoint()),
-                                 asio::redirect_error(use_awaitable, ec));
-        if (!ec) {
-          last = {};
-          break;
-        }
-        last = ec;
-        s.socket().close(ec);
+  boost::system::error_code last;
+  if (ep.type == endpoint::kind::unix_socket) {
+    asio::local::stream_protocol::endpoint le(ep.path);
+    asio::generic::stream_protocol::endpoint to(le);
+    co_await s.async_connect(to, asio::redirect_error(use_awaitable, last));
+  } else {
+    asio::ip::tcp::resolver resolver(ex);
+    auto port = std::to_string(ep.port);
+    auto results =
+        co_await resolver.async_resolve(ep.host, port, asio::redirect_error(use_awaitable, last));
+    if (!last) last = asio::error::host_not_found;
+    for (const auto& r : results) {
+      boost::system::error_code ec;
+      asio::generic::stream_protocol::endpoint to(r.endpoint());
+      co_await s.async_connect(to, asio::redirect_error(use_awaitable, ec));
+      if (!ec) {
+        last = {};
+        break;
       }
-      if (last) throw boost::system::system_error(last);
+      last = ec;
+      s.socket().close(ec);
     }
-  } catch (const boost::system::system_error& e) {
-    if (e.code() == beast::error::timeout)
-      fail(errc::backend_unavailable, "connecting to " + ep.url() + " timed out");
-    fail(errc::backend_unavailable, "cannot connect to " + ep.url() + ": " + e.code().message());
   }
-  co_return s;
+  // (tagged: a basic_stream claims to be constructible from anything)
+  using connected = outcome<generic_stream>;
+  if (last == beast::error::timeout)
+    co_return connected(boost::system::in_place_error, http_errc::timed_out,
+                        "connecting to " + ep.url() + " timed out");
+  if (last)
+    co_return connected(boost::system::in_place_error, http_errc::connect_failed,
+                        "cannot connect to " + ep.url() + ": " + last.message(), last.message());
+  co_return connected(boost::system::in_place_value, std::move(s));
 }
 
-bhttp::request<bhttp::string_body> make_request(const request& r, const endpoint& ep) {
+outcome<bhttp::request<bhttp::string_body>> make_request(const request& r, const endpoint& ep) {
   bhttp::verb v = bhttp::string_to_verb(r.method);
-  if (v == bhttp::verb::unknown) fail(errc::invalid_argument, "unknown HTTP method " + r.method);
+  if (v == bhttp::verb::unknown) return failure(http_errc::bad_request, "unknown HTTP method " + r.method);
   bhttp::request<bhttp::string_body> req{v, r.target, 11};
   req.set(bhttp::field::host, ep.type == endpoint::kind::tcp ? ep.host : std::string("localhost"));
   req.set(bhttp::field::user_agent, "tjob");
@@ -275,11 +302,11 @@ void body_stream::close() {
   low.close();
 }
 
-asio::awaitable<std::optional<std::string>> body_stream::read_some() {
+asio::awaitable<outcome<std::optional<std::string>>> body_stream::read_some() {
   auto& p = *impl_;
   for (;;) {
-    if (p.closed) fail(errc::shut_down, p.what + " was closed");
-    if (p.parser.is_done()) co_return std::nullopt;
+    if (p.closed) co_return failure(http_errc::closed, p.what + " was closed");
+    if (p.parser.is_done()) co_return std::optional<std::string>();
     auto& body = p.parser.get().body();
     body.data = p.chunk.data();
     body.size = p.chunk.size();
@@ -292,26 +319,28 @@ asio::awaitable<std::optional<std::string>> body_stream::read_some() {
     if (ec == bhttp::error::need_buffer) ec = {};
     if (ec == asio::ssl::error::stream_truncated) ec = bhttp::error::partial_message;
     if (ec) {
-      if (p.closed) fail(errc::shut_down, p.what + " was closed");
+      if (p.closed) co_return failure(http_errc::closed, p.what + " was closed");
       if (ec == bhttp::error::partial_message || ec == asio::error::eof ||
           ec == asio::error::connection_reset)
-        fail(errc::backend_unavailable,
-             p.what + " at " + p.ep.url() + ": the connection closed in the middle of the answer");
-      peer_failed(p.ep, p.what, ec);
+        co_return failure(http_errc::closed_early,
+                          p.what + " at " + p.ep.url() + ": the connection closed in the middle of the answer");
+      co_return peer_failed(p.ep, p.what, ec);
     }
-    if (got > 0) co_return std::string(p.chunk.data(), got);
+    if (got > 0) co_return std::optional<std::string>(std::in_place, p.chunk.data(), got);
   }
 }
 
-asio::awaitable<std::string> body_stream::read_all(std::size_t limit) {
+asio::awaitable<outcome<std::string>> body_stream::read_all(std::size_t limit) {
   std::string out;
-  while (auto piece = co_await read_some()) {
-    if (out.size() + piece->size() > limit)
-      fail(errc::protocol_error, impl_->what + " at " + impl_->ep.url() + ": the answer is over " +
-                                     std::to_string(limit) + " bytes");
-    out += *piece;
+  for (;;) {
+    auto piece = co_await read_some();
+    if (!piece) co_return piece.error();
+    if (!*piece) co_return out;
+    if (out.size() + (*piece)->size() > limit)
+      co_return failure(http_errc::too_large, impl_->what + " at " + impl_->ep.url() + ": the answer is over " +
+                                                  std::to_string(limit) + " bytes");
+    out += **piece;
   }
-  co_return out;
 }
 
 client::client(asio::any_io_executor ex, endpoint ep, std::size_t max_body, std::optional<tls_config> tls)
@@ -352,21 +381,28 @@ client::client(asio::any_io_executor ex, endpoint ep, std::size_t max_body, std:
   tls_ = std::move(st);
 }
 
-asio::awaitable<response> client::send(request r) {
+asio::awaitable<outcome<response>> client::send(request r) {
   auto body = co_await open(r);
+  if (!body) co_return body.error();
   response out;
-  out.status = body.status();
-  out.headers = body.headers();
-  out.body = co_await body.read_all(max_body_);
+  out.status = body->status();
+  out.headers = body->headers();
+  auto text = co_await body->read_all(max_body_);
+  if (!text) co_return text.error();
+  out.body = std::move(*text);
   co_return out;
 }
 
-asio::awaitable<body_stream> client::open(request r) {
+asio::awaitable<outcome<body_stream>> client::open(request r) {
   auto what = describe(r);
+  auto req = make_request(r, ep_);
+  if (!req) co_return req.error();
+  auto connected = co_await connect(ex_, ep_, r.timeout);
+  if (!connected) co_return connected.error();
   transport t;
-  t.plain.emplace(co_await connect(ex_, ep_, r.timeout));
+  t.plain.emplace(std::move(*connected));
   if (ep_.tls) {
-    if (!tls_) fail(errc::invalid_argument, "no TLS settings for " + ep_.url());
+    if (!tls_) co_return failure(http_errc::bad_request, "no TLS settings for " + ep_.url());
     t.tls.emplace(std::move(*t.plain), tls_->ctx);
     t.plain.reset();
     const auto& name = tls_->cfg.server_name.empty() ? ep_.host : tls_->cfg.server_name;
@@ -379,26 +415,27 @@ asio::awaitable<body_stream> client::open(request r) {
       long v = ::SSL_get_verify_result(t.tls->native_handle());
       // Not backend_unavailable: trying again will not make the certificate right.
       if (v != X509_V_OK && !tls_->cfg.insecure_skip_verify)
-        fail(errc::backend_error, "cannot verify the server certificate of " + ep_.url() + ": " +
-                                      ::X509_verify_cert_error_string(v) +
-                                      "; check the certificate authority" +
-                                      (tls_->cfg.source.empty() ? std::string() : " in " + tls_->cfg.source) +
-                                      " (or name the right one)");
+        co_return failure(http_errc::untrusted,
+                          "cannot verify the server certificate of " + ep_.url() + ": " +
+                              ::X509_verify_cert_error_string(v) + "; check the certificate authority" +
+                              (tls_->cfg.source.empty() ? std::string() : " in " + tls_->cfg.source) +
+                              " (or name the right one)",
+                          ::X509_verify_cert_error_string(v));
       if (hec == beast::error::timeout)
-        fail(errc::backend_unavailable, "the TLS handshake with " + ep_.url() + " timed out");
-      fail(errc::backend_unavailable, "the TLS handshake with " + ep_.url() + " failed: " + hec.message());
+        co_return failure(http_errc::timed_out, "the TLS handshake with " + ep_.url() + " timed out");
+      co_return failure(http_errc::exchange_failed,
+                        "the TLS handshake with " + ep_.url() + " failed: " + hec.message(), hec.message());
     }
   }
-  auto req = make_request(r, ep_);
   auto p = std::make_unique<body_stream::impl>(ep_, what, std::move(t));
   p->parser.body_limit(boost::none);
   p->parser.header_limit(64 * 1024);
   boost::system::error_code ec;
   p->stream.lowest().expires_after(r.timeout);
   co_await on_stream(p->stream, [&](auto& s) -> asio::awaitable<void> {
-    co_await bhttp::async_write(s, req, asio::redirect_error(use_awaitable, ec));
+    co_await bhttp::async_write(s, *req, asio::redirect_error(use_awaitable, ec));
   });
-  if (ec) peer_failed(ep_, what, ec);
+  if (ec) co_return peer_failed(ep_, what, ec);
   co_await on_stream(p->stream, [&](auto& s) -> asio::awaitable<void> {
     co_await bhttp::async_read_header(s, p->buf, p->parser, asio::redirect_error(use_awaitable, ec));
   });
@@ -406,8 +443,8 @@ asio::awaitable<body_stream> client::open(request r) {
   if (ec) {
     if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == bhttp::error::partial_message ||
         ec == asio::error::connection_reset)
-      fail(errc::backend_unavailable, what + " at " + ep_.url() + ": the connection closed before an answer");
-    peer_failed(ep_, what, ec);
+      co_return failure(http_errc::closed_early, what + " at " + ep_.url() + ": the connection closed before an answer");
+    co_return peer_failed(ep_, what, ec);
   }
   p->headers = header_map(p->parser.get().base());
   co_return body_stream(std::move(p));
@@ -418,19 +455,20 @@ asio::awaitable<body_stream> client::open(request r) {
 line_splitter::line_splitter(std::size_t max_line, std::string what)
     : max_(max_line), what_(std::move(what)) {}
 
-void line_splitter::feed(std::string_view bytes, std::vector<std::string>& out) {
+outcome<void> line_splitter::feed(std::string_view bytes, std::vector<std::string>& out) {
   while (!bytes.empty()) {
     auto nl = bytes.find('\n');
     auto piece = bytes.substr(0, nl);
     if (buf_.size() + piece.size() > max_)
-      fail(errc::protocol_error, what_ + ": a line is longer than " + std::to_string(max_) + " bytes");
+      return failure(http_errc::too_large, what_ + ": a line is longer than " + std::to_string(max_) + " bytes");
     buf_.append(piece);
-    if (nl == std::string_view::npos) return;
+    if (nl == std::string_view::npos) return {};
     if (!buf_.empty() && buf_.back() == '\r') buf_.pop_back();
     out.push_back(std::move(buf_));
     buf_.clear();
     bytes.remove_prefix(nl + 1);
   }
+  return {};
 }
 
 std::optional<std::string> line_splitter::finish() {

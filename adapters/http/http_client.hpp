@@ -4,13 +4,17 @@
 //
 // Threading: a client and its streams belong to the executor they were made
 //   on; call them from coroutines there.
-// Cancellation: `body_stream::close()` ends a pending read_some (it throws
-//   errc::shut_down); destroying a stream closes its connection.
-// Errors: tjob::error with errc::backend_unavailable (cannot connect, or the
-//   peer closed or timed out before answering) or errc::protocol_error (a
-//   malformed or oversized answer). HTTP error statuses are answers, not
-//   errors: the caller reads `status`.
+// Cancellation: `body_stream::close()` ends a pending read_some (it fails
+//   with http_errc::closed); destroying a stream closes its connection.
+// Errors: exchanges return an outcome whose failure has an http_errc code
+//   (connect_failed, timed_out, closed_early, exchange_failed mean
+//   backend_unavailable; malformed and too_large mean protocol_error). HTTP
+//   error statuses are answers, not failures: the caller reads `status`.
+//   Bad settings (an endpoint, a certificate) throw tjob::error when the
+//   client is made.
 #pragma once
+
+#include "engine/outcome.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -26,6 +30,26 @@
 
 namespace tjob::http {
 
+/// How an exchange with a peer failed.
+enum class http_errc {
+  connect_failed = 1,  ///< the socket could not be connected
+  timed_out,           ///< connecting, sending or the head took longer than the request's timeout
+  closed_early,        ///< the peer closed before or in the middle of its answer
+  exchange_failed,     ///< another I/O error while sending or reading
+  malformed,           ///< the answer is not HTTP
+  too_large,           ///< the answer (or a line of it) is over a limit
+  closed,              ///< we closed the stream (a read pending or after it)
+  untrusted,           ///< the server's certificate could not be verified
+  bad_request,         ///< the request cannot be sent as it is (an unknown method, no TLS settings)
+};
+const boost::system::error_category& http_category() noexcept;
+inline boost::system::error_code make_error_code(http_errc e) noexcept {
+  return {static_cast<int>(e), http_category()};
+}
+
+template <class T>
+using outcome = detail::outcome<T>;
+
 /// Where a server listens: a unix socket path or a TCP host and port.
 struct endpoint {
   enum class kind { unix_socket, tcp };
@@ -39,8 +63,10 @@ struct endpoint {
 };
 
 /// Parses `unix:///path` (or a bare absolute path), `tcp://host:port`,
-/// `http://host:port` or `https://host[:port]` (port 443 when absent). Throws
-/// tjob::error(invalid_argument) naming the problem.
+/// `http://host:port` or `https://host[:port]` (port 443 when absent); the
+/// failure (invalid_argument) names the problem.
+outcome<endpoint> try_parse_endpoint(std::string_view url);
+/// try_parse_endpoint, throwing its failure as tjob::error.
 endpoint parse_endpoint(std::string_view url);
 
 /// How a TLS connection is checked and who we are. Verification is on unless
@@ -85,10 +111,10 @@ class body_stream {
   const std::map<std::string, std::string>& headers() const;  ///< names in lower case
   /// The next bytes of the body (at most a bounded buffer's worth); nullopt
   /// when the body has ended. No timeout: a stream may be quiet for long.
-  boost::asio::awaitable<std::optional<std::string>> read_some();
-  /// The rest of the body, at most `limit` bytes (more is a protocol_error).
-  boost::asio::awaitable<std::string> read_all(std::size_t limit);
-  /// Closes the connection; a read_some pending or later throws shut_down.
+  boost::asio::awaitable<outcome<std::optional<std::string>>> read_some();
+  /// The rest of the body, at most `limit` bytes (more is too_large).
+  boost::asio::awaitable<outcome<std::string>> read_all(std::size_t limit);
+  /// Closes the connection; a read_some pending or later fails with `closed`.
   void close();
 
  private:
@@ -104,9 +130,9 @@ class client {
          std::optional<tls_config> tls = std::nullopt);
   const endpoint& where() const { return ep_; }
   /// Sends the request and reads the whole response.
-  boost::asio::awaitable<response> send(request r);
+  boost::asio::awaitable<outcome<response>> send(request r);
   /// Sends the request, reads the head, and hands over the body as a stream.
-  boost::asio::awaitable<body_stream> open(request r);
+  boost::asio::awaitable<outcome<body_stream>> open(request r);
 
  private:
   struct tls_state;
@@ -117,13 +143,13 @@ class client {
 };
 
 /// Splits a byte stream into lines ('\n'-terminated, the '\n' dropped, a
-/// trailing '\r' too). A line longer than `max_line` is an error (throws
-/// protocol_error naming `what`), never an unbounded buffer.
+/// trailing '\r' too). A line longer than `max_line` is a failure (too_large,
+/// naming `what`), never an unbounded buffer.
 class line_splitter {
  public:
   explicit line_splitter(std::size_t max_line, std::string what = "stream");
   /// Adds bytes; the complete lines are appended to `out`.
-  void feed(std::string_view bytes, std::vector<std::string>& out);
+  outcome<void> feed(std::string_view bytes, std::vector<std::string>& out);
   /// What is left after the stream ended (a last line without '\n').
   std::optional<std::string> finish();
 
@@ -137,3 +163,6 @@ class line_splitter {
 std::string url_encode(std::string_view s);
 
 }  // namespace tjob::http
+
+template <>
+struct boost::system::is_error_code_enum<tjob::http::http_errc> : std::true_type {};

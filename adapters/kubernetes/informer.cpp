@@ -48,15 +48,17 @@ struct informer::state {
 
   void changed() { waiters.notify_all(); }
 
-  asio::awaitable<void> relist() {
+  asio::awaitable<outcome<void>> relist() {
     std::map<std::string, json::object> fresh;
     std::string cont;
     std::string list_rv;
     do {
       auto target = query(false) + (cont.empty() ? "" : "&continue=" + http::url_encode(cont));
       auto v = co_await a->get(std::move(target));
-      if (stopped) co_return;
-      auto& o = v.as_object();
+      if (stopped) co_return outcome<void>();
+      if (!v) co_return v.error();
+      if (!v->is_object()) co_return failure(kube_errc::bad_answer, what + ": the list is not an object");
+      auto& o = v->as_object();
       if (auto* items_v = o.if_contains("items"); items_v && items_v->is_array())
         for (auto& it : items_v->as_array())
           if (it.is_object()) fresh[name_of(it.as_object())] = std::move(it.as_object());
@@ -73,12 +75,15 @@ struct informer::state {
     synced = true;
     ++lists;
     changed();
+    co_return outcome<void>();
   }
 
   // One watch connection, until the server ends it. True: relist first.
-  asio::awaitable<bool> watch_once() {
+  asio::awaitable<outcome<bool>> watch_once() {
     auto target = query(true);
-    auto stream = co_await a->stream(std::move(target));
+    auto opened = co_await a->stream(std::move(target));
+    if (!opened) co_return opened.error();
+    auto stream = std::move(*opened);
     ++watches;
     current = &stream;
     struct reset {
@@ -93,22 +98,26 @@ struct informer::state {
     std::vector<std::string> got;
     while (!stopped) {
       auto chunk = co_await stream.read_some();
-      if (!chunk) break;
+      if (!chunk) co_return chunk.error();
+      if (!*chunk) break;
       got.clear();
-      lines.feed(*chunk, got);
+      if (auto fed = lines.feed(**chunk, got); !fed) co_return fed.error();
       bool any = false;
       for (const auto& line : got) {
         if (line.empty()) continue;
-        auto ev = parse_watch_event(line, what + " watch");
+        auto parsed = parse_watch_event(line, what + " watch");
+        if (!parsed) co_return parsed.error();
+        auto& ev = *parsed;
         if (ev.type == "ERROR") {
-          auto code = ev.object.if_contains("code");
-          auto msg = ev.object.if_contains("message");
-          std::string m = msg && msg->is_string() ? std::string(msg->as_string()) : "";
-          if (code && code->is_int64() && code->as_int64() == 410) {
-            log->info("{}: watch from version {} expired ({}); listing again", what, rv, m);
+          // The object is a Status: its code says what happened.
+          auto* code = ev.object.if_contains("code");
+          unsigned status = code && code->is_int64() ? static_cast<unsigned>(code->as_int64()) : 500;
+          auto f = status_failure(a->server(), "the watch of " + what, status, json::serialize(ev.object));
+          if (f.code == kube_errc::expired) {
+            log->info("{}: watch from version {} expired; listing again", what, rv);
             co_return true;
           }
-          throw error(errc::backend_error, what + " watch: the server sent an error: " + m);
+          co_return f;
         }
         auto v = resource_version_of(ev.object);
         if (ev.type == "BOOKMARK") {
@@ -130,39 +139,37 @@ struct informer::state {
     co_return false;
   }
 
+
   static asio::awaitable<void> run(std::shared_ptr<state> self) {
     bool need_list = true;
     detail::backoff retry(std::chrono::milliseconds(200), std::chrono::milliseconds(5000));
     while (!self->stopped) {
-      bool failed = false;
-      try {
-        if (need_list) {
-          co_await self->relist();
+      std::optional<failure> failed;
+      if (need_list) {
+        auto listed = co_await self->relist();
+        if (listed)
           need_list = false;
+        else
+          failed = std::move(listed.error());
+      }
+      if (!failed && !self->stopped) {
+        auto watched = co_await self->watch_once();
+        if (watched) {
+          need_list = *watched;
+          retry.reset();
+        } else {
+          failed = std::move(watched.error());
         }
-        if (self->stopped) break;
-        need_list = co_await self->watch_once();
-        retry.reset();
-      } catch (const status_error& e) {
-        if (e.http_code() == 410) {
-          need_list = true;
-          continue;
-        }
-        self->last_error = e.what();
-        failed = true;
-      } catch (const error& e) {
-        if (self->stopped) break;
-        self->last_error = e.what();
-        if (e.code() == errc::protocol_error) need_list = true;  // what we hold may be off
-        failed = true;
-      } catch (const std::exception& e) {
-        if (self->stopped) break;
-        self->last_error = e.what();
-        need_list = true;
-        failed = true;
       }
       if (self->stopped) break;
+      if (failed && failed->code == kube_errc::expired) {  // the version is too old: list again now
+        need_list = true;
+        continue;
+      }
       if (failed) {
+        self->last_error = failed->message;
+        // what we hold may be off after a malformed answer
+        if (detail::means(failed->code, errc::protocol_error)) need_list = true;
         auto delay = retry.next();
         self->log->warn("{}: {}; trying again in {} ms", self->what, self->last_error, delay.count());
         self->changed();  // waiters may report it

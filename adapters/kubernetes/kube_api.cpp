@@ -14,14 +14,56 @@ namespace json = boost::json;
 
 namespace {
 
+constexpr detail::code_info kube_codes[] = {
+    {"not found", errc::backend_error},
+    {"already exists", errc::duplicate_name},
+    {"conflict", errc::backend_error},
+    {"bad request", errc::invalid_argument},
+    {"invalid", errc::invalid_argument},
+    {"unauthorized", errc::backend_error},
+    {"forbidden", errc::backend_error},
+    {"expired", errc::backend_error},
+    {"too many requests", errc::backend_unavailable},
+    {"server error", errc::backend_unavailable},
+    {"refused", errc::backend_error},
+    {"malformed answer", errc::protocol_error},
+};
+
+kube_errc code_of_status(unsigned code, const std::string& reason) {
+  switch (code) {
+    case 400:
+      return kube_errc::bad_request;
+    case 401:
+      return kube_errc::unauthorized;
+    case 403:
+      return kube_errc::forbidden;
+    case 404:
+      return kube_errc::not_found;
+    case 409:
+      return reason == "Conflict" ? kube_errc::conflict : kube_errc::already_exists;
+    case 410:
+      return kube_errc::expired;
+    case 422:
+      return kube_errc::invalid;
+    case 429:
+      return kube_errc::too_many_requests;
+    default:
+      return code >= 500 ? kube_errc::server_error : kube_errc::refused;
+  }
+}
+
 // Only the path for messages: a query may hold selectors, never secrets, but
 // it is noise.
 std::string path_only(const std::string& target) { return target.substr(0, target.find('?')); }
 
 }  // namespace
 
-status_error status_failure(const std::string& server, const std::string& what, unsigned code,
-                            std::string_view body) {
+const boost::system::error_category& kube_category() noexcept {
+  static const detail::table_category instance("kubernetes", kube_codes);
+  return instance;
+}
+
+failure status_failure(const std::string& server, const std::string& what, unsigned code, std::string_view body) {
   std::string reason, message;
   boost::system::error_code ec;
   auto v = json::parse(body, ec);
@@ -36,19 +78,12 @@ status_error status_failure(const std::string& server, const std::string& what, 
       if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
     message = text.empty() ? "no message" : text;
   }
-  errc c = errc::backend_error;
-  if (code == 409)
-    c = errc::duplicate_name;
-  else if (code == 400 || code == 422)
-    c = errc::invalid_argument;
-  else if (code >= 500)
-    c = errc::backend_unavailable;
   std::string head = "the Kubernetes API server " + server + " refused " + what + ": " +
                      std::to_string(code) + (reason.empty() ? "" : " " + reason) + ": ";
-  return status_error(c, head + message, code, reason);
+  return {code_of_status(code, reason), head + message, std::string(body.substr(0, 4096))};
 }
 
-watch_event parse_watch_event(std::string_view line, const std::string& what) {
+outcome<watch_event> parse_watch_event(std::string_view line, const std::string& what) {
   boost::system::error_code ec;
   auto v = json::parse(line, ec);
   auto head = [&] {
@@ -57,15 +92,14 @@ watch_event parse_watch_event(std::string_view line, const std::string& what) {
       if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
     return s;
   };
-  if (ec)
-    throw error(errc::protocol_error, what + ": a watch line is not JSON (" + ec.message() + "): " + head());
-  if (!v.is_object()) throw error(errc::protocol_error, what + ": a watch line is not an object: " + head());
+  if (ec) return failure(kube_errc::bad_answer, what + ": a watch line is not JSON (" + ec.message() + "): " + head());
+  if (!v.is_object()) return failure(kube_errc::bad_answer, what + ": a watch line is not an object: " + head());
   auto& o = v.as_object();
   watch_event ev;
   ev.type = detail::str_of(o, "type");
   auto it = o.find("object");
   if (ev.type.empty() || it == o.end() || !it->value().is_object())
-    throw error(errc::protocol_error, what + ": a watch line has no type or object: " + head());
+    return failure(kube_errc::bad_answer, what + ": a watch line has no type or object: " + head());
   ev.object = std::move(it->value().as_object());
   return ev;
 }
@@ -92,8 +126,8 @@ std::string api::bearer() {
   return conn_.token.empty() ? std::string() : "Bearer " + conn_.token;
 }
 
-asio::awaitable<http::response> api::send(std::string method, std::string path, std::string body,
-                                          std::string content_type) {
+asio::awaitable<outcome<http::response>> api::send(std::string method, std::string path, std::string body,
+                                                   std::string content_type) {
   http::request r;
   r.method = std::move(method);
   r.target = std::move(path);
@@ -108,12 +142,9 @@ asio::awaitable<http::response> api::send(std::string method, std::string path, 
   detail::backoff retry(std::chrono::milliseconds(200), std::chrono::milliseconds(3000));
   for (int attempt = 1;; ++attempt) {
     ++requests_;
-    try {
-      auto resp = co_await http_->send(r);
-      if (resp.status < 500 || !idempotent || attempt >= 5) co_return resp;
-    } catch (const error& e) {
-      if (e.code() != errc::backend_unavailable || !idempotent || attempt >= 5) throw;
-    }
+    auto resp = co_await http_->send(r);
+    bool again = resp ? resp->status >= 500 : detail::means(resp.error().code, errc::backend_unavailable);
+    if (!again || !idempotent || attempt >= 5) co_return resp;
     asio::steady_timer t(ex_, retry.next());
     co_await t.async_wait(asio::use_awaitable);
   }
@@ -121,50 +152,54 @@ asio::awaitable<http::response> api::send(std::string method, std::string path, 
 
 namespace {
 
-json::value parse_answer(const std::string& server, const std::string& what, const http::response& resp) {
-  if (resp.status < 200 || resp.status >= 300) throw status_failure(server, what, resp.status, resp.body);
+outcome<json::value> parse_answer(const std::string& server, const std::string& what,
+                                  const outcome<http::response>& resp) {
+  if (!resp) return resp.error();
+  if (resp->status < 200 || resp->status >= 300) return status_failure(server, what, resp->status, resp->body);
   boost::system::error_code ec;
-  auto v = json::parse(resp.body, ec);
+  auto v = json::parse(resp->body, ec);
   if (ec)
-    throw error(errc::protocol_error, "the Kubernetes API server " + server + " answered " + what +
-                                          " with something that is not JSON (" + ec.message() + ")");
+    return failure(kube_errc::bad_answer, "the Kubernetes API server " + server + " answered " + what +
+                                              " with something that is not JSON (" + ec.message() + ")");
   return v;
 }
 
 }  // namespace
 
-asio::awaitable<json::value> api::get(std::string path) {
+asio::awaitable<outcome<json::value>> api::get(std::string path) {
   auto what = "GET " + path_only(path);
   auto resp = co_await send("GET", std::move(path), {}, {});
   co_return parse_answer(conn_.server, what, resp);
 }
 
-asio::awaitable<std::optional<json::value>> api::get_if(std::string path) {
+asio::awaitable<outcome<std::optional<json::value>>> api::get_if(std::string path) {
   auto what = "GET " + path_only(path);
   auto resp = co_await send("GET", std::move(path), {}, {});
-  if (resp.status == 404) co_return std::nullopt;
-  co_return parse_answer(conn_.server, what, resp);
+  if (resp && resp->status == 404) co_return std::optional<json::value>();
+  auto v = parse_answer(conn_.server, what, resp);
+  if (!v) co_return v.error();
+  co_return std::optional<json::value>(std::move(*v));
 }
 
-asio::awaitable<json::value> api::post(std::string path, json::value body) {
+asio::awaitable<outcome<json::value>> api::post(std::string path, json::value body) {
   auto what = "POST " + path_only(path);
   auto resp = co_await send("POST", std::move(path), json::serialize(body), "application/json");
   co_return parse_answer(conn_.server, what, resp);
 }
 
-asio::awaitable<json::value> api::merge_patch(std::string path, json::value body) {
+asio::awaitable<outcome<json::value>> api::merge_patch(std::string path, json::value body) {
   auto what = "PATCH " + path_only(path);
   auto resp = co_await send("PATCH", std::move(path), json::serialize(body), "application/merge-patch+json");
   co_return parse_answer(conn_.server, what, resp);
 }
 
-asio::awaitable<json::value> api::del(std::string path) {
+asio::awaitable<outcome<json::value>> api::del(std::string path) {
   auto what = "DELETE " + path_only(path);
   auto resp = co_await send("DELETE", std::move(path), {}, {});
   co_return parse_answer(conn_.server, what, resp);
 }
 
-asio::awaitable<http::body_stream> api::stream(std::string path) {
+asio::awaitable<outcome<http::body_stream>> api::stream(std::string path) {
   http::request r;
   r.target = path;
   r.timeout = timeout_;
@@ -172,11 +207,10 @@ asio::awaitable<http::body_stream> api::stream(std::string path) {
   if (auto b = bearer(); !b.empty()) r.headers.emplace_back("Authorization", std::move(b));
   ++requests_;
   auto s = co_await http_->open(r);
-  if (s.status() < 200 || s.status() >= 300) {
-    auto body = co_await s.read_all(1 << 20);
-    throw status_failure(conn_.server, "GET " + path_only(path), s.status(), body);
-  }
-  co_return s;
+  if (!s || (s->status() >= 200 && s->status() < 300)) co_return s;
+  auto body = co_await s->read_all(1 << 20);
+  if (!body) co_return body.error();
+  co_return status_failure(conn_.server, "GET " + path_only(path), s->status(), *body);
 }
 
 }  // namespace tjob::kube

@@ -22,6 +22,8 @@ namespace tjob::kube {
 
 namespace asio = boost::asio;
 using detail::fail;
+using detail::prefixed;
+using detail::raise;
 namespace json = boost::json;
 using steady = std::chrono::steady_clock;
 using detail::quote;
@@ -71,14 +73,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     pods_path = "/api/v1/namespaces/" + ns + "/pods";
   }
 
-  [[noreturn]] void not_found(const std::string& name) const {
-    detail::throw_not_found(name, "in " + where, backend_kind::kubernetes);
-  }
-
-  [[noreturn]] static void rethrow_as(const error& e, const std::string& prefix) {
-    if (auto* se = dynamic_cast<const status_error*>(&e))
-      throw status_error(e.code(), prefix + e.what(), se->http_code(), se->reason());
-    throw error(e.code(), prefix + e.what(), e.diagnostics());
+  failure not_found(const std::string& name) const {
+    return detail::not_found_failure(name, "in " + where, backend_kind::kubernetes);
   }
 
   void check_running() const {
@@ -99,11 +95,12 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   // Kubeflow's list_runtimes: namespaced TrainingRuntimes (a 404 tolerated)
   // and ClusterTrainingRuntimes; the namespaced one wins a name clash;
   // runtimes without the framework label are skipped with a warning.
-  asio::awaitable<std::vector<runtime>> cluster_runtimes() {
+  asio::awaitable<outcome<std::vector<runtime>>> cluster_runtimes() {
     std::vector<runtime> out;
     std::set<std::string> names;
     std::vector<std::string> problems;
     auto add = [&](const json::value& list) {
+      if (!list.is_object()) return;
       auto* items = list.as_object().if_contains("items");
       if (!items || !items->is_array()) return;
       for (const auto& it : items->as_array()) {
@@ -122,10 +119,13 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     };
     std::string tr =
         std::string("/apis/") + group + "/" + version + "/namespaces/" + ns + "/trainingruntimes";
-    if (auto l = co_await a->get_if(tr)) add(*l);
+    auto namespaced = co_await a->get_if(tr);
+    if (!namespaced) co_return namespaced.error();
+    if (*namespaced) add(**namespaced);
     std::string ctr = std::string("/apis/") + group + "/" + version + "/clustertrainingruntimes";
-    auto cl = co_await a->get(ctr);
-    add(cl);
+    auto cluster = co_await a->get(ctr);
+    if (!cluster) co_return cluster.error();
+    add(*cluster);
     std::sort(out.begin(), out.end(), [](const runtime& x, const runtime& y) { return x.name < y.name; });
     runtime_problems = std::move(problems);
     co_return out;
@@ -133,11 +133,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
   asio::awaitable<int> nodes_of_runtime(const std::string& name) {
     if (auto it = runtime_nodes.find(name); it != runtime_nodes.end()) co_return it->second;
-    try {
-      co_await cluster_runtimes();
-    } catch (const error& e) {
-      ctx.log->warn("cannot read the runtimes in {}: {}", where, e.what());
-    }
+    auto read = co_await cluster_runtimes();
+    if (!read) ctx.log->warn("cannot read the runtimes in {}: {}", where, read.error().message);
     // A runtime deleted since is no reason to fail (Kubeflow's #797): one node.
     auto it = runtime_nodes.find(name);
     co_return it == runtime_nodes.end() ? 1 : it->second;
@@ -234,27 +231,32 @@ struct backend::impl : std::enable_shared_from_this<impl> {
                                            " keys must not be empty and neither keys nor values "
                                            "may hold NUL");
     auto body = trainjob_body(name, ns, rt, t, r.labels, r.annotations);
-    try {
-      co_await a->post(jobs_path, std::move(body));
-    } catch (const status_error& e) {
-      if (e.http_code() == 409)
-        fail(errc::duplicate_name,
-             me + " exists already in " + where + "; delete it (tjob delete) or choose another name");
-      rethrow_as(e, me + ": ");
-    }
-    co_return name;
+    auto made = co_await a->post(jobs_path, std::move(body));
+    if (made) co_return name;
+    if (made.error().code == kube_errc::already_exists)
+      fail(errc::duplicate_name, me + " exists already in " + where + "; delete it (tjob delete) or choose another name",
+           made.error().message);
+    raise(prefixed(made.error(), me + ": "));
   }
 
   // --- reading --------------------------------------------------------------
 
-  asio::awaitable<std::vector<json::object>> pods_of(const std::string& name) {
+  asio::awaitable<outcome<std::vector<json::object>>> pods_of(const std::string& name) {
     auto target = pods_path + "?labelSelector=" + http::url_encode(pod_selector(name));
     auto v = co_await a->get(std::move(target));
+    if (!v) co_return v.error();
     std::vector<json::object> out;
-    if (auto* items = v.as_object().if_contains("items"); items && items->is_array())
-      for (auto& p : items->as_array())
+    if (auto* items = items_of(*v))
+      for (auto& p : *items)
         if (p.is_object()) out.push_back(std::move(p.as_object()));
     co_return out;
+  }
+
+  // The "items" of a list answer; null when it has none.
+  static json::array* items_of(json::value& list) {
+    if (!list.is_object()) return nullptr;
+    auto* items = list.as_object().if_contains("items");
+    return items && items->is_array() ? &items->as_array() : nullptr;
   }
 
   static std::vector<pod_step> steps_of(const std::vector<json::object>& pods) {
@@ -263,34 +265,45 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     return steps_from_pods(ptrs);
   }
 
-  asio::awaitable<json::object> trainjob(const std::string& name) {
+  asio::awaitable<outcome<json::object>> trainjob(const std::string& name) {
     if (auto problem = detail::name_problem(name))
-      fail(errc::job_not_found,
-           "No TrainJob with name " + quote(name) + " in " + where + " (" + *problem + ")");
+      co_return detail::make_failure(errc::job_not_found,
+                                     "No TrainJob with name " + quote(name) + " in " + where + " (" + *problem + ")");
     auto v = co_await a->get_if(jobs_path + "/" + name);
-    if (!v || !v->is_object()) not_found(name);
-    co_return std::move(v->as_object());
+    if (!v) co_return v.error();
+    if (!*v || !(*v)->is_object()) co_return not_found(name);
+    co_return std::move((*v)->as_object());
+  }
+
+  // The job, or why not (job_not_found among others, for a waiter to decide on).
+  asio::awaitable<outcome<train_job>> find(const std::string& name) {
+    auto tj = co_await trainjob(name);
+    if (!tj) co_return tj.error();
+    auto pods = co_await pods_of(name);
+    if (!pods) co_return pods.error();
+    int fallback = 1;
+    if (!num_nodes_of(*tj)) fallback = co_await nodes_of_runtime(runtime_of(*tj));
+    co_return to_job(*tj, steps_of(*pods), fallback);
   }
 
   asio::awaitable<train_job> get(const std::string& name) {
-    auto tj = co_await trainjob(name);
-    auto pods = co_await pods_of(name);
-    int fallback = 1;
-    if (!num_nodes_of(tj)) fallback = co_await nodes_of_runtime(runtime_of(tj));
-    co_return to_job(tj, steps_of(pods), fallback);
+    auto found = co_await find(name);
+    co_return std::move(found).value();
   }
 
   asio::awaitable<std::vector<train_job>> list(std::optional<std::string> runtime_filter) {
-    auto jobs = co_await a->get(jobs_path);
+    auto jobs_read = co_await a->get(jobs_path);
+    auto& jobs = jobs_read.value();
     auto target = pods_path + "?labelSelector=" + http::url_encode(label_jobset);
-    auto pods = co_await a->get(std::move(target));
+    auto pods_read = co_await a->get(std::move(target));
+    auto& pods = pods_read.value();
     std::map<std::string, std::vector<const json::object*>> by_job;
-    if (auto* items = pods.as_object().if_contains("items"); items && items->is_array())
-      for (const auto& p : items->as_array())
+    if (auto* items = items_of(pods))
+      for (const auto& p : *items)
         if (p.is_object()) by_job[label_of(p.as_object(), label_jobset)].push_back(&p.as_object());
     std::vector<train_job> out;
-    if (auto* items = jobs.as_object().if_contains("items"); items && items->is_array())
-      for (const auto& j : items->as_array()) {
+    if (auto* items = items_of(jobs))
+      for (const auto& j : *items) {
         if (!j.is_object()) continue;
         auto& tj = j.as_object();
         if (runtime_filter && runtime_of(tj) != *runtime_filter) continue;
@@ -368,14 +381,15 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
     // The pod of the step once it has started; nullopt when there is none to
     // read (not following and not started, or the job ended before it did).
-    asio::awaitable<std::optional<std::string>> started_pod() {
+    asio::awaitable<outcome<std::optional<std::string>>> started_pod() {
       if (started) co_return std::exchange(started, std::nullopt);
       for (bool last_look = false;;) {
         auto pods = co_await b->pods_of(job);
-        for (const auto& s : steps_of(pods))
-          if (s.step == step && s.phase != "Pending") co_return s.pod;
+        if (!pods) co_return pods.error();
+        for (const auto& s : steps_of(*pods))
+          if (s.step == step && s.phase != "Pending") co_return std::optional<std::string>(s.pod);
         // Kubeflow returns nothing here (#182); a follower waits for the start.
-        if (!follow || last_look) co_return std::nullopt;
+        if (!follow || last_look) co_return std::optional<std::string>();
         bool started = false;
         co_await b->watch_until(job, steady::time_point::max(), [&](const std::optional<train_job>& j) {
           if (!j || is_terminal(j->status)) {
@@ -394,36 +408,36 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     }
 
     asio::awaitable<bool> read_piece(std::string& out) override {
-      try {
-        if (!body) {
-          auto pod = co_await started_pod();
-          if (!pod) co_return false;
-          auto target = b->pods_path + "/" + *pod + "/log?container=node" + (follow ? "&follow=true" : "") +
-                        (tail ? "&tailLines=" + std::to_string(*tail) : "");
-          bool not_yet = false;
-          try {
-            body.emplace(co_await b->a->stream(std::move(target)));
-          } catch (const status_error& e) {
-            // started between our read and the request: wait and try again
-            not_yet = follow && e.http_code() == 400 &&
-                      std::string(e.what()).find("waiting to start") != std::string::npos;
-            if (!not_yet) throw;
-          }
+      auto where = what + ": ";
+      if (!body) {
+        auto pod = co_await started_pod();
+        if (!pod) raise(prefixed(pod.error(), where));
+        if (!*pod) co_return false;
+        auto target = b->pods_path + "/" + **pod + "/log?container=node" + (follow ? "&follow=true" : "") +
+                      (tail ? "&tailLines=" + std::to_string(*tail) : "");
+        auto opened = co_await b->a->stream(std::move(target));
+        if (!opened) {
+          // started between our read and the request: wait and try again
+          bool not_yet = follow && opened.error().code == kube_errc::bad_request &&
+                         opened.error().message.find("waiting to start") != std::string::npos;
           if (not_yet) co_return true;
+          raise(prefixed(opened.error(), where));
         }
-        auto piece = co_await body->read_some();
-        if (!piece) co_return false;
-        out.append(*piece);
-        co_return true;
-      } catch (const error& e) {
-        rethrow_as(e, what + ": ");
+        body.emplace(std::move(*opened));
       }
+      auto piece = co_await body->read_some();
+      if (!piece) raise(prefixed(piece.error(), where));
+      if (!*piece) co_return false;
+      out.append(**piece);
+      co_return true;
     }
   };
 
   asio::awaitable<log_stream> logs(const std::string& name, const log_options& o) {
-    auto tj = co_await trainjob(name);
-    auto pods = co_await pods_of(name);
+    auto tj_read = co_await trainjob(name);
+    auto tj = std::move(tj_read).value();
+    auto pods_read = co_await pods_of(name);
+    auto pods = std::move(pods_read).value();
     auto steps = steps_of(pods);
     int nodes = 1;
     if (auto n = num_nodes_of(tj))
@@ -451,12 +465,9 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     if (is_terminal(job.status)) co_return;
     json::object patch{{"metadata", json::object{{"annotations", json::object{{annotation_cancel, "true"}}}}},
                        {"spec", json::object{{"suspend", true}}}};
-    try {
-      co_await a->merge_patch(jobs_path + "/" + name, std::move(patch));
-    } catch (const status_error& e) {
-      if (e.http_code() == 404) not_found(name);
-      rethrow_as(e, who(name) + ": cannot cancel: ");
-    }
+    auto patched = co_await a->merge_patch(jobs_path + "/" + name, std::move(patch));
+    if (!patched && patched.error().code == kube_errc::not_found) raise(not_found(name));
+    if (!patched) raise(prefixed(patched.error(), who(name) + ": cannot cancel: "));
     auto deadline = steady::now() + ctx.cfg.grace_period + std::chrono::seconds(30);
     bool ok = co_await watch_until(
         name, deadline, [](const std::optional<train_job>& j) { return !j || is_terminal(j->status); });
@@ -469,22 +480,20 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   }
 
   asio::awaitable<void> remove(const std::string& name) {
-    if (auto problem = detail::name_problem(name)) not_found(name);
-    try {
-      co_await a->del(jobs_path + "/" + name);
-    } catch (const status_error& e) {
-      if (e.http_code() == 404) not_found(name);
-      rethrow_as(e, who(name) + ": cannot delete: ");
-    }
+    if (auto problem = detail::name_problem(name)) raise(not_found(name));
+    auto deleted = co_await a->del(jobs_path + "/" + name);
+    if (!deleted && deleted.error().code == kube_errc::not_found) raise(not_found(name));
+    if (!deleted) raise(prefixed(deleted.error(), who(name) + ": cannot delete: "));
   }
 
   asio::awaitable<std::vector<event>> job_events(const std::string& name) {
     auto tj = co_await trainjob(name);
+    tj.value();
     auto pods = co_await pods_of(name);
     auto evs = co_await a->get("/api/v1/namespaces/" + ns + "/events");
-    auto* items = evs.as_object().if_contains("items");
+    auto* items = items_of(evs.value());
     json::array empty;
-    co_return events_of(items && items->is_array() ? items->as_array() : empty, name, steps_of(pods));
+    co_return events_of(items ? *items : empty, name, steps_of(pods.value()));
   }
 
   asio::awaitable<void> shutdown() {
@@ -507,17 +516,14 @@ class kube_watch final : public detail::job_watch {
 
   asio::awaitable<std::optional<train_job>> current() override {
     if (read_) {
-      try {
-        auto job = co_await b_->get(name_);
-        // The watches said it changed, and it did not (yet): wait for a change.
-        after_change_ = job.status == last_;
-        last_ = job.status;
-        co_return job;
-      } catch (const error& e) {
-        if (e.code() != make_error_code(errc::job_not_found)) throw;
+      auto job = co_await b_->find(name_);
+      if (!job && job.error().code == errc::job_not_found)
         fail(errc::job_not_found,
              "TrainJob " + quote(name_) + " was deleted from " + b_->where + " while it was waited for");
-      }
+      // The watches said it changed, and it did not (yet): wait for a change.
+      after_change_ = job.value().status == last_;
+      last_ = job->status;
+      co_return std::move(*job);
     }
     // The first read: a job that is not there is an error now, and a
     // runtime's node count is known before the watches answer.
@@ -584,7 +590,7 @@ asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {
 asio::awaitable<void> backend::shutdown() { co_await impl_->shutdown(); }
 asio::awaitable<detail::runtime_catalog> backend::runtimes(bool) {
   auto found = co_await impl_->cluster_runtimes();
-  co_return impl_->catalog(std::move(found));
+  co_return impl_->catalog(std::move(found).value());
 }
 
 }  // namespace tjob::kube

@@ -310,17 +310,17 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   spec.cwd = ph.cwd;
   if (!ph.title.empty()) log_progress(*j, s, "[tjob] " + ph.title + "\n");
   spec.stdout_path = s.log_path;
-  error_code ec;
-  std::string failed_step;
-  auto child = process::child::spawn(ex, spec, ec, &failed_step);
-  if (ec) {
+  auto child = process::child::spawn(ex, spec);
+  if (!child) {
+    const auto& f = child.error();
     std::string message =
-        "cannot start " + quote(spec.executable) + " (" + ph.name +
-        "): " + (failed_step == "open the log" ? "cannot open its log " + s.log_path + ": " : std::string()) +
-        ec.message();
-    return job_input::spawn_failed(index, ph.name, ec.message(), std::move(message));
+        "cannot start " + quote(spec.executable) + " (" + ph.name + "): " +
+        (f.code == process::process_errc::log_unopenable ? "cannot open its log " + s.log_path + ": "
+                                                          : std::string()) +
+        f.diagnostics;
+    return job_input::spawn_failed(index, ph.name, f.diagnostics, std::move(message));
   }
-  s.proc = std::move(child);
+  s.proc = std::move(*child);
   s.row.pid = s.proc.pid();
   s.row.pid_start = s.proc.start_time();
   if (ph.memory_limit) {
@@ -386,14 +386,14 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
               j->wake_inbox();
               return;
             }
-            process::exit_status st;
-            try {
-              st = s.proc.reap();
-            } catch (...) {  // the job fails with it (run_job rethrows it)
-              j->op_failure = std::current_exception();
+            auto reaped = s.proc.reap();
+            if (!reaped) {  // the job fails with it (run_job rethrows it)
+              j->op_failure = std::make_exception_ptr(
+                  error(make_error_code(detail::errc_of(reaped.error().code)), reaped.error().message));
               j->wake_inbox();
               return;
             }
+            auto st = *reaped;
             // The step ends with its main process, as a container does: whatever it
             // left behind in its process group goes with it.
             s.proc.signal_group(SIGKILL);
@@ -446,11 +446,12 @@ asio::awaitable<std::optional<std::string>> engine_state::capture_output(process
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) co_return std::nullopt;
   spec.stdout_fd = fds[1];
-  error_code ec;
-  auto child = process::child::spawn(ex, spec, ec);
+  auto spawned = process::child::spawn(ex, spec);
   ::close(fds[1]);
   asio::posix::stream_descriptor out(ex, fds[0]);
-  if (ec) co_return std::nullopt;
+  if (!spawned) co_return std::nullopt;
+  auto child = std::move(*spawned);
+  error_code ec;
   // The timer's handler may run after this frame is gone (the engine shutting
   // down destroys it mid-read): it holds the process group by value, and the
   // frame's end takes it away.
@@ -475,7 +476,7 @@ asio::awaitable<std::optional<std::string>> engine_state::capture_output(process
                                           asio::redirect_error(asio::use_awaitable, ec));
   limit.cancel();
   auto st = child.reap();
-  if (st.code != 0) co_return std::nullopt;
+  if (!st || st->code != 0) co_return std::nullopt;
   co_return text;
 }
 

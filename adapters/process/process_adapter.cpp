@@ -286,15 +286,54 @@ pid_t spawn_portable(const spawn_spec& spec, std::vector<char*>& argv, std::vect
 }
 #endif
 
+// The failure for `step` failing with `ec` before `spec` was exec'd.
+detail::failure spawn_failure(const spawn_spec& spec, const std::string& step, const error_code& ec) {
+  int e = ec.value();
+  auto code = process_errc::setup_failed;
+  std::string what = step;
+  if (step == "execve") {
+    code = e == ENOENT || e == ENOTDIR ? process_errc::not_found
+           : e == EACCES || e == EPERM ? process_errc::not_permitted
+                                       : process_errc::exec_failed;
+    what = "exec";
+  } else if (step == "chdir") {
+    code = process_errc::bad_cwd;
+    what = "cannot enter " + spec.cwd;
+  } else if (step == "open the log") {
+    code = process_errc::log_unopenable;
+    what = "cannot open its log " + spec.stdout_path;
+  } else if (e == ENOMEM || e == EAGAIN || e == EMFILE || e == ENFILE) {
+    code = process_errc::no_resources;
+  }
+  return {code, "cannot start " + spec.executable + ": " + what + ": " + ec.message(), ec.message()};
+}
+
+constexpr detail::code_info process_codes[] = {
+    {"no such program", errc::executable_not_found},
+    {"not permitted to execute", errc::executable_not_found},
+    {"exec failed", errc::spawn_failed},
+    {"cannot enter the working directory", errc::spawn_failed},
+    {"cannot open the log", errc::spawn_failed},
+    {"no resources for a child", errc::spawn_failed},
+    {"setting up the child failed", errc::spawn_failed},
+    {"cannot reap the child", errc::backend_error},
+};
+
 }  // namespace
 
-child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code& ec,
-                   std::string* failed_step) {
-  ec.clear();
+const boost::system::error_category& process_category() noexcept {
+  static const detail::table_category instance("process", process_codes);
+  return instance;
+}
+
+detail::outcome<child> child::spawn(asio::any_io_executor ex, const spawn_spec& spec) {
+  error_code ec;
+  std::string step = "clone";
+  std::string* failed_step = &step;
   child c;
   if (spec.stdout_fd < 0 && spec.stdout_path.empty()) {
     ec.assign(EBADF, boost::system::system_category());
-    return c;
+    return spawn_failure(spec, "open stdout", ec);
   }
   std::vector<char*> argv;
   argv.reserve(spec.argv.size() + 1);
@@ -307,7 +346,7 @@ child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code&
 #if TJOB_SPAWN_WITH_POSIX_SPAWN
   int pidfd = -1;
   pid_t pid = spawn_portable(spec, argv, envp, pidfd, ec, failed_step);
-  if (ec) return c;
+  if (ec) return spawn_failure(spec, step, ec);
   c.impl_ = std::make_unique<impl>(ex, pid, pidfd);
   return c;
 #else
@@ -317,7 +356,7 @@ child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code&
   char* stack = child_stack_top();
   if (!stack) {
     ec.assign(ENOMEM, boost::system::system_category());
-    return c;
+    return spawn_failure(spec, "allocate a stack", ec);
   }
   // All signals blocked while the child shares our memory (it unblocks them
   // just before exec); the pidfd comes with the clone, so no pid can be reused
@@ -332,7 +371,7 @@ child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code&
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) {
     ec.assign(clone_errno, boost::system::system_category());
-    return c;
+    return spawn_failure(spec, "clone", ec);
   }
   if (l.err != 0) {
     // It has exited (127) before exec: reap it and say why.
@@ -340,8 +379,8 @@ child child::spawn(asio::any_io_executor ex, const spawn_spec& spec, error_code&
     ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
     ::close(pidfd);
     ec.assign(l.err, boost::system::system_category());
-    if (failed_step) *failed_step = l.step;
-    return c;
+    *failed_step = l.step;
+    return spawn_failure(spec, step, ec);
   }
   c.impl_ = std::make_unique<impl>(ex, pid, pidfd);
   return c;
@@ -353,16 +392,18 @@ std::uint64_t child::start_time() const noexcept { return impl_ ? impl_->start :
 
 asio::posix::stream_descriptor& child::exit_signal() noexcept { return impl_->pidfd; }
 
-exit_status child::reap() {
+detail::outcome<exit_status> child::reap() {
   siginfo_t info{};
   int rc;
   do {
     rc = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(impl_->pidfd.native_handle()), &info,
                   WEXITED);
   } while (rc != 0 && errno == EINTR);
-  if (rc != 0)
-    throw boost::system::system_error(errno, boost::system::system_category(),
-                                      "reaping process " + std::to_string(impl_->pid));
+  if (rc != 0) {
+    error_code ec(errno, boost::system::system_category());
+    return detail::failure(process_errc::reap_failed,
+                           "cannot reap process " + std::to_string(impl_->pid) + ": " + ec.message(), ec.message());
+  }
   exit_status st;
   if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) {
     st.signal = info.si_status;

@@ -4,10 +4,14 @@
 // from there. `find_executable` and `merge_environment` are pure.
 // Cancellation: `wait()` honours the coroutine's cancellation slot (the
 // awaited operation completes with operation_aborted).
-// Errors: spawn failures come back as an errno-category error_code.
+// Errors: spawn and reap return an outcome; its failure has a process_errc
+//   code (what failed, and what it means to tjob), the OS's words
+//   (strerror) as its diagnostics.
 // Lifetime: destroying a `child` closes its descriptors but never signals or
 // reaps the process; shutting an engine down is not cancelling its jobs.
 #pragma once
+
+#include "engine/outcome.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -24,6 +28,22 @@
 #include <sys/types.h>
 
 namespace tjob::process {
+
+/// Why a child could not be started or reaped.
+enum class process_errc {
+  not_found = 1,   ///< execve: no such program (executable_not_found)
+  not_permitted,   ///< execve: not executable, or not allowed (executable_not_found)
+  exec_failed,     ///< execve failed otherwise, e.g. not a program the kernel can run (spawn_failed)
+  bad_cwd,         ///< the working directory cannot be entered (spawn_failed)
+  log_unopenable,  ///< the log file cannot be opened for appending (spawn_failed)
+  no_resources,    ///< no memory, processes or descriptors for a child (spawn_failed)
+  setup_failed,    ///< another step before exec failed (spawn_failed)
+  reap_failed,     ///< the exited child could not be waited for (backend_error)
+};
+const boost::system::error_category& process_category() noexcept;
+inline boost::system::error_code make_error_code(process_errc e) noexcept {
+  return {static_cast<int>(e), process_category()};
+}
 
 struct spawn_spec {
   std::string executable;         ///< absolute path (see find_executable)
@@ -70,11 +90,9 @@ class child {
   /// Starts `spec` (clone(CLONE_VM|CLONE_VFORK), so nothing of the engine's
   /// memory is copied, with a descriptor table of its own that holds only its
   /// stdin/stdout/stderr: the cost does not grow with the engine's open
-  /// descriptors). Errors before exec (no such file, a bad cwd, the log cannot
-  /// be opened) come back in `ec`, and what failed ("execve", "open the
-  /// log", "chdir", …) in `failed_step`.
-  static child spawn(boost::asio::any_io_executor ex, const spawn_spec& spec, boost::system::error_code& ec,
-                     std::string* failed_step = nullptr);
+  /// descriptors). A failure before exec (no such file, a bad cwd, the log
+  /// cannot be opened) says which, and why in the OS's words.
+  static detail::outcome<child> spawn(boost::asio::any_io_executor ex, const spawn_spec& spec);
 
   pid_t pid() const noexcept;
   /// Start time in clock ticks since boot (see proc_info.hpp); 0 if unknown.
@@ -84,8 +102,8 @@ class child {
   /// reap(). (Awaited directly by the job's coroutine, so a running job
   /// costs no frame of its own here.)
   boost::asio::posix::stream_descriptor& exit_signal() noexcept;
-  /// Reaps the exited process; throws boost::system::system_error when it cannot.
-  exit_status reap();
+  /// Reaps the exited process (reap_failed when it cannot).
+  detail::outcome<exit_status> reap();
 
   /// Sends `sig` to the child's whole process group; false if none is left.
   bool signal_group(int sig) noexcept;
@@ -96,3 +114,6 @@ class child {
 };
 
 }  // namespace tjob::process
+
+template <>
+struct boost::system::is_error_code_enum<tjob::process::process_errc> : std::true_type {};

@@ -13,18 +13,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   bool raw = data[0] & 0x80;
   tjob::container::frame_decoder dec(raw, 4096);
   std::size_t in = 0, out = 0;
-  try {
-    tjob::fuzz::in_pieces(data, size, [&](std::string_view piece) {
-      in += piece.size();
-      dec.feed(piece, [&](int stream, std::string_view payload) {
-        if (stream < 0 || stream > 2) std::abort();
-        out += payload.size();
-        if (payload.size() > 4096) std::abort();
-      });
+  bool refused = false;
+  tjob::fuzz::in_pieces(data, size, [&](std::string_view piece) {
+    if (refused) return;
+    in += piece.size();
+    refused = !dec.feed(piece, [&](int stream, std::string_view payload) {
+      if (stream < 0 || stream > 2) std::abort();
+      out += payload.size();
+      if (payload.size() > 4096) std::abort();
     });
-  } catch (const tjob::error&) {
-    return 0;
-  }
+  });
+  if (refused) return 0;
   if (out > in) std::abort();
   if (raw && out != in) std::abort();
   return 0;

@@ -10,8 +10,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   unsigned code = 100u + (static_cast<unsigned>(data[0]) << 8 | data[1]) % 500u;
   auto body = tjob::fuzz::text(data + 2, size - 2);
   auto e = tjob::kube::status_failure("https://fuzz:6443", "get trainjob x", code, body);
-  if (e.http_code() != code) std::abort();
-  std::string what = e.what();
-  if (what.find("get trainjob x") == std::string::npos) std::abort();
+  if (e.code.category() != tjob::kube::kube_category()) std::abort();
+  if (e.message.find("get trainjob x: " + std::to_string(code)) == std::string::npos) std::abort();
+  if (tjob::detail::errc_of(e.code) == tjob::errc{}) std::abort();
   return 0;
 }

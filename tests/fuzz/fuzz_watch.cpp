@@ -11,13 +11,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   auto line = tjob::fuzz::text(data, size);
-  tjob::kube::watch_event ev;
-  try {
-    ev = tjob::kube::parse_watch_event(line, "fuzz");
-  } catch (const tjob::error&) {
-    return 0;
-  }
-  const auto& obj = ev.object;
+  auto ev = tjob::kube::parse_watch_event(line, "fuzz");
+  if (!ev) return 0;
+  const auto& obj = ev->object;
   (void)tjob::kube::name_of(obj);
   (void)tjob::kube::resource_version_of(obj);
   (void)tjob::kube::runtime_of(obj);

@@ -12,6 +12,8 @@
 #include <sqlite3.h>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -67,8 +69,13 @@ std::vector<pid_t> processes_with(const std::string& tag) {
   while (auto* e = d ? ::readdir(d) : nullptr) {
     pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
     if (pid <= 0) continue;
-    std::ifstream f("/proc/" + std::string(e->d_name) + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    // (read(2), not a stream: a process that exits mid-read fails it with
+    // ESRCH, which a stream reports by throwing)
+    std::string cmd;
+    int fd = ::open(("/proc/" + std::string(e->d_name) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
+    char buf[4096];
+    for (ssize_t n; fd >= 0 && (n = ::read(fd, buf, sizeof buf)) > 0;) cmd.append(buf, static_cast<std::size_t>(n));
+    if (fd >= 0) ::close(fd);
     if (cmd.find(tag) != std::string::npos && !tjob::test::process_gone(pid)) out.push_back(pid);
   }
   if (d) ::closedir(d);

@@ -32,6 +32,8 @@ errc code_of(const std::function<void()>& f) {
   }
   return errc{};
 }
+// What a failed step means to tjob (errc{} when it did not fail).
+errc meaning(const detail::outcome<void>& r) { return r ? errc{} : detail::errc_of(r.error().code); }
 }  // namespace
 
 TEST_CASE("frame_decoder splits multiplexed frames fed byte by byte") {
@@ -49,12 +51,13 @@ TEST_CASE("frame_decoder splits multiplexed frames fed byte by byte") {
 
 TEST_CASE("frame_decoder rejects an oversized or malformed frame and passes TTY streams raw") {
   frame_decoder small(false, 16);
-  CHECK(code_of([&] { small.feed(frame(1, std::string(17, 'x')), [](int, std::string_view) {}); }) ==
-        errc::protocol_error);
+  auto oversized = small.feed(frame(1, std::string(17, 'x')), [](int, std::string_view) {});
+  CHECK(meaning(oversized) == errc::protocol_error);
+  CHECK(oversized.error().code == docker_errc::bad_answer);
+  CHECK(oversized.error().message.find("over the limit of 16") != std::string::npos);
   frame_decoder d;
-  CHECK(code_of([&] {
-          d.feed(std::string_view("\x07\0\0\0\0\0\0\x01x", 9), [](int, std::string_view) {});
-        }) == errc::protocol_error);
+  CHECK(meaning(d.feed(std::string_view("\x07\0\0\0\0\0\0\x01x", 9), [](int, std::string_view) {})) ==
+        errc::protocol_error);
   frame_decoder raw(true);
   std::string got;
   raw.feed("plain\r\ntext", [&](int s, std::string_view p) {
@@ -67,11 +70,14 @@ TEST_CASE("frame_decoder rejects an oversized or malformed frame and passes TTY 
 TEST_CASE("line_splitter keeps lines across pieces and bounds a line") {
   http::line_splitter s(10, "events");
   std::vector<std::string> out;
-  s.feed("ab", out);
-  s.feed("c\r\nde\nf", out);
+  CHECK(s.feed("ab", out));
+  CHECK(s.feed("c\r\nde\nf", out));
   CHECK(out == std::vector<std::string>{"abc", "de"});
   CHECK(s.finish() == std::optional<std::string>("f"));
-  CHECK(code_of([&] { s.feed(std::string(11, 'x'), out); }) == errc::protocol_error);
+  auto too_long = s.feed(std::string(11, 'x'), out);
+  CHECK(too_long.error().code == http::http_errc::too_large);
+  CHECK(meaning(too_long) == errc::protocol_error);
+  CHECK(too_long.error().message.find("events") != std::string::npos);
 }
 
 TEST_CASE("parse_endpoint takes unix sockets and TCP, and explains what it refuses") {
