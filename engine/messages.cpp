@@ -34,8 +34,8 @@ std::string failure_message(const train_job& job, const std::map<std::string, st
 failure not_found_failure(const std::string& name, const std::string& where, backend_kind kind) {
   std::string list =
       kind == backend_kind::local ? "tjob list" : "tjob list --backend " + std::string(to_string(kind));
-  return make_failure(errc::job_not_found, "No TrainJob with name " + quote(name) + " " + where + "; `" + list +
-                                               "` shows the jobs there");
+  return make_failure(errc::job_not_found, "No TrainJob with name " + quote(name) + " " + where + "; `" +
+                                               list + "` shows the jobs there");
 }
 
 void throw_not_found(const std::string& name, const std::string& where, backend_kind kind) {

@@ -29,7 +29,8 @@ void raise(const failure& f) { throw error(make_error_code(errc_of(f.code)), f.m
 void throw_exception_from_error(const failure& f, const boost::source_location&) { raise(f); }
 
 std::string table_category::message(int ev) const {
-  if (ev < 1 || static_cast<std::size_t>(ev) > codes_.size()) return std::string(name_) + " error " + std::to_string(ev);
+  if (ev < 1 || static_cast<std::size_t>(ev) > codes_.size())
+    return std::string(name_) + " error " + std::to_string(ev);
   return codes_[static_cast<std::size_t>(ev) - 1].message;
 }
 

@@ -215,13 +215,14 @@ asio::awaitable<outcome<docker_api*>> backend::impl::daemon() {
     failures += "\n  " + c.url + " (" + c.origin + "): " + why;
   }
   std::string which = cfg.container_runtime.empty() ? "Docker or Podman" : cfg.container_runtime;
-  co_return detail::make_failure(errc::backend_unavailable,
-                                 "Could not connect to " + which + " (tried:" + failures +
-                                     ")\nTo name a socket: --container-host unix:///path/to/socket (container_host in "
-                                     "the config), or set DOCKER_HOST or CONTAINER_HOST; start one with `dockerd` or "
-                                     "`podman system service`.\nOr use the local backend (--backend local) for "
-                                     "non-containerized execution.",
-                                 std::move(diagnostics));
+  co_return detail::make_failure(
+      errc::backend_unavailable,
+      "Could not connect to " + which + " (tried:" + failures +
+          ")\nTo name a socket: --container-host unix:///path/to/socket (container_host in "
+          "the config), or set DOCKER_HOST or CONTAINER_HOST; start one with `dockerd` or "
+          "`podman system service`.\nOr use the local backend (--backend local) for "
+          "non-containerized execution.",
+      std::move(diagnostics));
 }
 
 // --- reading jobs ---------------------------------------------------------

@@ -43,17 +43,20 @@ asio::awaitable<void> backend::impl::ensure_image(docker_api& d, const std::stri
   if (cfg.pull != pull_policy::always) {
     auto found = co_await d.image_inspect(image);
     // Kubeflow words every failure here as a failure to ensure the image.
-    if (!found) raise(failure(docker_errc::refused, prefix + found.error().message, found.error().diagnostics));
+    if (!found)
+      raise(failure(docker_errc::refused, prefix + found.error().message, found.error().diagnostics));
     if (*found) co_return;
   }
   if (cfg.pull == pull_policy::never)
-    fail(errc::invalid_argument, prefix + "Image " + quote(image) +
-                                     " not found locally and pull policy is Never; import or "
-                                     "load it first (docker load, podman load), or use pull policy IfNotPresent");
+    fail(errc::invalid_argument,
+         prefix + "Image " + quote(image) +
+             " not found locally and pull policy is Never; import or "
+             "load it first (docker load, podman load), or use pull policy IfNotPresent");
   ctx.log->info("{}: pulling image {} on {}", who, image, d.describe());
   auto pulled = co_await d.image_pull(
       image, [&](const std::string& line) { ctx.log->info("{}: pull {}: {}", who, image, line); });
-  if (!pulled) raise(failure(docker_errc::refused, prefix + pulled.error().message, pulled.error().diagnostics));
+  if (!pulled)
+    raise(failure(docker_errc::refused, prefix + pulled.error().message, pulled.error().diagnostics));
 }
 
 // What every node of the job runs: a command as it is, or Python code

@@ -18,18 +18,13 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using detail::quote;
 
-
 namespace {
 
 constexpr detail::code_info docker_codes[] = {
-    {"no such object", errc::backend_error},
-    {"conflict", errc::backend_error},
-    {"bad parameter", errc::backend_error},
-    {"request refused", errc::backend_error},
-    {"the daemon failed", errc::backend_error},
-    {"malformed answer", errc::protocol_error},
-    {"API version too old", errc::backend_error},
-    {"pull failed", errc::backend_error},
+    {"no such object", errc::backend_error},      {"conflict", errc::backend_error},
+    {"bad parameter", errc::backend_error},       {"request refused", errc::backend_error},
+    {"the daemon failed", errc::backend_error},   {"malformed answer", errc::protocol_error},
+    {"API version too old", errc::backend_error}, {"pull failed", errc::backend_error},
     {"input unreadable", errc::invalid_argument},
 };
 
@@ -103,7 +98,8 @@ std::string daemon_message(const std::string& body) {
 
 frame_decoder::frame_decoder(bool raw, std::size_t max_frame) : raw_(raw), max_(max_frame) {}
 
-outcome<void> frame_decoder::feed(std::string_view bytes, const std::function<void(int, std::string_view)>& out) {
+outcome<void> frame_decoder::feed(std::string_view bytes,
+                                  const std::function<void(int, std::string_view)>& out) {
   if (raw_) {
     if (!bytes.empty()) out(1, bytes);
     return {};
@@ -117,8 +113,8 @@ outcome<void> frame_decoder::feed(std::string_view bytes, const std::function<vo
       if (header_have_ < sizeof header_) return {};
       header_have_ = 0;
       if (header_[0] > 2 || header_[1] != 0 || header_[2] != 0 || header_[3] != 0)
-        return failure(docker_errc::bad_answer,
-                       "log stream: a frame header is malformed (stream byte " + std::to_string(header_[0]) + ")");
+        return failure(docker_errc::bad_answer, "log stream: a frame header is malformed (stream byte " +
+                                                    std::to_string(header_[0]) + ")");
       stream_ = header_[0];
       std::size_t len = (std::size_t(header_[4]) << 24) | (std::size_t(header_[5]) << 16) |
                         (std::size_t(header_[6]) << 8) | std::size_t(header_[7]);
@@ -155,11 +151,13 @@ failure docker_api::refuse(const std::string& what, const http::response& r) con
               : r.status == 400 ? docker_errc::bad_parameter
               : r.status >= 500 ? docker_errc::daemon_failed
                                 : docker_errc::refused;
-  return {code, what + ": " + describe() + " answered " + std::to_string(r.status) + ": " + daemon_message(r.body),
+  return {code,
+          what + ": " + describe() + " answered " + std::to_string(r.status) + ": " + daemon_message(r.body),
           r.body};
 }
 
-asio::awaitable<outcome<http::response>> docker_api::call(std::string method, std::string p, std::string body) {
+asio::awaitable<outcome<http::response>> docker_api::call(std::string method, std::string p,
+                                                          std::string body) {
   http::request r;
   r.method = std::move(method);
   r.target = path(p);
@@ -301,9 +299,8 @@ asio::awaitable<outcome<void>> docker_api::image_import(const std::string& tarba
 
 // networks -------------------------------------------------------------------
 
-asio::awaitable<outcome<std::string>> docker_api::network_create(const std::string& name,
-                                                                 const std::map<std::string, std::string>& labels,
-                                                                 bool internal) {
+asio::awaitable<outcome<std::string>> docker_api::network_create(
+    const std::string& name, const std::map<std::string, std::string>& labels, bool internal) {
   json::object body{{"Name", name}, {"Driver", "bridge"}, {"Internal", internal}, {"CheckDuplicate", true}};
   json::object l;
   for (const auto& [k, v] : labels) l[k] = v;
@@ -417,7 +414,8 @@ asio::awaitable<outcome<json::array>> docker_api::container_list(const std::vect
   if (r->status != 200) co_return refuse("listing containers", *r);
   auto v = parse_json(r->body, "listing containers");
   if (!v) co_return v.error();
-  if (!v->is_array()) co_return failure(docker_errc::bad_answer, "listing containers: the answer is not a list");
+  if (!v->is_array())
+    co_return failure(docker_errc::bad_answer, "listing containers: the answer is not a list");
   co_return std::move(v->as_array());
 }
 
@@ -431,8 +429,8 @@ asio::awaitable<outcome<http::body_stream>> docker_api::container_logs(const std
   co_return body;
 }
 
-asio::awaitable<outcome<http::body_stream>> docker_api::events(const json::object& filters, std::int64_t since,
-                                                               std::int64_t until) {
+asio::awaitable<outcome<http::body_stream>> docker_api::events(const json::object& filters,
+                                                               std::int64_t since, std::int64_t until) {
   std::string q = "/events?filters=" + http::url_encode(json::serialize(filters));
   if (since > 0) q += "&since=" + std::to_string(since);
   if (until > 0) q += "&until=" + std::to_string(until);

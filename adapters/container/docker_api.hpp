@@ -93,15 +93,14 @@ class docker_api {
   /// POST /images/create?fromImage=…; `progress` gets one line per status
   /// message the daemon streams. A pull that reports an error fails (pull_failed).
   boost::asio::awaitable<outcome<void>> image_pull(const std::string& image,
-                                          std::function<void(const std::string&)> progress);
+                                                   std::function<void(const std::string&)> progress);
   /// POST /images/create?fromSrc=- with a root-filesystem tarball as the body.
   boost::asio::awaitable<outcome<void>> image_import(const std::string& tarball, const std::string& repo,
-                                            const std::string& tag);
+                                                     const std::string& tag);
 
   // networks
-  boost::asio::awaitable<outcome<std::string>> network_create(const std::string& name,
-                                                     const std::map<std::string, std::string>& labels,
-                                                     bool internal);
+  boost::asio::awaitable<outcome<std::string>> network_create(
+      const std::string& name, const std::map<std::string, std::string>& labels, bool internal);
   boost::asio::awaitable<outcome<std::optional<boost::json::object>>> network_inspect(const std::string& id);
   /// True when it was removed, false when there was none.
   boost::asio::awaitable<outcome<bool>> network_remove(const std::string& id);
@@ -109,9 +108,10 @@ class docker_api {
   // containers
   /// POST /containers/create?name=…; returns the id.
   boost::asio::awaitable<outcome<std::string>> container_create(const std::string& name,
-                                                       const boost::json::object& body);
+                                                                const boost::json::object& body);
   boost::asio::awaitable<outcome<void>> container_start(const std::string& id);
-  boost::asio::awaitable<outcome<std::optional<boost::json::object>>> container_inspect(const std::string& id);
+  boost::asio::awaitable<outcome<std::optional<boost::json::object>>> container_inspect(
+      const std::string& id);
   /// POST /containers/{id}/wait: the exit code (Docker answers an object,
   /// Podman's compat API too; a bare number is accepted as libpod sends it).
   boost::asio::awaitable<outcome<int>> container_wait(const std::string& id);
@@ -125,19 +125,21 @@ class docker_api {
   /// GET /containers/{id}/logs: the body as a stream of frames (decode with
   /// frame_decoder). `tail`: only the last lines.
   boost::asio::awaitable<outcome<http::body_stream>> container_logs(const std::string& id, bool follow,
-                                                           std::optional<std::size_t> tail);
+                                                                    std::optional<std::size_t> tail);
   /// GET /events with `filters` (a JSON object of lists), `since`/`until` in
   /// seconds (0: none); one JSON object per line.
-  boost::asio::awaitable<outcome<http::body_stream>> events(const boost::json::object& filters, std::int64_t since,
-                                                   std::int64_t until);
+  boost::asio::awaitable<outcome<http::body_stream>> events(const boost::json::object& filters,
+                                                            std::int64_t since, std::int64_t until);
 
   /// The request timeout of ordinary calls.
   std::chrono::milliseconds timeout{30'000};
 
  private:
-  boost::asio::awaitable<outcome<http::response>> call(std::string method, std::string path, std::string body = {});
+  boost::asio::awaitable<outcome<http::response>> call(std::string method, std::string path,
+                                                       std::string body = {});
   /// Opens a streamed answer; anything but 200 is refused (`what` names the call).
-  boost::asio::awaitable<outcome<http::body_stream>> stream(std::string method, std::string path, std::string what);
+  boost::asio::awaitable<outcome<http::body_stream>> stream(std::string method, std::string path,
+                                                            std::string what);
   std::string path(std::string_view p) const;
   /// The failure for a refusal `r` of `what` (its code by the HTTP status).
   failure refuse(const std::string& what, const http::response& r) const;

@@ -67,8 +67,8 @@ std::string lower(std::string_view s) {
 failure peer_failed(const endpoint& ep, const std::string& what, const boost::system::error_code& ec) {
   if (ec == beast::error::timeout) return {http_errc::timed_out, what + " at " + ep.url() + " timed out"};
   if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit)
-    return {http_errc::too_large, what + " at " + ep.url() + ": the answer is over a limit (" + ec.message() + ")",
-            ec.message()};
+    return {http_errc::too_large,
+            what + " at " + ep.url() + ": the answer is over a limit (" + ec.message() + ")", ec.message()};
   if (ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category())
     return {http_errc::malformed, what + " at " + ep.url() + ": malformed answer (" + ec.message() + ")",
             ec.message()};
@@ -99,8 +99,9 @@ endpoint parse_endpoint(std::string_view url) { return try_parse_endpoint(url).v
 outcome<endpoint> try_parse_endpoint(std::string_view url) {
   endpoint ep;
   auto bad = [&](const std::string& why) -> failure {
-    return detail::make_failure(errc::invalid_argument, "cannot use host " + std::string(url) + ": " + why +
-                                                            " (write unix:///path/to/socket or tcp://host:port)");
+    return detail::make_failure(errc::invalid_argument,
+                                "cannot use host " + std::string(url) + ": " + why +
+                                    " (write unix:///path/to/socket or tcp://host:port)");
   };
   if (url.starts_with("/"))
     ep.path = std::string(url);
@@ -165,8 +166,7 @@ asio::awaitable<outcome<generic_stream>> connect(asio::any_io_executor ex, const
   } else {
     asio::ip::tcp::resolver resolver(ex);
     auto port = std::to_string(ep.port);
-    auto results =
-        co_await resolver.async_resolve(ep.host, port, asio::redirect_error(use_awaitable, last));
+    auto results = co_await resolver.async_resolve(ep.host, port, asio::redirect_error(use_awaitable, last));
     if (!last) last = asio::error::host_not_found;
     for (const auto& r : results) {
       boost::system::error_code ec;
@@ -322,8 +322,8 @@ asio::awaitable<outcome<std::optional<std::string>>> body_stream::read_some() {
       if (p.closed) co_return failure(http_errc::closed, p.what + " was closed");
       if (ec == bhttp::error::partial_message || ec == asio::error::eof ||
           ec == asio::error::connection_reset)
-        co_return failure(http_errc::closed_early,
-                          p.what + " at " + p.ep.url() + ": the connection closed in the middle of the answer");
+        co_return failure(http_errc::closed_early, p.what + " at " + p.ep.url() +
+                                                       ": the connection closed in the middle of the answer");
       co_return peer_failed(p.ep, p.what, ec);
     }
     if (got > 0) co_return std::optional<std::string>(std::in_place, p.chunk.data(), got);
@@ -337,8 +337,8 @@ asio::awaitable<outcome<std::string>> body_stream::read_all(std::size_t limit) {
     if (!piece) co_return piece.error();
     if (!*piece) co_return out;
     if (out.size() + (*piece)->size() > limit)
-      co_return failure(http_errc::too_large, impl_->what + " at " + impl_->ep.url() + ": the answer is over " +
-                                                  std::to_string(limit) + " bytes");
+      co_return failure(http_errc::too_large, impl_->what + " at " + impl_->ep.url() +
+                                                  ": the answer is over " + std::to_string(limit) + " bytes");
     out += **piece;
   }
 }
@@ -443,7 +443,8 @@ asio::awaitable<outcome<body_stream>> client::open(request r) {
   if (ec) {
     if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == bhttp::error::partial_message ||
         ec == asio::error::connection_reset)
-      co_return failure(http_errc::closed_early, what + " at " + ep_.url() + ": the connection closed before an answer");
+      co_return failure(http_errc::closed_early,
+                        what + " at " + ep_.url() + ": the connection closed before an answer");
     co_return peer_failed(ep_, what, ec);
   }
   p->headers = header_map(p->parser.get().base());
@@ -460,7 +461,8 @@ outcome<void> line_splitter::feed(std::string_view bytes, std::vector<std::strin
     auto nl = bytes.find('\n');
     auto piece = bytes.substr(0, nl);
     if (buf_.size() + piece.size() > max_)
-      return failure(http_errc::too_large, what_ + ": a line is longer than " + std::to_string(max_) + " bytes");
+      return failure(http_errc::too_large,
+                     what_ + ": a line is longer than " + std::to_string(max_) + " bytes");
     buf_.append(piece);
     if (nl == std::string_view::npos) return {};
     if (!buf_.empty() && buf_.back() == '\r') buf_.pop_back();

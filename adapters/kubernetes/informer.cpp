@@ -139,7 +139,6 @@ struct informer::state {
     co_return false;
   }
 
-
   static asio::awaitable<void> run(std::shared_ptr<state> self) {
     bool need_list = true;
     detail::backoff retry(std::chrono::milliseconds(200), std::chrono::milliseconds(5000));

@@ -63,7 +63,8 @@ const boost::system::error_category& kube_category() noexcept {
   return instance;
 }
 
-failure status_failure(const std::string& server, const std::string& what, unsigned code, std::string_view body) {
+failure status_failure(const std::string& server, const std::string& what, unsigned code,
+                       std::string_view body) {
   std::string reason, message;
   boost::system::error_code ec;
   auto v = json::parse(body, ec);
@@ -92,8 +93,11 @@ outcome<watch_event> parse_watch_event(std::string_view line, const std::string&
       if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
     return s;
   };
-  if (ec) return failure(kube_errc::bad_answer, what + ": a watch line is not JSON (" + ec.message() + "): " + head());
-  if (!v.is_object()) return failure(kube_errc::bad_answer, what + ": a watch line is not an object: " + head());
+  if (ec)
+    return failure(kube_errc::bad_answer,
+                   what + ": a watch line is not JSON (" + ec.message() + "): " + head());
+  if (!v.is_object())
+    return failure(kube_errc::bad_answer, what + ": a watch line is not an object: " + head());
   auto& o = v.as_object();
   watch_event ev;
   ev.type = detail::str_of(o, "type");
@@ -155,7 +159,8 @@ namespace {
 outcome<json::value> parse_answer(const std::string& server, const std::string& what,
                                   const outcome<http::response>& resp) {
   if (!resp) return resp.error();
-  if (resp->status < 200 || resp->status >= 300) return status_failure(server, what, resp->status, resp->body);
+  if (resp->status < 200 || resp->status >= 300)
+    return status_failure(server, what, resp->status, resp->body);
   boost::system::error_code ec;
   auto v = json::parse(resp->body, ec);
   if (ec)

@@ -51,7 +51,8 @@ using outcome = detail::outcome<T>;
 /// The failure for a non-2xx answer `body` (a Status object, or anything) to
 /// `what` at `server`: its code by HTTP code and reason, the message quoting
 /// the server's, the body as diagnostics.
-failure status_failure(const std::string& server, const std::string& what, unsigned code, std::string_view body);
+failure status_failure(const std::string& server, const std::string& what, unsigned code,
+                       std::string_view body);
 
 /// One watch event line: {"type": ..., "object": {...}}.
 struct watch_event {

@@ -234,7 +234,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     auto made = co_await a->post(jobs_path, std::move(body));
     if (made) co_return name;
     if (made.error().code == kube_errc::already_exists)
-      fail(errc::duplicate_name, me + " exists already in " + where + "; delete it (tjob delete) or choose another name",
+      fail(errc::duplicate_name,
+           me + " exists already in " + where + "; delete it (tjob delete) or choose another name",
            made.error().message);
     raise(prefixed(made.error(), me + ": "));
   }
@@ -267,8 +268,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
   asio::awaitable<outcome<json::object>> trainjob(const std::string& name) {
     if (auto problem = detail::name_problem(name))
-      co_return detail::make_failure(errc::job_not_found,
-                                     "No TrainJob with name " + quote(name) + " in " + where + " (" + *problem + ")");
+      co_return detail::make_failure(errc::job_not_found, "No TrainJob with name " + quote(name) + " in " +
+                                                              where + " (" + *problem + ")");
     auto v = co_await a->get_if(jobs_path + "/" + name);
     if (!v) co_return v.error();
     if (!*v || !(*v)->is_object()) co_return not_found(name);

@@ -316,7 +316,7 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
     std::string message =
         "cannot start " + quote(spec.executable) + " (" + ph.name + "): " +
         (f.code == process::process_errc::log_unopenable ? "cannot open its log " + s.log_path + ": "
-                                                          : std::string()) +
+                                                         : std::string()) +
         f.diagnostics;
     return job_input::spawn_failed(index, ph.name, f.diagnostics, std::move(message));
   }

@@ -402,7 +402,8 @@ detail::outcome<exit_status> child::reap() {
   if (rc != 0) {
     error_code ec(errno, boost::system::system_category());
     return detail::failure(process_errc::reap_failed,
-                           "cannot reap process " + std::to_string(impl_->pid) + ": " + ec.message(), ec.message());
+                           "cannot reap process " + std::to_string(impl_->pid) + ": " + ec.message(),
+                           ec.message());
   }
   exit_status st;
   if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) {

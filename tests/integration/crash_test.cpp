@@ -74,7 +74,8 @@ std::vector<pid_t> processes_with(const std::string& tag) {
     std::string cmd;
     int fd = ::open(("/proc/" + std::string(e->d_name) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
     char buf[4096];
-    for (ssize_t n; fd >= 0 && (n = ::read(fd, buf, sizeof buf)) > 0;) cmd.append(buf, static_cast<std::size_t>(n));
+    for (ssize_t n; fd >= 0 && (n = ::read(fd, buf, sizeof buf)) > 0;)
+      cmd.append(buf, static_cast<std::size_t>(n));
     if (fd >= 0) ::close(fd);
     if (cmd.find(tag) != std::string::npos && !tjob::test::process_gone(pid)) out.push_back(pid);
   }

@@ -1,0 +1,249 @@
+// Failures inside the adapters are values with a code of the adapter's own:
+// these cases decide on them the way the backends do, against real peers of
+// the smallest kind (the kernel for spawn, a unix socket that answers with
+// canned bytes for HTTP and the Docker API), and check what the API's edge
+// throws for them.
+#include "adapters/container/docker_api.hpp"
+#include "adapters/http/http_client.hpp"
+#include "adapters/process/process_adapter.hpp"
+#include "engine/outcome.hpp"
+#include "tests/support/test_support.hpp"
+
+#include <tjob/error.hpp>
+
+#include <doctest/doctest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/asio/write.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+
+#include <sys/stat.h>
+
+using namespace tjob;
+namespace asio = boost::asio;
+using local = asio::local::stream_protocol;
+using detail::errc_of;
+
+namespace {
+
+// The tjob::error that `f` throws (its code), or errc{} when it throws none.
+errc thrown_by(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const tjob::error& e) {
+    return static_cast<errc>(e.code().value());
+  }
+  return errc{};
+}
+
+// Answers each connection on a unix socket with the next canned answer, after
+// reading the request's head and body.
+class canned_server {
+ public:
+  canned_server(asio::io_context& io, std::vector<std::string> answers)
+      : path_((dir_.path() / "s.sock").string()), acceptor_(io, local::endpoint(path_)) {
+    asio::co_spawn(io, serve(std::move(answers)), asio::detached);
+  }
+  http::endpoint endpoint() const {
+    http::endpoint ep;
+    ep.path = path_;
+    return ep;
+  }
+  /// The request lines received, in order.
+  const std::vector<std::string>& requests() const { return requests_; }
+
+ private:
+  asio::awaitable<void> serve(std::vector<std::string> answers) {
+    for (auto& answer : answers) {
+      boost::system::error_code ec;
+      auto peer = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      std::string in;
+      auto dyn = asio::dynamic_buffer(in);
+      auto head = co_await asio::async_read_until(peer, dyn, "\r\n\r\n",
+                                                  asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      requests_.push_back(in.substr(0, in.find("\r\n")));
+      auto cl = in.find("Content-Length: ");
+      std::size_t body = cl == std::string::npos || cl > head ? 0 : std::stoul(in.substr(cl + 16));
+      if (in.size() < head + body) {
+        auto rest = asio::transfer_exactly(head + body - in.size());  // (named: g++ 12)
+        co_await asio::async_read(peer, dyn, rest, asio::redirect_error(asio::use_awaitable, ec));
+      }
+      co_await asio::async_write(peer, asio::buffer(answer), asio::redirect_error(asio::use_awaitable, ec));
+      peer.shutdown(local::socket::shutdown_both, ec);
+    }
+  }
+
+  tjob::test::temp_dir dir_;
+  std::string path_;
+  local::acceptor acceptor_;
+  std::vector<std::string> requests_;
+};
+
+std::string answer(unsigned status, const std::string& body) {
+  return "HTTP/1.1 " + std::to_string(status) +
+         " X\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// Runs `io` until the coroutine `f` has ended (the server's accept stays
+// pending) and returns what it returned.
+template <class T>
+T run(asio::io_context& io, asio::awaitable<T> f) {
+  auto done = asio::co_spawn(io, std::move(f), asio::use_future);
+  while (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    if (io.stopped()) io.restart();  // it ran out of work before f was spawned
+    io.run_one();
+  }
+  return done.get();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a failure's code means a tjob::errc, and the edge throws that error with the message and the peer's "
+    "words") {
+  detail::failure f(http::http_errc::timed_out, "GET /x at unix:///s timed out", "peer words");
+  CHECK(errc_of(f.code) == errc::backend_unavailable);
+  CHECK(detail::means(f.code, errc::backend_unavailable));
+  CHECK_FALSE(detail::means(f.code, errc::protocol_error));
+  CHECK(errc_of(make_error_code(errc::duplicate_name)) == errc::duplicate_name);
+  // a code no adapter owns is a refusal, not silence
+  CHECK(errc_of(boost::system::error_code(EIO, boost::system::generic_category())) == errc::backend_error);
+  detail::outcome<int> failed = detail::prefixed(f, "TrainJob 'a': ");
+  try {
+    (void)failed.value();
+    FAIL("value() of a failure did not throw");
+  } catch (const tjob::error& e) {
+    CHECK(e.code() == errc::backend_unavailable);
+    CHECK(std::string(e.what()) == "TrainJob 'a': GET /x at unix:///s timed out");
+    CHECK(e.diagnostics() == "peer words");
+  }
+  CHECK(std::string(http::http_category().name()) == "http");
+  CHECK(http::http_category().message(static_cast<int>(http::http_errc::too_large)) == "answer over a limit");
+}
+
+TEST_CASE("spawn says which step failed: no such program, not executable, a bad cwd, a log it cannot open") {
+  tjob::test::temp_dir dir;
+  asio::io_context io;
+  auto spec = [&](std::string exe) {
+    process::spawn_spec s;
+    s.executable = exe;
+    s.argv = {exe};
+    s.stdout_path = (dir.path() / "log").string();
+    return s;
+  };
+  auto missing = process::child::spawn(io.get_executor(), spec((dir.path() / "nope").string()));
+  REQUIRE_FALSE(missing.has_value());
+  CHECK(missing.error().code == process::process_errc::not_found);
+  CHECK(errc_of(missing.error().code) == errc::executable_not_found);
+  CHECK(missing.error().diagnostics == std::strerror(ENOENT));
+  CHECK(missing.error().message.find((dir.path() / "nope").string()) != std::string::npos);
+
+  auto text = dir.path() / "text";
+  std::ofstream(text) << "not a program\n";
+  ::chmod(text.c_str(), 0644);
+  auto denied = process::child::spawn(io.get_executor(), spec(text.string()));
+  REQUIRE_FALSE(denied.has_value());
+  CHECK(denied.error().code == process::process_errc::not_permitted);
+
+  auto s = spec("/bin/true");
+  s.cwd = (dir.path() / "no-such-dir").string();
+  auto bad_cwd = process::child::spawn(io.get_executor(), s);
+  REQUIRE_FALSE(bad_cwd.has_value());
+  CHECK(bad_cwd.error().code == process::process_errc::bad_cwd);
+  CHECK(errc_of(bad_cwd.error().code) == errc::spawn_failed);
+  CHECK(bad_cwd.error().message.find("cannot enter " + s.cwd) != std::string::npos);
+
+  s = spec("/bin/true");
+  s.stdout_path = (dir.path() / "no-such-dir" / "log").string();
+  auto no_log = process::child::spawn(io.get_executor(), s);
+  REQUIRE_FALSE(no_log.has_value());
+  CHECK(no_log.error().code == process::process_errc::log_unopenable);
+  CHECK(no_log.error().message.find("cannot open its log " + s.stdout_path) != std::string::npos);
+
+  auto ok = process::child::spawn(io.get_executor(), spec("/bin/true"));
+  REQUIRE(ok.has_value());
+  CHECK(ok->pid() > 0);
+}
+
+TEST_CASE(
+    "the HTTP client's failures: no socket, an answer that is not HTTP, one closed early, one too big") {
+  asio::io_context io;
+  tjob::test::temp_dir dir;
+  http::endpoint nowhere;
+  nowhere.path = (dir.path() / "nobody.sock").string();
+  http::client to_nowhere(io.get_executor(), nowhere);
+  http::request r;
+  r.target = "/x";
+  auto refused = run(io, to_nowhere.send(r));
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().code == http::http_errc::connect_failed);
+  CHECK(errc_of(refused.error().code) == errc::backend_unavailable);
+  CHECK(refused.error().message.find(nowhere.path) != std::string::npos);
+
+  canned_server server(io, {"SMTP ready\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort",
+                            answer(200, std::string(200, 'x'))});
+  http::client c(io.get_executor(), server.endpoint(), 100);
+  auto garbage = run(io, c.send(r));
+  REQUIRE_FALSE(garbage.has_value());
+  CHECK(garbage.error().code == http::http_errc::malformed);
+  CHECK(errc_of(garbage.error().code) == errc::protocol_error);
+  auto cut = run(io, c.send(r));
+  REQUIRE_FALSE(cut.has_value());
+  CHECK(cut.error().code == http::http_errc::closed_early);
+  auto big = run(io, c.send(r));
+  REQUIRE_FALSE(big.has_value());
+  CHECK(big.error().code == http::http_errc::too_large);
+  CHECK(server.requests().size() == 3);
+  // at the edge, the same failure is the error users know
+  CHECK(thrown_by([&] { run(io, to_nowhere.send(r)).value(); }) == errc::backend_unavailable);
+}
+
+TEST_CASE("the Docker API's refusals have codes by status, and a lookup of nothing is no failure") {
+  asio::io_context io;
+  canned_server server(
+      io,
+      {answer(404, R"({"message":"No such container: c1"})"), answer(409, R"({"message":"is in use"})"),
+       answer(500, R"({"message":"driver failed"})"), answer(404, R"({"message":"No such container: c2"})"),
+       answer(200, "not json"), answer(200, R"({"NoId":1})")});
+  container::docker_api d(io.get_executor(), server.endpoint());
+  auto start = run(io, d.container_start("c1"));
+  REQUIRE_FALSE(start.has_value());
+  CHECK(start.error().code == container::docker_errc::not_found);
+  CHECK(start.error().message.find("No such container: c1") != std::string::npos);
+  CHECK(start.error().message.find("404") != std::string::npos);
+  CHECK(start.error().diagnostics == R"({"message":"No such container: c1"})");
+  auto create = run(io, d.container_create("c", {}));
+  CHECK(create.error().code == container::docker_errc::conflict);
+  auto wait = run(io, d.container_wait("c"));
+  CHECK(wait.error().code == container::docker_errc::daemon_failed);
+  CHECK(errc_of(wait.error().code) == errc::backend_error);
+  auto inspect = run(io, d.container_inspect("c2"));
+  REQUIRE(inspect.has_value());
+  CHECK_FALSE(inspect->has_value());
+  auto list = run(io, d.container_list({}));
+  CHECK(list.error().code == container::docker_errc::bad_answer);
+  CHECK(errc_of(list.error().code) == errc::protocol_error);
+  auto no_id = run(io, d.container_create("c", {}));
+  CHECK(no_id.error().code == container::docker_errc::bad_answer);
+  CHECK(no_id.error().message.find("no Id") != std::string::npos);
+  CHECK(server.requests() ==
+        std::vector<std::string>{"POST /containers/c1/start HTTP/1.1",
+                                 "POST /containers/create?name=c HTTP/1.1",
+                                 "POST /containers/c/wait HTTP/1.1", "GET /containers/c2/json HTTP/1.1",
+                                 "GET /containers/json?all=1&filters=%7B%22label%22%3A%5B%5D%7D HTTP/1.1",
+                                 "POST /containers/create?name=c HTTP/1.1"});
+}
