@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 
 // ThreadSanitizer's clone() interceptor cannot follow a CLONE_VM child: its
 // builds spawn with posix_spawn (see spawn_portable).
@@ -271,8 +272,16 @@ pid_t spawn_portable(const spawn_spec& spec, std::vector<char*>& argv, std::vect
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
+    // posix_spawn does not say which of its steps failed: tell the chdir and
+    // the log's open from the exec as the clone path does, by looking.
     ec.assign(rc, boost::system::system_category());
-    if (failed_step) *failed_step = "execve";
+    std::string step = "execve";
+    auto parent = std::filesystem::path(spec.stdout_path).parent_path();
+    if (!spec.cwd.empty() && ::access(spec.cwd.c_str(), X_OK) != 0)
+      step = "chdir";
+    else if (spec.stdout_fd < 0 && ::access(parent.empty() ? "." : parent.c_str(), W_OK | X_OK) != 0)
+      step = "open the log";
+    if (failed_step) *failed_step = step;
     return -1;
   }
   pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
