@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <tuple>
 
 namespace {
@@ -195,7 +197,8 @@ void add_job_options(CLI::App* cmd, job_options& o) {
                   "an address-space limit (RLIMIT_AS) on each process of the code; G GPUs leased "
                   "from $TJOB_GPU_DEVICES as CUDA_VISIBLE_DEVICES, waiting while they are in use");
   cmd->add_option("command", o.command,
-                  "FILE.py [ARGS...] to run Python training code in a venv, or `-- CMD [ARGS...]` "
+                  "FILE.py [ARGS...] to run Python training code in a venv (everything after FILE.py "
+                  "is the script's own, as with `python FILE.py ARGS...`), or `-- CMD [ARGS...]` "
                   "to run a program (nothing is run through a shell)")
       ->required();
 }
@@ -342,30 +345,88 @@ train_request make_request(const job_options& o, backend_kind backend) {
   return req;
 }
 
+// What `tjob run` exits with for a job that ended Failed: the exit code of
+// the step that failed first (as `docker run` does), else 1.
+int exit_code_of(const train_job& job) {
+  for (const auto& s : job.steps)
+    if (s.status == job_status::failed && s.exit_code && *s.exit_code > 0) return std::min(*s.exit_code, 255);
+  return exit_failed;
+}
+
+// Ctrl-C (or SIGTERM, SIGHUP) while `tjob run` owns its job: the first
+// cancels it gracefully, the second kills it now. Each cancel runs on a
+// thread of its own (a graceful one waits for the job's end, and the second
+// signal must not wait behind it); all are joined before the client goes.
+class run_interrupts {
+ public:
+  run_interrupts(double grace_seconds) : grace_(grace_seconds) {}
+  ~run_interrupts() { detach(); }
+
+  void on_signal(int sig) {
+    std::lock_guard lock(mu_);
+    if (count_++ == 0) first_ = sig;
+    if (client_) cancel(count_ >= 2);
+  }
+  /// The job is there: a signal that came first cancels it now.
+  void attach(trainer_client& c, const std::string& name) {
+    std::lock_guard lock(mu_);
+    client_ = &c;
+    name_ = name;
+    if (count_ > 0) cancel(count_ >= 2);
+  }
+  /// No cancel starts after this; those under way have ended.
+  void detach() {
+    std::vector<std::thread> running;
+    {
+      std::lock_guard lock(mu_);
+      client_ = nullptr;
+      running.swap(threads_);
+    }
+    for (auto& t : running) t.join();
+  }
+  /// The first signal, 0 when none came.
+  int first_signal() const {
+    std::lock_guard lock(mu_);
+    return count_ > 0 ? first_ : 0;
+  }
+
+ private:
+  void cancel(bool force) {
+    if (force)
+      std::fprintf(stderr, "tjob: killing %s now (SIGKILL)\n", name_.c_str());
+    else
+      std::fprintf(stderr,
+                   "tjob: cancelling %s (SIGTERM to its processes, SIGKILL after %.0f s); "
+                   "press Ctrl-C again to kill it now\n",
+                   name_.c_str(), grace_);
+    threads_.emplace_back([c = client_, name = name_, force] {
+      try {
+        c->cancel_job(name, {.force = force});
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "tjob: cannot cancel %s: %s\n", name.c_str(), e.what());
+      }
+    });
+  }
+
+  double grace_;
+  mutable std::mutex mu_;
+  trainer_client* client_ = nullptr;
+  std::string name_;
+  int count_ = 0, first_ = 0;
+  std::vector<std::thread> threads_;
+};
+
 int cmd_run(const common_options& common, const job_options& jo) {
   // A reader that goes away (`| head`) must not kill the job's owner.
   std::signal(SIGPIPE, SIG_IGN);
   auto cfg = make_config(common);
   auto req = make_request(jo, cfg.backend);
-  std::atomic<trainer_client*> client_ptr{nullptr};
-  std::atomic<bool> cancelling{false}, named{false};
-  std::string name;
-  cli::handle_signals([&](int sig) {
-    if (cancelling.exchange(true)) return;
-    if (named && client_ptr) {
-      std::fprintf(stderr, "tjob: cancelling %s (SIGTERM to its processes, SIGKILL after %.0f s)\n",
-                   name.c_str(), common.grace_seconds);
-      try {
-        client_ptr.load()->cancel_job(name);
-      } catch (...) {
-      }
-    }
-  });
+  // (static: the signal thread outlives this frame)
+  static run_interrupts interrupts(common.grace_seconds);
+  cli::handle_signals([](int sig) { interrupts.on_signal(sig); });
   trainer_client client(cfg);
-  name = client.train(req);
-  client_ptr = &client;
-  named = true;
-  if (cancelling) client.cancel_job(name);
+  auto name = client.train(req);
+  interrupts.attach(client, name);
   auto started = std::chrono::steady_clock::now();
   std::fprintf(stderr, "tjob: job %s started\n", name.c_str());
   auto reader = client.get_job_logs(name, {.step = "node-0", .follow = true});
@@ -373,14 +434,16 @@ int cmd_run(const common_options& common, const job_options& jo) {
     if (!write_out(*chunk)) break;  // nobody reads our output; the job goes on, and we wait for it
   auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed},
                                         std::chrono::hours(24 * 365));
-  client_ptr = nullptr;
+  interrupts.detach();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (job.status == job_status::complete) {
     std::fprintf(stderr, "tjob: job %s Complete in %.2f s\n", name.c_str(), secs);
     return exit_ok;
   }
   std::fprintf(stderr, "tjob: job %s Failed in %.2f s: %s\n", name.c_str(), secs, job.reason.c_str());
-  return exit_failed;
+  // cancelled by our signal: the shell's convention, 128 + the signal (130 for Ctrl-C)
+  if (int sig = interrupts.first_signal(); sig && job.reason == "cancelled") return 128 + sig;
+  return exit_code_of(job);
 }
 
 int cmd_train(const common_options& common, const job_options& jo) {
@@ -455,10 +518,12 @@ void add_common_options(CLI::App& app, common_options& common) {
 
 // run and train: submit a job.
 void add_job_commands(CLI::App& app, commands& c) {
-  c.run = app.add_subcommand("run",
-                             "Submit a job, stream its log and wait for it; exit 0 when it is Complete.\n"
-                             "Ctrl-C cancels the job (SIGTERM, then SIGKILL after --grace) and records it as "
-                             "Failed, reason cancelled.");
+  c.run =
+      app.add_subcommand("run",
+                         "Submit a job, stream its log and wait for it; exit 0 when it is Complete, else "
+                         "with the failed step's exit code (1 without one).\n"
+                         "Ctrl-C cancels the job (SIGTERM, then SIGKILL after --grace) and records it as "
+                         "Failed, reason cancelled; a second Ctrl-C kills it at once; tjob then exits 130.");
   add_job_options(c.run, c.run_opts);
   c.run->add_option("--grace", c.common.grace_seconds,
                     "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
@@ -526,6 +591,31 @@ void add_other_commands(CLI::App& app, commands& c) {
 }
 
 // An unknown command is named with the list of the known ones.
+// How many of argv's entries are tjob's: for `run` and `train` the first
+// positional (FILE.py) ends them and the rest are the script's own, flags and
+// `--` included, as `python FILE.py ARGS...` takes them. A `--` before it
+// means a program (the parser takes what follows); other commands are whole.
+int tjob_args_end(CLI::App& app, int argc, char** argv) {
+  CLI::App* sub = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") return argc;
+    if (a.size() > 1 && a[0] == '-') {
+      auto eq = a.find('=');
+      std::string name(a.substr(0, eq));
+      const CLI::Option* opt = sub ? sub->get_option_no_throw(name) : nullptr;
+      if (!opt) opt = app.get_option_no_throw(name);
+      if (opt && opt->get_expected_min() > 0 && eq == std::string_view::npos) ++i;  // its value
+      continue;
+    }
+    if (sub) return i + 1;  // FILE.py
+    auto named = app.get_subcommands([&](CLI::App* s) { return s->check_name(std::string(a)); });
+    if (named.empty() || (named[0]->get_name() != "run" && named[0]->get_name() != "train")) return argc;
+    sub = named[0];
+  }
+  return argc;
+}
+
 bool known_command(CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return true;
   std::string known;
@@ -605,8 +695,10 @@ int main(int argc, char** argv) {
   add_query_commands(app, c);
   add_other_commands(app, c);
   if (!known_command(app, argc, argv)) return exit_usage;
+  const int ours = tjob_args_end(app, argc, argv);
+  const std::vector<std::string> script_args(argv + ours, argv + argc);
   try {
-    app.parse(argc, argv);
+    app.parse(ours, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -616,8 +708,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tjob: error: %s (see tjob --help)\n", what.c_str());
     return exit_usage;
   }
-  for (int i = 1; i < argc; ++i)
+  for (int i = 1; i < ours; ++i)
     if (std::string_view(argv[i]) == "--") c.run_opts.command_mode = c.train_opts.command_mode = true;
+  for (auto* o : {&c.run_opts, &c.train_opts})
+    o->command.insert(o->command.end(), script_args.begin(), script_args.end());
 
   try {
     if (*c.run) return cmd_run(c.common, c.run_opts);

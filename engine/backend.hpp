@@ -87,7 +87,8 @@ class backend {
   virtual boost::asio::awaitable<log_stream> get_job_logs(std::string name, log_options options) = 0;
   /// Throws job_not_found when there is no such job.
   virtual boost::asio::awaitable<std::unique_ptr<job_watch>> watch_job(std::string name) = 0;
-  virtual boost::asio::awaitable<void> cancel_job(std::string name) = 0;
+  /// `options.force`: kill now, without the grace period, where the backend can.
+  virtual boost::asio::awaitable<void> cancel_job(std::string name, cancel_options options) = 0;
   virtual boost::asio::awaitable<void> delete_job(std::string name) = 0;
   virtual boost::asio::awaitable<std::vector<event>> get_job_events(std::string name) = 0;
   /// The runtimes jobs can use. Default: the engine's own catalog.

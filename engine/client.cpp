@@ -129,7 +129,9 @@ train_job trainer_client::wait_for_job_status(const std::string& name, std::set<
                                               std::chrono::milliseconds timeout) {
   return impl_->call(impl_->eng->wait_for_job_status(name, std::move(statuses), timeout));
 }
-void trainer_client::cancel_job(const std::string& name) { impl_->call(impl_->eng->cancel_job(name)); }
+void trainer_client::cancel_job(const std::string& name, cancel_options options) {
+  impl_->call(impl_->eng->cancel_job(name, options));
+}
 void trainer_client::delete_job(const std::string& name) { impl_->call(impl_->eng->delete_job(name)); }
 std::vector<event> trainer_client::get_job_events(const std::string& name) {
   return impl_->call(impl_->eng->get_job_events(name));

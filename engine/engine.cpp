@@ -225,8 +225,13 @@ asio::awaitable<train_job> engine::wait_for_job_status(std::string name, std::se
 }
 
 asio::awaitable<void> engine::cancel_job(std::string name) {
+  cancel_options graceful;
+  co_await cancel_job(std::move(name), graceful);
+}
+
+asio::awaitable<void> engine::cancel_job(std::string name, cancel_options options) {
   impl_->check_running();
-  co_await impl_->backend->cancel_job(std::move(name));
+  co_await impl_->backend->cancel_job(std::move(name), options);
 }
 
 asio::awaitable<void> engine::delete_job(std::string name) {

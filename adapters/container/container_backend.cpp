@@ -438,13 +438,15 @@ asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const l
 
 // --- cancel / delete ------------------------------------------------------
 
-asio::awaitable<void> backend::impl::stop_all(const std::vector<seen>& cs) {
+asio::awaitable<void> backend::impl::stop_all(const std::vector<seen>& cs, bool force) {
   int grace = static_cast<int>((ctx.cfg.grace_period.count() + 999) / 1000);
+  std::string signal = force ? "SIGKILL" : "SIGTERM";
   for (const auto& c : cs)
     if (c.state == "running") {
-      auto killed = co_await api->container_kill(c.id, "SIGTERM");
+      auto killed = co_await api->container_kill(c.id, signal);
       killed.value();
     }
+  if (force) co_return;  // (a killed container needs no stop)
   for (const auto& c : cs)
     if (c.state == "running" || c.state == "paused" || c.state == "restarting") {
       auto stopped = co_await api->container_stop(c.id, grace);
@@ -452,7 +454,7 @@ asio::awaitable<void> backend::impl::stop_all(const std::vector<seen>& cs) {
     }
 }
 
-asio::awaitable<void> backend::impl::cancel(const std::string& name) {
+asio::awaitable<void> backend::impl::cancel(const std::string& name, bool force) {
   auto found = co_await containers(name);
   auto cs = std::move(found).value();
   if (cs.empty()) raise(not_found(name));
@@ -461,7 +463,7 @@ asio::awaitable<void> backend::impl::cancel(const std::string& name) {
   std::error_code ec;
   fs::create_directories(workdir(name) / ".tjob", ec);
   write_file(workdir(name) / ".tjob" / "cancelled", "");
-  co_await stop_all(cs);
+  co_await stop_all(cs, force);
 }
 
 asio::awaitable<void> backend::impl::remove(const std::string& name) {
@@ -479,7 +481,7 @@ asio::awaitable<void> backend::impl::remove(const std::string& name) {
     if (cfg.auto_remove && fs::exists(workdir(name) / ".tjob", ec)) fs::remove_all(workdir(name), ec);
     raise(not_found(name));
   }
-  co_await stop_all(cs);
+  co_await stop_all(cs, false);
   std::set<std::string> networks;
   for (const auto& c : cs) {
     auto removed = co_await d.container_remove(c.id);
@@ -582,7 +584,9 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
 asio::awaitable<std::unique_ptr<detail::job_watch>> backend::watch_job(std::string name) {
   co_return std::make_unique<container_watch>(impl_, std::move(name));
 }
-asio::awaitable<void> backend::cancel_job(std::string name) { co_await impl_->cancel(name); }
+asio::awaitable<void> backend::cancel_job(std::string name, cancel_options options) {
+  co_await impl_->cancel(name, options.force);
+}
 asio::awaitable<void> backend::delete_job(std::string name) { co_await impl_->remove(name); }
 asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {
   co_return co_await impl_->job_events(name);

@@ -122,8 +122,9 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
 
   // logs, cancel, delete, events
   asio::awaitable<log_stream> logs(const std::string& name, const log_options& o);
-  asio::awaitable<void> stop_all(const std::vector<seen>& cs);
-  asio::awaitable<void> cancel(const std::string& name);
+  /// SIGTERM, then docker stop with the grace period; `force`: SIGKILL only.
+  asio::awaitable<void> stop_all(const std::vector<seen>& cs, bool force);
+  asio::awaitable<void> cancel(const std::string& name, bool force);
   asio::awaitable<void> remove(const std::string& name);
   asio::awaitable<std::vector<event>> job_events(const std::string& name);
   asio::awaitable<void> shutdown();

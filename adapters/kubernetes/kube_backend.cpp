@@ -583,7 +583,9 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
 asio::awaitable<std::unique_ptr<detail::job_watch>> backend::watch_job(std::string name) {
   co_return std::make_unique<kube_watch>(impl_, std::move(name));
 }
-asio::awaitable<void> backend::cancel_job(std::string name) { co_await impl_->cancel(name); }
+// `force` changes nothing here: suspending the TrainJob deletes its pods, and
+// the kubelet gives them the pod's own terminationGracePeriodSeconds.
+asio::awaitable<void> backend::cancel_job(std::string name, cancel_options) { co_await impl_->cancel(name); }
 asio::awaitable<void> backend::delete_job(std::string name) { co_await impl_->remove(name); }
 asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {
   co_return co_await impl_->job_events(name);

@@ -180,25 +180,25 @@ asio::awaitable<std::unique_ptr<detail::job_watch>> backend::watch_job(std::stri
   co_return std::make_unique<local_watch>(impl_, std::move(name), std::move(j));
 }
 
-asio::awaitable<void> backend::cancel_job(std::string name) {
+asio::awaitable<void> backend::cancel_job(std::string name, cancel_options options) {
   auto& e = *impl_;
   e.check_running();
   if (auto j = e.owned(name)) {
-    co_await e.cancel_owned(j);
+    co_await e.cancel_owned(j, options.force);
     co_return;
   }
-  co_await e.cancel_foreign(name);
+  co_await e.cancel_foreign(name, options.force);
 }
 
 asio::awaitable<void> backend::delete_job(std::string name) {
   auto& e = *impl_;
   e.check_running();
   if (auto j = e.owned(name)) {
-    co_await e.cancel_owned(j);
+    co_await e.cancel_owned(j, false);
   } else {
     auto row = e.load_fresh(name);
     if (!row) e.throw_not_found(name);
-    if (!is_terminal(row->status)) co_await e.cancel_foreign(name);
+    if (!is_terminal(row->status)) co_await e.cancel_foreign(name, false);
   }
   // The job's last writes must land before its rows go. (An ended job is no
   // longer in the job table: its record went with the commit of its end.)

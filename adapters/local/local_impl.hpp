@@ -245,8 +245,9 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   boost::asio::awaitable<bool> copy_from_cache(std::shared_ptr<job_rec> j, const std::string& key, int& fd);
   boost::asio::awaitable<std::optional<std::pair<std::string, std::string>>> python_identity(job_rec& j);
   boost::asio::awaitable<void> wait_for_venv(const std::string& key, detail::wake_signal& w);
-  boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j);
-  boost::asio::awaitable<void> cancel_foreign(const std::string& name);
+  /// `force`: SIGKILL now (also when a graceful cancel is under way).
+  boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j, bool force);
+  boost::asio::awaitable<void> cancel_foreign(const std::string& name, bool force);
   void fail_unfinished(job_rec& j, const std::string& why);
 
   // reconciliation with what really runs

@@ -27,9 +27,9 @@ void kill_orphan_group(std::int64_t pid, std::uint64_t start) {
 
 // A cancel is an input of the job's state machine, which stops what runs
 // (SIGTERM, then SIGKILL after the grace period); this waits for its end.
-asio::awaitable<void> engine_state::cancel_owned(std::shared_ptr<job_rec> j) {
+asio::awaitable<void> engine_state::cancel_owned(std::shared_ptr<job_rec> j, bool force) {
   if (is_terminal(j->row.status)) co_return;
-  j->post(job_input::cancel());
+  j->post(job_input::cancel(force));
   detail::wake_signal w(ex);
   detail::wake_registration reg(j->watchers, &w);
   while (!is_terminal(j->row.status)) {
@@ -38,22 +38,23 @@ asio::awaitable<void> engine_state::cancel_owned(std::shared_ptr<job_rec> j) {
   }
 }
 
-asio::awaitable<void> engine_state::cancel_foreign(const std::string& name) {
+asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool force) {
   auto row = load_fresh(name);
   if (!row) throw_not_found(name);
   if (is_terminal(row->status)) co_return;
   transact([&](detail::store& db) {
     db.append_event(name, "", now_ms(), log_event::cancel_requested,
                     "cancel requested by process " + std::to_string(self_pid) +
-                        ": SIGTERM to the process group, SIGKILL after " +
-                        std::to_string(cfg.grace_period.count()) + " ms");
+                        (force ? std::string(": SIGKILL to the process group now")
+                               : ": SIGTERM to the process group, SIGKILL after " +
+                                     std::to_string(cfg.grace_period.count()) + " ms"));
   });
   auto signal_steps = [&](const detail::job_row& r, int sig) {
     for (const auto& s : r.steps)
       if (s.status == job_status::running && process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start))
         ::killpg(static_cast<pid_t>(s.pid), sig);
   };
-  signal_steps(*row, SIGTERM);
+  signal_steps(*row, force ? SIGKILL : SIGTERM);
   foreign_watch fw(*this, *row, false);
   auto wait_for_end = [&](steady::time_point deadline) -> asio::awaitable<bool> {
     for (;;) {
@@ -63,7 +64,7 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name) {
       if (!co_await fw.wait_until(deadline)) co_return false;
     }
   };
-  if (co_await wait_for_end(steady::now() + cfg.grace_period)) co_return;
+  if (!force && co_await wait_for_end(steady::now() + cfg.grace_period)) co_return;
   if (auto r = db->load_job(name)) signal_steps(*r, SIGKILL);
   if (!co_await wait_for_end(steady::now() + std::chrono::seconds(30)))
     fail(errc::timeout, "TrainJob " + quote(name) + " did not end after SIGKILL; its owner (pid " +

@@ -56,7 +56,7 @@ class trainer_client {
   train_job wait_for_job_status(const std::string& name,
                                 std::set<job_status> statuses = {job_status::complete},
                                 std::chrono::milliseconds timeout = std::chrono::seconds(600));
-  void cancel_job(const std::string& name);
+  void cancel_job(const std::string& name, cancel_options options = {});
   void delete_job(const std::string& name);
   std::vector<event> get_job_events(const std::string& name);
   std::vector<runtime> list_runtimes();

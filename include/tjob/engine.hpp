@@ -130,7 +130,11 @@ class engine {
       std::string name, std::set<job_status> statuses = {job_status::complete},
       std::chrono::milliseconds timeout = std::chrono::seconds(600));
   /// Cancels (graded) a job that has not ended; it ends Failed, reason
-  /// `cancelled`. A no-op for an ended job.
+  /// `cancelled`. A no-op for an ended job. `force`: SIGKILL at once, also
+  /// to a job whose graceful cancel is under way.
+  boost::asio::awaitable<void> cancel_job(std::string name, cancel_options options);
+  /// cancel_job(name, {}). (An overload, not a default argument: a default
+  /// is a temporary in the caller's co_await, which g++ 12 miscompiles.)
   boost::asio::awaitable<void> cancel_job(std::string name);
   /// Cancels the job if it runs, then removes it: its record, events, logs
   /// and work dir.

@@ -137,6 +137,13 @@ struct venv_cache_entry {
   std::string problem;          ///< empty when usable; a broken entry is rebuilt, never used
 };
 
+/// Options of `cancel_job`.
+struct cancel_options {
+  /// SIGKILL now, without the grace period (local and container backends; on
+  /// Kubernetes the cluster's own grace period applies either way).
+  bool force = false;
+};
+
 /// Options of `get_job_logs`.
 struct log_options {
   std::string step = "node-0";

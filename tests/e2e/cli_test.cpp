@@ -49,8 +49,9 @@ TEST_CASE_FIXTURE(fixture, "tjob run streams the job's output and exits with its
   CHECK(ok.out == "hi 1\nhi 2\nhi 3\nwarn\n");
   CHECK(ok.err.find("hello Complete") != std::string::npos);
 
+  // the job's own exit code, as `docker run` exits
   auto bad = tjob({"run", "--", helper_bin(), "exit", "9"});
-  CHECK(bad.exit_code == 1);
+  CHECK(bad.exit_code == 9);
   CHECK(bad.err.find("Failed") != std::string::npos);
   CHECK(bad.err.find("exit code 9") != std::string::npos);
 }
@@ -211,11 +212,36 @@ TEST_CASE_FIXTURE(fixture,
                            env());
   REQUIRE(r.wait_for_stdout("working\n"));
   r.signal(SIGINT);
-  CHECK(r.wait(30s) == 1);
+  CHECK(r.wait(30s) == 130);  // 128 + SIGINT, as a shell reports it
+  CHECK(r.err().find("press Ctrl-C again to kill it now") != std::string::npos);
   CHECK(r.err().find("cancelled") != std::string::npos);
   auto o = boost::json::parse(tjob({"get", "interrupted", "-o", "json"}).out).as_object();
   CHECK(o.at("status").as_string() == "Failed");
   CHECK(o.at("steps").as_array()[0].at("reason").as_string() == "cancelled");
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "a second Ctrl-C on tjob run kills the job at once instead of waiting out --grace") {
+  auto pidfile = dir.path() / "pids";
+  // The job ignores SIGTERM and the grace period is ten minutes: only the
+  // forced kill ends it before the wait's deadline.
+  tjob::test::background r({tjob_bin(), "run", "--name", "stubborn", "--grace", "600", "--", helper_bin(),
+                            "ignore-term", pidfile.string()},
+                           env());
+  REQUIRE(r.wait_for_stdout("ready\n"));
+  r.signal(SIGINT);
+  REQUIRE(r.wait_for_stderr("press Ctrl-C again"));
+  r.signal(SIGINT);
+  CHECK(r.wait(60s) == 130);
+  CHECK(r.err().find("killing stubborn now") != std::string::npos);
+  auto o = boost::json::parse(tjob({"get", "stubborn", "-o", "json"}).out).as_object();
+  CHECK(o.at("status").as_string() == "Failed");
+  CHECK(o.at("steps").as_array()[0].at("reason").as_string() == "cancelled");
+  std::ifstream pids(pidfile);
+  pid_t child = 0, grandchild = 0;
+  pids >> child >> grandchild;
+  CHECK(tjob::test::process_gone(child));
+  CHECK(tjob::test::process_gone(grandchild));
 }
 
 TEST_CASE_FIXTURE(fixture, "after tjob run is SIGKILLed no job is left Running") {
@@ -314,6 +340,34 @@ TEST_CASE_FIXTURE(fixture, "tjob run FILE.py runs Python code and rejects bad Py
   CHECK(tjob({"logs", "py-bg"}).out.find("n = 3\n") != std::string::npos);
   auto all = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
   CHECK(all.size() == 3);
+}
+
+TEST_CASE_FIXTURE(fixture, "everything after FILE.py is the script's own argv, its flags and -- included") {
+  auto file = dir.path() / "args.py";
+  std::ofstream(file) << "import sys\nprint('argv', sys.argv[1:])\n";
+  auto env = this->env();
+  env["PIP_CONFIG_FILE"] = "/dev/null";
+  // --name after FILE.py is the script's; the job's own --name comes before it
+  auto r = run({tjob_bin(), "run", "--name", "args-job", "--runtime", "python", file.string(), "--epochs",
+                "3", "--name", "foo", "--", "-x", "--runtime=none"},
+               env);
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("argv ['--epochs', '3', '--name', 'foo', '--', '-x', '--runtime=none']\n") !=
+        std::string::npos);
+  CHECK(r.err.find("job args-job started") != std::string::npos);
+  CHECK(tjob({"get", "foo"}).exit_code != 0);
+  // options with values given as --opt=value, and train (detached) the same
+  auto t = run({tjob_bin(), "--home=" + home(), "train", "--name=args-bg", "--runtime=python", file.string(),
+                "--lr=0.1", "-v"},
+               env);
+  REQUIRE(t.exit_code == 0);
+  CHECK(tjob({"wait", "args-bg", "--timeout", "120"}).out == "Complete\n");
+  CHECK(tjob({"logs", "args-bg"}).out.find("\nargv ['--lr=0.1', '-v']\n") != std::string::npos);
+  // a `--` before any positional still means a program, with its own flags
+  auto p = tjob({"run", "--", helper_bin(), "print", "--name"});
+  CHECK(p.exit_code == 0);
+  CHECK(p.out == "--name");
 }
 
 TEST_CASE_FIXTURE(fixture, "tjob run whose reader goes away keeps owning its job to the end") {

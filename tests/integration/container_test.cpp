@@ -195,6 +195,23 @@ TEST_CASE_TEMPLATE("another process sees the container jobs of the first, with t
   client.delete_job(name);
 }
 
+TEST_CASE_TEMPLATE("a forced cancel kills the containers at once instead of waiting out the grace period", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  auto cfg = fx.config(sock);
+  // `sh -c 'sleep 600'` is the container's PID 1, which SIGTERM does not
+  // end: a graceful cancel would wait the ten minutes out in docker stop.
+  cfg.grace_period = std::chrono::minutes(10);
+  trainer_client client(cfg);
+  auto name = started_sleeper(client);
+  client.cancel_job(name, {.force = true});
+  auto job = client.wait_for_job_status(name, {job_status::failed}, 60s);
+  CHECK(job.reason == "cancelled");
+  client.delete_job(name);
+}
+
 TEST_CASE_TEMPLATE("a container removed behind the engine's back ends a waiter with a clear error", D,
                    TJOB_DAEMONS) {
   fixture fx;
