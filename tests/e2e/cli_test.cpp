@@ -66,7 +66,7 @@ TEST_CASE_FIXTURE(fixture, "arguments and env values reach the program as data a
 
 TEST_CASE_FIXTURE(fixture, "list and get and logs and events and wait and delete work on what run left") {
   REQUIRE(tjob({"run", "--name", "one", "--", helper_bin(), "lines", "5"}).exit_code == 0);
-  REQUIRE(tjob({"run", "--name", "two", "--", helper_bin(), "exit", "2"}).exit_code == 1);
+  REQUIRE(tjob({"run", "--name", "two", "--", helper_bin(), "exit", "2"}).exit_code == 2);
 
   auto table = tjob({"list"});
   CHECK(table.exit_code == 0);
