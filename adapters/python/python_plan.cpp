@@ -123,19 +123,23 @@ std::string check_remote_trainer(const std::string& who, python_trainer& pt) {
 
 std::vector<std::pair<std::string, std::string>> training_files(const python_trainer& pt,
                                                                 const std::string& source,
-                                                                const std::string& stem) {
+                                                                const std::string& stem, bool file_is_here) {
   std::vector<std::pair<std::string, std::string>> out;
-  if (pt.function.empty() && pt.source.empty()) return out;  // a script file runs where it is
-  out.emplace_back(stem + ".py", pt.function.empty()
-                                     ? source
-                                     : training_file(source, pt.function, !pt.function_args.empty()));
+  if (pt.function.empty()) {
+    if (!pt.source.empty()) out.emplace_back(stem + ".py", source);
+    return out;  // a script file runs where it is
+  }
+  bool load_in_place = file_is_here && !pt.source_file.empty();
+  std::string code = load_in_place ? pt.source_file : stem + ".code.py";
+  out.emplace_back(stem + ".py", function_launcher(code, pt.function, !pt.function_args.empty()));
+  if (!load_in_place) out.emplace_back(code, source);
   if (!pt.function_args.empty()) out.emplace_back(stem + ".kwargs.json", pt.function_args);
   return out;
 }
 
 std::vector<std::pair<std::string, std::string>> shipped_files(const python_trainer& pt,
                                                                const std::string& source) {
-  auto files = training_files(pt, source, "train");
+  auto files = training_files(pt, source, "train", false);
   if (files.empty()) files.emplace_back("train.py", source);
   return files;
 }
@@ -180,13 +184,11 @@ else:
         plan = json.load(f)
 work = tempfile.mkdtemp(prefix="tjob-")
 script = plan.get("script")
-if plan.get("code") is not None:
-    script = os.path.join(work, "train.py")
-    with open(script, "w", encoding="utf-8") as f:
-        f.write(plan["code"])
-    if plan.get("kwargs") is not None:
-        with open(os.path.join(work, "train.kwargs.json"), "w", encoding="utf-8") as f:
-            f.write(plan["kwargs"])
+if plan.get("files") is not None:
+    for name, text in plan["files"].items():
+        with open(os.path.join(work, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    script = os.path.join(work, plan["run"])
 packages = plan.get("packages") or []
 if packages:
     base = [sys.executable, "-m", "pip"] + plan["pip_args"]
@@ -233,9 +235,11 @@ json::object entry_plan(const python_trainer& pt, const std::string& source, boo
                     {"args", std::move(args)},
                     {"torch", torch}};
   if (with_code) {
+    json::object shipped;
     auto files = shipped_files(pt, source);
-    plan["code"] = files.front().second;
-    if (files.size() > 1) plan["kwargs"] = files[1].second;
+    for (const auto& [file, text] : files) shipped[file] = text;
+    plan["run"] = files.front().first;
+    plan["files"] = std::move(shipped);
   } else {
     plan["script"] = script;
   }

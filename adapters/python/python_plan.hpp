@@ -36,16 +36,19 @@ std::string check_remote_trainer(const std::string& who, python_trainer& pt);
 /// gpus is 0 or more.
 void check_gpus(const std::string& who, const python_trainer& pt);
 
-/// The files the code runs from, named `<stem>.py` and (with function
-/// arguments) `<stem>.kwargs.json`: a function's source with its call
-/// appended, or script text as it is. Empty for a script given by path.
+/// The files the code runs from, the first the one to run: script text as it
+/// is (`<stem>.py`); for a function, its launcher (`<stem>.py`, see
+/// function_launcher), the code it loads (`<stem>.code.py`, unless the code
+/// is a file on this machine, which is loaded where it is) and, with
+/// arguments, `<stem>.kwargs.json`. Empty for a script given by path.
 std::vector<std::pair<std::string, std::string>> training_files(const python_trainer& pt,
                                                                 const std::string& source,
-                                                                const std::string& stem);
+                                                                const std::string& stem,
+                                                                bool file_is_here = true);
 
 /// The files a job that runs elsewhere (a container, a pod) takes with it:
 /// `train.py` (a script file's text too: it cannot read a host path) and,
-/// with function arguments, `train.kwargs.json`.
+/// for a function, `train.code.py` and `train.kwargs.json` beside it.
 std::vector<std::pair<std::string, std::string>> shipped_files(const python_trainer& pt,
                                                                const std::string& source);
 

@@ -154,19 +154,53 @@ bool defines_function(std::string_view source, std::string_view function) {
   return false;
 }
 
-std::string training_file(std::string_view source, std::string_view function, bool with_kwargs) {
-  std::string out(source);
-  if (!out.empty() && out.back() != '\n') out.push_back('\n');
-  out += "\n\n# Added by tjob: call the training function";
-  if (!with_kwargs) {
-    out += ".\n" + std::string(function) + "()\n";
-  } else {
-    // The arguments travel in a JSON file beside this one, never as code.
-    out += " with its keyword arguments.\nimport json as _tjob_json\n";
+namespace {
+
+// `s` as a Python string literal (UTF-8 passes as it is).
+std::string py_literal(std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string function_launcher(std::string_view code_path, std::string_view function, bool with_kwargs) {
+  // The function name is a Python identifier (defines_function checked it);
+  // the path and the arguments are data: a literal and a JSON file.
+  std::string out = "# Written by tjob: call " + std::string(function) +
+                    "() of the training code, which runs as the module __tjob_main__ (not __main__).\n"
+                    "import importlib.util as _tjob_util, os as _tjob_os, sys as _tjob_sys\n"
+                    "_tjob_path = " +
+                    py_literal(code_path) +
+                    "\n"
+                    "if not _tjob_os.path.isabs(_tjob_path):\n"
+                    "    _tjob_path = "
+                    "_tjob_os.path.join(_tjob_os.path.dirname(_tjob_os.path.abspath(__file__)), _tjob_path)\n"
+                    "_tjob_sys.path.insert(0, _tjob_os.path.dirname(_tjob_path))\n"
+                    "_tjob_spec = _tjob_util.spec_from_file_location(\"__tjob_main__\", _tjob_path)\n"
+                    "_tjob_module = _tjob_util.module_from_spec(_tjob_spec)\n"
+                    "_tjob_sys.modules[\"__tjob_main__\"] = _tjob_module\n"
+                    "_tjob_spec.loader.exec_module(_tjob_module)\n"
+                    "_tjob_kwargs = {}\n";
+  if (with_kwargs) {
+    out += "import json as _tjob_json\n";
     out += "with open(__file__[:-3] + \".kwargs.json\", encoding=\"utf-8\") as _tjob_f:\n";
     out += "    _tjob_kwargs = _tjob_json.load(_tjob_f)\n";
-    out += std::string(function) + "(**_tjob_kwargs)\n";
   }
+  out += "_tjob_module." + std::string(function) + "(**_tjob_kwargs)\n";
   return out;
 }
 

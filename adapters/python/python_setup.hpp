@@ -48,9 +48,14 @@ std::string_view pip_bootstrap_code();
 /// True when `source` defines `function` at top level (`def f(` or `async def f(`).
 bool defines_function(std::string_view source, std::string_view function);
 
-/// The training file for a function trainer: the source, then a call of the
-/// function, with the keyword arguments read from the JSON file beside it
-/// (`<file without .py>.kwargs.json`) when `with_kwargs`.
-std::string training_file(std::string_view source, std::string_view function, bool with_kwargs);
+/// The launcher of a function trainer: it loads the training code from
+/// `code_path` (absolute, or relative to the launcher's own directory) as a
+/// module named `__tjob_main__`, so the file's `if __name__ == "__main__":`
+/// block stays off while its imports and helpers are there; the code's
+/// directory goes first on sys.path (sibling modules import) and tracebacks
+/// name the file itself. Then it calls `function`, with the keyword arguments
+/// read from the JSON file beside the launcher (`<launcher without
+/// .py>.kwargs.json`) when `with_kwargs`.
+std::string function_launcher(std::string_view code_path, std::string_view function, bool with_kwargs);
 
 }  // namespace tjob::python

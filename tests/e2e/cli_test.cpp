@@ -297,14 +297,18 @@ TEST_CASE_FIXTURE(fixture, "the README's main job trains the linear model under 
 
 TEST_CASE_FIXTURE(fixture, "tjob run FILE.py runs Python code and rejects bad Python options by name") {
   auto file = dir.path() / "job.py";
-  std::ofstream(file) << "import sys\ndef go(n):\n    print('n =', n)\nif __name__ == '__main__':\n"
-                         "    print('script', sys.argv[1:])\n";
+  std::ofstream(file) << "import sys\nimport jobhelp\ndef go(n):\n    print('n =', n, jobhelp.twice(n))\n"
+                         "if __name__ == '__main__':\n    print('script', sys.argv[1:])\n";
+  std::ofstream(dir.path() / "jobhelp.py") << "def twice(n):\n    return 2 * n\n";
   auto env = this->env();
   env["PIP_CONFIG_FILE"] = "/dev/null";
+  // --func: the sibling module imports, and the file's __main__ block stays off
   auto func = run(
       {tjob_bin(), "run", "--runtime", "python", "--func", "go", "--args", "{\"n\": 7}", file.string()}, env);
+  CAPTURE(func.err);
   CHECK(func.exit_code == 0);
-  CHECK(func.out.find("n = 7\n") != std::string::npos);
+  CHECK(func.out.find("n = 7 14\n") != std::string::npos);
+  CHECK(func.out.find("script") == std::string::npos);
   auto script = run({tjob_bin(), "run", "--runtime", "python", file.string(), "a", "b"}, env);
   CHECK(script.exit_code == 0);
   CHECK(script.out.find("script ['a', 'b']\n") != std::string::npos);
@@ -337,7 +341,7 @@ TEST_CASE_FIXTURE(fixture, "tjob run FILE.py runs Python code and rejects bad Py
   REQUIRE(detached.exit_code == 0);
   CHECK(detached.out == "py-bg\n");
   CHECK(tjob({"wait", "py-bg", "--timeout", "120"}).out == "Complete\n");
-  CHECK(tjob({"logs", "py-bg"}).out.find("n = 3\n") != std::string::npos);
+  CHECK(tjob({"logs", "py-bg"}).out.find("n = 3 6\n") != std::string::npos);
   auto all = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
   CHECK(all.size() == 3);
 }

@@ -56,16 +56,25 @@ TEST_CASE("a node's argv: torchrun as a module for a torch runtime, python -u ot
         strings{"/v/bin/python", "-u", "/w/train.py", "x"});
 }
 
-TEST_CASE("training files: a function gets its call and its kwargs file, script text is as given") {
+TEST_CASE("training files: a function gets a launcher and its kwargs file, script text is as given") {
   python_trainer pt;
   pt.function = "train";
   pt.function_args = R"({"lr": 0.1})";
+  // function source given as text: the launcher loads the code written beside it
   auto files = python::training_files(pt, "def train(lr):\n    print(lr)\n", "train_job1");
-  REQUIRE(files.size() == 2);
+  REQUIRE(files.size() == 3);
   CHECK(files[0].first == "train_job1.py");
-  CHECK(files[0].second.find("def train(lr):") == 0);
-  CHECK(files[0].second.find("train(**") != std::string::npos);
-  CHECK(files[1] == std::pair<std::string, std::string>{"train_job1.kwargs.json", R"({"lr": 0.1})"});
+  CHECK(files[0].second.find("_tjob_path = \"train_job1.code.py\"") != std::string::npos);
+  CHECK(files[0].second.find("_tjob_module.train(**_tjob_kwargs)") != std::string::npos);
+  CHECK(files[1] ==
+        std::pair<std::string, std::string>{"train_job1.code.py", "def train(lr):\n    print(lr)\n"});
+  CHECK(files[2] == std::pair<std::string, std::string>{"train_job1.kwargs.json", R"({"lr": 0.1})"});
+  // a file on this machine is loaded where it is, not copied
+  pt.source_file = "/home/u/my \"proj\"/train.py";
+  files = python::training_files(pt, "def train(lr):\n    print(lr)\n", "train_job1");
+  REQUIRE(files.size() == 2);
+  CHECK(files[0].second.find(R"(_tjob_path = "/home/u/my \"proj\"/train.py")") != std::string::npos);
+  CHECK(files[1].first == "train_job1.kwargs.json");
 
   python_trainer text;
   text.source = "print('hi')\n";
@@ -98,7 +107,8 @@ TEST_CASE("the entry script runs code carried in its plan, with the script's arg
   pt.args = {"--flag", "a b"};
   auto plan = python::entry_plan(pt, "import sys\ndef train(who):\n    print('hello', who, sys.argv[1:])\n",
                                  false, true, {});
-  CHECK(plan.contains("code"));
+  CHECK(plan.contains("files"));
+  CHECK(plan.at("run").as_string() == "train.py");
   CHECK(!plan.contains("script"));
   tjob::test::temp_dir dir;
   write(dir.path() / "entry.py", std::string(python::entry_script()));
@@ -146,10 +156,12 @@ TEST_CASE("a job that runs elsewhere takes its code with it, a script file's tex
   python_trainer fn;
   fn.function = "go";
   fn.function_args = "{}";
+  fn.source_file = "/somewhere/train.py";  // not there where the job runs: shipped
   auto files = python::shipped_files(fn, "def go():\n    pass\n");
-  REQUIRE(files.size() == 2);
+  REQUIRE(files.size() == 3);
   CHECK(files[0].first == "train.py");
-  CHECK(files[1] == std::pair<std::string, std::string>{"train.kwargs.json", "{}"});
+  CHECK(files[1] == std::pair<std::string, std::string>{"train.code.py", "def go():\n    pass\n"});
+  CHECK(files[2] == std::pair<std::string, std::string>{"train.kwargs.json", "{}"});
 }
 
 TEST_CASE("an index URL that pip could not read is refused when the job is submitted") {

@@ -1,10 +1,14 @@
 #include "adapters/python/python_setup.hpp"
 
+#include "tests/support/test_support.hpp"
+
 #include <tjob/error.hpp>
 
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 using namespace tjob::python;
 using strings = std::vector<std::string>;
@@ -81,12 +85,29 @@ TEST_CASE("a function must be defined at the top level of the source") {
   CHECK_FALSE(defines_function("# def train_model():\n", "train_model"));
 }
 
-TEST_CASE("the training file calls the function, unpacking keyword arguments from JSON beside it") {
-  auto with = training_file("def f(a, b):\n    print(a, b)", "f", true);
-  CHECK(with.rfind("def f(a, b):\n    print(a, b)\n", 0) == 0);
-  CHECK(with.find("f(**_tjob_kwargs)\n") != std::string::npos);
-  CHECK(with.find(".kwargs.json") != std::string::npos);
-  auto without = training_file("def f():\n    pass\n", "f", false);
-  CHECK(without.size() > 4);
-  CHECK(without.substr(without.size() - 4) == "f()\n");
+TEST_CASE(
+    "the function launcher loads the code as __tjob_main__ and calls the function with its JSON kwargs") {
+  REQUIRE(std::filesystem::exists("/usr/bin/python3"));  // scripts/setup installs it
+  tjob::test::temp_dir dir;
+  auto code = dir.path() / "sub dir" / "train.py";
+  std::filesystem::create_directories(code.parent_path());
+  std::ofstream(code) << "import helper\nimport sys\n"
+                         "def f(a, b):\n    print('f', a, b, helper.twice(a), __name__, __file__)\n"
+                         "def g():\n    raise ValueError('boom')\n"
+                         "if __name__ == '__main__':\n    print('the guard fired')\n";
+  std::ofstream(code.parent_path() / "helper.py") << "def twice(n):\n    return 2 * n\n";
+  auto launcher = dir.path() / "launch.py";
+  std::ofstream(launcher) << function_launcher(code.string(), "f", true);
+  std::ofstream(dir.path() / "launch.kwargs.json") << R"({"a": 3, "b": "x\"y"})";
+  auto r = tjob::test::run({"/usr/bin/python3", launcher.string()});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "f 3 x\"y 6 __tjob_main__ " + code.string() + "\n");
+  // relative to the launcher, and no arguments; a traceback names the code's own file
+  std::ofstream(dir.path() / "rel.py") << function_launcher("sub dir/train.py", "g", false);
+  auto rel = tjob::test::run({"/usr/bin/python3", (dir.path() / "rel.py").string()});
+  CHECK(rel.exit_code == 1);
+  CHECK(rel.err.find("File \"" + code.string() + "\", line 6, in g") != std::string::npos);
+  CHECK(rel.err.find("ValueError: boom") != std::string::npos);
+  CHECK(rel.out.empty());
 }
