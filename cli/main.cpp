@@ -66,7 +66,13 @@ std::set<job_status> parse_statuses(const std::string& list) {
     auto end = list.find(',', start);
     if (end == std::string::npos) end = list.size();
     auto item = list.substr(start, end - start);
-    auto st = parse_job_status(item);
+    // Statuses are matched without regard to case: failed, FAILED, Failed.
+    std::optional<job_status> st;
+    for (auto s : {job_status::created, job_status::running, job_status::complete, job_status::failed})
+      if (std::equal(item.begin(), item.end(), to_string(s).begin(), to_string(s).end(), [](char a, char b) {
+            return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+          }))
+        st = s;
     if (!st)
       throw usage_error("--status '" + item +
                         "': not a status; use a comma-separated list of Created, Running, "
@@ -470,13 +476,14 @@ int cmd_train(const common_options& common, const job_options& jo) {
 struct commands {
   common_options common;
   job_options run_opts, train_opts;
-  std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete";
-  bool follow = false, prune_all = false;
+  std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
+  std::vector<std::string> job_names;  // get, delete, cancel: one or more
+  bool follow = false, prune_all = false, delete_all = false;
   long long tail = -1;
   double timeout = 600, unused_days = 7;
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
            *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr, *runtimes = nullptr,
-           *cache_list = nullptr, *cache_prune = nullptr;
+           *cache_list = nullptr, *cache_prune = nullptr, *version = nullptr;
   CLI::Option* tail_opt = nullptr;
 };
 
@@ -543,8 +550,12 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.list = app.add_subcommand("list", "List jobs: NAME STATUS RUNTIME STEPS AGE");
   c.list->add_option("-o,--output", c.format, "table, json or yaml");
   c.list->add_option("--runtime", c.list_runtime, "Only jobs of this runtime");
-  c.get = app.add_subcommand("get", "Show one job with its steps");
-  c.get->add_option("name", c.job_name, "Job name")->required();
+  c.list->add_option("--status", c.list_statuses,
+                     "Only jobs in these statuses: a comma-separated list of Created, Running, Complete, "
+                     "Failed (any case)");
+  c.get = app.add_subcommand(
+      "get", "Show jobs with their steps (-o json or yaml: one object, or a list for several)");
+  c.get->add_option("name", c.job_names, "Job names")->required();
   c.get->add_option("-o,--output", c.format, "table, json or yaml");
   c.logs = app.add_subcommand("logs", "Print a step's log; with -f, follow it until the step ends");
   c.logs->add_option("name", c.job_name, "Job name")->required();
@@ -560,11 +571,13 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.del = app.add_subcommand("delete",
                              "Delete a job: cancel it if it runs (SIGTERM, SIGKILL after --grace), then "
                              "remove its record, events, logs and work dir");
-  c.del->add_option("name", c.job_name, "Job name")->required();
+  c.del->add_option("name", c.job_names, "Job names");
+  c.del->add_flag("--all", c.delete_all, "Every job (with --status: every job in those statuses)");
+  c.del->add_option("--status", c.list_statuses, "With --all: only jobs in these statuses (comma-separated)");
   c.del->add_option("--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
   c.cancel =
       app.add_subcommand("cancel", "Cancel a running job (SIGTERM, SIGKILL after --grace); it stays, Failed");
-  c.cancel->add_option("name", c.job_name, "Job name")->required();
+  c.cancel->add_option("name", c.job_names, "Job names")->required();
   c.cancel->add_option("--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
   c.events = app.add_subcommand("events", "Show a job's event log");
   c.events->add_option("name", c.job_name, "Job name")->required();
@@ -573,6 +586,7 @@ void add_query_commands(CLI::App& app, commands& c) {
 
 // runtimes and cache.
 void add_other_commands(CLI::App& app, commands& c) {
+  c.version = app.add_subcommand("version", "Print tjob's version (as --version does)");
   c.runtimes = app.add_subcommand("runtimes", "List the training runtimes");
   c.runtimes->add_option("-o,--output", c.format, "table, json or yaml");
   auto* cache =
@@ -590,7 +604,6 @@ void add_other_commands(CLI::App& app, commands& c) {
   c.cache_prune->add_flag("--all", c.prune_all, "Remove every cached venv that is not in use");
 }
 
-// An unknown command is named with the list of the known ones.
 // How many of argv's entries are tjob's: for `run` and `train` the first
 // positional (FILE.py) ends them and the rest are the script's own, flags and
 // `--` included, as `python FILE.py ARGS...` takes them. A `--` before it
@@ -616,6 +629,7 @@ int tjob_args_end(CLI::App& app, int argc, char** argv) {
   return argc;
 }
 
+// An unknown command is named with the list of the known ones.
 bool known_command(CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return true;
   std::string known;
@@ -637,15 +651,28 @@ int run_query(commands& c) {
     throw usage_error(fmt::format("--tail {}: must be 0 or more lines", c.tail));
   if (*c.wait && c.timeout <= 0)
     throw usage_error(fmt::format("--timeout {}: must be more than 0 seconds", c.timeout));
-  std::set<job_status> wanted;
+  std::set<job_status> wanted, listed;
   if (*c.wait) wanted = parse_statuses(c.statuses);
+  if (!c.list_statuses.empty()) listed = parse_statuses(c.list_statuses);
+  if (*c.del) {
+    if (c.delete_all == !c.job_names.empty())
+      throw usage_error("delete: give job names or --all, not both or neither");
+    if (!listed.empty() && !c.delete_all) throw usage_error("delete: --status goes with --all");
+  }
   trainer_client client(make_config(c.common));
   const auto& name = c.job_name;
+  // The jobs of `list` and `delete --all`, in the statuses asked for.
+  auto jobs_listed = [&] {
+    auto all = client.list_jobs(c.list_runtime.empty() ? std::nullopt : std::optional(c.list_runtime));
+    if (!listed.empty()) std::erase_if(all, [&](const train_job& j) { return !listed.count(j.status); });
+    return all;
+  };
   if (*c.list) {
-    write_out(cli::render_jobs(
-        client.list_jobs(c.list_runtime.empty() ? std::nullopt : std::optional(c.list_runtime)), fmt));
+    write_out(cli::render_jobs(jobs_listed(), fmt));
   } else if (*c.get) {
-    write_out(cli::render_job(client.get_job(name), fmt));
+    std::vector<train_job> jobs;
+    for (const auto& n : c.job_names) jobs.push_back(client.get_job(n));
+    write_out(cli::render_job_list(jobs, fmt));
   } else if (*c.logs) {
     log_options lo{.step = c.step, .follow = c.follow};
     if (tail_given) lo.tail = static_cast<std::size_t>(c.tail);
@@ -656,11 +683,18 @@ int run_query(commands& c) {
         name, wanted, std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000)));
     write_out(std::string(to_string(job.status)) + "\n");
   } else if (*c.del) {
-    client.delete_job(name);
-    write_out("deleted " + name + "\n");
+    auto names = c.job_names;
+    if (c.delete_all)
+      for (const auto& j : jobs_listed()) names.push_back(j.name);
+    for (const auto& n : names) {
+      client.delete_job(n);
+      write_out("deleted " + n + "\n");
+    }
   } else if (*c.cancel) {
-    client.cancel_job(name);
-    write_out(fmt::format("{} {}\n", name, to_string(client.get_job(name).status)));
+    for (const auto& n : c.job_names) {
+      client.cancel_job(n);
+      write_out(fmt::format("{} {}\n", n, to_string(client.get_job(n).status)));
+    }
   } else if (*c.events) {
     write_out(cli::render_events(client.get_job_events(name), fmt));
   } else if (*c.runtimes) {
@@ -688,6 +722,7 @@ int main(int argc, char** argv) {
       "Jobs, events and logs live in $TJOB_HOME (default "
       "${XDG_STATE_HOME:-$HOME/.local/state}/tjob); every tjob on the machine sees them."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "tjob " TJOB_VERSION);
   commands c;
   add_common_options(app, c.common);
   app.fallthrough();
@@ -703,6 +738,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     std::fprintf(stderr, "tjob: error: %s (see tjob --help)\n", what.c_str());
@@ -713,6 +750,10 @@ int main(int argc, char** argv) {
   for (auto* o : {&c.run_opts, &c.train_opts})
     o->command.insert(o->command.end(), script_args.begin(), script_args.end());
 
+  if (*c.version) {
+    write_out("tjob " TJOB_VERSION "\n");
+    return exit_ok;
+  }
   try {
     if (*c.run) return cmd_run(c.common, c.run_opts);
     if (*c.train) return cmd_train(c.common, c.train_opts);

@@ -159,14 +159,14 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
 
 std::string pretty_json(const json::value& v) { return json::serialize(v) + "\n"; }
 
+// A list as JSON or YAML, the same shape in both: a bare list of objects, so
+// that a script's paths (`.[0].status`) work on either.
 template <class T>
-std::string render_list(const std::vector<T>& items, output_format f, const char* key) {
+std::string render_list(const std::vector<T>& items, output_format f) {
   json::array arr;
   for (const auto& i : items) arr.push_back(to_json(i));
   if (f == output_format::json) return pretty_json(arr);
-  json::object o;
-  o[key] = std::move(arr);
-  return to_yaml(o);
+  return to_yaml(arr);
 }
 
 }  // namespace
@@ -178,7 +178,7 @@ std::string to_yaml(const json::value& v) {
 }
 
 std::string render_jobs(const std::vector<train_job>& jobs, output_format f) {
-  if (f != output_format::table) return render_list(jobs, f, "jobs");
+  if (f != output_format::table) return render_list(jobs, f);
   std::vector<std::vector<std::string>> rows{{"NAME", "STATUS", "RUNTIME", "STEPS", "AGE"}};
   auto now = clock::now();
   for (const auto& j : jobs) {
@@ -203,8 +203,16 @@ std::string render_job(const train_job& job, output_format f) {
   return out + "\n" + table(rows);
 }
 
+std::string render_job_list(const std::vector<train_job>& jobs, output_format f) {
+  if (jobs.size() == 1) return render_job(jobs.front(), f);
+  if (f != output_format::table) return render_list(jobs, f);
+  std::string out;
+  for (const auto& j : jobs) out += (out.empty() ? "" : "\n") + render_job(j, f);
+  return out;
+}
+
 std::string render_events(const std::vector<event>& events, output_format f) {
-  if (f != output_format::table) return render_list(events, f, "events");
+  if (f != output_format::table) return render_list(events, f);
   std::vector<std::vector<std::string>> rows{{"TIME", "STEP", "REASON", "MESSAGE"}};
   for (const auto& e : events)
     rows.push_back({format_time(e.time), e.step.empty() ? "-" : e.step, e.reason, e.message});
@@ -212,7 +220,7 @@ std::string render_events(const std::vector<event>& events, output_format f) {
 }
 
 std::string render_runtimes(const std::vector<runtime>& runtimes, output_format f) {
-  if (f != output_format::table) return render_list(runtimes, f, "runtimes");
+  if (f != output_format::table) return render_list(runtimes, f);
   std::vector<std::vector<std::string>> rows{{"NAME", "FRAMEWORK", "TRAINER", "PACKAGES"}};
   for (const auto& r : runtimes) {
     std::string pk;
@@ -223,7 +231,7 @@ std::string render_runtimes(const std::vector<runtime>& runtimes, output_format 
 }
 
 std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, output_format f) {
-  if (f != output_format::table) return render_list(entries, f, "venvs");
+  if (f != output_format::table) return render_list(entries, f);
   std::vector<std::vector<std::string>> rows{{"KEY", "PYTHON", "PACKAGES", "SIZE", "LAST USED", "STATE"}};
   auto now = clock::now();
   for (const auto& e : entries) {

@@ -25,6 +25,9 @@ std::string format_age(clock::time_point t, clock::time_point now);
 
 std::string render_jobs(const std::vector<train_job>& jobs, output_format f);
 std::string render_job(const train_job& job, output_format f);
+/// `get` of one or more jobs: one as render_job; several as a list (JSON,
+/// YAML) or one table after the other.
+std::string render_job_list(const std::vector<train_job>& jobs, output_format f);
 std::string render_events(const std::vector<event>& events, output_format f);
 std::string render_runtimes(const std::vector<runtime>& runtimes, output_format f);
 std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, output_format f);

@@ -48,8 +48,21 @@ std::shared_ptr<spdlog::logger> quiet_logger() {
 
 // A store somebody else owns, or can write into, could be swapped under us
 // (a planted directory in shared temp space): refused, as ssh refuses keys,
-// before anything is made in it. Then it is made (0700) where it is missing.
+// before anything is made in it. So is one inside a directory every user can
+// write without the sticky bit (any user could rename the store away and put
+// another in its place). Then it is made (0700) where it is missing.
 void prepare_home(const std::filesystem::path& home) {
+  for (auto p = home.lexically_normal().parent_path();; p = p.parent_path()) {
+    struct stat ps {};
+    if (::stat(p.c_str(), &ps) == 0 && (ps.st_mode & S_IWOTH) && !(ps.st_mode & S_ISVTX))
+      fail(errc::store_unavailable,
+           "TJOB_HOME " + home.string() + " is inside " + p.string() + ", which every user can write (mode " +
+               fmt::format("{:04o}", ps.st_mode & 07777) +
+               ", no sticky bit): another user could replace the store; use a directory that only you "
+               "can write into, or chmod +t " +
+               p.string());
+    if (p == p.parent_path()) break;
+  }
   struct stat hs {};
   if (::stat(home.c_str(), &hs) == 0) {
     if (hs.st_uid != ::geteuid())

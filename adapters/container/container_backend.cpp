@@ -254,6 +254,19 @@ asio::awaitable<outcome<std::vector<seen>>> backend::impl::containers(const std:
     if (c.id.empty() || c.labels[label_job].empty()) continue;
     out.push_back(std::move(c));
   }
+  // A job Kubeflow's container backend made keeps its runtime on its network.
+  for (auto& c : out) {
+    auto net = c.labels[label_network];
+    if (!c.labels[label_runtime].empty() || net.empty()) continue;
+    auto known = network_runtime.find(net);
+    if (known == network_runtime.end()) {
+      auto inspected = co_await d.network_inspect(net);
+      if (!inspected) co_return inspected.error();
+      auto runtime = *inspected ? labels_of(**inspected)[label_runtime] : std::string();
+      known = network_runtime.emplace(net, std::move(runtime)).first;
+    }
+    c.labels[label_runtime] = known->second;
+  }
   // exit codes (and pids) are only in inspect; an exited container's answer is final
   for (auto& c : out) {
     const json::object* ins = nullptr;

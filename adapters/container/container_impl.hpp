@@ -86,6 +86,9 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   detail::task_group tasks;  // the events loop
   bool stopping = false;
   std::map<std::string, json::object> exited;  // inspect answers of exited containers (final)
+  // The runtime-name label of each job network seen (Kubeflow keeps a job's
+  // runtime there, not on its containers); a network's labels never change.
+  std::map<std::string, std::string> network_runtime;
 
   // the daemon
   /// The connected daemon; the failure lists every socket tried.

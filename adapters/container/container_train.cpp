@@ -120,18 +120,19 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
   auto net = network_name(name);
   std::map<std::string, std::string> net_labels{
       {label_job, name}, {label_runtime, rt.name}, {label_workdir, dir.string()}};
-  // The job network exists only where the nodes use it: with host or none
-  // networking a network would carry nothing and still cost a bridge, an
-  // address range from the daemon's pool and about 0.1 s per job.
-  if (cfg.network == container_network::job) {
-    auto inspected = co_await d.network_inspect(net);
-    if (auto& existing = inspected.value(); existing && labels_of(*existing)[label_job] == name) {
-      undo.network_id = str_of(*existing, "Id");  // left by an earlier try, as Kubeflow re-uses it
-    } else {
-      auto made = co_await d.network_create(net, net_labels, false);
-      undo.network_id = std::move(made).value();
-      undo.made_network = true;
-    }
+  // The job network is made in every mode: Kubeflow's container backend
+  // reads a job's runtime from it and calls a job without one broken
+  // ("missing network metadata"). With host or none networking no container
+  // joins it, and it is internal: it carries nothing. (It costs the daemon a
+  // bridge and about 0.1 s per job; bench/run's container rows show it.)
+  auto inspected = co_await d.network_inspect(net);
+  if (auto& existing = inspected.value(); existing && labels_of(*existing)[label_job] == name) {
+    undo.network_id = str_of(*existing, "Id");  // left by an earlier try, as Kubeflow re-uses it
+  } else {
+    bool internal = cfg.network != container_network::job;
+    auto made = co_await d.network_create(net, net_labels, internal);
+    undo.network_id = std::move(made).value();
+    undo.made_network = true;
   }
   python::torch_topology topo;
   topo.nnodes = std::to_string(r.num_nodes);

@@ -3,7 +3,10 @@
 
 #include <doctest/doctest.h>
 #include <sqlite3.h>
+#include <yaml-cpp/yaml.h>
 #include <boost/json.hpp>
+
+#include <sys/stat.h>
 
 #include <csignal>
 #include <cstdlib>
@@ -90,8 +93,16 @@ TEST_CASE_FIXTURE(fixture, "list and get and logs and events and wait and delete
   auto yaml = tjob({"get", "one", "-o", "yaml"});
   CHECK(yaml.exit_code == 0);
   CHECK(yaml.out.find("status: \"Complete\"") != std::string::npos);
-  auto list_yaml = tjob({"list", "-o", "yaml"});
-  CHECK(list_yaml.out.find("jobs:") != std::string::npos);
+  // -o json and -o yaml have one shape: a list of the same objects
+  auto list_json = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
+  auto list_yaml = YAML::Load(tjob({"list", "-o", "yaml"}).out);
+  REQUIRE(list_yaml.IsSequence());
+  REQUIRE(list_yaml.size() == list_json.size());
+  for (std::size_t i = 0; i < list_json.size(); ++i) {
+    CHECK(list_yaml[i]["name"].as<std::string>() == list_json[i].at("name").as_string());
+    for (const auto& [key, value] : list_json[i].as_object())
+      CHECK(list_yaml[i][std::string(key)].IsDefined());
+  }
 
   CHECK(tjob({"logs", "one"}).out == "line 1\nline 2\nline 3\nline 4\nline 5\n");
   CHECK(tjob({"logs", "one", "--tail", "2"}).out == "line 4\nline 5\n");
@@ -121,6 +132,66 @@ TEST_CASE_FIXTURE(fixture, "list and get and logs and events and wait and delete
   for (const auto& r : parsed.as_array()) names.insert(std::string(r.at("name").as_string()));
   CHECK(names == std::set<std::string>{"python", "torch-distributed"});
   CHECK(tjob({"runtimes"}).out.find("torch-distributed   torch") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "list --status, get and cancel of several jobs, delete --all --status, and version") {
+  REQUIRE(tjob({"run", "--name", "ok-a", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  REQUIRE(tjob({"run", "--name", "ok-b", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  REQUIRE(tjob({"run", "--name", "bad", "--", helper_bin(), "exit", "4"}).exit_code == 4);
+  REQUIRE(tjob({"train", "--name", "long-a", "--", helper_bin(), "sleep", "60000"}).exit_code == 0);
+  REQUIRE(tjob({"train", "--name", "long-b", "--", helper_bin(), "sleep", "60000"}).exit_code == 0);
+  REQUIRE(tjob({"wait", "long-a", "--status", "running"}).exit_code == 0);
+  REQUIRE(tjob({"wait", "long-b", "--status", "RUNNING"}).exit_code == 0);
+  auto names = [](const std::string& json_list) {
+    std::set<std::string> out;
+    auto parsed = boost::json::parse(json_list);  // (kept: a range-for over a temporary's array dangles)
+    for (const auto& j : parsed.as_array()) out.insert(std::string(j.at("name").as_string()));
+    return out;
+  };
+  // statuses in any case
+  CHECK(names(tjob({"list", "--status", "complete", "-o", "json"}).out) ==
+        std::set<std::string>{"ok-a", "ok-b"});
+  CHECK(names(tjob({"list", "--status", "FAILED,Running", "-o", "json"}).out) ==
+        std::set<std::string>{"bad", "long-a", "long-b"});
+  CHECK(tjob({"list", "--status", "done"}).exit_code == 2);
+  // get of several: a list; of one: the object
+  CHECK(names(tjob({"get", "ok-a", "bad", "-o", "json"}).out) == std::set<std::string>{"ok-a", "bad"});
+  CHECK(boost::json::parse(tjob({"get", "ok-a", "-o", "json"}).out).is_object());
+  // cancel of several
+  auto c = tjob({"cancel", "long-a", "long-b"});
+  CHECK(c.exit_code == 0);
+  CHECK(c.out == "long-a Failed\nlong-b Failed\n");
+  // delete --all --status: only those
+  auto d = tjob({"delete", "--all", "--status", "Complete"});
+  CHECK(d.exit_code == 0);
+  CHECK(d.out == "deleted ok-a\ndeleted ok-b\n");
+  CHECK(names(tjob({"list", "-o", "json"}).out) == std::set<std::string>{"bad", "long-a", "long-b"});
+  CHECK(tjob({"delete"}).exit_code == 2);
+  CHECK(tjob({"delete", "bad", "--status", "Failed"}).exit_code == 2);
+  CHECK(tjob({"delete", "bad", "long-a"}).out == "deleted bad\ndeleted long-a\n");
+  // the version, both ways
+  auto v = tjob({"version"});
+  CHECK(v.exit_code == 0);
+  CHECK(v.out.rfind("tjob ", 0) == 0);
+  CHECK(v.out.size() > 8);
+  CHECK(tjob({"--version"}).out == v.out);
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "a store inside a directory every user can write without the sticky bit is refused") {
+  auto open_dir = dir.path() / "open";
+  std::filesystem::create_directories(open_dir);
+  ::chmod(open_dir.c_str(), 0777);
+  auto env = this->env();
+  env["TJOB_HOME"] = (open_dir / "store").string();
+  auto r = run({tjob_bin(), "list"}, env);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("every user can write") != std::string::npos);
+  CHECK(r.err.find("chmod +t " + open_dir.string()) != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(open_dir / "store"));
+  ::chmod(open_dir.c_str(), 01777);  // as /tmp is: the sticky bit keeps others' hands off
+  CHECK(run({tjob_bin(), "list"}, env).exit_code == 0);
 }
 
 TEST_CASE_FIXTURE(fixture, "every command has --help") {

@@ -123,10 +123,16 @@ TEST_CASE_TEMPLATE("a command job runs in a container with its output, Kubeflow'
   auto names = docker_cli(sock, {"ps", "-a", "--filter", "label=trainer.kubeflow.org/trainjob-name=cmd-ok",
                                  "--format", "{{.Names}} {{.Label \"trainer.kubeflow.org/step\"}}"});
   CHECK(names == "cmd-ok-node-0 node-0\n");
-  // With none (or host) networking no job network is made: it would carry nothing.
+  // The job network is there in every mode, as Kubeflow reads a job's runtime
+  // from it; with none (or host) networking it is internal and nobody joins it.
   auto nets = docker_cli(sock, {"network", "ls", "--filter",
                                 "label=trainer.kubeflow.org/trainjob-name=cmd-ok", "--format", "{{.Name}}"});
-  CHECK(nets == "");
+  CHECK(nets == "cmd-ok-net\n");
+  CHECK(docker_cli(
+            sock,
+            {"network", "inspect", "cmd-ok-net", "--format",
+             "{{.Internal}} {{index .Labels \"trainer.kubeflow.org/runtime-name\"}} {{len .Containers}}"}) ==
+        "true torch-distributed 0\n");
   auto events = client.get_job_events(name);
   std::vector<std::string> reasons;
   for (const auto& e : events) reasons.push_back(e.reason);
@@ -212,6 +218,30 @@ TEST_CASE_TEMPLATE("a forced cancel kills the containers at once instead of wait
   client.delete_job(name);
 }
 
+TEST_CASE_TEMPLATE("a job Kubeflow's container backend made shows the runtime its network names", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  // As Kubeflow lays a job out: the runtime on the job network (internal
+  // here, and nothing attached to it), the containers pointing at it by id.
+  auto net = docker_cli(
+      sock, {"network", "create", "--internal", "--label", "trainer.kubeflow.org/trainjob-name=kf-made",
+             "--label", "trainer.kubeflow.org/runtime-name=torch-distributed", "kf-made-net"});
+  while (!net.empty() && net.back() == '\n') net.pop_back();
+  docker_cli(sock,
+             {"create", "--name", "kf-made-node-0", "--network", "none", "--label",
+              "trainer.kubeflow.org/trainjob-name=kf-made", "--label", "trainer.kubeflow.org/step=node-0",
+              "--label", "trainer.kubeflow.org/network-id=" + net, "localhost/tjob-bb:latest", "true"});
+  trainer_client client(fx.config(sock));
+  CHECK(client.get_job("kf-made").runtime == "torch-distributed");
+  bool listed = false;
+  for (const auto& j : client.list_jobs("torch-distributed")) listed = listed || j.name == "kf-made";
+  CHECK(listed);
+  client.delete_job("kf-made");  // its containers and its labelled network
+  CHECK(docker_cli(sock, {"network", "ls", "--filter", "name=kf-made-net", "--format", "{{.Name}}"}) == "");
+}
+
 TEST_CASE_TEMPLATE("a container removed behind the engine's back ends a waiter with a clear error", D,
                    TJOB_DAEMONS) {
   fixture fx;
@@ -227,10 +257,12 @@ TEST_CASE_TEMPLATE("a container removed behind the engine's back ends a waiter w
   // killed and then gone: the waiter sees it fail (exit 137) or vanish
   auto how = waiter.get();
   CHECK((how == errc::job_not_found || how == errc::job_failed));
-  // Nothing of it is left in the daemon (no network with none networking):
-  // delete says so and takes the work dir that was left on the host.
-  CHECK(code_of([&] { client.delete_job(name); }) == errc::job_not_found);
+  // Its network is left (made in every mode, as Kubeflow does): delete takes
+  // it and the work dir that was left on the host; then nothing is there.
+  client.delete_job(name);
+  CHECK(docker_cli(sock, {"network", "ls", "--filter", "name=" + name + "-net", "--format", "{{.Name}}"}) == "");
   CHECK_FALSE(fs::exists(fs::path(fx.home()) / "containers" / name));
+  CHECK(code_of([&] { client.delete_job(name); }) == errc::job_not_found);
 }
 
 TEST_CASE_TEMPLATE("an image missing under pull policy Never is refused and nothing is left behind", D,
