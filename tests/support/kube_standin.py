@@ -56,6 +56,12 @@ SERVER_VERSION = {"major": "1", "minor": "30", "gitVersion": "v1.30.0-standin",
                   "gitCommit": "standin", "gitTreeState": "clean", "buildDate": "2026-12-02T00:00:00Z",
                   "goVersion": "go1.22", "compiler": "gc", "platform": "linux/amd64"}
 
+def parse_bool(v):
+    """A boolean query parameter as the API server reads it (Go's strconv.ParseBool):
+    the Python client sends watch=True, kubectl watch=true, curl users watch=1."""
+    return v in ("1", "t", "T", "true", "TRUE", "True")
+
+
 # plural -> (group, version, kind, namespaced, short names)
 RESOURCES = {
     "pods": ("", "v1", "Pod", True, ["po"]),
@@ -469,7 +475,9 @@ class Controller:
                 "spec": {"restartPolicy": "Never", "containers": [{"name": "node", "image": image, "command": command, "args": args,
                                                                     "env": pod_env, "resources": resources}]},
                 "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
+                           # the kubelet reports imageID "" until the image is there
                            "containerStatuses": [{"name": "node", "ready": False, "restartCount": 0, "image": image,
+                                                  "imageID": "", "started": False,
                                                   "state": {"waiting": {"reason": "ContainerCreating"}}}]}}
             created = self.store.create("pods", ns, pod)
             self.event(ns, "Pod", created["metadata"]["name"], created["metadata"]["uid"], "Scheduled",
@@ -514,10 +522,17 @@ class Controller:
             return
 
         def running(o):
+            # as a kubelet reports a started container: its runtime id and the image's digest
             o["status"]["phase"] = "Running"
             o["status"]["startTime"] = now_iso()
-            o["status"]["containerStatuses"][0]["state"] = {"running": {"startedAt": now_iso()}}
-            o["status"]["containerStatuses"][0]["ready"] = True
+            o["status"]["hostIP"] = o["status"]["podIP"] = "127.0.0.1"
+            o["status"]["podIPs"] = [{"ip": "127.0.0.1"}]
+            o["status"]["qosClass"] = "BestEffort"
+            cs = o["status"]["containerStatuses"][0]
+            cs["containerID"] = "standin://%s" % uuid.uuid4().hex
+            cs["imageID"] = "%s@sha256:%s" % (cs["image"], "0" * 64)
+            cs["state"] = {"running": {"startedAt": now_iso()}}
+            cs["ready"] = cs["started"] = True
         self.store.mutate("pods", ns, name, running)
         self.event(ns, "Pod", name, pod["metadata"]["uid"], "Started", "Started container node")
         code = proc.wait()
@@ -531,8 +546,12 @@ class Controller:
     def finish_pod(self, ns, name, code, reason):
         def done(o):
             o["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
-            o["status"]["containerStatuses"][0]["ready"] = False
-            o["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": code, "reason": reason, "finishedAt": now_iso()}}
+            cs = o["status"]["containerStatuses"][0]
+            cs["ready"] = cs["started"] = False
+            cs["state"] = {"terminated": {"exitCode": code, "reason": reason, "finishedAt": now_iso(),
+                                          "startedAt": cs.get("state", {}).get("running", {}).get("startedAt", now_iso())}}
+            if "containerID" in cs:
+                cs["state"]["terminated"]["containerID"] = cs["containerID"]
         pod = self.store.mutate("pods", ns, name, done)
         if pod is not None:
             self.event(ns, "Pod", name, pod["metadata"]["uid"], "Completed" if code == 0 else "BackOff",
@@ -729,7 +748,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path.startswith("/_standin/"):
             return self.control(method, path)
         with srv.faults.lock:
-            srv.faults.requests.append((method, path, q.get("watch", "") in ("1", "true")))
+            srv.faults.requests.append((method, path, parse_bool(q.get("watch", ""))))
             srv.faults.lock.notify_all()
             delay = srv.faults.delay
         peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
@@ -742,6 +761,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.send_status(status_obj(code, "InternalError" if code >= 500 else "BadRequest",
                                                "Internal error occurred: injected fault %d" % code))
         try:
+            if method == "DELETE":
+                # A DELETE may carry DeleteOptions (kubectl and the Python client send
+                # them): read them, or their bytes would be taken for the next request.
+                opts = self.body_json()
+                policy = opts.get("propagationPolicy")
+                if policy not in (None, "Orphan", "Background", "Foreground"):
+                    raise ApiError(422, "Invalid", "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: "
+                                   "Unsupported value: \"%s\": supported values: \"Foreground\", \"Background\", "
+                                   "\"Orphan\"" % policy)
             self.route(method, path, q)
         except ApiError as e:
             self.send_status(e.status)
@@ -803,7 +831,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             pass
         if name is None:
             if method == "GET":
-                if q.get("watch") in ("1", "true"):
+                if parse_bool(q.get("watch", "")):
                     return self.watch(plural, ns if namespaced else "", q)
                 return self.list_objects(plural, ns if namespaced else None, q, kind, group, version)
             if method == "POST":
@@ -885,7 +913,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         srv = self.server
         st = srv.store
         label_sel, field_sel = q.get("labelSelector", ""), q.get("fieldSelector", "")
-        bookmarks = q.get("allowWatchBookmarks") in ("1", "true")
+        bookmarks = parse_bool(q.get("allowWatchBookmarks", ""))
         timeout = float(q.get("timeoutSeconds") or 1800)
         deadline = time.time() + timeout
         rv_param = q.get("resourceVersion", "")
@@ -974,7 +1002,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path = os.path.join(self.server.dir, "pods", name, "node.log")
         if phase == "Pending" or not os.path.exists(path):
             raise ApiError(400, "BadRequest", 'container "node" in pod "%s" is waiting to start: ContainerCreating' % name)
-        follow = q.get("follow") in ("1", "true")
+        follow = parse_bool(q.get("follow", ""))
         tail = q.get("tailLines")
         self.start_chunked("text/plain")
         with open(path, "rb") as f:
