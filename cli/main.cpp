@@ -163,6 +163,7 @@ struct job_options {
   std::string func, args, python, resources, image;
   int num_nodes = 1;
   bool system_site_packages = false, keep_venv = false;
+  std::string stream_step;  // run: the one step to stream (default: every node)
 };
 
 void add_job_options(CLI::App* cmd, job_options& o) {
@@ -351,6 +352,58 @@ train_request make_request(const job_options& o, backend_kind backend) {
   return req;
 }
 
+// Follows the logs of `steps` to their ends. One step's output goes out as it
+// is; with several, each follows on a thread of its own and each whole line
+// goes out after its step's name ("[node-1] ..."), so a failing node's
+// traceback is seen whichever node it is. A reader that goes away (`| head`)
+// ends the streaming, not the job: run goes on to wait for it.
+void stream_steps(trainer_client& client, const std::string& name, const std::vector<std::string>& steps) {
+  if (steps.size() == 1) {
+    auto reader = client.get_job_logs(name, {.step = steps.front(), .follow = true});
+    while (auto chunk = reader.read_some())
+      if (!write_out(*chunk)) break;  // nobody reads our output; the job goes on, and we wait for it
+    return;
+  }
+  std::mutex out;
+  std::atomic<bool> reader_gone{false};
+  std::vector<std::thread> followers;
+  for (const auto& step : steps)
+    followers.emplace_back([&, step] {
+      const std::string prefix = "[" + step + "] ";
+      std::string partial;
+      auto emit = [&](std::string_view lines) {
+        std::lock_guard lock(out);
+        std::string text;
+        std::size_t at = 0;
+        while (at < lines.size()) {
+          auto nl = lines.find('\n', at);
+          auto end = nl == std::string_view::npos ? lines.size() : nl + 1;
+          text += prefix;
+          text += lines.substr(at, end - at);
+          at = end;
+        }
+        if (!text.empty() && !reader_gone && !write_out(text)) reader_gone = true;
+      };
+      try {
+        auto reader = client.get_job_logs(name, {.step = step, .follow = true});
+        while (!reader_gone) {
+          auto chunk = reader.read_some();
+          if (!chunk) break;
+          partial += *chunk;
+          auto last = partial.rfind('\n');
+          if (last == std::string::npos) continue;
+          emit(std::string_view(partial).substr(0, last + 1));
+          partial.erase(0, last + 1);
+        }
+        if (!partial.empty()) emit(partial + "\n");
+      } catch (const std::exception& e) {
+        std::lock_guard lock(out);
+        std::fprintf(stderr, "tjob: cannot follow %s of %s: %s\n", step.c_str(), name.c_str(), e.what());
+      }
+    });
+  for (auto& t : followers) t.join();
+}
+
 // What `tjob run` exits with for a job that ended Failed: the exit code of
 // the step that failed first (as `docker run` does), else 1.
 int exit_code_of(const train_job& job) {
@@ -435,9 +488,14 @@ int cmd_run(const common_options& common, const job_options& jo) {
   interrupts.attach(client, name);
   auto started = std::chrono::steady_clock::now();
   std::fprintf(stderr, "tjob: job %s started\n", name.c_str());
-  auto reader = client.get_job_logs(name, {.step = "node-0", .follow = true});
-  while (auto chunk = reader.read_some())
-    if (!write_out(*chunk)) break;  // nobody reads our output; the job goes on, and we wait for it
+  std::vector<std::string> steps;
+  if (!jo.stream_step.empty()) {
+    steps.push_back(jo.stream_step);
+  } else {
+    for (const auto& s : client.get_job(name).steps) steps.push_back(s.name);
+    if (steps.empty()) steps.push_back("node-0");
+  }
+  stream_steps(client, name, steps);
   auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed},
                                         std::chrono::hours(24 * 365));
   interrupts.detach();
@@ -532,6 +590,9 @@ void add_job_commands(CLI::App& app, commands& c) {
                          "Ctrl-C cancels the job (SIGTERM, then SIGKILL after --grace) and records it as "
                          "Failed, reason cancelled; a second Ctrl-C kills it at once; tjob then exits 130.");
   add_job_options(c.run, c.run_opts);
+  c.run->add_option("--step", c.run_opts.stream_step,
+                    "Stream only this step's log (default: every node's; with several, each line after "
+                    "its node's name, [node-1])");
   c.run->add_option("--grace", c.common.grace_seconds,
                     "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
   c.train = app.add_subcommand(

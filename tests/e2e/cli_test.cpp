@@ -445,6 +445,34 @@ TEST_CASE_FIXTURE(fixture, "everything after FILE.py is the script's own argv, i
   CHECK(p.out == "--name");
 }
 
+TEST_CASE_FIXTURE(fixture, "tjob run of several nodes streams every node's log, each line after its node") {
+  if (!tjob::test::system_python_has("torch.distributed")) return;
+  auto file = dir.path() / "nodes.py";
+  std::ofstream(file) << "import os\nprint('hello from', os.environ['GROUP_RANK'])\nprint('bye', end='')\n";
+  auto env = this->env();
+  env["PIP_CONFIG_FILE"] = "/dev/null";
+  std::vector<std::string> base{
+      tjob_bin(), "run", "--num-nodes", "2", "--python", "/usr/bin/python3", "--system-site-packages"};
+  auto all = base;
+  all.insert(all.end(), {"--name", "two-nodes", file.string()});
+  auto r = run(all, env, 300s);
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  // every node's lines, whole, each after its node; a last line without \n ends with one
+  for (std::string node : {"0", "1"}) {
+    CHECK(r.out.find("[node-" + node + "] hello from " + node + "\n") != std::string::npos);
+    CHECK(r.out.find("[node-" + node + "] bye\n") != std::string::npos);
+  }
+  // --step picks one, as it is
+  auto one = base;
+  one.insert(one.end(), {"--step", "node-1", file.string()});
+  auto s = run(one, env, 300s);
+  REQUIRE(s.exit_code == 0);
+  CHECK(s.out.find("hello from 1\n") != std::string::npos);
+  CHECK(s.out.find("hello from 0") == std::string::npos);
+  CHECK(s.out.find("[node-") == std::string::npos);
+}
+
 TEST_CASE_FIXTURE(fixture, "tjob run whose reader goes away keeps owning its job to the end") {
   // `tjob run ... | head -1`: the pipe closes after the first line.
   auto r = run({"sh", "-c", "\"$0\" run --name piped -- \"$1\" lines 1000 sleep 300 lines 1000 | head -1",
