@@ -156,6 +156,22 @@ failure docker_api::refuse(const std::string& what, const http::response& r) con
           r.body};
 }
 
+outcome<std::optional<json::object>> docker_api::inspected(const std::string& what,
+                                                           const outcome<http::response>& r) const {
+  if (!r) return r.error();
+  if (r->status == 404) return std::optional<json::object>();
+  if (r->status != 200) return refuse(what, *r);
+  auto o = parse_object(r->body, what);
+  if (!o) return o.error();
+  return std::optional<json::object>(std::move(*o));
+}
+
+outcome<std::string> docker_api::created(const std::string& what, const outcome<http::response>& r) const {
+  if (!r) return r.error();
+  if (r->status != 201 && r->status != 200) return refuse(what, *r);
+  return id_of(r->body, what);
+}
+
 asio::awaitable<outcome<http::response>> docker_api::call(std::string method, std::string p,
                                                           std::string body) {
   http::request r;
@@ -224,14 +240,8 @@ asio::awaitable<outcome<daemon_info>> docker_api::connect(std::chrono::milliseco
 // images ---------------------------------------------------------------------
 
 asio::awaitable<outcome<std::optional<json::object>>> docker_api::image_inspect(const std::string& image) {
-  auto what = "inspecting image " + quote(image);
   auto r = co_await call("GET", "/images/" + http::url_encode(image) + "/json");
-  if (!r) co_return r.error();
-  if (r->status == 404) co_return std::optional<json::object>();
-  if (r->status != 200) co_return refuse(what, *r);
-  auto o = parse_object(r->body, what);
-  if (!o) co_return o.error();
-  co_return std::optional<json::object>(std::move(*o));
+  co_return inspected("inspecting image " + quote(image), r);
 }
 
 asio::awaitable<outcome<void>> docker_api::image_pull(const std::string& image,
@@ -305,22 +315,13 @@ asio::awaitable<outcome<std::string>> docker_api::network_create(
   json::object l;
   for (const auto& [k, v] : labels) l[k] = v;
   body["Labels"] = std::move(l);
-  auto what = "creating network " + quote(name);
   auto r = co_await call("POST", "/networks/create", json::serialize(body));
-  if (!r) co_return r.error();
-  if (r->status != 201 && r->status != 200) co_return refuse(what, *r);
-  co_return id_of(r->body, what);
+  co_return created("creating network " + quote(name), r);
 }
 
 asio::awaitable<outcome<std::optional<json::object>>> docker_api::network_inspect(const std::string& id) {
-  auto what = "inspecting network " + quote(id);
   auto r = co_await call("GET", "/networks/" + http::url_encode(id));
-  if (!r) co_return r.error();
-  if (r->status == 404) co_return std::optional<json::object>();
-  if (r->status != 200) co_return refuse(what, *r);
-  auto o = parse_object(r->body, what);
-  if (!o) co_return o.error();
-  co_return std::optional<json::object>(std::move(*o));
+  co_return inspected("inspecting network " + quote(id), r);
 }
 
 asio::awaitable<outcome<bool>> docker_api::network_remove(const std::string& id) {
@@ -335,11 +336,8 @@ asio::awaitable<outcome<bool>> docker_api::network_remove(const std::string& id)
 
 asio::awaitable<outcome<std::string>> docker_api::container_create(const std::string& name,
                                                                    const json::object& body) {
-  auto what = "creating container " + quote(name);
   auto r = co_await call("POST", "/containers/create?name=" + http::url_encode(name), json::serialize(body));
-  if (!r) co_return r.error();
-  if (r->status != 201 && r->status != 200) co_return refuse(what, *r);
-  co_return id_of(r->body, what);
+  co_return created("creating container " + quote(name), r);
 }
 
 asio::awaitable<outcome<void>> docker_api::container_start(const std::string& id) {
@@ -351,14 +349,8 @@ asio::awaitable<outcome<void>> docker_api::container_start(const std::string& id
 }
 
 asio::awaitable<outcome<std::optional<json::object>>> docker_api::container_inspect(const std::string& id) {
-  auto what = "inspecting container " + quote(id);
   auto r = co_await call("GET", "/containers/" + http::url_encode(id) + "/json");
-  if (!r) co_return r.error();
-  if (r->status == 404) co_return std::optional<json::object>();
-  if (r->status != 200) co_return refuse(what, *r);
-  auto o = parse_object(r->body, what);
-  if (!o) co_return o.error();
-  co_return std::optional<json::object>(std::move(*o));
+  co_return inspected("inspecting container " + quote(id), r);
 }
 
 asio::awaitable<outcome<int>> docker_api::container_wait(const std::string& id) {

@@ -143,6 +143,11 @@ class docker_api {
   std::string path(std::string_view p) const;
   /// The failure for a refusal `r` of `what` (its code by the HTTP status).
   failure refuse(const std::string& what, const http::response& r) const;
+  /// An inspect's answer: the object, nullopt for a 404, else the failure.
+  outcome<std::optional<boost::json::object>> inspected(const std::string& what,
+                                                        const outcome<http::response>& r) const;
+  /// A create's answer (200 or 201): the new object's Id, else the failure.
+  outcome<std::string> created(const std::string& what, const outcome<http::response>& r) const;
 
   http::client http_;
   daemon_info info_;

@@ -37,16 +37,6 @@ using detail::errc_of;
 
 namespace {
 
-// The tjob::error that `f` throws (its code), or errc{} when it throws none.
-errc thrown_by(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const tjob::error& e) {
-    return static_cast<errc>(e.code().value());
-  }
-  return errc{};
-}
-
 // Answers each connection on a unix socket with the next canned answer, after
 // reading the request's head and body.
 class canned_server {
@@ -209,7 +199,7 @@ TEST_CASE(
   CHECK(big.error().code == http::http_errc::too_large);
   CHECK(server.requests().size() == 3);
   // at the edge, the same failure is the error users know
-  CHECK(thrown_by([&] { run(io, to_nowhere.send(r)).value(); }) == errc::backend_unavailable);
+  CHECK(tjob::test::code_of([&] { run(io, to_nowhere.send(r)).value(); }) == errc::backend_unavailable);
 }
 
 TEST_CASE("the Docker API's refusals have codes by status, and a lookup of nothing is no failure") {
