@@ -405,7 +405,8 @@ void stream_steps(trainer_client& client, const std::string& name, const std::ve
 }
 
 // What `tjob run` exits with for a job that ended Failed: the exit code of
-// the step that failed first (as `docker run` does), else 1.
+// its first failed step with one, in step order (as `docker run` exits with
+// its container's), else 1.
 int exit_code_of(const train_job& job) {
   for (const auto& s : job.steps)
     if (s.status == job_status::failed && s.exit_code && *s.exit_code > 0) return std::min(*s.exit_code, 255);
@@ -484,6 +485,10 @@ int cmd_run(const common_options& common, const job_options& jo) {
   static run_interrupts interrupts(common.grace_seconds);
   cli::handle_signals([](int sig) { interrupts.on_signal(sig); });
   trainer_client client(cfg);
+  // However this frame ends (a throw too), no cancel thread outlives the client.
+  struct detach_at_end {
+    ~detach_at_end() { interrupts.detach(); }
+  } detach_guard;
   auto name = client.train(req);
   interrupts.attach(client, name);
   auto started = std::chrono::steady_clock::now();

@@ -145,13 +145,30 @@ void engine_state::plan_python(job_rec& j, const std::string& who, python_traine
   std::map<std::string, std::string> env = pt.env;
   env.emplace("PIP_DISABLE_PIP_VERSION_CHECK", "1");
   env.emplace("PYTHONUNBUFFERED", "1");  // progress reaches the log as it is printed
-  plan_setup(j, pt, python, packages, env, cwd);
-
   std::string file = pt.source_file;
   // The code first, then its keyword arguments, in the work dir.
   for (auto& [stem, text] : python::training_files(pt, source, "train_" + j.row.name))
     j.files.emplace_back((work / stem).string(), std::move(text));
   if (!j.files.empty()) file = j.files.front().first;
+  // The code the job runs: the user's file, or the text written for it.
+  std::string code_file = pt.source_file;
+  for (const auto& [path, text] : j.files)
+    if (code_file.empty() && !path.ends_with(".kwargs.json") &&
+        (pt.function.empty() || path.ends_with(".code.py")))
+      code_file = path;
+  // A syntax error is found before a venv is built for nothing: the first
+  // setup phase compiles the code (no import, nothing of it runs). A job
+  // whose venv comes from the cache skips it with the other setup phases.
+  phase check;
+  check.name = "check";
+  check.title = "checking the syntax of " + code_file;
+  check.executable = python;
+  check.argv = {python, "-c", "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')",
+                code_file};
+  check.env = env;
+  check.cwd = cwd;
+  j.phases.push_back(std::move(check));
+  plan_setup(j, pt, python, packages, env, cwd);
   plan_gpus(j, who, pt, num_nodes);
   const bool torch = rt.trainer.framework == "torch";
   phase code;

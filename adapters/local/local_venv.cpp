@@ -1,6 +1,7 @@
 #include "adapters/local/local_impl.hpp"
-
 #include "adapters/local/log_files.hpp"
+
+#include <algorithm>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -19,7 +20,9 @@ asio::awaitable<std::optional<std::pair<std::string, std::string>>> engine_state
     job_rec& j) {
   const std::string given = j.venv_inputs->python;
   if (auto n = detail::venv_cache::native_identity(given)) co_return n;
-  const phase& venv = j.phases.front();
+  auto venv_phase =
+      std::find_if(j.phases.begin(), j.phases.end(), [](const phase& p) { return p.name == "venv"; });
+  const phase& venv = venv_phase != j.phases.end() ? *venv_phase : j.phases.front();
   std::string memo = given + "\n" + detail::venv_cache::file_identity(given) + "\n" + venv.cwd;
   for (const char* v : {"PYENV_VERSION", "PATH"}) {
     auto it = venv.env.find(v);

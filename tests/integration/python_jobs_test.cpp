@@ -150,6 +150,24 @@ TEST_CASE_FIXTURE(fixture, "a syntax error fails the job with Python's traceback
   CHECK(c.get_job_logs(name).read_all().find("SyntaxError") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(fixture, "a syntax error is found before a venv is built for nothing") {
+  auto cfg = config();
+  cfg.venv_cache = false;  // every job builds its venv: the check must come first
+  trainer_client c(cfg);
+  python_trainer t;
+  t.source_file = write("broken.py", "import os\ndef main():\n    print('x'\n");
+  t.function = "main";
+  t.packages_to_install = {"never-installed"};
+  auto job = c.wait_for_job_status(c.train(python_job(t)), {job_status::failed}, 120s);
+  auto log = c.get_job_logs(job.name).read_all();
+  CHECK(log.find("[tjob] checking the syntax of " + t.source_file) != std::string::npos);
+  CHECK(log.find("File \"" + t.source_file + "\", line 3") != std::string::npos);
+  CHECK(log.find("SyntaxError") != std::string::npos);
+  CHECK(log.find("virtual environment") == std::string::npos);  // no venv, no pip
+  CHECK(log.find("never-installed") == std::string::npos);
+  CHECK(job.steps[0].reason.find("setup failed: check") == 0);
+}
+
 TEST_CASE_FIXTURE(fixture, "bad Python requests are rejected before anything is created") {
   trainer_client c(config());
   python_trainer t;
