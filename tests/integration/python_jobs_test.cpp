@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <unistd.h>
 #include <cstdlib>
 #include <fstream>
@@ -458,11 +460,22 @@ TEST_CASE_FIXTURE(fixture, "a venv that cannot be created fails the job at that 
   python_trainer t;
   t.source = "def main():\n    pass\n";
   t.function = "main";
-  t.python = tjob::test::helper_bin();  // runs, but is no Python: `-m venv` fails
+  // a Python whose `-m venv` fails (the syntax check before it passes)
+  auto no_venv = write("no-venv-python",
+                       "#!/bin/sh\n[ \"$1\" = -m ] && { echo no venv here >&2; exit 1; }\n"
+                       "exec /usr/bin/python3 \"$@\"\n");
+  ::chmod(no_venv.c_str(), 0755);
+  t.python = no_venv;
   auto name = c.train(python_job(t));
   auto job = c.wait_for_job_status(name, {job_status::failed}, 60s);
   CHECK(job.steps[0].reason.rfind("setup failed: venv", 0) == 0);
-  CHECK(c.get_job_logs(name).read_all().find("[tjob] venv failed after") != std::string::npos);
+  auto log = c.get_job_logs(name).read_all();
+  CHECK(log.find("[tjob] venv failed after") != std::string::npos);
+  CHECK(log.find("no venv here") != std::string::npos);
+  // a program that runs but is no Python fails the first setup phase, the check
+  t.python = tjob::test::helper_bin();
+  auto not_python = c.wait_for_job_status(c.train(python_job(t)), {job_status::failed}, 60s);
+  CHECK(not_python.steps[0].reason.rfind("setup failed: check", 0) == 0);
 }
 
 TEST_CASE_FIXTURE(fixture, "cpu=N limits a node's CPU time with a cgroup where the machine allows") {
