@@ -1,5 +1,6 @@
 // tjob — run TrainJobs from a shell.
 #include "cli/render.hpp"
+#include "cli/run_job.hpp"
 #include "cli/supervise.hpp"
 
 #include <tjob/client.hpp>
@@ -8,19 +9,17 @@
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
-#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <map>
-#include <mutex>
-#include <thread>
 #include <tuple>
 
 namespace {
 
 using namespace tjob;
 using tjob::cli::output_format;
+using tjob::cli::write_out;
 
 constexpr int exit_ok = 0;
 constexpr int exit_failed = 1;
@@ -35,17 +34,6 @@ output_format parse_format(const std::string& s) {
   if (s == "json") return output_format::json;
   if (s == "yaml") return output_format::yaml;
   throw usage_error("-o " + s + ": unknown output format; use table, json or yaml");
-}
-
-// False when stdout is gone (a closed pipe: `tjob run ... | head`).
-bool write_out(std::string_view s) {
-  while (!s.empty()) {
-    ssize_t n = ::write(STDOUT_FILENO, s.data(), s.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    s.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
 }
 
 std::map<std::string, std::string> parse_env(const std::vector<std::string>& entries) {
@@ -352,137 +340,13 @@ train_request make_request(const job_options& o, backend_kind backend) {
   return req;
 }
 
-// Follows the logs of `steps` to their ends. One step's output goes out as it
-// is; with several, each follows on a thread of its own and each whole line
-// goes out after its step's name ("[node-1] ..."), so a failing node's
-// traceback is seen whichever node it is. A reader that goes away (`| head`)
-// ends the streaming, not the job: run goes on to wait for it.
-void stream_steps(trainer_client& client, const std::string& name, const std::vector<std::string>& steps) {
-  if (steps.size() == 1) {
-    auto reader = client.get_job_logs(name, {.step = steps.front(), .follow = true});
-    while (auto chunk = reader.read_some())
-      if (!write_out(*chunk)) break;  // nobody reads our output; the job goes on, and we wait for it
-    return;
-  }
-  std::mutex out;
-  std::atomic<bool> reader_gone{false};
-  std::vector<std::thread> followers;
-  for (const auto& step : steps)
-    followers.emplace_back([&, step] {
-      const std::string prefix = "[" + step + "] ";
-      std::string partial;
-      auto emit = [&](std::string_view lines) {
-        std::lock_guard lock(out);
-        std::string text;
-        std::size_t at = 0;
-        while (at < lines.size()) {
-          auto nl = lines.find('\n', at);
-          auto end = nl == std::string_view::npos ? lines.size() : nl + 1;
-          text += prefix;
-          text += lines.substr(at, end - at);
-          at = end;
-        }
-        if (!text.empty() && !reader_gone && !write_out(text)) reader_gone = true;
-      };
-      try {
-        auto reader = client.get_job_logs(name, {.step = step, .follow = true});
-        while (!reader_gone) {
-          auto chunk = reader.read_some();
-          if (!chunk) break;
-          partial += *chunk;
-          auto last = partial.rfind('\n');
-          if (last == std::string::npos) continue;
-          emit(std::string_view(partial).substr(0, last + 1));
-          partial.erase(0, last + 1);
-        }
-        if (!partial.empty()) emit(partial + "\n");
-      } catch (const std::exception& e) {
-        std::lock_guard lock(out);
-        std::fprintf(stderr, "tjob: cannot follow %s of %s: %s\n", step.c_str(), name.c_str(), e.what());
-      }
-    });
-  for (auto& t : followers) t.join();
-}
-
-// What `tjob run` exits with for a job that ended Failed: the exit code of
-// its first failed step with one, in step order (as `docker run` exits with
-// its container's), else 1.
-int exit_code_of(const train_job& job) {
-  for (const auto& s : job.steps)
-    if (s.status == job_status::failed && s.exit_code && *s.exit_code > 0) return std::min(*s.exit_code, 255);
-  return exit_failed;
-}
-
-// Ctrl-C (or SIGTERM, SIGHUP) while `tjob run` owns its job: the first
-// cancels it gracefully, the second kills it now. Each cancel runs on a
-// thread of its own (a graceful one waits for the job's end, and the second
-// signal must not wait behind it); all are joined before the client goes.
-class run_interrupts {
- public:
-  run_interrupts(double grace_seconds) : grace_(grace_seconds) {}
-  ~run_interrupts() { detach(); }
-
-  void on_signal(int sig) {
-    std::lock_guard lock(mu_);
-    if (count_++ == 0) first_ = sig;
-    if (client_) cancel(count_ >= 2);
-  }
-  /// The job is there: a signal that came first cancels it now.
-  void attach(trainer_client& c, const std::string& name) {
-    std::lock_guard lock(mu_);
-    client_ = &c;
-    name_ = name;
-    if (count_ > 0) cancel(count_ >= 2);
-  }
-  /// No cancel starts after this; those under way have ended.
-  void detach() {
-    std::vector<std::thread> running;
-    {
-      std::lock_guard lock(mu_);
-      client_ = nullptr;
-      running.swap(threads_);
-    }
-    for (auto& t : running) t.join();
-  }
-  /// The first signal, 0 when none came.
-  int first_signal() const {
-    std::lock_guard lock(mu_);
-    return count_ > 0 ? first_ : 0;
-  }
-
- private:
-  void cancel(bool force) {
-    if (force)
-      std::fprintf(stderr, "tjob: killing %s now (SIGKILL)\n", name_.c_str());
-    else
-      std::fprintf(stderr,
-                   "tjob: cancelling %s (SIGTERM to its processes, SIGKILL after %.0f s); "
-                   "press Ctrl-C again to kill it now\n",
-                   name_.c_str(), grace_);
-    threads_.emplace_back([c = client_, name = name_, force] {
-      try {
-        c->cancel_job(name, {.force = force});
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "tjob: cannot cancel %s: %s\n", name.c_str(), e.what());
-      }
-    });
-  }
-
-  double grace_;
-  mutable std::mutex mu_;
-  trainer_client* client_ = nullptr;
-  std::string name_;
-  int count_ = 0, first_ = 0;
-  std::vector<std::thread> threads_;
-};
-
 int cmd_run(const common_options& common, const job_options& jo) {
   // A reader that goes away (`| head`) must not kill the job's owner.
   std::signal(SIGPIPE, SIG_IGN);
   auto cfg = make_config(common);
   auto req = make_request(jo, cfg.backend);
   // (static: the signal thread outlives this frame)
-  static run_interrupts interrupts(common.grace_seconds);
+  static cli::run_interrupts interrupts(common.grace_seconds);
   cli::handle_signals([](int sig) { interrupts.on_signal(sig); });
   trainer_client client(cfg);
   // However this frame ends (a throw too), no cancel thread outlives the client.
@@ -500,7 +364,7 @@ int cmd_run(const common_options& common, const job_options& jo) {
     for (const auto& s : client.get_job(name).steps) steps.push_back(s.name);
     if (steps.empty()) steps.push_back("node-0");
   }
-  stream_steps(client, name, steps);
+  cli::stream_steps(client, name, steps);
   auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed},
                                         std::chrono::hours(24 * 365));
   interrupts.detach();
@@ -512,7 +376,7 @@ int cmd_run(const common_options& common, const job_options& jo) {
   std::fprintf(stderr, "tjob: job %s Failed in %.2f s: %s\n", name.c_str(), secs, job.reason.c_str());
   // cancelled by our signal: the shell's convention, 128 + the signal (130 for Ctrl-C)
   if (int sig = interrupts.first_signal(); sig && job.reason == "cancelled") return 128 + sig;
-  return exit_code_of(job);
+  return cli::exit_code_of(job);
 }
 
 int cmd_train(const common_options& common, const job_options& jo) {
@@ -670,31 +534,6 @@ void add_other_commands(CLI::App& app, commands& c) {
   c.cache_prune->add_flag("--all", c.prune_all, "Remove every cached venv that is not in use");
 }
 
-// How many of argv's entries are tjob's: for `run` and `train` the first
-// positional (FILE.py) ends them and the rest are the script's own, flags and
-// `--` included, as `python FILE.py ARGS...` takes them. A `--` before it
-// means a program (the parser takes what follows); other commands are whole.
-int tjob_args_end(CLI::App& app, int argc, char** argv) {
-  CLI::App* sub = nullptr;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    if (a == "--") return argc;
-    if (a.size() > 1 && a[0] == '-') {
-      auto eq = a.find('=');
-      std::string name(a.substr(0, eq));
-      const CLI::Option* opt = sub ? sub->get_option_no_throw(name) : nullptr;
-      if (!opt) opt = app.get_option_no_throw(name);
-      if (opt && opt->get_expected_min() > 0 && eq == std::string_view::npos) ++i;  // its value
-      continue;
-    }
-    if (sub) return i + 1;  // FILE.py
-    auto named = app.get_subcommands([&](CLI::App* s) { return s->check_name(std::string(a)); });
-    if (named.empty() || (named[0]->get_name() != "run" && named[0]->get_name() != "train")) return argc;
-    sub = named[0];
-  }
-  return argc;
-}
-
 // An unknown command is named with the list of the known ones.
 bool known_command(CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return true;
@@ -796,7 +635,7 @@ int main(int argc, char** argv) {
   add_query_commands(app, c);
   add_other_commands(app, c);
   if (!known_command(app, argc, argv)) return exit_usage;
-  const int ours = tjob_args_end(app, argc, argv);
+  const int ours = cli::tjob_args_end(app, argc, argv);
   const std::vector<std::string> script_args(argv + ours, argv + argc);
   try {
     app.parse(ours, argv);

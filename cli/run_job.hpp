@@ -1,0 +1,71 @@
+// How `tjob run` and `tjob train` handle a job beyond building its request:
+// the script's own arguments, the streaming of the job's logs, Ctrl-C, and
+// what `run` exits with. Only the public API (include/tjob) is used.
+#pragma once
+
+#include <tjob/client.hpp>
+
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace tjob::cli {
+
+/// Writes all of `s` to stdout; false when stdout is gone (a closed pipe:
+/// `tjob run ... | head`).
+bool write_out(std::string_view s);
+
+/// How many of argv's entries are tjob's: for `run` and `train` the first
+/// positional (FILE.py) ends them and the rest are the script's own, flags
+/// and `--` included, as `python FILE.py ARGS...` takes them. A `--` before
+/// it means a program (the parser takes what follows); other commands are
+/// whole.
+int tjob_args_end(CLI::App& app, int argc, char** argv);
+
+/// Follows the logs of `steps` to their ends. One step's output goes out as
+/// it is; with several, each follows on a thread of its own and each whole
+/// line goes out after its step's name ("[node-1] ..."), so a failing node's
+/// traceback is seen whichever node it is. A reader that goes away (`| head`)
+/// ends the streaming, not the job.
+void stream_steps(trainer_client& client, const std::string& name, const std::vector<std::string>& steps);
+
+/// What `tjob run` exits with for a job that ended Failed: the exit code of
+/// its first failed step with one, in step order (as `docker run` exits with
+/// its container's), else 1.
+int exit_code_of(const train_job& job);
+
+/// Ctrl-C (or SIGTERM, SIGHUP) while `tjob run` owns its job: the first
+/// cancels it gracefully, the second kills it now. Each cancel runs on a
+/// thread of its own (a graceful one waits for the job's end, and the second
+/// signal must not wait behind it); `detach` joins them before the client goes.
+class run_interrupts {
+ public:
+  explicit run_interrupts(double grace_seconds) : grace_(grace_seconds) {}
+  ~run_interrupts() { detach(); }
+
+  void on_signal(int sig);
+  /// The job is there: a signal that came first cancels it now.
+  void attach(trainer_client& c, const std::string& name);
+  /// No cancel starts after this; those under way have ended.
+  void detach();
+  /// The first signal, 0 when none came.
+  int first_signal() const;
+
+ private:
+  void cancel(bool force);
+
+  double grace_;
+  mutable std::mutex mu_;
+  trainer_client* client_ = nullptr;
+  std::string name_;
+  int count_ = 0, first_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tjob::cli
