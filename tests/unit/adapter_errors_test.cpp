@@ -14,7 +14,6 @@
 #include <doctest/doctest.h>
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/read.hpp>
@@ -38,12 +37,23 @@ using detail::errc_of;
 namespace {
 
 // Answers each connection on a unix socket with the next canned answer, after
-// reading the request's head and body.
+// reading the request's head and body. It owns its coroutine: the destructor
+// closes the acceptor and runs `io` until the coroutine has ended.
 class canned_server {
  public:
   canned_server(asio::io_context& io, std::vector<std::string> answers)
-      : path_((dir_.path() / "s.sock").string()), acceptor_(io, local::endpoint(path_)) {
-    asio::co_spawn(io, serve(std::move(answers)), asio::detached);
+      : io_(io), path_((dir_.path() / "s.sock").string()), acceptor_(io, local::endpoint(path_)) {
+    asio::co_spawn(io, serve(std::move(answers)), [this](std::exception_ptr) { ended_ = true; });
+  }
+  canned_server(const canned_server&) = delete;
+  canned_server& operator=(const canned_server&) = delete;
+  ~canned_server() {
+    boost::system::error_code ec;
+    acceptor_.close(ec);  // a pending accept ends with operation_aborted
+    while (!ended_) {
+      if (io_.stopped()) io_.restart();
+      io_.run_one();
+    }
   }
   http::endpoint endpoint() const {
     http::endpoint ep;
@@ -76,6 +86,8 @@ class canned_server {
     }
   }
 
+  asio::io_context& io_;
+  bool ended_ = false;
   tjob::test::temp_dir dir_;
   std::string path_;
   local::acceptor acceptor_;
