@@ -11,8 +11,10 @@
 #include <unistd.h>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <tuple>
 
 namespace {
@@ -80,6 +82,7 @@ struct common_options {
   bool keep_workdir = false;
   std::string kube_namespace, kube_context, kubeconfig;
   bool no_venv_cache = false;
+  std::optional<long long> venv_cache_ttl;  // seconds
 };
 
 backend_kind backend_of(const common_options& o) {
@@ -103,6 +106,14 @@ engine_config make_config(const common_options& o) {
   if (o.grace_seconds < 0) throw usage_error("--grace must be 0 or more seconds");
   if (const char* v = std::getenv("TJOB_VENV_CACHE"); v && std::string_view(v) == "0") cfg.venv_cache = false;
   if (o.no_venv_cache) cfg.venv_cache = false;
+  auto ttl = o.venv_cache_ttl;
+  if (const char* v = std::getenv("TJOB_VENV_CACHE_TTL"); !ttl && v && *v) {
+    char* end = nullptr;
+    ttl = std::strtoll(v, &end, 10);
+    if (*end != '\0') throw usage_error(std::string("TJOB_VENV_CACHE_TTL=") + v + ": give whole seconds");
+  }
+  if (ttl && *ttl < 0) throw usage_error("--venv-cache-ttl must be 0 (never expire) or more seconds");
+  if (ttl) cfg.venv_cache_unpinned_ttl = std::chrono::seconds(*ttl);
   cfg.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000));
   if (const char* t = std::getenv("TJOB_STORE_BUSY_TIMEOUT_MS"); t && *t)
     cfg.store_busy_timeout = std::chrono::milliseconds(std::atoll(t));
@@ -150,7 +161,7 @@ struct job_options {
   std::vector<std::string> packages, index_urls;
   std::string func, args, python, resources, image;
   int num_nodes = 1;
-  bool system_site_packages = false, keep_venv = false;
+  bool system_site_packages = false, keep_venv = false, refresh = false;
   std::string stream_step;  // run: the one step to stream (default: every node)
 };
 
@@ -182,6 +193,9 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_flag("--system-site-packages", o.system_site_packages,
                 "Let the venv see the interpreter's packages (a system torch, numpy, ...)");
   cmd->add_flag("--keep-venv", o.keep_venv, "Keep the job's venv after it ends (for debugging)");
+  cmd->add_flag("--refresh", o.refresh,
+                "Rebuild the cached venv this job would copy, so unpinned packages get their newest "
+                "release (the cache also does this once an entry with unpinned packages is a day old)");
   cmd->add_option("--image", o.image,
                   "Container backend: the image of the job's containers; default: the runtime's");
   cmd->add_option("--num-nodes", o.num_nodes,
@@ -292,12 +306,13 @@ train_request make_request(const job_options& o, backend_kind backend) {
     throw usage_error("--label and --annotation are for the kubernetes backend; add --backend kubernetes");
   add_metadata(o, req);
   bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() || !o.args.empty() ||
-                        !o.python.empty() || o.system_site_packages || o.keep_venv || !o.resources.empty();
+                        !o.python.empty() || o.system_site_packages || o.keep_venv || o.refresh ||
+                        !o.resources.empty();
   if (o.command_mode) {
     if (python_options)
       throw usage_error(
           "--package, --index-url, --func, --args, --python, --system-site-packages, "
-          "--keep-venv and --resources are for Python jobs (FILE.py), not commands after `--`");
+          "--keep-venv, --refresh and --resources are for Python jobs (FILE.py), not commands after `--`");
     command_trainer t;
     t.command = o.command;
     t.env = parse_env(o.env);
@@ -331,6 +346,7 @@ train_request make_request(const job_options& o, backend_kind backend) {
   t.python = o.python;
   t.system_site_packages = o.system_site_packages;
   t.keep_venv = o.keep_venv;
+  t.refresh_venv = o.refresh;
   auto res = parse_resources(o.resources);
   t.procs_per_node = res.procs;
   t.cpu_limit = res.cpu_given;
@@ -448,6 +464,9 @@ void add_common_options(CLI::App& app, common_options& common) {
   app.add_flag("--no-venv-cache", common.no_venv_cache,
                "Local Python jobs: build a fresh venv in every job instead of copying the cached "
                "one ($TJOB_VENV_CACHE=0 does the same)");
+  app.add_option("--venv-cache-ttl", common.venv_cache_ttl,
+                 "Local Python jobs: seconds a cached venv with unpinned packages is used before it is "
+                 "rebuilt; 0: never ($TJOB_VENV_CACHE_TTL, default 86400)");
 }
 
 // run and train: submit a job.

@@ -29,6 +29,7 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
   o["venv_cache"] = cfg.venv_cache;
+  o["venv_cache_ttl_s"] = cfg.venv_cache_unpinned_ttl.count();
   json::array dirs;
   for (const auto& d : cfg.runtime_dirs) dirs.emplace_back(d.string());
   o["runtime_dirs"] = std::move(dirs);
@@ -44,6 +45,7 @@ void request_from_json(const json::value& v, train_request& req, engine_config& 
   cfg.home = json::value_to<std::string>(o.at("home"));
   cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
   cfg.venv_cache = o.at("venv_cache").as_bool();
+  cfg.venv_cache_unpinned_ttl = std::chrono::seconds(o.at("venv_cache_ttl_s").to_number<std::int64_t>());
   for (const auto& d : o.at("runtime_dirs").as_array())
     cfg.runtime_dirs.emplace_back(json::value_to<std::string>(d));
 }

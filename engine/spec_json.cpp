@@ -61,6 +61,7 @@ json::object to_json(const python_trainer& t) {
   o["python"] = t.python;
   o["system_site_packages"] = t.system_site_packages;
   o["keep_venv"] = t.keep_venv;
+  o["refresh_venv"] = t.refresh_venv;
   o["procs_per_node"] = t.procs_per_node;
   o["memory_limit"] = t.memory_limit;
   o["cpu_limit"] = t.cpu_limit;
@@ -89,6 +90,7 @@ trainer trainer_fields(const json::object& o) {
     t.python = json::value_to<std::string>(o.at("python"));
     t.system_site_packages = o.at("system_site_packages").as_bool();
     t.keep_venv = o.at("keep_venv").as_bool();
+    if (auto* r = o.if_contains("refresh_venv")) t.refresh_venv = r->as_bool();  // absent before 0.x specs
     t.procs_per_node = static_cast<int>(o.at("procs_per_node").to_number<std::int64_t>());
     t.memory_limit = o.at("memory_limit").to_number<std::uint64_t>();
     t.cpu_limit = o.at("cpu_limit").as_bool();

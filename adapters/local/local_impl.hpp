@@ -100,9 +100,11 @@ struct job_rec {
   /// resolve_venv finds the real one.
   std::unique_ptr<detail::venv_cache::inputs> venv_inputs;  // a pointer: command jobs pay 8 bytes
   struct cache_entry {
-    std::string key;              // its cache entry, once known
-    std::filesystem::path build;  // where this job builds that entry
-    int lock = -1;                // the entry's lock while it builds it
+    std::string key;                 // its cache entry, once known
+    std::filesystem::path build;     // where this job builds that entry
+    int lock = -1;                   // the entry's lock while it builds it
+    std::int64_t not_before_ms = 0;  // an entry built earlier is stale (refresh, unpinned expiry)
+    std::string stale_why;           // says why, for the log
   };
   std::unique_ptr<cache_entry> venv_entry;   // made by resolve_venv
   detail::wake_list watchers;                // woken by transitions (after commit) and new log bytes

@@ -6,6 +6,7 @@
 #include "engine/trainer_checks.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <boost/json.hpp>
 
 #include <fcntl.h>
@@ -197,6 +198,21 @@ void engine_state::plan_python(job_rec& j, const std::string& who, python_traine
     in.packages = packages;
     if (!packages.empty()) in.index_urls = python::index_urls(pt.pip_index_urls);
     in.system_site_packages = pt.system_site_packages;
+    // An entry older than the job (refresh) or than the expiry of its
+    // unpinned requirements is rebuilt rather than copied.
+    auto loose = detail::venv_cache::unpinned(in);
+    j.venv_entry = std::make_unique<job_rec::cache_entry>();
+    if (pt.refresh_venv) {
+      j.venv_entry->not_before_ms = now_ms();
+      j.venv_entry->stale_why = "before this job asked for a refresh";
+    } else if (!loose.empty() && cfg.venv_cache_unpinned_ttl.count() > 0) {
+      j.venv_entry->not_before_ms =
+          now_ms() -
+          std::chrono::duration_cast<std::chrono::milliseconds>(cfg.venv_cache_unpinned_ttl).count();
+      j.venv_entry->stale_why = fmt::format("and {} not pinned to a version ({}) expire after {} s",
+                                            loose.size() == 1 ? "its requirement" : "its requirements",
+                                            fmt::join(loose, ", "), cfg.venv_cache_unpinned_ttl.count());
+    }
     j.venv_inputs = std::make_unique<detail::venv_cache::inputs>(std::move(in));
   }
   j.spec = json::serialize(json::object{{"trainer", detail::to_json(pt)}, {"python", python}});

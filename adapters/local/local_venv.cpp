@@ -71,7 +71,8 @@ asio::awaitable<bool> engine_state::copy_from_cache(std::shared_ptr<job_rec> j, 
   fd = venv_store.try_lock(key, false);
   if (fd >= 0) {
     std::optional<std::string> problem;
-    co_await blocking([&] { problem = venv_store.check(key); });
+    const auto& e = *j->venv_entry;
+    co_await blocking([&] { problem = venv_store.check(key, e.not_before_ms, e.stale_why); });
     if (!problem) {
       auto t0 = steady::now();
       co_await blocking([&] { venv_store.copy_to(key, j->venv); });
@@ -87,7 +88,9 @@ asio::awaitable<bool> engine_state::copy_from_cache(std::shared_ptr<job_rec> j, 
     }
     detail::venv_cache::cache::unlock(fd);
     fd = -1;
-    if (*problem != "missing")
+    if (problem->starts_with("stale"))
+      log_progress(*j, s, "[tjob] the cached venv " + key + " is " + *problem + "; rebuilding it\n");
+    else if (*problem != "missing")
       log_progress(*j, s, "[tjob] the cached venv " + key + " is broken (" + *problem + "); rebuilding it\n");
   }
   fd = venv_store.try_lock(key, true);
@@ -131,9 +134,10 @@ asio::awaitable<void> engine_state::resolve_venv(std::shared_ptr<job_rec> j) {
         j->post(job_input::venv_resolved(venv_found::busy));
         co_return;
       }
+      const auto& e = *j->venv_entry;
       co_await blocking([&] {
-        problem = venv_store.check(key);
-        if (problem) venv_store.remove(key);  // a broken entry, and builds nobody finished
+        problem = venv_store.check(key, e.not_before_ms, e.stale_why);
+        if (problem) venv_store.remove(key);  // a broken or stale entry, and builds nobody finished
       });
     } catch (const std::exception& e) {
       detail::venv_cache::cache::unlock(fd);

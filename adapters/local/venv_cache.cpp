@@ -217,6 +217,25 @@ std::string file_identity(const std::string& path) {
          ":" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
 }
 
+bool pinned(std::string_view requirement) {
+  auto req = requirement.substr(0, requirement.find(';'));  // environment markers
+  auto eq = req.find("==");
+  if (eq == std::string_view::npos || req.find('@') != std::string_view::npos) return false;
+  auto version = req.substr(eq + (req.substr(eq).starts_with("===") ? 3 : 2));
+  auto blank = [](char c) { return c == ' ' || c == '\t'; };
+  while (!version.empty() && blank(version.front())) version.remove_prefix(1);
+  while (!version.empty() && blank(version.back())) version.remove_suffix(1);
+  // One version only: no wildcard (`==1.*`), no second clause (`==1,>0`).
+  return !version.empty() && version.find_first_of("*,<>=!~ ") == std::string_view::npos;
+}
+
+std::vector<std::string> unpinned(const inputs& in) {
+  std::vector<std::string> out;
+  for (const auto& p : in.packages)
+    if (!pinned(p)) out.push_back(p);
+  return out;
+}
+
 std::optional<std::pair<std::string, std::string>> native_identity(const std::string& python) {
   char real[PATH_MAX];
   if (!::realpath(python.c_str(), real)) return std::nullopt;
@@ -287,13 +306,25 @@ std::optional<std::pair<pid_t, std::uint64_t>> cache::holder(const std::string& 
   return std::make_pair(static_cast<pid_t>(pid), start);
 }
 
-std::optional<std::string> cache::check(const std::string& key) const {
+std::optional<std::string> cache::check(const std::string& key, std::int64_t not_before_ms,
+                                        std::string_view why) const {
   auto entry = entry_dir(key);
   std::error_code ec;
   if (!fs::is_directory(entry, ec)) return "missing";
   std::string problem;
   auto m = read_manifest(entry, problem);
   if (!m) return problem;
+  if (not_before_ms > 0) {
+    std::int64_t created = 0;
+    if (auto* c = m->if_contains("created_ms"); c && c->is_int64()) created = c->as_int64();
+    if (created < not_before_ms) {
+      auto age_s = (now_ms() - created) / 1000;
+      auto age = age_s >= 2 * 3600 ? std::to_string(age_s / 3600) + " h"
+                 : age_s >= 120    ? std::to_string(age_s / 60) + " min"
+                                   : std::to_string(age_s) + " s";
+      return "stale: built " + age + " ago, " + std::string(why);
+    }
+  }
   auto venv = entry / "venv";
   auto* files = m->if_contains("files");
   if (!files || !files->is_array() || files->as_array().empty()) return "manifest lists no files";

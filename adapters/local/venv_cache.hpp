@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,13 @@ std::optional<std::pair<std::string, std::string>> native_identity(const std::st
 
 /// Identity ("device:inode:size:mtime") of an existing file.
 std::string file_identity(const std::string& path);
+
+/// Whether a pip requirement names one exact version (`name==1.2`,
+/// `name===1.2`, markers aside); anything else (a range, a bare name, a URL
+/// or a path) can install something newer tomorrow.
+bool pinned(std::string_view requirement);
+/// The requirements of `in` that are not pinned.
+std::vector<std::string> unpinned(const inputs& in);
 
 /// One entry, as `tjob cache list` shows it.
 struct entry_info {
@@ -82,8 +90,11 @@ class cache {
   std::optional<std::pair<pid_t, std::uint64_t>> holder(const std::string& key) const;
 
   /// Nothing when `key`'s entry is there and every file matches its manifest;
-  /// else why not ("missing", "bin/python: size 10, expected 12", …).
-  std::optional<std::string> check(const std::string& key) const;
+  /// else why not ("missing", "bin/python: size 10, expected 12", …). An
+  /// entry built before `not_before_ms` (ms since the epoch) is stale: the
+  /// answer then says when it was built, followed by `why`.
+  std::optional<std::string> check(const std::string& key, std::int64_t not_before_ms = 0,
+                                   std::string_view why = {}) const;
   /// Writes the manifest of the venv built in `build` and moves it into place
   /// as `key` (replacing nothing: call with the exclusive lock, after remove).
   void finalize(const std::string& key, const std::filesystem::path& build, const inputs& in) const;

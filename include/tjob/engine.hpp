@@ -54,11 +54,16 @@ struct engine_config {
   /// Build each distinct venv of Python jobs once (per interpreter, merged
   /// package list, index URLs and system-site-packages flag) under
   /// $TJOB_HOME/cache/venvs and give every job a copy of it, so a second job
-  /// with the same packages starts without venv or pip. A package without a
-  /// pinned version stays at what the first build installed until the entry
-  /// is pruned (`tjob cache prune`). False: Kubeflow's way, a fresh venv and
-  /// pip install in every job.
+  /// with the same packages starts without venv or pip. An entry with a
+  /// requirement that is not pinned to one version (`numpy`, `numpy>=2`) is
+  /// rebuilt once it is older than venv_cache_unpinned_ttl, and a trainer's
+  /// refresh_venv rebuilds it at once. False: Kubeflow's way, a fresh venv
+  /// and pip install in every job.
   bool venv_cache = true;
+  /// How long a cached venv with an unpinned requirement is used before it
+  /// is rebuilt (so a newer release reaches new jobs); zero: forever. An
+  /// entry of pinned requirements only (`numpy==2.1.0`) never expires.
+  std::chrono::seconds venv_cache_unpinned_ttl{std::chrono::hours(24)};
   /// The GPUs jobs lease (each node gets its own, as CUDA_VISIBLE_DEVICES).
   /// Empty: $TJOB_GPU_DEVICES (comma-separated ids), else one id per
   /// /dev/nvidiaN. Leases are kept in the store, so every engine on the same

@@ -46,7 +46,9 @@ struct python_trainer {
   std::string python;                       ///< interpreter; empty: the first python3 on PATH
   bool system_site_packages = false;        ///< the venv sees the interpreter's packages (a system torch)
   bool keep_venv = false;                   ///< keep the venv after the job, whatever the config says
-  int procs_per_node = 1;                   ///< torchrun --nproc_per_node (resources_per_node cpu)
+  bool refresh_venv =
+      false;  ///< rebuild the cached venv this job would copy (new releases of unpinned packages)
+  int procs_per_node = 1;  ///< torchrun --nproc_per_node (resources_per_node cpu)
   bool cpu_limit =
       false;  ///< also limit each node's CPU time to procs_per_node CPUs (cgroup), where the machine allows
   std::uint64_t memory_limit = 0;  ///< bytes of address space per process of the code (RLIMIT_AS); 0: none

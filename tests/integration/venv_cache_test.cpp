@@ -208,3 +208,82 @@ TEST_CASE_FIXTURE(fixture, "without the cache every job builds its own venv") {
   }
   CHECK(c.list_venv_cache().empty());
 }
+
+namespace {
+
+// Makes the cache entry look built `age` ago (its manifest says when).
+void age_entry(const std::filesystem::path& entry, std::chrono::seconds age) {
+  auto manifest = entry / "tjob-venv.json";
+  auto text = tjob::test::read_file(manifest);
+  auto at = text.find("\"created_ms\":");
+  REQUIRE(at != std::string::npos);
+  at += 13;
+  auto end = text.find_first_not_of("0123456789", at);
+  auto then = std::chrono::duration_cast<std::chrono::milliseconds>(
+      (std::chrono::system_clock::now() - age).time_since_epoch());
+  text.replace(at, end - at, std::to_string(then.count()));
+  std::ofstream(manifest, std::ios::trunc) << text;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "an unpinned requirement's cached venv expires, and refresh rebuilds it at once") {
+  package_index index;
+  trainer_client c(config());
+  CHECK(run_to_end(c, tiny_job(index.url)).find("hi from tinyjob 1.2.0 ") != std::string::npos);
+  const auto key = c.list_venv_cache().at(0).key;
+
+  // A newer release is published: a young entry is still used as it is.
+  index.publish_tinyjob("1.3.0");
+  auto log = run_to_end(c, tiny_job(index.url));
+  CAPTURE(log);
+  CHECK(log.find("[tjob] venv from the cache (") != std::string::npos);
+  CHECK(log.find("hi from tinyjob 1.2.0 ") != std::string::npos);
+
+  // refresh rebuilds it, and the next job copies what that built.
+  auto refresh = tiny_job(index.url);
+  std::get<python_trainer>(refresh.job_trainer).refresh_venv = true;
+  log = run_to_end(c, refresh);
+  CHECK(log.find("[tjob] the cached venv " + key + " is stale: built ") != std::string::npos);
+  CHECK(log.find("before this job asked for a refresh; rebuilding it") != std::string::npos);
+  CHECK(count(log, "[tjob] building the cached venv ") == 1);
+  CHECK(log.find("hi from tinyjob 1.3.0 ") != std::string::npos);
+  log = run_to_end(c, tiny_job(index.url));
+  CHECK(log.find("[tjob] venv from the cache (") != std::string::npos);
+  CHECK(log.find("hi from tinyjob 1.3.0 ") != std::string::npos);
+
+  // A day old, it expires: the next job rebuilds it and gets the newest.
+  index.publish_tinyjob("1.4.0");
+  age_entry(cache_dir() / key, 25h);
+  log = run_to_end(c, tiny_job(index.url));
+  CHECK(log.find("is stale: built 25 h ago, and its requirement not pinned to a version (tinyjob) expire "
+                 "after 86400 s; rebuilding it") != std::string::npos);
+  CHECK(log.find("hi from tinyjob 1.4.0 ") != std::string::npos);
+  REQUIRE(c.list_venv_cache().size() == 1);
+}
+
+TEST_CASE_FIXTURE(fixture, "a venv of pinned requirements never expires, nor anything with a zero expiry") {
+  package_index index;
+  index.publish_tinyjob("1.3.0");
+  auto pinned = tiny_job(index.url);
+  std::get<python_trainer>(pinned.job_trainer).packages_to_install = {"tinyjob==1.2.0"};
+  {
+    trainer_client c(config());
+    run_to_end(c, pinned);
+    age_entry(cache_dir() / c.list_venv_cache().at(0).key, std::chrono::hours(24 * 30));
+    auto log = run_to_end(c, pinned);
+    CAPTURE(log);
+    CHECK(log.find("[tjob] venv from the cache (") != std::string::npos);
+    CHECK(log.find("hi from tinyjob 1.2.0 ") != std::string::npos);
+  }
+  auto cfg = config();
+  cfg.venv_cache_unpinned_ttl = 0s;
+  trainer_client c(cfg);
+  run_to_end(c, tiny_job(index.url));
+  for (const auto& e : c.list_venv_cache())
+    if (e.packages == std::vector<std::string>{"tinyjob"}) age_entry(cache_dir() / e.key, 24h * 30);
+  auto log = run_to_end(c, tiny_job(index.url));
+  CAPTURE(log);
+  CHECK(log.find("[tjob] venv from the cache (") != std::string::npos);
+  CHECK(log.find("hi from tinyjob 1.3.0 ") != std::string::npos);
+}

@@ -297,7 +297,9 @@ bool skip(const std::string& what) {
   return false;
 }
 
-std::vector<std::string> cases_skipped() { return {case_counter::skipped.begin(), case_counter::skipped.end()}; }
+std::vector<std::string> cases_skipped() {
+  return {case_counter::skipped.begin(), case_counter::skipped.end()};
+}
 std::size_t cases_run() { return case_counter::run; }
 
 gate::gate() : path_((dir_.path() / "gate").string()) { REQUIRE(::mkfifo(path_.c_str(), 0600) == 0); }
@@ -370,6 +372,13 @@ package_index::package_index() {
   auto at = out.find("port ");
   REQUIRE(at != std::string::npos);
   url = "http://127.0.0.1:" + std::to_string(std::atoi(out.c_str() + at + 5)) + "/simple/";
+}
+
+void package_index::publish_tinyjob(const std::string& version) {
+  versions_.push_back(version);
+  std::vector<std::string> argv{"python3", source_dir() + "/tests/support/make_index.py", dir.str()};
+  argv.insert(argv.end(), versions_.begin(), versions_.end());
+  REQUIRE(run(argv).exit_code == 0);
 }
 
 std::string read_file(const std::filesystem::path& p) {

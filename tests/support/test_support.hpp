@@ -170,6 +170,11 @@ struct package_index {
   std::unique_ptr<background> server;
   std::string url;
   package_index();
+  /// Publishes tinyjob `version` (beside the versions already there).
+  void publish_tinyjob(const std::string& version);
+
+ private:
+  std::vector<std::string> versions_;
 };
 
 /// The Kubernetes API stand-in (tests/support/kube_standin.py) on
