@@ -1,7 +1,6 @@
 // tjob — run TrainJobs from a shell.
 #include "cli/render.hpp"
 #include "cli/run_job.hpp"
-#include "cli/supervise.hpp"
 
 #include <tjob/client.hpp>
 
@@ -398,21 +397,9 @@ int cmd_run(const common_options& common, const job_options& jo) {
 int cmd_train(const common_options& common, const job_options& jo) {
   auto cfg = make_config(common);
   auto req = make_request(jo, cfg.backend);
-  if (cfg.backend != backend_kind::local) {
-    // the daemon runs the job; nothing here needs to stay
-    trainer_client client(cfg);
-    write_out(client.train(req) + "\n");
-    return exit_ok;
-  }
-  if (cfg.home.empty()) cfg.home = default_home();
-  cfg.home = std::filesystem::absolute(cfg.home);
-  auto r = cli::submit_detached(req, cfg);
-  if (!r.name.empty()) {
-    write_out(r.name + "\n");
-    return exit_ok;
-  }
-  std::fprintf(stderr, "tjob: error: %s\n", r.error.c_str());
-  return r.usage ? exit_usage : exit_failed;
+  cfg.supervisor = cli::self_exe();  // this very binary supervises the job
+  write_out(tjob::train_detached(req, cfg) + "\n");
+  return exit_ok;
 }
 
 // Every command's options and subcommands, as the parser fills them in.
@@ -639,7 +626,7 @@ int run_query(commands& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::string_view(argv[1]) == "__supervise") return tjob::cli::supervise_main();
+  if (argc >= 2 && std::string_view(argv[1]) == "__supervise") return tjob::supervisor_main();
 
   CLI::App app{
       "tjob — run Kubeflow-style TrainJobs on this machine.\n"

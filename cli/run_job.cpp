@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <thread>
 
 namespace tjob::cli {
 
@@ -137,6 +139,28 @@ void run_interrupts::cancel(bool force) {
       std::fprintf(stderr, "tjob: cannot cancel %s: %s\n", name.c_str(), e.what());
     }
   });
+}
+
+void handle_signals(std::function<void(int)> on_signal) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set, on_signal = std::move(on_signal)] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) == 0) on_signal(sig);
+    }
+  }).detach();
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "/proc/self/exe";
+  return std::string(buf, static_cast<std::size_t>(n));
 }
 
 }  // namespace tjob::cli

@@ -5,6 +5,7 @@
 
 #include <tjob/client.hpp>
 
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -67,5 +68,12 @@ class run_interrupts {
   int count_ = 0, first_ = 0;
   std::vector<std::thread> threads_;
 };
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and the threads it
+/// creates later) and calls `on_signal` from a thread of its own for each.
+void handle_signals(std::function<void(int)> on_signal);
+
+/// This program's own executable (it supervises `tjob train`'s jobs).
+std::string self_exe();
 
 }  // namespace tjob::cli

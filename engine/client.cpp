@@ -16,7 +16,8 @@ namespace asio = boost::asio;
 
 struct trainer_client::impl {
   explicit impl(engine_config config)
-      : eng(std::in_place, ctx.get_executor(), std::move(config)),
+      : cfg(config),
+        eng(std::in_place, ctx.get_executor(), std::move(config)),
         work(ctx.get_executor()),
         thread([this] { ctx.run(); }) {}
 
@@ -68,6 +69,7 @@ struct trainer_client::impl {
     if constexpr (!std::is_void_v<T>) return std::move(*r.value);
   }
 
+  engine_config cfg;  // as given (train_detached hands it to the supervisor)
   asio::io_context ctx{1};
   std::optional<engine> eng;
   asio::executor_work_guard<asio::io_context::executor_type> work;
@@ -150,5 +152,6 @@ std::vector<venv_cache_entry> trainer_client::prune_venv_cache(std::chrono::seco
   return impl_->call(impl_->eng->prune_venv_cache(unused_for));
 }
 const std::filesystem::path& trainer_client::home() const { return impl_->eng->home(); }
+const engine_config& trainer_client::config() const { return impl_->cfg; }
 
 }  // namespace tjob

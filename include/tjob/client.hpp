@@ -6,7 +6,15 @@
 //   engine's thread), and block until done.
 // Cancellation: see engine.hpp; destroying the client is not cancelling jobs.
 // Errors: methods throw tjob::error.
-// Lifetime: a log_reader must not outlive its client.
+// Lifetime: a log_reader must not outlive its client. A job started with
+//   train() is owned by this client's engine: destroy the client (or end the
+//   program) while it runs and the job is later found `lost` and its
+//   processes killed. A job started with train_detached() is owned by a small
+//   supervising process of its own (the `tjob train` way), so it runs to its
+//   end after the program returns; any client on the same $TJOB_HOME can
+//   follow, wait for, cancel or delete it. On the container and kubernetes
+//   backends the daemon or the cluster owns every job, and train_detached is
+//   train.
 #pragma once
 
 #include <tjob/engine.hpp>
@@ -50,6 +58,10 @@ class trainer_client {
   ~trainer_client();
 
   std::string train(train_request request);
+  /// train(), with the job handed to a supervising process (see Lifetime):
+  /// it outlives this client and this program. Bad input is refused with
+  /// the same errors as train() before anything is created.
+  std::string train_detached(train_request request);
   train_job get_job(const std::string& name);
   std::vector<train_job> list_jobs(std::optional<std::string> runtime = {});
   log_reader get_job_logs(const std::string& name, log_options options = {});
@@ -66,11 +78,22 @@ class trainer_client {
   std::vector<venv_cache_entry> prune_venv_cache(std::chrono::seconds unused_for);
 
   const std::filesystem::path& home() const;
+  const engine_config& config() const;
 
  private:
   friend class log_reader;
   struct impl;
   std::unique_ptr<impl> impl_;
 };
+
+/// trainer_client(config).train_detached(request), without an engine in this
+/// process: the supervisor is the only one to open the store.
+std::string train_detached(const train_request& request, engine_config config = {});
+
+/// The body of a supervisor process (`tjob __supervise`): reads what
+/// train_detached writes on stdin, answers on stdout, owns the job until it
+/// ends, and returns the process's exit status. SIGTERM, SIGINT or SIGHUP
+/// cancels the job. A program named in engine_config::supervisor calls it.
+int supervisor_main();
 
 }  // namespace tjob

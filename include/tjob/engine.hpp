@@ -71,6 +71,12 @@ struct engine_config {
   std::vector<std::string> gpu_devices;
   /// Log lines per failed step quoted in a wait_for_job_status failure.
   std::size_t failure_log_lines = 10;
+  /// The program train_detached starts to own a detached job: a tjob binary
+  /// (or any program that calls tjob::supervisor_main() when its only
+  /// argument is `__supervise`). Empty: $TJOB_SUPERVISOR, else the tjob built
+  /// with this library (its build tree, then its install prefix), else tjob
+  /// on PATH.
+  std::filesystem::path supervisor;
   /// Logger for the engine's own messages; null: a quiet default.
   std::shared_ptr<spdlog::logger> logger;
   /// Where jobs run. The local backend keeps its jobs in the store; the

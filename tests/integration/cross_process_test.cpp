@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 #include <boost/json.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <csignal>
 #include <fstream>
 
@@ -145,4 +147,52 @@ TEST_CASE_FIXTURE(fixture,
   }
   CHECK(requested == 1);
   CHECK(last == "Cancelled");
+}
+
+TEST_CASE_FIXTURE(fixture, "train_detached: the job outlives the client that submitted it") {
+  auto fifo = dir.path() / "go";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string name;
+  {
+    trainer_client c(config());
+    name = c.train_detached(
+        helper_job({"print", "up\n", "read-fifo", fifo.string(), "print", "done\n"}, "kept"));
+    CHECK(name == "kept");
+    c.wait_for_job_status(name, {job_status::running}, 30s);
+  }  // the submitter's engine is gone; with train() the job would now be lost
+  trainer_client other(config());
+  auto job = other.get_job(name);
+  REQUIRE(job.status == job_status::running);
+  // Its owner is a supervisor in a session of its own, not this process.
+  auto stat = tjob::test::read_file("/proc/" + std::to_string(job.steps[0].pid) + "/stat");
+  auto after = stat.substr(stat.rfind(')') + 4);  // state, then ppid
+  CHECK(std::stol(after) != ::getpid());
+  { std::ofstream(fifo) << "go"; }
+  auto ended = other.wait_for_job_status(name, {job_status::complete}, 30s);
+  CHECK(ended.steps[0].exit_code == 0);
+  CHECK(other.get_job_logs(name).read_all() == "up\ndone\n");
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "train_detached refuses bad input as train does, and says when it has no supervisor") {
+  trainer_client c(config());
+  auto bad = helper_job({"exit", "0"}, "Not_A_Name");
+  try {
+    c.train_detached(bad);
+    FAIL("a bad name was accepted");
+  } catch (const error& e) {
+    CHECK(e.code() == errc::invalid_name);
+    CHECK(std::string(e.what()).find("Not_A_Name") != std::string::npos);
+  }
+  CHECK(c.list_jobs().empty());
+  auto cfg = config();
+  cfg.supervisor = dir.path() / "no-such-tjob";
+  try {
+    train_detached(helper_job({"exit", "0"}), cfg);
+    FAIL("a missing supervisor went unnoticed");
+  } catch (const error& e) {
+    CHECK(e.code() == errc::spawn_failed);
+    CHECK(std::string(e.what()).find("no-such-tjob") != std::string::npos);
+    CHECK(std::string(e.what()).find("engine_config::supervisor") != std::string::npos);
+  }
 }

@@ -1,0 +1,296 @@
+// train_detached and the supervisor it starts (see client.hpp, "Lifetime").
+//
+// The submitter starts the supervisor program (`<program> __supervise`) in a
+// session of its own, writes the request and the engine's settings to its
+// stdin as one JSON object, and reads one JSON answer from its stdout: the
+// job's name, or the error (code, message, diagnostics). The supervisor then
+// owns the job until it ends.
+#include <tjob/client.hpp>
+#include <tjob/spec.hpp>
+
+#include <boost/json.hpp>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+extern char** environ;
+
+namespace tjob {
+
+namespace json = boost::json;
+
+namespace {
+
+// Both sides must read the same fields; an old supervisor refuses a new
+// submitter (and the reverse) by this number rather than by a missing field.
+constexpr std::int64_t protocol_version = 1;
+
+json::value request_to_json(const train_request& req, const engine_config& cfg) {
+  json::object o;
+  o["protocol"] = protocol_version;
+  o["name"] = req.name;
+  o["runtime"] = req.runtime;
+  o["num_nodes"] = req.num_nodes;
+  o["trainer"] = json::parse(trainer_to_json(req.job_trainer));
+  o["home"] = cfg.home.string();
+  o["grace_ms"] = cfg.grace_period.count();
+  o["store_busy_timeout_ms"] = cfg.store_busy_timeout.count();
+  o["cleanup_venv"] = cfg.cleanup_venv;
+  o["venv_cache"] = cfg.venv_cache;
+  o["venv_cache_ttl_s"] = cfg.venv_cache_unpinned_ttl.count();
+  o["failure_log_lines"] = cfg.failure_log_lines;
+  json::array dirs, gpus;
+  for (const auto& d : cfg.runtime_dirs) dirs.emplace_back(d.string());
+  for (const auto& g : cfg.gpu_devices) gpus.emplace_back(g);
+  o["runtime_dirs"] = std::move(dirs);
+  o["gpu_devices"] = std::move(gpus);
+  return o;
+}
+
+void request_from_json(const json::object& o, train_request& req, engine_config& cfg) {
+  if (o.at("protocol").to_number<std::int64_t>() != protocol_version)
+    throw error(errc::invalid_argument,
+                "the supervisor and the program that started it are of different tjob versions; "
+                "point engine_config::supervisor (or $TJOB_SUPERVISOR) at the tjob built with the library");
+  req.name = json::value_to<std::string>(o.at("name"));
+  req.runtime = json::value_to<std::string>(o.at("runtime"));
+  req.num_nodes = static_cast<int>(o.at("num_nodes").to_number<std::int64_t>());
+  req.job_trainer = trainer_from_json(json::serialize(o.at("trainer")));
+  cfg.home = json::value_to<std::string>(o.at("home"));
+  cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
+  cfg.store_busy_timeout = std::chrono::milliseconds(o.at("store_busy_timeout_ms").to_number<std::int64_t>());
+  cfg.cleanup_venv = o.at("cleanup_venv").as_bool();
+  cfg.venv_cache = o.at("venv_cache").as_bool();
+  cfg.venv_cache_unpinned_ttl = std::chrono::seconds(o.at("venv_cache_ttl_s").to_number<std::int64_t>());
+  cfg.failure_log_lines = o.at("failure_log_lines").to_number<std::size_t>();
+  for (const auto& d : o.at("runtime_dirs").as_array())
+    cfg.runtime_dirs.emplace_back(json::value_to<std::string>(d));
+  for (const auto& g : o.at("gpu_devices").as_array())
+    cfg.gpu_devices.push_back(json::value_to<std::string>(g));
+}
+
+bool executable(const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; }
+
+// The program to start: the config's, $TJOB_SUPERVISOR, the tjob built with
+// this library (its build tree, then where it is installed), then tjob on PATH.
+std::string supervisor_program(const engine_config& cfg) {
+  if (!cfg.supervisor.empty()) return cfg.supervisor.string();
+  if (const char* e = std::getenv("TJOB_SUPERVISOR"); e && *e) return e;
+#ifdef TJOB_BUILT_CLI
+  if (executable(TJOB_BUILT_CLI)) return TJOB_BUILT_CLI;
+#endif
+#ifdef TJOB_INSTALLED_CLI
+  if (executable(TJOB_INSTALLED_CLI)) return TJOB_INSTALLED_CLI;
+#endif
+  const char* path = std::getenv("PATH");
+  std::string_view rest = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (!rest.empty()) {
+    auto colon = rest.find(':');
+    auto dir = rest.substr(0, colon);
+    rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    if (dir.empty()) continue;
+    auto candidate = std::string(dir) + "/tjob";
+    if (executable(candidate)) return candidate;
+  }
+  throw error(errc::executable_not_found,
+              "train_detached: no tjob program to supervise the job (it was not found where the library "
+              "was built or installed, nor on PATH); set engine_config::supervisor or $TJOB_SUPERVISOR "
+              "to the tjob binary");
+}
+
+void write_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    ssize_t n = ::write(fd, s.data(), s.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+void respond(const json::object& o) { write_all(STDOUT_FILENO, json::serialize(o) + "\n"); }
+
+void respond_error(const error& e) {
+  respond({{"error", e.what()}, {"code", e.code().value()}, {"diagnostics", e.diagnostics()}});
+}
+
+struct fds {
+  int v[2] = {-1, -1};
+  ~fds() {
+    for (int fd : v)
+      if (fd >= 0) ::close(fd);
+  }
+  int take(int i) { return std::exchange(v[i], -1); }
+};
+
+}  // namespace
+
+std::string train_detached(const train_request& request, engine_config config) {
+  if (config.backend != backend_kind::local) {
+    // The daemon or the cluster runs the job; nothing here needs to stay.
+    trainer_client client(config);
+    return client.train(request);
+  }
+  if (config.home.empty()) config.home = default_home();
+  config.home = std::filesystem::absolute(config.home);
+  const std::string program = supervisor_program(config);
+  fds in, out;
+  if (::pipe2(in.v, O_CLOEXEC) != 0 || ::pipe2(out.v, O_CLOEXEC) != 0)
+    throw error(errc::spawn_failed,
+                std::string("train_detached: cannot create a pipe: ") + std::strerror(errno));
+  // In a session of its own: the shell's hang-up and Ctrl-C do not reach it.
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in.v[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out.v[1], STDOUT_FILENO);
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  std::string arg0 = "tjob", arg1 = "__supervise";
+  char* argv[] = {arg0.data(), arg1.data(), nullptr};
+  pid_t pid = 0;
+  int err = ::posix_spawn(&pid, program.c_str(), &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(in.take(0));
+  ::close(out.take(1));
+  if (err != 0)
+    throw error(errc::spawn_failed, "train_detached: cannot start the supervisor " + program + ": " +
+                                        std::strerror(err) +
+                                        "; set engine_config::supervisor to the tjob binary");
+  write_all(in.v[1], json::serialize(request_to_json(request, config)));
+  ::close(in.take(1));
+  std::string answer = read_all(out.v[0]);
+  json::object o;
+  try {
+    auto v = json::parse(answer);
+    o = v.as_object();
+  } catch (const std::exception&) {
+    throw error(errc::spawn_failed,
+                "train_detached: the supervisor " + program + " (pid " + std::to_string(pid) +
+                    ") ended before it accepted the job",
+                answer);
+  }
+  if (auto* n = o.if_contains("name"); n && n->is_string()) return std::string(n->as_string());
+  auto text = [&](const char* k) {
+    auto* v = o.if_contains(k);
+    return v && v->is_string() ? std::string(v->as_string()) : std::string();
+  };
+  auto* c = o.if_contains("code");
+  auto code = c && c->is_int64() ? static_cast<int>(c->as_int64()) : static_cast<int>(errc::backend_error);
+  throw error(boost::system::error_code(code, category()), text("error"), text("diagnostics"));
+}
+
+std::string trainer_client::train_detached(train_request request) {
+  return tjob::train_detached(request, config());
+}
+
+int supervisor_main() {
+  // Signals are taken by a thread of their own: SIGTERM, SIGINT or SIGHUP
+  // cancels the job (before it has a name: as soon as it has one). The
+  // thread never returns, so what it shares with this function is on the heap.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  struct shared {
+    std::mutex m;
+    trainer_client* client = nullptr;  // set while the job is named and the client is alive
+    std::string name;
+    bool cancel_wanted = false;
+  };
+  auto state = std::make_shared<shared>();
+  std::thread([set, state] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      std::lock_guard lock(state->m);
+      state->cancel_wanted = true;
+      if (!state->client) continue;
+      try {
+        state->client->cancel_job(state->name);
+      } catch (...) {
+      }
+    }
+  }).detach();
+
+  train_request req;
+  engine_config cfg;
+  std::unique_ptr<trainer_client> client;
+  std::string name;
+  try {
+    try {
+      auto v = json::parse(read_all(STDIN_FILENO));
+      request_from_json(v.as_object(), req, cfg);
+    } catch (const error&) {
+      throw;
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      throw error(errc::invalid_argument, "supervisor: the request is not what train_detached writes: " + what);
+    }
+    client = std::make_unique<trainer_client>(cfg);
+    name = client->train(req);
+  } catch (const error& e) {
+    respond_error(e);
+    return 2;
+  } catch (const std::exception& e) {
+    respond_error(error(errc::backend_error, e.what()));
+    return 1;
+  }
+  respond({{"name", name}});
+  // From here on nobody reads our output: the supervisor's own messages go to
+  // the job directory.
+  int logfd = ::open((client->home() / "jobs" / name / "supervisor.log").c_str(),
+                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  ::dup2(null, STDIN_FILENO);
+  ::dup2(logfd >= 0 ? logfd : null, STDOUT_FILENO);
+  ::dup2(logfd >= 0 ? logfd : null, STDERR_FILENO);
+  {
+    std::lock_guard lock(state->m);
+    state->client = client.get();
+    state->name = name;
+    if (state->cancel_wanted) {
+      try {
+        client->cancel_job(name);
+      } catch (...) {
+      }
+    }
+  }
+  try {
+    client->wait_for_job_status(name, {job_status::complete, job_status::failed},
+                                std::chrono::hours(24 * 365 * 10));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tjob supervisor: %s\n", e.what());
+  }
+  {
+    std::lock_guard lock(state->m);
+    state->client = nullptr;
+  }
+  client.reset();
+  return 0;
+}
+
+}  // namespace tjob
