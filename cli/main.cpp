@@ -34,7 +34,9 @@ output_format parse_format(const std::string& s) {
   if (s == "table") return output_format::table;
   if (s == "json") return output_format::json;
   if (s == "yaml") return output_format::yaml;
-  throw usage_error("-o " + s + ": unknown output format; use table, json or yaml");
+  if (s == "name") return output_format::name;
+  if (s == "wide") return output_format::wide;
+  throw usage_error("-o " + s + ": unknown output format; use table, wide, name, json or yaml");
 }
 
 std::map<std::string, std::string> parse_env(const std::vector<std::string>& entries) {
@@ -484,7 +486,7 @@ void add_job_commands(CLI::App& app, commands& c) {
 // list, get, logs, wait, delete, cancel, events: one job or all of them.
 void add_query_commands(CLI::App& app, commands& c) {
   c.list = app.add_subcommand("list", "List jobs: NAME STATUS RUNTIME STEPS AGE");
-  c.list->add_option("-o,--output", c.format, "table, json or yaml");
+  c.list->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   c.list->add_option("--runtime", c.list_runtime, "Only jobs of this runtime");
   c.list->add_option("--status", c.list_statuses,
                      "Only jobs in these statuses: a comma-separated list of Created, Running, Complete, "
@@ -492,7 +494,7 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.get = app.add_subcommand(
       "get", "Show jobs with their steps (-o json or yaml: one object, or a list for several)");
   c.get->add_option("name", c.job_names, "Job names")->required();
-  c.get->add_option("-o,--output", c.format, "table, json or yaml");
+  c.get->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   c.logs = app.add_subcommand("logs", "Print a step's log; with -f, follow it until the step ends");
   c.logs->add_option("name", c.job_name, "Job name")->required();
   c.logs->add_flag("-f,--follow", c.follow, "Stream new output until the step ends");
@@ -517,21 +519,21 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.cancel->add_option("--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
   c.events = app.add_subcommand("events", "Show a job's event log");
   c.events->add_option("name", c.job_name, "Job name")->required();
-  c.events->add_option("-o,--output", c.format, "table, json or yaml");
+  c.events->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
 }
 
 // runtimes and cache.
 void add_other_commands(CLI::App& app, commands& c) {
   c.version = app.add_subcommand("version", "Print tjob's version (as --version does)");
   c.runtimes = app.add_subcommand("runtimes", "List the training runtimes");
-  c.runtimes->add_option("-o,--output", c.format, "table, json or yaml");
+  c.runtimes->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   auto* cache =
       app.add_subcommand("cache",
                          "The venv cache of local Python jobs: one venv per interpreter, package list, "
                          "index URLs and system-site-packages flag, copied into each job");
   cache->require_subcommand(1);
   c.cache_list = cache->add_subcommand("list", "List the cached venvs: KEY PYTHON PACKAGES SIZE LAST-USED");
-  c.cache_list->add_option("-o,--output", c.format, "table, json or yaml");
+  c.cache_list->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   c.cache_prune =
       cache->add_subcommand("prune",
                             "Remove cached venvs no job has used for --unused-for days (default 7), broken "

@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace tjob::cli {
 
@@ -28,6 +29,34 @@ std::string format_age(clock::time_point t, clock::time_point now) {
   return fmt::format("{}d", s / 86400);
 }
 
+std::string format_duration(std::chrono::milliseconds d) {
+  auto ms = d.count() < 0 ? 0 : d.count();
+  if (ms < 1000) return fmt::format("{}ms", ms);
+  auto s = ms / 1000;
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{}s", s / 60, s % 60);
+  if (s < 86400) return fmt::format("{}h{}m", s / 3600, s % 3600 / 60);
+  return fmt::format("{}d{}h", s / 86400, s % 86400 / 3600);
+}
+
+namespace {
+
+json::value time_or_null(const std::optional<clock::time_point>& t) {
+  if (!t) return nullptr;
+  return json::value(format_time(*t));
+}
+
+// How long a job has run: to its end, or to now while it runs.
+std::string ran_for(const train_job& j, clock::time_point now) {
+  if (!j.start_time) return "-";
+  auto until = j.end_time.value_or(now);
+  return format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(until - *j.start_time));
+}
+
+std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
+
+}  // namespace
+
 json::value to_json(const train_job& job) {
   json::array steps;
   for (const auto& s : job.steps) {
@@ -48,6 +77,8 @@ json::value to_json(const train_job& job) {
   o["runtime"] = job.runtime;
   o["num_nodes"] = job.num_nodes;
   o["creation_timestamp"] = format_time(job.creation_timestamp);
+  o["start_time"] = time_or_null(job.start_time);
+  o["end_time"] = time_or_null(job.end_time);
   o["steps"] = std::move(steps);
   return o;
 }
@@ -159,10 +190,30 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
 
 std::string pretty_json(const json::value& v) { return json::serialize(v) + "\n"; }
 
+// The field `-o name` prints of each kind of item.
+template <class T>
+const char* name_field() {
+  if constexpr (std::is_same_v<T, venv_cache_entry>)
+    return "key";
+  else if constexpr (std::is_same_v<T, event>)
+    return "seq";
+  else
+    return "name";
+}
+
 // A list as JSON or YAML, the same shape in both: a bare list of objects, so
 // that a script's paths (`.[0].status`) work on either.
 template <class T>
 std::string render_list(const std::vector<T>& items, output_format f) {
+  if (f == output_format::name) {
+    std::string out;
+    for (const auto& i : items) {
+      auto v = to_json(i);
+      const auto& n = v.at(name_field<T>());
+      out += (n.is_string() ? std::string(n.as_string()) : json::serialize(n)) + "\n";
+    }
+    return out;
+  }
   json::array arr;
   for (const auto& i : items) arr.push_back(to_json(i));
   if (f == output_format::json) return pretty_json(arr);
@@ -178,14 +229,20 @@ std::string to_yaml(const json::value& v) {
 }
 
 std::string render_jobs(const std::vector<train_job>& jobs, output_format f) {
-  if (f != output_format::table) return render_list(jobs, f);
+  bool wide = f == output_format::wide;
+  if (f != output_format::table && !wide) return render_list(jobs, f);
   std::vector<std::vector<std::string>> rows{{"NAME", "STATUS", "RUNTIME", "STEPS", "AGE"}};
+  if (wide) rows[0].insert(rows[0].end(), {"NODES", "STARTED", "DURATION", "REASON"});
   auto now = clock::now();
   for (const auto& j : jobs) {
     auto done =
         std::count_if(j.steps.begin(), j.steps.end(), [](const step& s) { return is_terminal(s.status); });
-    rows.push_back({j.name, std::string(to_string(j.status)), j.runtime,
+    rows.push_back({j.name, std::string(to_string(j.status)), or_dash(j.runtime),
                     fmt::format("{}/{}", done, j.steps.size()), format_age(j.creation_timestamp, now)});
+    if (wide)
+      rows.back().insert(rows.back().end(),
+                         {std::to_string(j.num_nodes), j.start_time ? format_time(*j.start_time) : "-",
+                          ran_for(j, now), or_dash(j.reason)});
   }
   return table(rows);
 }
@@ -193,9 +250,18 @@ std::string render_jobs(const std::vector<train_job>& jobs, output_format f) {
 std::string render_job(const train_job& job, output_format f) {
   if (f == output_format::json) return pretty_json(to_json(job));
   if (f == output_format::yaml) return to_yaml(to_json(job));
-  std::string out = table({{"NAME", "STATUS", "RUNTIME", "NODES", "CREATED"},
-                           {job.name, std::string(to_string(job.status)), job.runtime,
-                            std::to_string(job.num_nodes), format_time(job.creation_timestamp)}});
+  if (f == output_format::name) return job.name + "\n";
+  std::vector<std::vector<std::string>> head{
+      {"NAME", "STATUS", "RUNTIME", "NODES", "CREATED"},
+      {job.name, std::string(to_string(job.status)), or_dash(job.runtime), std::to_string(job.num_nodes),
+       format_time(job.creation_timestamp)}};
+  if (f == output_format::wide) {
+    head[0].insert(head[0].end(), {"STARTED", "ENDED", "DURATION"});
+    head[1].insert(head[1].end(),
+                   {job.start_time ? format_time(*job.start_time) : "-",
+                    job.end_time ? format_time(*job.end_time) : "-", ran_for(job, clock::now())});
+  }
+  std::string out = table(head);
   std::vector<std::vector<std::string>> rows{{"STEP", "STATUS", "EXIT CODE", "REASON"}};
   for (const auto& s : job.steps)
     rows.push_back({s.name, std::string(to_string(s.status)),
@@ -205,14 +271,14 @@ std::string render_job(const train_job& job, output_format f) {
 
 std::string render_job_list(const std::vector<train_job>& jobs, output_format f) {
   if (jobs.size() == 1) return render_job(jobs.front(), f);
-  if (f != output_format::table) return render_list(jobs, f);
+  if (f != output_format::table && f != output_format::wide) return render_list(jobs, f);
   std::string out;
   for (const auto& j : jobs) out += (out.empty() ? "" : "\n") + render_job(j, f);
   return out;
 }
 
 std::string render_events(const std::vector<event>& events, output_format f) {
-  if (f != output_format::table) return render_list(events, f);
+  if (f != output_format::table && f != output_format::wide) return render_list(events, f);
   std::vector<std::vector<std::string>> rows{{"TIME", "STEP", "REASON", "MESSAGE"}};
   for (const auto& e : events)
     rows.push_back({format_time(e.time), e.step.empty() ? "-" : e.step, e.reason, e.message});
@@ -220,7 +286,7 @@ std::string render_events(const std::vector<event>& events, output_format f) {
 }
 
 std::string render_runtimes(const std::vector<runtime>& runtimes, output_format f) {
-  if (f != output_format::table) return render_list(runtimes, f);
+  if (f != output_format::table && f != output_format::wide) return render_list(runtimes, f);
   std::vector<std::vector<std::string>> rows{{"NAME", "FRAMEWORK", "TRAINER", "PACKAGES"}};
   for (const auto& r : runtimes) {
     std::string pk;
@@ -231,7 +297,7 @@ std::string render_runtimes(const std::vector<runtime>& runtimes, output_format 
 }
 
 std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, output_format f) {
-  if (f != output_format::table) return render_list(entries, f);
+  if (f != output_format::table && f != output_format::wide) return render_list(entries, f);
   std::vector<std::vector<std::string>> rows{{"KEY", "PYTHON", "PACKAGES", "SIZE", "LAST USED", "STATE"}};
   auto now = clock::now();
   for (const auto& e : entries) {

@@ -11,7 +11,9 @@
 
 namespace tjob::cli {
 
-enum class output_format { table, json, yaml };
+/// table: for people; wide: the table with more columns (jobs); name: one
+/// name per line (for `xargs`); json and yaml: the same shape, for programs.
+enum class output_format { table, wide, name, json, yaml };
 
 boost::json::value to_json(const train_job& job);
 boost::json::value to_json(const event& ev);
@@ -22,6 +24,8 @@ boost::json::value to_json(const venv_cache_entry& e);
 std::string format_time(clock::time_point t);
 /// "5s", "3m", "2h", "4d", as kubectl.
 std::string format_age(clock::time_point t, clock::time_point now);
+/// A duration as "850ms", "42s", "3m12s", "5h3m", "2d4h".
+std::string format_duration(std::chrono::milliseconds d);
 
 std::string render_jobs(const std::vector<train_job>& jobs, output_format f);
 std::string render_job(const train_job& job, output_format f);

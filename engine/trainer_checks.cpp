@@ -37,9 +37,14 @@ const runtime& check_request(train_request& req, const runtime_catalog& catalog)
              "letter and ending with a letter or digit, at most 63 characters");
   }
   auto me = who(req.name);
-  if (req.runtime.empty()) req.runtime = std::string(default_runtime_name);
-  const runtime* rt = catalog.find(req.runtime);
-  if (!rt) fail(errc::runtime_not_found, me + ": " + catalog.not_found_message(req.runtime));
+  // A command job names a runtime only when it is given one: the default
+  // still supplies what a backend may take from it (a container's image, a
+  // TrainJob's runtimeRef), but the job is not listed under it.
+  const bool named = !req.runtime.empty();
+  const std::string lookup = named ? req.runtime : std::string(default_runtime_name);
+  const runtime* rt = catalog.find(lookup);
+  if (!rt) fail(errc::runtime_not_found, me + ": " + catalog.not_found_message(lookup));
+  if (named || !std::holds_alternative<command_trainer>(req.job_trainer)) req.runtime = lookup;
   if (req.num_nodes < 1 || req.num_nodes > 64)
     fail(errc::invalid_argument,
          me + ": num_nodes=" + std::to_string(req.num_nodes) + " is out of range; give 1 to 64 nodes");

@@ -6,6 +6,7 @@
 #include "engine/log_stream_impl.hpp"
 #include "engine/messages.hpp"
 #include "engine/names.hpp"
+#include "engine/times.hpp"
 #include "engine/trainer_checks.hpp"
 
 #include <boost/json/parse.hpp>
@@ -291,6 +292,8 @@ asio::awaitable<outcome<std::vector<seen>>> backend::impl::containers(const std:
       if (auto* p = st->if_contains("Pid"); p && p->is_number()) c.pid = p->to_number<std::int64_t>();
       if (auto* oom = st->if_contains("OOMKilled"); oom && oom->is_bool()) c.oom = oom->as_bool();
       c.error = str_of(*st, "Error");
+      c.started = detail::parse_rfc3339(str_of(*st, "StartedAt"));
+      c.finished = detail::parse_rfc3339(str_of(*st, "FinishedAt"));
       if (c.state == "exited" || c.state == "dead" || c.state == "stopped")
         if (auto* x = st->if_contains("ExitCode"); x && x->is_number())
           c.exit_code = static_cast<int>(x->to_number<std::int64_t>());
@@ -342,10 +345,14 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
     if (rank_of(s.name) >= 0) ++nodes;
     if (j.runtime.empty()) j.runtime = c.labels.count(label_runtime) ? c.labels.at(label_runtime) : "";
     if (created == 0 || (c.created > 0 && c.created < created)) created = c.created;
+    if (c.started && (!j.start_time || *c.started < *j.start_time)) j.start_time = c.started;
+    if (c.finished && is_terminal(s.status) && (!j.end_time || *c.finished > *j.end_time))
+      j.end_time = c.finished;
     j.steps.push_back(std::move(s));
   }
   j.num_nodes = std::max(nodes, 1);
   j.status = detail::aggregate(statuses);
+  if (!is_terminal(j.status)) j.end_time.reset();
   for (const auto& s : j.steps)
     if (s.status == job_status::failed && j.reason.empty()) j.reason = s.reason;
   j.creation_timestamp = clock::time_point(std::chrono::seconds(created));

@@ -47,6 +47,7 @@ struct seen {
   bool tty = false;  // its log is a raw stream, not frames
   std::string error;
   std::int64_t pid = 0;
+  std::optional<clock::time_point> started, finished;  // State.StartedAt, FinishedAt (when set)
 };
 
 /// What a node container runs: its command, environment, image and limits.

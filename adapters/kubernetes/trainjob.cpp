@@ -2,6 +2,7 @@
 
 #include "engine/json_fields.hpp"
 #include "engine/runtimes.hpp"
+#include "engine/times.hpp"
 
 #include <tjob/error.hpp>
 
@@ -118,46 +119,6 @@ json::object trainjob_body(const std::string& name, const std::string& ns, const
                       {"spec", std::move(spec)}};
 }
 
-std::optional<clock::time_point> parse_time(std::string_view s) {
-  // Fixed-width fields, each range-checked: a time from a server is data, and
-  // a year past 2261 does not fit the clock (found by fuzz_watch).
-  auto field = [&](std::size_t at, std::size_t width, int lo, int hi) -> std::optional<int> {
-    if (s.size() < at + width) return std::nullopt;
-    int v = 0;
-    for (std::size_t i = at; i < at + width; ++i) {
-      if (!std::isdigit(static_cast<unsigned char>(s[i]))) return std::nullopt;
-      v = v * 10 + (s[i] - '0');
-    }
-    if (v < lo || v > hi) return std::nullopt;
-    return v;
-  };
-  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
-      s[13] != ':' || s[16] != ':')
-    return std::nullopt;
-  auto y = field(0, 4, 1970, 2261), mo = field(5, 2, 1, 12), d = field(8, 2, 1, 31), h = field(11, 2, 0, 23),
-       mi = field(14, 2, 0, 59), sec = field(17, 2, 0, 60);
-  if (!y || !mo || !d || !h || !mi || !sec) return std::nullopt;
-  std::tm tm{};
-  tm.tm_year = *y - 1900;
-  tm.tm_mon = *mo - 1;
-  tm.tm_mday = *d;
-  tm.tm_hour = *h;
-  tm.tm_min = *mi;
-  tm.tm_sec = *sec;
-  auto t = clock::from_time_t(::timegm(&tm));
-  if (s.size() > 20 && s[19] == '.') {
-    std::size_t i = 20;
-    long frac = 0, scale = 1;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])) && scale < 1000000000) {
-      frac = frac * 10 + (s[i] - '0');
-      scale *= 10;
-      ++i;
-    }
-    t += std::chrono::duration_cast<clock::duration>(std::chrono::nanoseconds(frac * (1000000000 / scale)));
-  }
-  return t;
-}
-
 std::string name_of(const json::object& o) {
   auto* md = obj_of(o, "metadata");
   return str_of(md, "name");
@@ -218,7 +179,11 @@ std::vector<pod_step> steps_from_pods(const std::vector<const json::object*>& po
           if (cname != "node" && cname != role) continue;
           auto* state = obj_of(co, "state");
           auto* term = state ? obj_of(*state, "terminated") : nullptr;
+          auto* running = state ? obj_of(*state, "running") : nullptr;
+          if (running) s.started = detail::parse_rfc3339(str_of(running, "startedAt"));
           if (term) {
+            s.started = detail::parse_rfc3339(str_of(term, "startedAt"));
+            s.finished = detail::parse_rfc3339(str_of(term, "finishedAt"));
             auto it = term->find("exitCode");
             if (it != term->end() && it->value().is_int64())
               s.exit_code = static_cast<int>(it->value().as_int64());
@@ -240,7 +205,8 @@ train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int
   j.name = name_of(tj);
   j.runtime = runtime_of(tj);
   j.num_nodes = num_nodes_of(tj).value_or(fallback_nodes);
-  if (auto t = parse_time(str_of(obj_of(tj, "metadata"), "creationTimestamp"))) j.creation_timestamp = *t;
+  if (auto t = detail::parse_rfc3339(str_of(obj_of(tj, "metadata"), "creationTimestamp")))
+    j.creation_timestamp = *t;
   for (const auto& ps : steps) {
     step s;
     s.name = ps.step;
@@ -249,6 +215,8 @@ train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int
     if (s.status == job_status::failed)
       s.reason = ps.exit_code ? "exit code " + std::to_string(*ps.exit_code)
                               : (ps.terminated_reason.empty() ? "pod failed" : ps.terminated_reason);
+    if (ps.started && (!j.start_time || *ps.started < *j.start_time)) j.start_time = ps.started;
+    if (ps.finished && (!j.end_time || *ps.finished > *j.end_time)) j.end_time = ps.finished;
     j.steps.push_back(std::move(s));
   }
   // Kubeflow's rule: a True Complete or Failed condition decides; without
@@ -263,6 +231,8 @@ train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int
         auto& co = c.as_object();
         if (str_of(&co, "status") != "True") continue;
         auto type = str_of(&co, "type");
+        if (type == "Complete" || type == "Failed")  // the controller's word on when it ended
+          if (auto t = detail::parse_rfc3339(str_of(&co, "lastTransitionTime"))) j.end_time = t;
         if (type == "Complete") {
           j.status = job_status::complete;
           decided = true;
@@ -299,6 +269,7 @@ train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int
         ++up;
     if (up > 0 && up == j.num_nodes) j.status = job_status::running;
   }
+  if (!is_terminal(j.status)) j.end_time.reset();
   return j;
 }
 
@@ -347,7 +318,7 @@ std::vector<event> events_of(const json::array& items, const std::string& job,
     if (it == step_of.end()) continue;
     auto ts = str_of(&e, "firstTimestamp");
     if (ts.empty()) ts = str_of(&e, "eventTime");
-    auto t = parse_time(ts);
+    auto t = detail::parse_rfc3339(ts);
     if (!t) continue;
     event ev;
     ev.time = *t;

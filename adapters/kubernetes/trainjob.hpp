@@ -61,6 +61,9 @@ struct pod_step {
   std::string phase;  ///< Pending, Running, Succeeded, Failed, Unknown
   std::optional<int> exit_code;
   std::string terminated_reason;
+  /// Its container's state.running.startedAt (or terminated.startedAt), and
+  /// terminated.finishedAt.
+  std::optional<clock::time_point> started, finished;
 };
 /// Newest pod per step key (role, or <role>-<completion index>), sorted by
 /// step name as the other backends sort (length, then name).
@@ -101,8 +104,5 @@ std::vector<event> events_of(const boost::json::array& items, const std::string&
 /// A TrainingRuntime or ClusterTrainingRuntime object as a runtime; nullopt
 /// (with `problem` set) when it lacks what Kubeflow requires.
 std::optional<runtime> runtime_from(const boost::json::object& cr, std::string& problem);
-
-/// RFC 3339 "2026-12-02T10:00:00Z" (fractions allowed) → time point.
-std::optional<clock::time_point> parse_time(std::string_view s);
 
 }  // namespace tjob::kube

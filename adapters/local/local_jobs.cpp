@@ -48,6 +48,8 @@ train_job to_job(const detail::job_row& row) {
   j.runtime = row.runtime;
   j.num_nodes = row.num_nodes;
   j.creation_timestamp = from_ms(row.created_ms);
+  if (row.started_ms) j.start_time = from_ms(row.started_ms);
+  if (row.ended_ms && is_terminal(row.status)) j.end_time = from_ms(row.ended_ms);
   j.status = row.status;
   j.reason = row.reason;
   for (const auto& s : row.steps) j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid});
@@ -243,6 +245,9 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
     return false;
   }
   s.row.status = *to;
+  const auto t = now_ms();
+  if (ev.kind == event_kind::started && j.row.started_ms == 0) j.row.started_ms = t;
+  if (is_terminal(*to)) j.row.ended_ms = t;
   if (ev.kind == event_kind::exited) s.row.exit_code = ev.exit_code;
   if (*to == job_status::failed) s.row.reason = std::move(reason);
   std::vector<job_status> statuses;
@@ -251,7 +256,7 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
   if (j.row.status == job_status::failed && j.row.reason.empty()) j.row.reason = s.row.reason;
 
   queue_write(
-      [name = j.row.name, step = s.row, status = j.row.status, jreason = j.row.reason, t = now_ms(),
+      [name = j.row.name, step = s.row, status = j.row.status, jreason = j.row.reason, t,
        what = detail::log_event_of(ev.kind), message = std::move(message)](detail::store& db) {
         db.append_event(
             name, step.name, t, what, message, step.exit_code,

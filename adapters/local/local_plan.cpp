@@ -242,7 +242,7 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
     std::string spec = j->spec;
     j->row = {};
     j->row.name = name;
-    j->row.runtime = req.runtime;
+    j->row.runtime = req.runtime;  // empty for a command job given no runtime
     j->row.num_nodes = req.num_nodes;
     j->row.created_ms = now_ms();
     j->row.spec = spec;

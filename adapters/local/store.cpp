@@ -435,9 +435,27 @@ void store::load_steps(job_row& job) {
   if (rc != SQLITE_DONE) fail(rc, "cannot read steps");
 }
 
+// A job's start and end times, from its log: its first Started event, and,
+// once it has ended, its last event that ends a step (each an index lookup
+// on events_by_job).
+std::string times_sql() {
+  std::string endings;
+  for (auto e : all_log_events) {
+    auto kind = transition_of(e);
+    if (!kind || *kind == event_kind::started) continue;
+    endings += std::string(endings.empty() ? "" : ", ") + "'" + std::string(to_string(e)) + "'";
+  }
+  return ", (SELECT min(e.time_ms) FROM events e WHERE e.job = jobs.name AND e.reason = '" +
+         std::string(to_string(log_event::started)) +
+         "'), CASE WHEN status IN ('Complete', 'Failed') THEN (SELECT max(e.time_ms) FROM events e "
+         "WHERE e.job = jobs.name AND e.step <> '' AND e.reason IN (" +
+         endings + ")) END ";
+}
+
 std::vector<job_row> store::load_where(const char* where_sql, const std::string* arg) {
+  static const std::string times = times_sql();
   std::string sql =
-      "SELECT name, runtime, num_nodes, created_ms, spec, status, reason, owner_pid, owner_start "
+      "SELECT name, runtime, num_nodes, created_ms, spec, status, reason, owner_pid, owner_start" + times +
       "FROM jobs ";
   sql += where_sql;
   sql += " ORDER BY created_ms, name";
@@ -458,6 +476,8 @@ std::vector<job_row> store::load_where(const char* where_sql, const std::string*
       j.reason = text_of(s, 6);
       j.owner_pid = sqlite3_column_int64(s, 7);
       j.owner_start = static_cast<std::uint64_t>(sqlite3_column_int64(s, 8));
+      j.started_ms = sqlite3_column_int64(s, 9);  // NULL reads as 0
+      j.ended_ms = sqlite3_column_int64(s, 10);
       out.push_back(std::move(j));
     }
     if (rc != SQLITE_DONE) fail(rc, "cannot read jobs");

@@ -62,8 +62,12 @@ using trainer = std::variant<command_trainer, python_trainer>;
 /// Everything `train` needs. The runtime defaults to Kubeflow's
 /// `torch-distributed` when empty.
 struct train_request {
-  std::string name;     ///< empty: generated (a letter + 11 hex characters)
-  std::string runtime;  ///< runtime name; empty: "torch-distributed"
+  std::string name;  ///< empty: generated (a letter + 11 hex characters)
+  /// Runtime name; empty: "torch-distributed". On the local backend a
+  /// command job given none uses nothing of a runtime and is listed under
+  /// none (its train_job's runtime is empty); the container and kubernetes
+  /// backends take its image or runtimeRef from the default and list it.
+  std::string runtime;
   trainer job_trainer;
   int num_nodes = 1;
   /// Kubernetes backend: the TrainJob's labels and annotations (Kubeflow's
@@ -106,6 +110,10 @@ struct train_job {
   std::vector<step> steps;
   int num_nodes = 1;
   clock::time_point creation_timestamp;
+  std::optional<clock::time_point> start_time;  ///< when its first step started running
+  /// Once the job has ended (Complete or Failed): when its last step ended
+  /// (the latest end so far while a failed job's other steps are stopping).
+  std::optional<clock::time_point> end_time;
   job_status status = job_status::created;
   std::string reason;  ///< for Failed: the failing step's reason
 };

@@ -82,9 +82,17 @@ TEST_CASE_FIXTURE(fixture, "list and get and logs and events and wait and delete
   auto o = boost::json::parse(js.out).as_object();
   CHECK(o.at("name").as_string() == "two");
   CHECK(o.at("status").as_string() == "Failed");
-  CHECK(o.at("runtime").as_string() == "torch-distributed");
+  CHECK(o.at("runtime").as_string() == "");  // a command job given no runtime is listed under none
   CHECK(o.at("num_nodes").as_int64() == 1);
   CHECK(o.at("creation_timestamp").as_string().size() > 10);
+  // It started after it was made and ended after it started (RFC 3339 UTC compares as text).
+  auto created = std::string(o.at("creation_timestamp").as_string());
+  REQUIRE(o.at("start_time").is_string());
+  REQUIRE(o.at("end_time").is_string());
+  auto started = std::string(o.at("start_time").as_string()),
+       ended = std::string(o.at("end_time").as_string());
+  CHECK(created <= started);
+  CHECK(started <= ended);
   auto step = o.at("steps").as_array()[0].as_object();
   CHECK(step.at("name").as_string() == "node-0");
   CHECK(step.at("status").as_string() == "Failed");
@@ -103,6 +111,22 @@ TEST_CASE_FIXTURE(fixture, "list and get and logs and events and wait and delete
     for (const auto& [key, value] : list_json[i].as_object())
       CHECK(list_yaml[i][std::string(key)].IsDefined());
   }
+
+  // -o name: one name per line, oldest first; -o wide: more columns
+  CHECK(tjob({"list", "-o", "name"}).out == "one\ntwo\n");
+  CHECK(tjob({"get", "two", "one", "-o", "name"}).out == "two\none\n");
+  auto wide = tjob({"list", "-o", "wide"});
+  for (auto col : {"NODES", "STARTED", "DURATION", "REASON", "exit code 2"})
+    CHECK(wide.out.find(col) != std::string::npos);
+  CHECK(tjob({"get", "one", "-o", "wide"}).out.find("ENDED") != std::string::npos);
+  CHECK(tjob({"list", "-o", "xml"}).err.find("use table, wide, name, json or yaml") != std::string::npos);
+  // Only a job given the runtime is listed under it.
+  REQUIRE(
+      tjob({"run", "--name", "three", "--runtime", "python", "--", helper_bin(), "exit", "0"}).exit_code ==
+      0);
+  CHECK(tjob({"list", "--runtime", "torch-distributed", "-o", "name"}).out == "");
+  CHECK(tjob({"list", "--runtime", "python", "-o", "name"}).out == "three\n");
+  CHECK(tjob({"delete", "three"}).exit_code == 0);
 
   CHECK(tjob({"logs", "one"}).out == "line 1\nline 2\nline 3\nline 4\nline 5\n");
   CHECK(tjob({"logs", "one", "--tail", "2"}).out == "line 4\nline 5\n");

@@ -3,6 +3,7 @@
 // codes, times). A line that is not a watch event is a protocol_error.
 #include "adapters/kubernetes/kube_api.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
+#include "engine/times.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 #include <tjob/error.hpp>
@@ -27,6 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)tjob::kube::runtime_from(obj, problem);
   if (auto* items = obj.if_contains("items"); items && items->is_array())
     (void)tjob::kube::events_of(items->as_array(), "job", steps);
-  if (auto* t = obj.if_contains("time"); t && t->is_string()) (void)tjob::kube::parse_time(t->as_string());
+  if (auto* t = obj.if_contains("time"); t && t->is_string())
+    (void)tjob::detail::parse_rfc3339(t->as_string());
   return 0;
 }

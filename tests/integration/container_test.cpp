@@ -113,7 +113,10 @@ TEST_CASE_TEMPLATE("a command job runs in a container with its output, Kubeflow'
   CHECK(job.steps[0].name == "node-0");
   CHECK(job.steps[0].status == job_status::complete);
   CHECK(job.steps[0].exit_code == 0);
-  CHECK(job.runtime == "torch-distributed");
+  CHECK(job.runtime == "torch-distributed");  // its image came from that runtime
+  REQUIRE(job.start_time);                    // State.StartedAt and FinishedAt
+  REQUIRE(job.end_time);
+  CHECK(*job.end_time - *job.start_time >= 400ms);  // it slept 0.5 s between them
   auto log = all_of(client.get_job_logs(name, {.step = "node-0"}));
   CHECK(log.find("out1\n") != std::string::npos);
   CHECK(log.find("err1\n") != std::string::npos);
@@ -260,7 +263,8 @@ TEST_CASE_TEMPLATE("a container removed behind the engine's back ends a waiter w
   // Its network is left (made in every mode, as Kubeflow does): delete takes
   // it and the work dir that was left on the host; then nothing is there.
   client.delete_job(name);
-  CHECK(docker_cli(sock, {"network", "ls", "--filter", "name=" + name + "-net", "--format", "{{.Name}}"}) == "");
+  CHECK(docker_cli(sock, {"network", "ls", "--filter", "name=" + name + "-net", "--format", "{{.Name}}"}) ==
+        "");
   CHECK_FALSE(fs::exists(fs::path(fx.home()) / "containers" / name));
   CHECK(code_of([&] { client.delete_job(name); }) == errc::job_not_found);
 }

@@ -39,6 +39,8 @@ TEST_CASE_FIXTURE(fixture, "another process lists and gets a job while it runs")
   auto obj = boost::json::parse(got.out).as_object();
   CHECK(obj.at("steps").as_array()[0].at("status").as_string() == "Running");
   CHECK(obj.at("steps").as_array()[0].at("exit_code").is_null());
+  CHECK(obj.at("start_time").is_string());  // read from the log by another process
+  CHECK(obj.at("end_time").is_null());      // not ended yet
   c.cancel_job(name);
 }
 

@@ -37,7 +37,11 @@ TEST_CASE_FIXTURE(fixture, "a job runs to Complete and its log is captured byte 
   REQUIRE(job.steps.size() == 1);
   CHECK(job.steps[0].name == "node-0");
   CHECK(job.steps[0].exit_code == 0);
-  CHECK(job.runtime == "torch-distributed");
+  CHECK(job.runtime.empty());  // a command job given no runtime is listed under none
+  REQUIRE(job.start_time);
+  REQUIRE(job.end_time);
+  CHECK(job.creation_timestamp <= *job.start_time);
+  CHECK(*job.start_time <= *job.end_time);
   std::string expected = bytes + payload + "to stderr\n";
   CHECK(c.get_job_logs(name).read_all() == expected);
   CHECK(tjob::test::read_file(c.home() / "jobs" / name / "logs" / "node-0.log") == expected);

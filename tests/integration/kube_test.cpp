@@ -95,6 +95,9 @@ TEST_CASE_FIXTURE(kube_fixture,
   CHECK(job.status == job_status::complete);
   CHECK(job.num_nodes == 2);
   CHECK(job.runtime == "torch-distributed");
+  REQUIRE(job.start_time);  // the containers' startedAt, the Complete condition's time
+  REQUIRE(job.end_time);
+  CHECK(*job.start_time <= *job.end_time);
   REQUIRE(job.steps.size() == 2);
   CHECK(job.steps[0].name == "node-0");
   CHECK(job.steps[1].name == "node-1");
@@ -384,21 +387,23 @@ TEST_CASE_FIXTURE(kube_fixture, "kubectl reads, watches, follows and creates Tra
   CHECK(c.get_job_logs("made-by-kubectl", {}).read_all() == "from kubectl\n");
   CHECK(watcher.wait_for_stdout("Complete"));
   // kubectl's DELETE carries DeleteOptions in its body: read, not left for the next request
-  auto del = tjob::test::run({"kubectl", "--kubeconfig", server.kubeconfig(), "delete", "trainjob", "made-by-kubectl"},
-                             {}, 60s);
+  auto del = tjob::test::run(
+      {"kubectl", "--kubeconfig", server.kubeconfig(), "delete", "trainjob", "made-by-kubectl"}, {}, 60s);
   CHECK(del.exit_code == 0);
   CHECK(del.out.find("deleted") != std::string::npos);
   CHECK(del.err.find("Unsolicited") == std::string::npos);
   CHECK(code_of([&] { c.get_job("made-by-kubectl"); }) == errc::job_not_found);
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "the official Kubernetes Python client reads, watches and deletes on the stand-in") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "the official Kubernetes Python client reads, watches and deletes on the stand-in") {
   // Its generated models check the fields a real API server always sets
   // (a pod's imageID, containerID, ...): every answer must deserialize.
   if (!tjob::test::system_python_has("kubernetes")) return;
-  auto r = tjob::test::run({"/usr/bin/python3", tjob::test::source_dir() + "/tests/support/kube_client_check.py",
-                            server.kubeconfig(), tjob::test::helper_bin()},
-                           {}, 120s);
+  auto r =
+      tjob::test::run({"/usr/bin/python3", tjob::test::source_dir() + "/tests/support/kube_client_check.py",
+                       server.kubeconfig(), tjob::test::helper_bin()},
+                      {}, 120s);
   INFO(r.out);
   INFO(r.err);
   CHECK(r.exit_code == 0);
@@ -438,7 +443,7 @@ TEST_CASE_FIXTURE(kube_fixture, "tjob run streams a pod's log while the job runs
   REQUIRE(run.wait_for_stdout("first\n"));
   trainer_client c(kube_config());
   CHECK(c.get_job("live").status == job_status::running);  // the line came while it ran
-  CHECK(run.wait(60s) == 2);  // the pod's exit code, as `docker run` exits
+  CHECK(run.wait(60s) == 2);                               // the pod's exit code, as `docker run` exits
   CHECK(run.out() == "first\nsecond\n");
   CHECK(run.err().find("exit code 2") != std::string::npos);
 }
