@@ -410,13 +410,13 @@ struct commands {
   job_options run_opts, train_opts;
   std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
   std::vector<std::string> job_names;  // get, delete, cancel: one or more
-  bool follow = false, prune_all = false, delete_all = false;
+  bool follow = false, prune_all = false, delete_all = false, all_steps = false;
   long long tail = -1;
   double timeout = 600, unused_days = 7;
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
            *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr, *runtimes = nullptr,
            *cache_list = nullptr, *cache_prune = nullptr, *version = nullptr;
-  CLI::Option* tail_opt = nullptr;
+  CLI::Option *tail_opt = nullptr, *step_opt = nullptr;
 };
 
 // The options every command takes: the store, the backend and its settings.
@@ -498,7 +498,10 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.logs = app.add_subcommand("logs", "Print a step's log; with -f, follow it until the step ends");
   c.logs->add_option("name", c.job_name, "Job name")->required();
   c.logs->add_flag("-f,--follow", c.follow, "Stream new output until the step ends");
-  c.logs->add_option("--step", c.step, "Step (default node-0)");
+  c.step_opt = c.logs->add_option("--step", c.step, "Step (default node-0)");
+  c.logs->add_flag("--all-steps", c.all_steps,
+                   "Every step's log, each line after its step (\"[node-1] ...\"); with -f, "
+                   "as the lines come");
   c.tail_opt = c.logs->add_option("--tail", c.tail, "Only the last N lines");
   c.wait = app.add_subcommand("wait",
                               "Wait until the job reaches one of the statuses; exit 0 then. A job that fails "
@@ -589,8 +592,15 @@ int run_query(commands& c) {
   } else if (*c.logs) {
     log_options lo{.step = c.step, .follow = c.follow};
     if (tail_given) lo.tail = static_cast<std::size_t>(c.tail);
-    auto reader = client.get_job_logs(name, lo);
-    while (auto chunk = reader.read_some()) write_out(*chunk);
+    if (c.all_steps) {
+      if (c.step_opt->count() > 0) throw usage_error("logs: give --step or --all-steps, not both");
+      std::vector<std::string> steps;
+      for (const auto& s : client.get_job(name).steps) steps.push_back(s.name);
+      if (!steps.empty()) cli::stream_steps(client, name, steps, lo);
+    } else {
+      auto reader = client.get_job_logs(name, lo);
+      while (auto chunk = reader.read_some()) write_out(*chunk);
+    }
   } else if (*c.wait) {
     auto job = client.wait_for_job_status(
         name, wanted, std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000)));

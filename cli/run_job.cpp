@@ -43,11 +43,40 @@ int tjob_args_end(CLI::App& app, int argc, char** argv) {
   return argc;
 }
 
-void stream_steps(trainer_client& client, const std::string& name, const std::vector<std::string>& steps) {
+namespace {
+
+// Each line of `lines` (whole lines; a last one without '\n' gets one) after `prefix`.
+std::string prefixed_lines(std::string_view lines, const std::string& prefix) {
+  std::string text;
+  std::size_t at = 0;
+  while (at < lines.size()) {
+    auto nl = lines.find('\n', at);
+    auto end = nl == std::string_view::npos ? lines.size() : nl + 1;
+    text += prefix;
+    text += lines.substr(at, end - at);
+    if (nl == std::string_view::npos) text += '\n';
+    at = end;
+  }
+  return text;
+}
+
+}  // namespace
+
+void stream_steps(trainer_client& client, const std::string& name, const std::vector<std::string>& steps,
+                  log_options options) {
   if (steps.size() == 1) {
-    auto reader = client.get_job_logs(name, {.step = steps.front(), .follow = true});
+    options.step = steps.front();
+    auto reader = client.get_job_logs(name, options);
     while (auto chunk = reader.read_some())
       if (!write_out(*chunk)) break;  // nobody reads our output; the job goes on, and we wait for it
+    return;
+  }
+  if (!options.follow) {  // what is stored, step after step
+    for (const auto& step : steps) {
+      options.step = step;
+      auto text = client.get_job_logs(name, options).read_all();
+      if (!write_out(prefixed_lines(text, "[" + step + "] "))) return;
+    }
     return;
   }
   std::mutex out;
@@ -59,19 +88,13 @@ void stream_steps(trainer_client& client, const std::string& name, const std::ve
       std::string partial;
       auto emit = [&](std::string_view lines) {
         std::lock_guard lock(out);
-        std::string text;
-        std::size_t at = 0;
-        while (at < lines.size()) {
-          auto nl = lines.find('\n', at);
-          auto end = nl == std::string_view::npos ? lines.size() : nl + 1;
-          text += prefix;
-          text += lines.substr(at, end - at);
-          at = end;
-        }
+        auto text = prefixed_lines(lines, prefix);
         if (!text.empty() && !reader_gone && !write_out(text)) reader_gone = true;
       };
       try {
-        auto reader = client.get_job_logs(name, {.step = step, .follow = true});
+        auto mine = options;
+        mine.step = step;
+        auto reader = client.get_job_logs(name, mine);
         while (!reader_gone) {
           auto chunk = reader.read_some();
           if (!chunk) break;
@@ -81,7 +104,7 @@ void stream_steps(trainer_client& client, const std::string& name, const std::ve
           emit(std::string_view(partial).substr(0, last + 1));
           partial.erase(0, last + 1);
         }
-        if (!partial.empty()) emit(partial + "\n");
+        if (!partial.empty()) emit(partial);
       } catch (const std::exception& e) {
         std::lock_guard lock(out);
         std::fprintf(stderr, "tjob: cannot follow %s of %s: %s\n", step.c_str(), name.c_str(), e.what());

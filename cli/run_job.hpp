@@ -29,12 +29,14 @@ bool write_out(std::string_view s);
 /// whole.
 int tjob_args_end(CLI::App& app, int argc, char** argv);
 
-/// Follows the logs of `steps` to their ends. One step's output goes out as
-/// it is; with several, each follows on a thread of its own and each whole
-/// line goes out after its step's name ("[node-1] ..."), so a failing node's
-/// traceback is seen whichever node it is. A reader that goes away (`| head`)
-/// ends the streaming, not the job.
-void stream_steps(trainer_client& client, const std::string& name, const std::vector<std::string>& steps);
+/// Writes the logs of `steps` (`options` but its step: follow, tail). One
+/// step's output goes out as it is. With several, each line goes out after its
+/// step's name ("[node-1] ..."): step after step without follow; with follow,
+/// each step on a thread of its own, whole lines as they come, so a failing
+/// node's traceback is seen whichever node it is. A reader that goes away
+/// (`| head`) ends the streaming, not the job.
+void stream_steps(trainer_client& client, const std::string& name, const std::vector<std::string>& steps,
+                  log_options options = {.follow = true});
 
 /// What `tjob run` exits with for a job that ended Failed: the exit code of
 /// its first failed step with one, in step order (as `docker run` exits with

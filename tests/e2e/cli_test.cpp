@@ -487,6 +487,18 @@ TEST_CASE_FIXTURE(fixture, "tjob run of several nodes streams every node's log, 
     CHECK(r.out.find("[node-" + node + "] hello from " + node + "\n") != std::string::npos);
     CHECK(r.out.find("[node-" + node + "] bye\n") != std::string::npos);
   }
+  // logs --all-steps: each step's lines after its name, step after step; -f as they come
+  auto logs = tjob({"logs", "two-nodes", "--all-steps"});
+  REQUIRE(logs.exit_code == 0);
+  auto at0 = logs.out.find("[node-0] hello from 0\n"), at1 = logs.out.find("[node-1] hello from 1\n");
+  CHECK(at0 != std::string::npos);
+  CHECK(at1 != std::string::npos);
+  CHECK(at0 < at1);
+  CHECK(tjob({"logs", "two-nodes", "--all-steps", "--tail", "1"}).out == "[node-0] bye\n[node-1] bye\n");
+  auto followed = tjob({"logs", "two-nodes", "--all-steps", "-f"});
+  CHECK(followed.out.find("[node-1] bye\n") != std::string::npos);
+  CHECK(followed.out.find("[node-0] hello from 0\n") != std::string::npos);
+  CHECK(tjob({"logs", "two-nodes", "--all-steps", "--step", "node-1"}).exit_code == 2);
   // --step picks one, as it is
   auto one = base;
   one.insert(one.end(), {"--step", "node-1", file.string()});
