@@ -1,4 +1,5 @@
 // tjob — run TrainJobs from a shell.
+#include "cli/docs.hpp"
 #include "cli/render.hpp"
 #include "cli/run_job.hpp"
 
@@ -415,7 +416,8 @@ struct commands {
   double timeout = 600, unused_days = 7;
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
            *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr, *runtimes = nullptr,
-           *cache_list = nullptr, *cache_prune = nullptr, *version = nullptr;
+           *cache_list = nullptr, *cache_prune = nullptr, *version = nullptr, *completion = nullptr;
+  std::string shell;
   CLI::Option *tail_opt = nullptr, *step_opt = nullptr;
 };
 
@@ -528,6 +530,10 @@ void add_query_commands(CLI::App& app, commands& c) {
 // runtimes and cache.
 void add_other_commands(CLI::App& app, commands& c) {
   c.version = app.add_subcommand("version", "Print tjob's version (as --version does)");
+  c.completion = app.add_subcommand("completion",
+                                    "Print a shell completion script: `source <(tjob completion bash)`, or "
+                                    "save `tjob completion zsh` as _tjob in a directory on $fpath");
+  c.completion->add_option("shell", c.shell, "bash or zsh")->required();
   c.runtimes = app.add_subcommand("runtimes", "List the training runtimes");
   c.runtimes->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   auto* cache =
@@ -652,6 +658,10 @@ int main(int argc, char** argv) {
   add_job_commands(app, c);
   add_query_commands(app, c);
   add_other_commands(app, c);
+  if (argc == 2 && std::string_view(argv[1]) == "__man") {  // the build makes tjob.1 with it
+    write_out(cli::man_page(app, TJOB_VERSION));
+    return exit_ok;
+  }
   if (!known_command(app, argc, argv)) return exit_usage;
   const int ours = cli::tjob_args_end(app, argc, argv);
   const std::vector<std::string> script_args(argv + ours, argv + argc);
@@ -675,6 +685,14 @@ int main(int argc, char** argv) {
 
   if (*c.version) {
     write_out("tjob " TJOB_VERSION "\n");
+    return exit_ok;
+  }
+  if (*c.completion) {
+    if (c.shell != "bash" && c.shell != "zsh") {
+      std::fprintf(stderr, "tjob: error: completion %s: use bash or zsh\n", c.shell.c_str());
+      return exit_usage;
+    }
+    write_out(c.shell == "bash" ? cli::bash_completion(app) : cli::zsh_completion(app));
     return exit_ok;
   }
   try {

@@ -758,3 +758,99 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(extra.exit_code == 2);
   CHECK(extra.err.find("usage:") != std::string::npos);
 }
+
+namespace {
+
+// What the bash completion offers for `words` (the last one being completed).
+std::string bash_completes(const tjob::test::home_fixture& f, const std::filesystem::path& script,
+                           const std::vector<std::string>& words) {
+  std::string line;
+  for (const auto& w : words) line += " '" + w + "'";
+  auto r = run({"bash", "-c",
+                "source \"$0\"; COMP_WORDS=(" + line +
+                    "); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _tjob; (( ${#COMPREPLY[@]} )) && printf '%s\\n' \"${COMPREPLY[@]}\"; true",
+                script.string()},
+               f.env());
+  REQUIRE(r.exit_code == 0);
+  return r.out;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture,
+                  "shell completion for bash and zsh offers commands, options, values and job names") {
+  REQUIRE(tjob({"run", "--name", "alpha", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  REQUIRE(tjob({"run", "--name", "beta", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  auto script = dir.path() / "tjob.bash";
+  auto bash = tjob({"completion", "bash"});
+  REQUIRE(bash.exit_code == 0);
+  std::ofstream(script) << bash.out;
+  const auto bin = tjob_bin();
+  CHECK(bash_completes(*this, script, {bin, "lo"}) == "logs\n");
+  CHECK(bash_completes(*this, script, {bin, "logs", ""}) == "alpha\nbeta\n");
+  CHECK(bash_completes(*this, script, {bin, "delete", "b"}) == "beta\n");
+  CHECK(bash_completes(*this, script, {bin, "run", "--num-n"}) == "--num-nodes\n");
+  CHECK(bash_completes(*this, script, {bin, "list", "--status", "Complete,F"}) == "Complete,Failed\n");
+  CHECK(bash_completes(*this, script, {bin, "get", "-o", "ya"}) == "yaml\n");
+  CHECK(bash_completes(*this, script, {bin, "cache", "p"}) == "prune\n");
+  CHECK(bash_completes(*this, script, {bin, "run", "--runtime", "p"}) == "python\n");
+  // an option every command takes, and nothing offered for a script's own flags
+  CHECK(bash_completes(*this, script, {bin, "logs", "--hom"}) == "--home\n");
+  CHECK(bash_completes(*this, script, {bin, "run", "train.py", "--ep"}) == "");
+  CHECK(tjob({"completion", "fish"}).exit_code == 2);
+
+  auto zsh = tjob({"completion", "zsh"});
+  REQUIRE(zsh.exit_code == 0);
+  CHECK(zsh.out.rfind("#compdef tjob\n", 0) == 0);
+  if (run({"zsh", "-c", "true"}).exit_code != 0) {
+    tjob::test::skip("zsh is not installed (scripts/setup installs it)");
+    return;
+  }
+  auto fpath = dir.path() / "zfunc";
+  std::filesystem::create_directories(fpath);
+  std::ofstream(fpath / "_tjob") << zsh.out;
+  CHECK(run({"zsh", "-n", (fpath / "_tjob").string()}).exit_code == 0);
+  auto bindir = std::filesystem::path(bin).parent_path().string();
+  auto driver = tjob::test::source_dir() + "/tests/support/zsh_complete.zsh";
+  auto zsh_completes = [&](const std::string& line, const std::string& want) {
+    auto r = run({"zsh", "-f", driver, fpath.string(), bindir, line, want}, env(), 30s);
+    CAPTURE(r.out);
+    return r.exit_code == 0;
+  };
+  CHECK(zsh_completes("tjob lo", "tjob logs"));
+  CHECK(zsh_completes("tjob logs al", "logs alpha"));
+  CHECK(zsh_completes("tjob list --status Comp", "--status Complete"));
+  CHECK(zsh_completes("tjob run --num-n", "--num-nodes"));
+}
+
+TEST_CASE_FIXTURE(fixture, "the man page is made from the help: every command and option, and clean troff") {
+  auto man = tjob({"__man"});
+  REQUIRE(man.exit_code == 0);
+  CHECK(man.out.rfind(".TH TJOB 1", 0) == 0);
+  for (auto cmd : {"run", "train", "list", "get", "logs", "wait", "delete", "cancel", "events", "runtimes",
+                   "cache list", "cache prune", "version", "completion"})
+    CHECK(man.out.find(std::string(".SS \"tjob ") + cmd) != std::string::npos);
+  // every option `run --help` names is in the page (troff writes '-' as '\-')
+  auto help = tjob({"run", "--help"}).out;
+  for (std::size_t at = help.find("--"); at != std::string::npos; at = help.find("--", at + 2)) {
+    auto end = help.find_first_of(" ,=\n[", at);
+    auto opt = help.substr(at, end - at);
+    if (opt.size() <= 2) continue;
+    std::string escaped;
+    for (char ch : opt) escaped += ch == '-' ? std::string("\\-") : std::string(1, ch);
+    CAPTURE(opt);
+    CHECK(man.out.find(escaped) != std::string::npos);
+  }
+  // the build made the same page as build/tjob.1
+  auto built = std::filesystem::path(tjob_bin()).parent_path() / "tjob.1";
+  CHECK(tjob::test::read_file(built) == man.out);
+  auto page = dir.path() / "tjob.1";
+  std::ofstream(page) << man.out;
+  auto checked = run({"groff", "-man", "-Tutf8", "-ww", "-z", page.string()});
+  if (checked.exit_code == 127 || checked.err.find("not found") != std::string::npos) {
+    tjob::test::skip("groff is not installed (scripts/setup installs groff-base)");
+    return;
+  }
+  CHECK(checked.exit_code == 0);
+  CHECK(checked.err == "");
+}
