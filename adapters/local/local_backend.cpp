@@ -148,15 +148,39 @@ backend::~backend() = default;
 detail::backend_traits backend::traits() const { return {backend_kind::local, false}; }
 
 asio::awaitable<std::string> backend::train(detail::checked_request request) {
+  impl_->check_writable("run a job");
   co_return co_await impl_->train(std::move(request));
 }
+
+namespace {
+
+// A read-only store cannot record that a job's owner died (reconcile_rows
+// writes Lost); it is shown as it would be recorded, and the store is left
+// as it is.
+train_job view_of(const engine_state& e, detail::job_row row) {
+  if (!e.read_only.empty() && !is_terminal(row.status) && !e.owner_alive(row)) {
+    std::vector<job_status> statuses;
+    for (auto& s : row.steps) {
+      if (!is_terminal(s.status)) {
+        s.status = job_status::failed;
+        s.reason = "lost";
+      }
+      statuses.push_back(s.status);
+    }
+    row.status = detail::aggregate(statuses);
+    if (row.status == job_status::failed && row.reason.empty()) row.reason = "lost";
+  }
+  return to_job(row);
+}
+
+}  // namespace
 
 asio::awaitable<train_job> backend::get_job(std::string name) {
   auto& e = *impl_;
   if (auto j = e.owned(name)) co_return e.snapshot(*j);
   auto row = e.load_fresh(name);
   if (!row) e.throw_not_found(name);
-  co_return to_job(*row);
+  co_return view_of(e, std::move(*row));
 }
 
 asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::string> runtime) {
@@ -170,7 +194,7 @@ asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::st
     }
     if (!is_terminal(row.status) && !e.owner_alive(row) && e.reconcile_row(row))
       if (auto fresh = e.db->load_job(row.name)) row = std::move(*fresh);
-    out.push_back(to_job(row));
+    out.push_back(view_of(e, std::move(row)));
   }
   co_return out;
 }
@@ -183,6 +207,7 @@ asio::awaitable<std::unique_ptr<detail::job_watch>> backend::watch_job(std::stri
 asio::awaitable<void> backend::cancel_job(std::string name, cancel_options options) {
   auto& e = *impl_;
   e.check_running();
+  e.check_writable("cancel a job");
   if (auto j = e.owned(name)) {
     co_await e.cancel_owned(j, options.force);
     co_return;
@@ -193,6 +218,7 @@ asio::awaitable<void> backend::cancel_job(std::string name, cancel_options optio
 asio::awaitable<void> backend::delete_job(std::string name) {
   auto& e = *impl_;
   e.check_running();
+  e.check_writable("delete a job");
   if (auto j = e.owned(name)) {
     co_await e.cancel_owned(j, false);
   } else {
@@ -227,6 +253,7 @@ asio::awaitable<std::vector<venv_cache_entry>> backend::list_venv_cache() {
 
 asio::awaitable<std::vector<venv_cache_entry>> backend::prune_venv_cache(std::chrono::seconds unused_for) {
   auto& e = *impl_;
+  e.check_writable("prune the venv cache");
   std::vector<detail::venv_cache::entry_info> removed;
   co_await e.blocking([&] { removed = e.venv_store.prune(unused_for); });
   std::vector<venv_cache_entry> out;

@@ -153,6 +153,10 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::vector<pending_write> pending;
   bool flush_posted = false;
   bool stopping = false;
+  /// Why the store is read-only (see the constructor); empty when it is not.
+  std::string read_only;
+  /// Throws store_unavailable, saying why and what still works, when the store is read-only.
+  void check_writable(const char* what) const;
   boost::asio::thread_pool pool{1};
   // The store's WAL checkpoints run on a thread of their own (made at the
   // first): on `pool` they would hold up the next job's directories.

@@ -63,26 +63,44 @@ engine_state::engine_state(const detail::backend_context& ctx)
     : ex(ctx.ex), cfg(ctx.cfg), log(ctx.log), tasks(ctx.ex, log), watch(ctx.ex, log, tasks) {
   home = ctx.home;  // absolute, and checked by the engine
   jobs_dir = home / "jobs";
+  auto db_path = home / "tjob.db";
+  // A store that exists but cannot be written (a read-only mount, another
+  // user's files) is opened for reading: list, get, logs, events and waits
+  // work; what would write says why it cannot (check_writable).
+  auto unwritable = [](int e) { return e == EROFS || e == EACCES || e == EPERM; };
+  std::error_code ec;
+  const bool existing = std::filesystem::is_directory(jobs_dir, ec) && std::filesystem::exists(db_path, ec);
   try {
     make_private_dirs(jobs_dir);
   } catch (const std::system_error& e) {
-    fail(errc::store_unavailable,
-         "cannot use " + home.string() + " as TJOB_HOME: " + e.code().message() +
-             "; set TJOB_HOME to a writable directory",
-         e.what());
+    if (!existing || !unwritable(e.code().value()))
+      fail(errc::store_unavailable,
+           "cannot use " + home.string() + " as TJOB_HOME: " + e.code().message() +
+               "; set TJOB_HOME to a writable directory",
+           e.what());
   }
-  if (::access(home.c_str(), W_OK | X_OK) != 0 || ::access(jobs_dir.c_str(), W_OK | X_OK) != 0)
-    fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " + std::strerror(errno) +
+  int fd = -1;
+  int why = 0;
+  if (::access(home.c_str(), W_OK | X_OK) != 0 || ::access(jobs_dir.c_str(), W_OK | X_OK) != 0) {
+    why = errno;
+  } else {
+    // Create the database file ourselves so it is 0600 from its first byte
+    // (SQLite gives its -wal and -shm files the same mode).
+    fd = ::open(db_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) why = errno;
+  }
+  if (fd >= 0) {
+    ::close(fd);
+  } else if (existing && unwritable(why) && ::access(db_path.c_str(), R_OK) == 0) {
+    read_only = std::string("the store ") + home.string() + " is read-only (" + std::strerror(why) +
+                "): list, get, logs, events and wait work; to run or change jobs, make it writable or "
+                "set TJOB_HOME to a writable directory";
+    log->info("{}", read_only);
+  } else {
+    fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " + std::strerror(why) +
                                       "; set TJOB_HOME to a writable directory");
-  auto db_path = home / "tjob.db";
-  // Create the database file ourselves so it is 0600 from its first byte
-  // (SQLite gives its -wal and -shm files the same mode).
-  int fd = ::open(db_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0)
-    fail(errc::store_unavailable, "cannot open the store " + db_path.string() + ": " + std::strerror(errno) +
-                                      "; set TJOB_HOME to a writable directory");
-  ::close(fd);
-  db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout);
+  }
+  db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout, !read_only.empty());
   checkpointer = std::make_unique<detail::wal_checkpointer>(db_path);
   db->on_wal_full = [this] { start_checkpoint(); };
   venv_store = detail::venv_cache::cache(home / "cache" / "venvs");
@@ -231,6 +249,10 @@ std::optional<detail::job_row> engine_state::load_fresh(const std::string& name)
 
 void engine_state::throw_not_found(const std::string& name) const {
   detail::throw_not_found(name, "in " + home.string(), backend_kind::local);
+}
+
+void engine_state::check_writable(const char* what) const {
+  if (!read_only.empty()) fail(errc::store_unavailable, std::string("cannot ") + what + ": " + read_only);
 }
 
 void engine_state::check_running() const {

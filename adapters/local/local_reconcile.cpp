@@ -87,6 +87,7 @@ std::string engine_state::job_token(const detail::job_row& row) const {
 // process groups on record, and any process carrying the job's token in its
 // environment (that covers a child started just before its pid was committed).
 std::size_t engine_state::reconcile_rows(const std::vector<detail::job_row>& rows) {
+  if (!read_only.empty()) return 0;  // nothing can be recorded (get and list show them lost: view_of)
   std::vector<const detail::job_row*> orphaned;
   std::set<std::string> tokens;
   for (const auto& row : rows) {

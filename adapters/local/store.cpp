@@ -2,6 +2,7 @@
 
 #include <tjob/error.hpp>
 
+#include <fmt/format.h>
 #include <sqlite3.h>
 
 #include <fcntl.h>
@@ -140,7 +141,8 @@ struct reset_guard {
 
 }  // namespace
 
-store::store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout) : path_(db_path) {
+store::store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout, bool read_only)
+    : read_only_(read_only), path_(db_path) {
   try {
     open(busy_timeout);
   } catch (...) {
@@ -150,8 +152,26 @@ store::store(const std::filesystem::path& db_path, std::chrono::milliseconds bus
 }
 
 void store::open(std::chrono::milliseconds busy_timeout) {
-  int rc = sqlite3_open_v2(path_.c_str(), &db_,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int flags = read_only_ ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  std::string name = path_.string();
+  std::error_code ec;
+  if (read_only_ && !std::filesystem::exists(path_.string() + "-wal", ec)) {
+    // A WAL database needs its -shm file, which a read-only directory cannot
+    // get. With no -wal either, the last writer checkpointed everything into
+    // the file, and it is read as immutable (no locks, no -shm): nothing can
+    // write through a read-only mount. (With a -wal, its -shm is there too,
+    // and SQLite reads them both read-only.)
+    name = "file:";
+    for (char c : path_.string()) {
+      if (c == '%' || c == '?' || c == '#')
+        name += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+      else
+        name += c;
+    }
+    name += "?immutable=1";
+    flags |= SQLITE_OPEN_URI;
+  }
+  int rc = sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) fail(rc, "cannot open the store");
   sqlite3_extended_result_codes(db_, 1);
   sqlite3_busy_timeout(db_, static_cast<int>(busy_timeout.count()));
@@ -167,7 +187,14 @@ void store::open(std::chrono::milliseconds busy_timeout) {
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail(rc, "cannot read the store");
     return v;
   };
-  if (read_int("PRAGMA application_id") != application_id) {
+  const bool ours = read_int("PRAGMA application_id") == application_id;
+  if (read_only_ && (!ours || read_int("PRAGMA user_version") != schema_version))
+    throw error(errc::store_unavailable,
+                "store " + path_.string() + " is read-only and " +
+                    (ours ? "of an older schema, which only a writable store can be migrated from"
+                          : "not (yet) a tjob store") +
+                    "; set TJOB_HOME to a writable directory");
+  if (!ours) {
     // Several processes may find the file new at once: the check and the
     // schema are one write transaction, so exactly one of them creates it.
     begin();
@@ -211,6 +238,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
                                          std::to_string(version) + ", this tjob reads version " +
                                          std::to_string(schema_version) + "; " +
                                          fix_for(errc::store_corrupt, path_));
+  if (read_only_) return;  // nothing of what follows writes, and the wake file is the writers'
   exec("PRAGMA journal_mode=WAL");
   exec("PRAGMA synchronous=NORMAL");
   exec("PRAGMA foreign_keys=ON");

@@ -63,12 +63,16 @@ struct event_row {
 
 class store {
  public:
-  store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout);
+  /// Opens (and if new, makes) the store. `read_only`: an existing store on a
+  /// read-only filesystem (or one this user may only read) is opened for
+  /// reading; nothing is created, migrated or written, and a write fails.
+  store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout, bool read_only = false);
   store(const store&) = delete;
   store& operator=(const store&) = delete;
   ~store();
 
   const std::filesystem::path& path() const noexcept { return path_; }
+  bool read_only() const noexcept { return read_only_; }
 
   /// Checkpointing the WAL (copying its pages into the database file, with
   /// an fdatasync of each) takes milliseconds; SQLite would do it inside the
@@ -123,6 +127,7 @@ class store {
   std::vector<job_row> load_where(const char* where_sql, const std::string* arg);
   void load_steps(job_row& job);
 
+  bool read_only_ = false;
   std::filesystem::path path_;
   sqlite3* db_ = nullptr;
   int wake_fd_ = -1;

@@ -768,7 +768,8 @@ std::string bash_completes(const tjob::test::home_fixture& f, const std::filesys
   for (const auto& w : words) line += " '" + w + "'";
   auto r = run({"bash", "-c",
                 "source \"$0\"; COMP_WORDS=(" + line +
-                    "); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _tjob; (( ${#COMPREPLY[@]} )) && printf '%s\\n' \"${COMPREPLY[@]}\"; true",
+                    "); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _tjob; (( ${#COMPREPLY[@]} )) && printf "
+                    "'%s\\n' \"${COMPREPLY[@]}\"; true",
                 script.string()},
                f.env());
   REQUIRE(r.exit_code == 0);
@@ -853,4 +854,69 @@ TEST_CASE_FIXTURE(fixture, "the man page is made from the help: every command an
   }
   CHECK(checked.exit_code == 0);
   CHECK(checked.err == "");
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "a read-only store still serves list, get, logs, events and wait, and refuses changes") {
+  REQUIRE(tjob({"run", "--name", "done", "--", helper_bin(), "lines", "3"}).exit_code == 0);
+  // A job whose owner died: its row still says Running.
+  tjob::test::background owner(
+      {tjob_bin(), "run", "--name", "orphan", "--", helper_bin(), "print", "up\n", "sleep", "60000"}, env());
+  REQUIRE(owner.wait_for_stdout("up\n"));
+  owner.signal(SIGKILL);
+  owner.wait();
+  auto db = std::filesystem::path(home()) / "tjob.db";
+  auto before = tjob::test::read_file(db);
+  // tjob in a mount namespace of its own, where TJOB_HOME is a read-only bind mount.
+  auto read_only = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{
+        "unshare",
+        "-m",
+        "sh",
+        "-c",
+        "mount --bind \"$0\" \"$0\" && mount -o remount,bind,ro \"$0\" && exec \"$@\"",
+        home(),
+        tjob_bin()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, env());
+  };
+  auto probe = read_only({"version"});
+  if (probe.exit_code != 0) {
+    tjob::test::skip("cannot make a read-only bind mount here (unshare -m, mount): " + probe.err);
+    return;
+  }
+  auto listed = read_only({"list", "-o", "json"});
+  CAPTURE(listed.err);
+  REQUIRE(listed.exit_code == 0);
+  std::map<std::string, std::pair<std::string, std::string>> seen;
+  auto jobs = boost::json::parse(listed.out);
+  for (const auto& j : jobs.as_array())
+    seen[std::string(j.at("name").as_string())] = {std::string(j.at("status").as_string()),
+                                                   std::string(j.at("reason").as_string())};
+  CHECK(seen["done"] == std::pair<std::string, std::string>{"Complete", ""});
+  // shown as it would be recorded, though nothing can be recorded
+  CHECK(seen["orphan"] == std::pair<std::string, std::string>{"Failed", "lost"});
+  CHECK(read_only({"get", "orphan", "-o", "name"}).out == "orphan\n");
+  CHECK(read_only({"logs", "done"}).out == "line 1\nline 2\nline 3\n");
+  CHECK(read_only({"logs", "-f", "done"}).out == "line 1\nline 2\nline 3\n");
+  CHECK(read_only({"events", "done"}).out.find("Exited") != std::string::npos);
+  CHECK(read_only({"wait", "done"}).out == "Complete\n");
+  for (std::vector<std::string> change : {std::vector<std::string>{"run", "--", helper_bin(), "exit", "0"},
+                                          {"delete", "done"},
+                                          {"cancel", "orphan"},
+                                          {"cache", "prune"}}) {
+    auto r = read_only(change);
+    CAPTURE(change.front());
+    CHECK(r.exit_code == 1);
+    CHECK(one_line(r.err));
+    CHECK(r.err.find("is read-only") != std::string::npos);
+    CHECK(r.err.find("TJOB_HOME") != std::string::npos);
+  }
+  CHECK(tjob::test::read_file(db) == before);
+  // Writable again, the orphan is recorded lost (and its processes stopped).
+  auto after = boost::json::parse(tjob({"get", "orphan", "-o", "json"}).out);
+  CHECK(after.at("reason").as_string() == "lost");
+  // Closed cleanly, the store has no WAL left: read-only, it is read as immutable.
+  CHECK_FALSE(std::filesystem::exists(db.string() + "-wal"));
+  CHECK(read_only({"get", "orphan", "done", "-o", "name"}).out == "orphan\ndone\n");
 }
