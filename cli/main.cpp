@@ -202,11 +202,13 @@ void add_job_options(CLI::App* cmd, job_options& o) {
                   "Container backend: the image of the job's containers; default: the runtime's");
   cmd->add_option("--num-nodes", o.num_nodes,
                   "Nodes of a torch job, each a torchrun (steps node-0 ... node-N-1), default 1");
-  cmd->add_option("--resources", o.resources,
-                  "Per node, as cpu=N,memory=4Gi,gpu=G: N processes (torchrun --nproc_per_node), "
-                  "and N CPUs of CPU time where cgroups allow; "
-                  "an address-space limit (RLIMIT_AS) on each process of the code; G GPUs leased "
-                  "from $TJOB_GPU_DEVICES as CUDA_VISIBLE_DEVICES, waiting while they are in use");
+  cmd->add_option(
+      "--resources", o.resources,
+      "Per node, as cpu=N,memory=4Gi,gpu=G: N processes (torchrun --nproc_per_node), "
+      "and N CPUs of CPU time where cgroups allow; "
+      "M of memory for the node's processes together (a memory cgroup; where none can be made, an "
+      "address-space limit per process, with a warning); G GPUs leased "
+      "from $TJOB_GPU_DEVICES as CUDA_VISIBLE_DEVICES, waiting while they are in use");
   cmd->add_option("command", o.command,
                   "FILE.py [ARGS...] to run Python training code in a venv (everything after FILE.py "
                   "is the script's own, as with `python FILE.py ARGS...`), or `-- CMD [ARGS...]` "

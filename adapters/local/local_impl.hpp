@@ -53,7 +53,8 @@ struct step_rec {
   // cancels the wait for its process's exit on shutdown (a pointer: signals do not move)
   std::unique_ptr<boost::asio::cancellation_signal> stop =
       std::make_unique<boost::asio::cancellation_signal>();
-  std::string cgroup;  // the cgroup of its code, removed when the step ends
+  std::vector<std::string> cgroups;  // the cgroups of its code (cpu, memory), removed when the step ends
+  std::string memory_cgroup;         // the one that limits its memory (its OOM kills are read at the end)
 };
 
 /// One process a step runs: a setup phase (venv, pip) or the job's own code.
@@ -65,7 +66,7 @@ struct phase {
   std::map<std::string, std::string> env;  ///< over the engine's environment
   std::string cwd;
   bool final = false;              ///< the job's own code: its exit decides the step
-  std::uint64_t memory_limit = 0;  ///< RLIMIT_AS of the process (and what it starts)
+  std::uint64_t memory_limit = 0;  ///< bytes for its process tree (memory cgroup; else RLIMIT_AS per process)
   int cpu_limit = 0;               ///< CPUs of CPU time for its process tree (cgroup quota); 0: none
   bool torch_port = false;         ///< master_port_placeholder in argv becomes the job's port at start
 

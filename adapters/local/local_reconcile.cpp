@@ -104,7 +104,8 @@ std::size_t engine_state::reconcile_rows(const std::vector<detail::job_row>& row
   }
   for (const auto* row : orphaned)
     for (const auto& s : row->steps)
-      process::remove_cgroup(process::cgroup_dir_for(job_token(*row) + "-" + s.name));
+      for (const auto& dir : process::cgroup_dirs_for(job_token(*row) + "-" + s.name))
+        process::remove_cgroup(dir);
   std::size_t marked = 0;
   for (const auto* row : orphaned) {
     bool done = transact([&](detail::store& db) {

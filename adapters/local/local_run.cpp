@@ -323,20 +323,41 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   s.proc = std::move(*child);
   s.row.pid = s.proc.pid();
   s.row.pid_start = s.proc.start_time();
+  const std::string cgroup_name = job_token(j->row) + "-" + s.row.name;
   if (ph.memory_limit) {
-    // posix_spawn cannot set limits in the child; the program has only just
-    // been exec'd, so what it starts later inherits the limit.
-    rlimit lim{ph.memory_limit, ph.memory_limit};
-    if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
-      log_progress(*j, s,
-                   std::string("[tjob] could not set the memory limit: ") + std::strerror(errno) + "\n");
+    // The node's memory as Kubernetes and Docker mean it: what its whole
+    // process tree has resident, in a memory cgroup. posix_spawn cannot put
+    // the child there itself; it has only just been exec'd, so what it starts
+    // later (torchrun's workers) is inside.
+    std::string why_not;
+    const auto mib = ph.memory_limit >> 20;
+    if (auto dir = process::limit_memory(s.row.pid, cgroup_name, ph.memory_limit, why_not)) {
+      s.cgroups.push_back(*dir);
+      s.memory_cgroup = *dir;
+      log_progress(*j, s, fmt::format("[tjob] memory limited to {} MiB for the node ({})\n", mib, *dir));
+    } else {
+      // Without a cgroup, an address-space limit per process is all there is;
+      // it is not the same thing, and the log says so.
+      rlimit lim{ph.memory_limit, ph.memory_limit};
+      if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
+        log_progress(*j, s,
+                     fmt::format("[tjob] memory not limited: {}; and no address-space limit either: {}\n",
+                                 why_not, std::strerror(errno)));
+      else
+        log_progress(*j, s,
+                     fmt::format("[tjob] warning: memory limited as address space, not resident memory: {}. "
+                                 "Each process may map at most {} MiB (RLIMIT_AS), which large imports such "
+                                 "as torch can exceed while using far less; raise memory= or run where "
+                                 "cgroups are writable\n",
+                                 why_not, mib));
+    }
   }
   if (ph.cpu_limit > 0) {
     // As with the memory limit: moved right after exec, before it starts workers.
     std::string why_not;
-    auto dir = process::limit_cpu(s.row.pid, job_token(j->row) + "-" + s.row.name, ph.cpu_limit, why_not);
+    auto dir = process::limit_cpu(s.row.pid, cgroup_name, ph.cpu_limit, why_not);
     if (dir) {
-      s.cgroup = *dir;
+      if (s.cgroups.empty() || s.cgroups.back() != *dir) s.cgroups.push_back(*dir);
       log_progress(*j, s,
                    "[tjob] CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")\n");
     } else {
@@ -398,10 +419,16 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
             // left behind in its process group goes with it.
             s.proc.signal_group(SIGKILL);
             s.proc = process::child();  // its pidfd: the one descriptor a running job holds
-            if (!s.cgroup.empty()) {
-              process::remove_cgroup(s.cgroup);  // its processes are gone: the group was killed
-              s.cgroup.clear();
+            auto why = describe(st);
+            if (!s.memory_cgroup.empty() && process::oom_kills(s.memory_cgroup) > 0) {
+              why = "OOMKilled";  // Kubernetes' and Docker's word
+              self->log_progress(*j, s,
+                                 "[tjob] the kernel's OOM killer ended a process of " + s.row.name +
+                                     ": it used the node's whole memory limit (" + s.memory_cgroup + ")\n");
             }
+            for (const auto& dir : s.cgroups) process::remove_cgroup(dir);  // its processes are gone
+            s.cgroups.clear();
+            s.memory_cgroup.clear();
             double secs = std::chrono::duration<double>(steady::now() - t0).count();
             // A cancel asked by another process (cancel_foreign) is in the log,
             // and it signalled the process itself: it is an input here too.
@@ -414,7 +441,7 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
               self->log->warn("job {}: cannot read its event log at the exit of {}: {}", j->row.name,
                               s.row.name, e.what());
             }
-            j->post(job_input::exited(index, st.code, describe(st), s.row.pid, what, secs));
+            j->post(job_input::exited(index, st.code, std::move(why), s.row.pid, what, secs));
           }));
 }
 

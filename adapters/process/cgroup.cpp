@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -12,6 +13,14 @@ namespace tjob::process {
 namespace {
 
 constexpr long period_us = 100000;
+
+// Where the cgroup filesystems are mounted: $TJOB_CGROUP_ROOT (a machine
+// that mounts them elsewhere, and the tests' way to see the fallback), else
+// /sys/fs/cgroup.
+std::string cgroup_root() {
+  const char* r = std::getenv("TJOB_CGROUP_ROOT");
+  return r && *r ? r : "/sys/fs/cgroup";
+}
 
 bool write_file(const std::string& path, const std::string& value, std::string& why_not) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -29,11 +38,17 @@ bool write_file(const std::string& path, const std::string& value, std::string& 
   return true;
 }
 
-bool v2_has_cpu() {
-  std::ifstream f("/sys/fs/cgroup/cgroup.controllers");
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Whether the unified (v2) hierarchy at the root has `controller`.
+bool v2_has(const std::string& controller) {
+  std::ifstream f(cgroup_root() + "/cgroup.controllers");
   std::string word;
   while (f >> word)
-    if (word == "cpu") return true;
+    if (word == controller) return true;
   return false;
 }
 
@@ -43,36 +58,88 @@ bool make_dir(const std::string& dir, std::string& why_not) {
   return false;
 }
 
-}  // namespace
+struct place {
+  std::string dir;  // empty: the controller is not mounted
+  bool v2 = false;
+};
 
-std::string cgroup_dir_for(const std::string& name) {
-  struct stat st {};
-  if (v2_has_cpu()) return "/sys/fs/cgroup/tjob/" + name;
-  if (::stat("/sys/fs/cgroup/cpu/cgroup.procs", &st) == 0) return "/sys/fs/cgroup/cpu/tjob/" + name;
+place place_for(const std::string& controller, const std::string& name) {
+  const auto root = cgroup_root();
+  if (v2_has(controller)) return {root + "/tjob/" + name, true};
+  auto v1 = root + "/" + controller;
+  if (exists(v1 + "/cgroup.procs")) return {v1 + "/tjob/" + name, false};
   return {};
 }
 
-std::optional<std::string> limit_cpu(pid_t pid, const std::string& name, double cpus, std::string& why_not) {
-  std::string dir = cgroup_dir_for(name);
-  if (dir.empty()) {
-    why_not = "no cgroup cpu controller is mounted";
+// Makes `name`'s cgroup for `controller`, lets `configure` set its limits,
+// then moves `pid` into it.
+template <class Configure>
+std::optional<std::string> make_cgroup(pid_t pid, const std::string& controller, const std::string& name,
+                                       std::string& why_not, Configure configure) {
+  auto p = place_for(controller, name);
+  if (p.dir.empty()) {
+    why_not = "no cgroup " + controller + " controller is mounted";
     return std::nullopt;
   }
-  std::string parent = dir.substr(0, dir.rfind('/'));
-  bool v2 = dir.rfind("/sys/fs/cgroup/tjob/", 0) == 0;
+  std::string parent = p.dir.substr(0, p.dir.rfind('/'));
   if (!make_dir(parent, why_not)) return std::nullopt;
-  if (v2 && !write_file(parent + "/cgroup.subtree_control", "+cpu", why_not)) return std::nullopt;
-  if (!make_dir(dir, why_not)) return std::nullopt;
-  auto quota = static_cast<long>(cpus * period_us);
-  bool ok =
-      v2 ? write_file(dir + "/cpu.max", std::to_string(quota) + " " + std::to_string(period_us), why_not)
-         : write_file(dir + "/cpu.cfs_period_us", std::to_string(period_us), why_not) &&
-               write_file(dir + "/cpu.cfs_quota_us", std::to_string(quota), why_not);
-  if (!ok || !write_file(dir + "/cgroup.procs", std::to_string(pid), why_not)) {
-    ::rmdir(dir.c_str());
+  if (p.v2 && !write_file(parent + "/cgroup.subtree_control", "+" + controller, why_not)) return std::nullopt;
+  if (!make_dir(p.dir, why_not)) return std::nullopt;
+  if (!configure(p.dir, p.v2) || !write_file(p.dir + "/cgroup.procs", std::to_string(pid), why_not)) {
+    ::rmdir(p.dir.c_str());
     return std::nullopt;
   }
-  return dir;
+  return p.dir;
+}
+
+}  // namespace
+
+std::vector<std::string> cgroup_dirs_for(const std::string& name) {
+  std::vector<std::string> out;
+  for (const char* c : {"cpu", "memory"}) {
+    auto p = place_for(c, name);
+    if (!p.dir.empty() && (out.empty() || out.back() != p.dir)) out.push_back(p.dir);
+  }
+  return out;
+}
+
+std::optional<std::string> limit_cpu(pid_t pid, const std::string& name, double cpus, std::string& why_not) {
+  auto quota = static_cast<long>(cpus * period_us);
+  return make_cgroup(pid, "cpu", name, why_not, [&](const std::string& dir, bool v2) {
+    return v2 ? write_file(dir + "/cpu.max", std::to_string(quota) + " " + std::to_string(period_us), why_not)
+              : write_file(dir + "/cpu.cfs_period_us", std::to_string(period_us), why_not) &&
+                    write_file(dir + "/cpu.cfs_quota_us", std::to_string(quota), why_not);
+  });
+}
+
+std::optional<std::string> limit_memory(pid_t pid, const std::string& name, std::uint64_t bytes,
+                                        std::string& why_not) {
+  const auto value = std::to_string(bytes);
+  return make_cgroup(pid, "memory", name, why_not, [&](const std::string& dir, bool v2) {
+    if (v2) {
+      if (!write_file(dir + "/memory.max", value, why_not)) return false;
+      std::string ignored;  // no swap controller: nothing to limit there
+      if (exists(dir + "/memory.swap.max")) write_file(dir + "/memory.swap.max", "0", ignored);
+      return true;
+    }
+    if (!write_file(dir + "/memory.limit_in_bytes", value, why_not)) return false;
+    // memory+swap: no swap beyond the limit (set after, it may not be below it)
+    std::string ignored;
+    if (exists(dir + "/memory.memsw.limit_in_bytes"))
+      write_file(dir + "/memory.memsw.limit_in_bytes", value, ignored);
+    return true;
+  });
+}
+
+std::uint64_t oom_kills(const std::string& dir) {
+  for (const char* file : {"/memory.events", "/memory.oom_control"}) {
+    std::ifstream f(dir + file);
+    std::string key;
+    std::uint64_t value = 0;
+    while (f >> key >> value)
+      if (key == "oom_kill") return value;
+  }
+  return 0;
 }
 
 void remove_cgroup(const std::string& dir) {

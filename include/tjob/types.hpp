@@ -51,7 +51,12 @@ struct python_trainer {
   int procs_per_node = 1;  ///< torchrun --nproc_per_node (resources_per_node cpu)
   bool cpu_limit =
       false;  ///< also limit each node's CPU time to procs_per_node CPUs (cgroup), where the machine allows
-  std::uint64_t memory_limit = 0;  ///< bytes of address space per process of the code (RLIMIT_AS); 0: none
+  /// Bytes of memory for each node's code, its processes together, as
+  /// Kubernetes and Docker mean it (a memory cgroup; past it the OOM killer
+  /// ends a process and the step fails `OOMKilled`). Where no cgroup can be
+  /// made: an address-space limit (RLIMIT_AS) per process, with a warning in
+  /// the log. 0: none.
+  std::uint64_t memory_limit = 0;
   int gpus = 0;  ///< GPUs per node, leased from the engine's device list (container: a GPU DeviceRequest)
   std::string image;  ///< container backend: the image; empty: the config's, else the runtime's
 };

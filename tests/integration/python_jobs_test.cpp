@@ -392,27 +392,96 @@ TEST_CASE_FIXTURE(fixture, "a job waiting for GPUs can be cancelled and never st
   c.cancel_job(a);
 }
 
-TEST_CASE_FIXTURE(fixture, "a memory limit is enforced on the training code's address space") {
-  trainer_client c(config());
+namespace {
+
+// Maps 2 GiB (address space, nothing resident), then touches `mib` MiB.
+python_trainer memory_eater(int mib) {
   python_trainer t;
   t.source =
-      "def grab():\n"
-      "    try:\n"
-      "        b = bytearray(1024 * 1024 * 1024)\n"
-      "        print('got a GiB')\n"
-      "    except MemoryError:\n"
-      "        print('MemoryError')\n"
-      "        raise SystemExit(9)\n";
+      "def grab(mib):\n"
+      "    import mmap\n"
+      "    m = mmap.mmap(-1, 2 << 30)\n"
+      "    print('mapped 2 GiB', flush=True)\n"
+      "    b = bytearray(mib << 20)\n"
+      "    for i in range(0, len(b), 4096):\n"
+      "        b[i] = 1\n"
+      "    print('touched', mib, 'MiB', flush=True)\n";
   t.function = "grab";
+  t.function_args = "{\"mib\": " + std::to_string(mib) + "}";
   t.memory_limit = 512ull << 20;
-  auto name = c.train(python_job(t));
+  return t;
+}
+
+bool memory_cgroups_writable() {
+  if (::access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0) return true;
+  auto controllers = tjob::test::read_file("/sys/fs/cgroup/cgroup.controllers");
+  return controllers.find("memory") != std::string::npos &&
+         ::access("/sys/fs/cgroup/cgroup.procs", W_OK) == 0;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture,
+                  "memory= limits the node's resident memory with a cgroup the OOM killer enforces") {
+  if (!memory_cgroups_writable()) {
+    tjob::test::skip("no writable memory cgroup on this machine");
+    return;
+  }
+  trainer_client c(config());
+  // 2 GiB mapped and 64 MiB used fits 512 MiB: only what is resident counts.
+  auto fits = c.train(python_job(memory_eater(64)));
+  c.wait_for_job_status(fits, {job_status::complete}, 120s);
+  auto log = c.get_job_logs(fits).read_all();
+  CAPTURE(log);
+  CHECK(log.find("[tjob] memory limited to 512 MiB for the node (") != std::string::npos);
+  CHECK(log.find("mapped 2 GiB\ntouched 64 MiB\n") != std::string::npos);
+  auto at = log.find("for the node (") + 14;
+  auto dir = log.substr(at, log.find(')', at) - at);
+  CHECK_FALSE(std::filesystem::exists(dir));  // removed with the step
+
+  // 1 GiB used does not: the OOM killer ends it, and the step says so.
+  auto over = c.train(python_job(memory_eater(1024)));
+  auto job = c.wait_for_job_status(over, {job_status::failed}, 120s);
+  CHECK(job.steps[0].reason == "OOMKilled");
+  CHECK(job.reason == "OOMKilled");
+  auto over_log = c.get_job_logs(over).read_all();
+  CAPTURE(over_log);
+  CHECK(over_log.find("mapped 2 GiB\n") != std::string::npos);
+  CHECK(over_log.find("touched") == std::string::npos);
+  CHECK(over_log.find("[tjob] the kernel's OOM killer ended a process of node-0") != std::string::npos);
+
+  // The issue's case: torch imports under 500 MiB (its mappings are far larger).
+  if (!tjob::test::system_python_has("torch")) return;
+  python_trainer t;
+  t.source = "def main():\n    import torch\n    print('sum', float(torch.ones(4).sum()), flush=True)\n";
+  t.function = "main";
+  t.python = "/usr/bin/python3";
+  t.system_site_packages = true;
+  t.memory_limit = 500ull << 20;
+  auto with_torch = c.train(python_job(t));
+  c.wait_for_job_status(with_torch, {job_status::complete}, 300s);
+  CHECK(c.get_job_logs(with_torch).read_all().find("sum 4.0\n") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "without a memory cgroup, memory= falls back to an address-space limit and says so") {
+  // No cgroup filesystem where tjob looks: the fallback, as on a machine without one.
+  struct root_guard {
+    explicit root_guard(const std::string& r) { ::setenv("TJOB_CGROUP_ROOT", r.c_str(), 1); }
+    ~root_guard() { ::unsetenv("TJOB_CGROUP_ROOT"); }
+  } guard((dir.path() / "no-cgroups").string());
+  trainer_client c(config());
+  auto name = c.train(python_job(memory_eater(64)));
   auto job = c.wait_for_job_status(name, {job_status::failed}, 120s);
-  CHECK(job.steps[0].exit_code == 9);
-  CHECK(c.get_job_logs(name).read_all().find("MemoryError") != std::string::npos);
-  t.memory_limit = 0;
-  auto free_job = c.train(python_job(t));
-  c.wait_for_job_status(free_job, {job_status::complete}, 120s);
-  CHECK(c.get_job_logs(free_job).read_all().find("got a GiB") != std::string::npos);
+  auto log = c.get_job_logs(name).read_all();
+  CAPTURE(log);
+  CHECK(log.find("[tjob] warning: memory limited as address space, not resident memory: no cgroup memory "
+                 "controller is mounted") != std::string::npos);
+  const bool refused =
+      log.find("MemoryError") != std::string::npos || log.find("Cannot allocate memory") != std::string::npos;
+  CHECK(refused);
+  CHECK(log.find("mapped 2 GiB") == std::string::npos);  // the mapping itself is refused
+  CHECK(job.steps[0].exit_code == 1);
 }
 
 TEST_CASE_FIXTURE(fixture, "a job with dependencies from the system site packages (Debian's numpy)") {
