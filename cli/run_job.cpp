@@ -114,6 +114,9 @@ void stream_steps(trainer_client& client, const std::string& name, const std::ve
 }
 
 int exit_code_of(const train_job& job) {
+  for (const auto& s : job.steps)  // the step the job's failure is (its reason is the job's)
+    if (s.status == job_status::failed && s.reason == job.reason && s.exit_code && *s.exit_code > 0)
+      return std::min(*s.exit_code, 255);
   for (const auto& s : job.steps)
     if (s.status == job_status::failed && s.exit_code && *s.exit_code > 0) return std::min(*s.exit_code, 255);
   return 1;

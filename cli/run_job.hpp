@@ -39,8 +39,9 @@ void stream_steps(trainer_client& client, const std::string& name, const std::ve
                   log_options options = {.follow = true});
 
 /// What `tjob run` exits with for a job that ended Failed: the exit code of
-/// its first failed step with one, in step order (as `docker run` exits with
-/// its container's), else 1.
+/// the step it failed of (the one whose reason is the job's), else of its
+/// first failed step with one, in step order (as `docker run` exits with its
+/// container's), else 1.
 int exit_code_of(const train_job& job);
 
 /// Ctrl-C (or SIGTERM, SIGHUP) while `tjob run` owns its job: the first

@@ -48,6 +48,13 @@ job_input job_input::exited(std::size_t step, int code, std::string how, long pi
   return in;
 }
 
+job_input job_input::worker_failed(std::size_t step, std::string what) {
+  job_input in{kind::worker_failed};
+  in.step = step;
+  in.what = std::move(what);
+  return in;
+}
+
 job_input job_input::cancel(bool forced, bool recorded) {
   job_input in{kind::cancel};
   in.forced = forced;
@@ -198,11 +205,30 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
                        "process " + std::to_string(in.pid) + " ended: " + in.how,
                        in.how,
                        std::nullopt};
-      if (steps_[in.step].stopped && failed_node_ && in.exit_code != 0)
-        out.reason = "stopped: " + shape_.steps[*failed_node_] + " failed (" + in.how + ")";
+      steps_[in.step].how = in.how;  // the reason is written at the end, once the blame is known
       node_ended(in.step, std::move(out), in.exit_code != 0);
       break;
     }
+
+    case K::worker_failed:
+      if (in.step >= steps_.size() || root_) break;
+      root_.emplace(in.step, in.what);
+      // Its torchrun may wait minutes at its exit barrier for the other nodes,
+      // which may not notice for as long: every node is stopped now.
+      if (stage_ == stage::running && !failed_node_ && !cancelled_) {
+        failed_node_ = in.step;
+        stop_running(in.step, false);
+        if (steps_[in.step].running) {
+          job_action sig{job_action::kind::signal};
+          sig.steps.push_back(in.step);
+          emit(std::move(sig));
+          if (!timer_armed_) {
+            timer_armed_ = true;
+            emit({job_action::kind::arm_timer});
+          }
+        }
+      }
+      break;
 
     case K::cancel:
       if (!cancelled_) {
@@ -342,6 +368,23 @@ void job_fsm::stop_running(std::optional<std::size_t> except, bool forced) {
 void job_fsm::finish() {
   stage_ = stage::done;
   job_action a{job_action::kind::finish};
+  // The blame: the first worker failure recorded, else the first node to end
+  // failed. Its reason says what failed; the others', that they went with it.
+  auto blamed = root_ ? std::optional(root_->first) : failed_node_;
+  if (blamed && !cancelled_) {
+    a.blamed = *blamed;
+    const auto& name = shape_.steps[*blamed];
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      auto& s = steps_[i];
+      if (s.how.empty() || s.out.ev.kind != event_kind::exited || s.out.ev.exit_code == 0) continue;
+      if (i == *blamed)
+        s.out.reason = root_ ? root_->second + " (" + s.how + ")" : s.how;
+      else if (s.stopped)
+        s.out.reason = "stopped: " + name + " failed (" + s.how + ")";
+      else if (root_)
+        s.out.reason = s.how + " after " + name + " failed";
+    }
+  }
   for (auto& s : steps_) {
     // a step the cancel caught before its first process
     if (cancelled_ && !s.started && s.out.ev.kind != event_kind::cancelled)

@@ -59,6 +59,10 @@ struct job_input {
     exited,          ///< `step`, `exit_code`, `how` (describe), `pid`, `what`, `seconds`
     cancel,          ///< `forced`; `recorded`: somebody already logged the request
     timer_fired,     ///< the grace period after a graceful stop has passed
+    /// A process of `step`'s code failed (a torch worker's uncaught exception,
+    /// recorded by the hook tjob puts in the venv), `what` says how. The first
+    /// one is the job's root cause, whichever node's torchrun ends first.
+    worker_failed,
   };
   kind k = kind::begin;
   std::size_t step = 0;
@@ -80,6 +84,7 @@ struct job_input {
                           double seconds);
   static job_input cancel(bool forced = false, bool recorded = false);
   static job_input timer_fired() { return {kind::timer_fired}; }
+  static job_input worker_failed(std::size_t step, std::string what);
 };
 
 /// The index of a node's code among a step's phases (the setup phases are 0..).
@@ -100,11 +105,12 @@ struct job_action {
     arm_timer,       ///< the grace period; timer_fired follows unless the job ends first
     note,            ///< `text` as a "[tjob] " line in `step`'s log; `setup_event`: also a Setup event
     record_cancel,   ///< log the cancel request
-    finish,          ///< apply `outcomes`, one per step; the job has ended
+    finish,          ///< apply `outcomes`, one per step, `blamed`'s first; the job has ended
   };
   kind k;
   std::size_t step = 0;
   std::size_t phase = 0;
+  std::size_t blamed = 0;  ///< finish: the step whose failure is the job's
   bool first = false, forced = false, ok = false, setup_event = false;
   std::vector<std::size_t> steps;
   std::string text;
@@ -137,6 +143,7 @@ class job_fsm {
     bool running = false;
     bool ended = false;
     bool stopped = false;  ///< stopped because another node failed
+    std::string how;       ///< how its process ended (a node's code)
     step_outcome out;
   };
 
@@ -158,6 +165,9 @@ class job_fsm {
   bool cancelled_ = false;
   bool timer_armed_ = false;
   std::optional<std::size_t> failed_node_;
+  /// The first worker failure recorded (worker_failed): the node to blame,
+  /// even when another node's torchrun ended first.
+  std::optional<std::pair<std::size_t, std::string>> root_;
   std::vector<step_state> steps_;
   std::vector<job_action> out_;
 };

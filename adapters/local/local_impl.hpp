@@ -92,7 +92,8 @@ struct job_rec {
   std::string dir;
   std::filesystem::path venv;  // empty for command jobs
   bool remove_venv = false;
-  bool torch_port = false;  // the nodes rendezvous on one free port, chosen at start
+  bool torch_port = false;     // the nodes rendezvous on one free port, chosen at start
+  bool failure_watch = false;  // its nodes' worker failures are watched (several torch nodes)
   int master_port = 0;
   int gpus_per_node = 0;
   std::vector<std::string> node_devices;  // CUDA_VISIBLE_DEVICES of each node, once leased
@@ -211,12 +212,14 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   void spawn_internal(boost::asio::awaitable<void> op, const char* what);
   boost::asio::awaitable<void> run_job(std::shared_ptr<job_rec> j);
   bool take_turn(const std::shared_ptr<job_rec>& j, job_fsm& fsm,
-                 std::unique_ptr<boost::asio::steady_timer>& grace, std::vector<step_outcome>& outcomes);
+                 std::unique_ptr<boost::asio::steady_timer>& grace, std::vector<step_outcome>& outcomes,
+                 std::size_t& blamed);
   void perform(const std::shared_ptr<job_rec>& j, job_action& a, std::vector<job_input>& now,
                std::unique_ptr<boost::asio::steady_timer>& grace);
   void start_op(const std::shared_ptr<job_rec>& j, boost::asio::awaitable<void> op, const char* what,
                 bool answer_when_abandoned = false);
-  boost::asio::awaitable<void> finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes);
+  boost::asio::awaitable<void> finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes,
+                                          std::size_t blamed);
   job_input spawn_phase(const std::shared_ptr<job_rec>& j, std::size_t index, std::size_t phase_index,
                         bool first);
   void await_exit(const std::shared_ptr<job_rec>& j, std::size_t index, std::string what);
@@ -247,6 +250,10 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// these are the job's child operations for that (local_venv.cpp).
   boost::asio::awaitable<void> resolve_venv(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<void> wait_venv(std::shared_ptr<job_rec> j);
+  /// Several torch nodes: the hook that records a worker's uncaught exception
+  /// goes into the venv, and the records are watched (worker_failed).
+  void start_failure_watch(const std::shared_ptr<job_rec>& j);
+  boost::asio::awaitable<void> watch_worker_failures(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<void> finalize_venv(std::shared_ptr<job_rec> j);
   void end_venv_build(const std::shared_ptr<job_rec>& j, bool ok);
   boost::asio::awaitable<bool> copy_from_cache(std::shared_ptr<job_rec> j, const std::string& key, int& fd);

@@ -2,6 +2,7 @@
 
 #include "adapters/local/log_files.hpp"
 #include "adapters/process/cgroup.hpp"
+#include "adapters/python/python_plan.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +15,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <csignal>
+#include <fstream>
+#include <optional>
+#include <tuple>
 
 extern char** environ;
 
@@ -88,8 +92,9 @@ asio::awaitable<void> engine_state::run_job(std::shared_ptr<job_rec> j) {
   job_fsm fsm(shape_of(*j));
   std::unique_ptr<asio::steady_timer> grace;  // made when first armed: most jobs never need it
   std::vector<step_outcome> outcomes;
+  std::size_t blamed = 0;
   j->inbox.insert(j->inbox.begin(), job_input::begin());
-  while (!take_turn(j, fsm, grace, outcomes)) {
+  while (!take_turn(j, fsm, grace, outcomes, blamed)) {
     // Resumed by the next input; at shutdown with operation_aborted, which
     // ends the coroutine (shutting the engine down is not cancelling its
     // jobs: they stay as they are).
@@ -98,15 +103,15 @@ asio::awaitable<void> engine_state::run_job(std::shared_ptr<job_rec> j) {
     if (stopping) co_return;
   }
   if (grace) grace->cancel();
-  co_await finish_job(j, std::move(outcomes));
+  co_await finish_job(j, std::move(outcomes), blamed);
 }
 
 // Feeds the machine every input in the inbox, and what the actions bring
 // back at once (a spawn's answer) ahead of anything later. True when the job
 // has finished, with `outcomes` filled.
 bool engine_state::take_turn(const std::shared_ptr<job_rec>& j, job_fsm& fsm,
-                             std::unique_ptr<asio::steady_timer>& grace,
-                             std::vector<step_outcome>& outcomes) {
+                             std::unique_ptr<asio::steady_timer>& grace, std::vector<step_outcome>& outcomes,
+                             std::size_t& blamed) {
   std::vector<job_input> now;
   for (;;) {
     if (now.empty()) {
@@ -119,6 +124,7 @@ bool engine_state::take_turn(const std::shared_ptr<job_rec>& j, job_fsm& fsm,
     for (auto& a : fsm.on(in)) {
       if (a.k == job_action::kind::finish) {
         outcomes = std::move(a.outcomes);
+        blamed = a.blamed;
         return true;
       }
       perform(j, a, now, grace);
@@ -210,8 +216,8 @@ void engine_state::start_op(const std::shared_ptr<job_rec>& j, asio::awaitable<v
 
 // The job's end: the venv and the GPUs go before it is recorded, so that
 // whoever waits for the end finds them gone.
-asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j,
-                                               std::vector<step_outcome> outcomes) {
+asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes,
+                                               std::size_t blamed) {
   if (j->gpus_per_node > 0) release_gpus(*j);
   if (!j->venv.empty()) {
     if (j->remove_venv) {
@@ -220,11 +226,17 @@ asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j,
       log_progress(*j, j->steps[0], "[tjob] venv kept at " + j->venv.string() + "\n");
     }
   }
-  for (std::size_t i = 0; i < j->steps.size() && i < outcomes.size(); ++i) {
+  // The blamed step first: the job's reason is the first failure recorded,
+  // in memory and in the log's fold alike.
+  auto end_step = [&](std::size_t i) {
     auto& o = outcomes[i];
     if (o.exit_code) j->steps[i].row.exit_code = o.exit_code;
     apply(*j, j->steps[i], o.ev, o.message, o.reason);
-  }
+  };
+  const std::size_t n = std::min(j->steps.size(), outcomes.size());
+  if (blamed < n) end_step(blamed);
+  for (std::size_t i = 0; i < n; ++i)
+    if (i != blamed) end_step(i);
 }
 
 // Waits (Created, without polling) until the job's GPUs are free, leases
@@ -304,6 +316,10 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
         a.replace(at, master_port_placeholder.size(), std::to_string(j->master_port));
   auto env = ph.env;
   env.emplace(token_variable, job_token(j->row));
+  if (ph.final && ph.torch_port && j->steps.size() > 1) {
+    start_failure_watch(j);
+    env.insert_or_assign("TJOB_FAILURE_DIR", (jobs_dir / j->row.name / "failures").string());
+  }
   if (ph.final && index < j->node_devices.size())
     env.insert_or_assign("CUDA_VISIBLE_DEVICES", j->node_devices[index]);
   spec.env = process::merge_environment(environ, env);
@@ -385,6 +401,67 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   }
   await_exit(j, index, std::move(name));
   return job_input::spawned(index);
+}
+
+// A worker that raises makes the node fail, but its torchrun may end after
+// another node's (whose workers lost their peer) or wait at its exit barrier
+// for minutes. The hook records the exception at once; the first record is
+// the job's root cause. Two small files: written here, on the reactor.
+void engine_state::start_failure_watch(const std::shared_ptr<job_rec>& j) {
+  if (j->failure_watch) return;
+  j->failure_watch = true;
+  auto dir = jobs_dir / j->row.name / "failures";
+  std::error_code ec;
+  std::filesystem::create_directory(dir, ec);
+  std::filesystem::path site;
+  for (const auto& e : std::filesystem::directory_iterator(j->venv / "lib", ec))
+    if (e.path().filename().string().rfind("python", 0) == 0) site = e.path() / "site-packages";
+  if (ec || site.empty() || !std::filesystem::is_directory(site, ec)) {
+    log->debug("job {}: no site-packages in {}; worker failures are not recorded", j->row.name,
+               j->venv.string());
+    return;
+  }
+  if (detail::append_file(site / python::failure_hook_file, python::failure_hook_module()) ||
+      detail::append_file(site / python::failure_hook_pth, python::failure_hook_pth_text)) {
+    log->debug("job {}: cannot install the worker failure hook in {}", j->row.name, site.string());
+    return;
+  }
+  spawn_internal(watch_worker_failures(j), "watching worker failures");
+}
+
+asio::awaitable<void> engine_state::watch_worker_failures(std::shared_ptr<job_rec> j) {
+  const auto dir = jobs_dir / j->row.name / "failures";
+  detail::wake_signal w(ex);
+  detail::wake_registration on_end(j->watchers, &w);  // transitions and shutdown
+  int wd = watch.add(dir, &w);
+  struct unwatch {
+    detail::fs_watch& watch;
+    int wd;
+    detail::wake_signal* w;
+    ~unwatch() { watch.remove(wd, w); }
+  } guard{watch, wd, &w};
+  while (!stopping && !is_terminal(j->row.status)) {
+    // "<time_ns> <GROUP_RANK> <RANK> <what>": the earliest is the root cause.
+    std::optional<std::tuple<long long, std::size_t, std::string>> first;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      auto name = e.path().filename().string();
+      if (name.rfind("rank-", 0) != 0 || name.ends_with(".tmp")) continue;
+      std::ifstream in(e.path());
+      long long t = 0;
+      std::size_t node = 0;
+      std::string rank, what;
+      if (!(in >> t >> node >> rank)) continue;
+      std::getline(in >> std::ws, what);
+      if (node >= j->steps.size()) continue;
+      if (!first || t < std::get<0>(*first)) first.emplace(t, node, "rank " + rank + " raised " + what);
+    }
+    if (first) {
+      j->post(job_input::worker_failed(std::get<1>(*first), std::get<2>(*first)));
+      co_return;  // the machine takes the first; the rest follow from it
+    }
+    co_await w.wait_until(steady::time_point::max());
+  }
 }
 
 // The step's process ending is an input of the job: `exited`. Shutting the

@@ -246,4 +246,39 @@ json::object entry_plan(const python_trainer& pt, const std::string& source, boo
   return plan;
 }
 
+std::string failure_hook_module() {
+  return R"py(# Put here by tjob: records the first uncaught exception of a torch worker
+# (see failure_hook_module in tjob's adapters/python/python_plan.hpp).
+import os
+import sys
+
+
+def _install():
+    where = os.environ.get("TJOB_FAILURE_DIR")
+    rank = os.environ.get("RANK")
+    if not where or rank is None:
+        return
+    previous = sys.excepthook
+
+    def record(kind, value, tb):
+        try:
+            import time
+            text = str(value).strip().splitlines()
+            line = "%d %s %s %s%s\n" % (time.time_ns(), os.environ.get("GROUP_RANK", ""), rank,
+                                         kind.__name__, (": " + text[0][:200]) if text else "")
+            path = os.path.join(where, "rank-" + rank)
+            with open(path + ".tmp", "w") as f:
+                f.write(line)
+            os.replace(path + ".tmp", path)
+        except Exception:
+            pass
+        previous(kind, value, tb)
+
+    sys.excepthook = record
+
+
+_install()
+)py";
+}
+
 }  // namespace tjob::python

@@ -46,6 +46,19 @@ std::vector<std::pair<std::string, std::string>> training_files(const python_tra
                                                                 const std::string& stem,
                                                                 bool file_is_here = true);
 
+/// A module for a venv's site-packages, imported by the `.pth` line
+/// `failure_hook_pth` at the start of every Python process there. In a torch
+/// worker (RANK set) with $TJOB_FAILURE_DIR set, an uncaught exception is
+/// recorded before the usual traceback, as one file `rank-<RANK>` holding
+/// "<time_ns> <GROUP_RANK> <RANK> <Type>: <first line of the message>": the
+/// first failure's node, which the engine blames and stops the others for,
+/// whichever node's torchrun ends first. Elsewhere it does nothing.
+std::string failure_hook_module();
+/// The module's file name, and the `.pth` file (name, text) that imports it.
+inline constexpr const char* failure_hook_file = "_tjob_failure_hook.py";
+inline constexpr const char* failure_hook_pth = "_tjob_failure_hook.pth";
+inline constexpr const char* failure_hook_pth_text = "import _tjob_failure_hook\n";
+
 /// The files a job that runs elsewhere (a container, a pod) takes with it:
 /// `train.py` (a script file's text too: it cannot read a host path) and,
 /// for a function, `train.code.py` and `train.kwargs.json` beside it.

@@ -312,6 +312,53 @@ TEST_CASE_FIXTURE(fixture, "one failing node stops the others and the job is Fai
   CHECK(job.steps[0].reason.find("stopped: node-1 failed") == 0);
 }
 
+TEST_CASE_FIXTURE(fixture,
+                  "the node whose worker fails first is blamed, and the others are stopped at once") {
+  if (!tjob::test::system_python_has("torch.distributed")) return;
+  trainer_client c(config());
+  python_trainer t;
+  t.python = "/usr/bin/python3";
+  t.system_site_packages = true;
+  t.function = "work";
+  // Rank 1 raises after the first all_reduce; rank 0's next collective then
+  // fails with a connection error, and its torchrun may well end first.
+  t.source =
+      "def work():\n"
+      "    import os, torch, torch.distributed as dist\n"
+      "    dist.init_process_group('gloo')\n"
+      "    x = torch.ones(1)\n"
+      "    dist.all_reduce(x)\n"
+      "    if os.environ['GROUP_RANK'] == '1':\n"
+      "        raise RuntimeError('boom on node 1')\n"
+      "    for _ in range(1000):\n"
+      "        dist.all_reduce(x)\n";
+  auto req = python_job(t, "torch-distributed");
+  req.num_nodes = 2;
+  auto job = c.wait_for_job_status(c.train(req), {job_status::failed}, 300s);
+  REQUIRE(job.steps.size() == 2);
+  CAPTURE(job.steps[0].reason);
+  CAPTURE(job.steps[1].reason);
+  CHECK(job.reason.rfind("rank 1 raised RuntimeError: boom on node 1 (", 0) == 0);
+  CHECK(job.steps[1].reason == job.reason);
+  CHECK(job.steps[0].reason.find("node-1 failed") != std::string::npos);
+  auto log1 = c.get_job_logs(job.name, {.step = "node-1"}).read_all();
+  CHECK(log1.find("RuntimeError: boom on node 1") != std::string::npos);  // the traceback is there
+
+  // Rank 1 raises while rank 0 sleeps without collectives: node-1's torchrun
+  // would wait at its exit barrier until node-0 ended. Both are stopped now.
+  t.source =
+      "def work():\n"
+      "    import os, time\n"
+      "    if os.environ['GROUP_RANK'] == '1':\n"
+      "        raise ValueError('bad shard')\n"
+      "    time.sleep(900)\n";
+  req.job_trainer = t;
+  auto quiet = c.wait_for_job_status(c.train(req), {job_status::failed}, 240s);
+  CAPTURE(quiet.steps[0].reason);
+  CHECK(quiet.reason.rfind("rank 1 raised ValueError: bad shard (", 0) == 0);
+  CHECK(quiet.steps[0].reason.rfind("stopped: node-1 failed (", 0) == 0);
+}
+
 TEST_CASE_FIXTURE(fixture, "several nodes need a torch runtime") {
   trainer_client c(config());
   python_trainer t;

@@ -182,6 +182,37 @@ TEST_CASE("the first node to fail is the one blamed, the others are stopped, the
   CHECK(out[0].reason.rfind("stopped: node-1 failed", 0) == 0);
 }
 
+TEST_CASE("a worker failure recorded first is blamed, though another node's torchrun ends first") {
+  job_fsm m(shape(3));
+  start_nodes(m, 3);
+  // node-2's worker raised: every node is stopped at once, node-2 too (its
+  // torchrun would wait at its exit barrier)
+  auto as = m.on(job_input::worker_failed(2, "rank 2 raised ValueError: bad"));
+  REQUIRE(kinds(as) == std::vector<A>{A::signal, A::arm_timer, A::signal});
+  CHECK(as[0].steps == std::vector<std::size_t>{0, 1});
+  CHECK(as[2].steps == std::vector<std::size_t>{2});
+  CHECK(m.on(job_input::worker_failed(0, "rank 0 raised RuntimeError: peer gone")).empty());  // not the first
+  CHECK(m.on(exit_of(0, 1)).empty());  // node-0 ends first, of its peer's death
+  CHECK(m.on(exit_of(2, 143)).empty());
+  auto f = m.on(exit_of(1, 143));
+  auto out = finished(f);
+  CHECK(find(f, A::finish)->blamed == 2);
+  CHECK(out[2].reason == "rank 2 raised ValueError: bad (exit code 143)");
+  CHECK(out[0].reason == "stopped: node-2 failed (exit code 1)");
+  CHECK(out[1].reason == "stopped: node-2 failed (exit code 143)");
+
+  // the record may come after a node has already ended failed: the blame moves to it
+  job_fsm late(shape(2));
+  start_nodes(late, 2);
+  late.on(exit_of(0, 1));  // node-0 ends first and is taken for the failure
+  CHECK(late.on(job_input::worker_failed(1, "rank 1 raised KeyError: 'x'")).empty());
+  auto lf = late.on(exit_of(1, 1));
+  auto lout = finished(lf);
+  CHECK(find(lf, A::finish)->blamed == 1);
+  CHECK(lout[1].reason == "rank 1 raised KeyError: 'x' (exit code 1)");
+  CHECK(lout[0].reason == "exit code 1 after node-1 failed");
+}
+
 TEST_CASE("a stopped node that still exits 0 is Complete, and a second failure blames nobody new") {
   job_fsm m(shape(3));
   start_nodes(m, 3);
