@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <unistd.h>
 #include <csignal>
@@ -413,7 +415,7 @@ struct commands {
   job_options run_opts, train_opts;
   std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
   std::vector<std::string> job_names;  // get, delete, cancel: one or more
-  bool follow = false, prune_all = false, delete_all = false, all_steps = false;
+  bool follow = false, prune_all = false, delete_all = false, all_steps = false, watch = false;
   long long tail = -1;
   double timeout = 600, unused_days = 7;
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
@@ -492,6 +494,9 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.list = app.add_subcommand("list", "List jobs: NAME STATUS RUNTIME STEPS AGE");
   c.list->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   c.list->add_option("--runtime", c.list_runtime, "Only jobs of this runtime");
+  c.list->add_flag("-w,--watch", c.watch,
+                   "After the list, print each job again whenever it changes (appears, changes status or "
+                   "a step, or is deleted), until interrupted; -o json prints one object per line");
   c.list->add_option("--status", c.list_statuses,
                      "Only jobs in these statuses: a comma-separated list of Created, Running, Complete, "
                      "Failed (any case)");
@@ -567,6 +572,63 @@ bool known_command(CLI::App& app, int argc, char** argv) {
   return found;
 }
 
+// list -w: the list, then each job again as it changes, woken by the
+// backend's own signals (the store's commits, the daemon's events, the
+// cluster's watches), never by polling.
+void watch_list(trainer_client& client, const std::string& runtime, const std::set<job_status>& statuses,
+                output_format fmt) {
+  auto which = runtime.empty() ? std::nullopt : std::optional(runtime);
+  auto shown = [&](const train_job& j) { return statuses.empty() || statuses.count(j.status) > 0; };
+  // One line per job in JSON (a stream of objects, not one array), a
+  // document per job in YAML, the table's rows without their header.
+  auto one = [&](const train_job& j, bool header) {
+    if (fmt == output_format::json) return boost::json::serialize(cli::to_json(j)) + "\n";
+    if (fmt == output_format::yaml) return "---\n" + cli::to_yaml(cli::to_json(j));
+    auto text = cli::render_jobs({j}, fmt);
+    if (fmt == output_format::name || header) return text;
+    return text.substr(text.find('\n') + 1);
+  };
+  auto known = client.list_jobs(which);
+  bool header = true;
+  for (const auto& j : known)
+    if (shown(j) && write_out(one(j, header))) header = false;
+  if (header && (fmt == output_format::table || fmt == output_format::wide))
+    write_out(cli::render_jobs({}, fmt));  // the header alone: the watch has begun
+  for (;;) {
+    auto now = client.wait_for_jobs_change(known, which, std::chrono::hours(1));
+    std::map<std::string, const train_job*> before;
+    for (const auto& j : known) before[j.name] = &j;
+    bool ok = true;
+    for (const auto& j : now) {
+      auto it = before.find(j.name);
+      bool changed = it == before.end() || it->second->status != j.status || it->second->reason != j.reason ||
+                     it->second->end_time != j.end_time || it->second->start_time != j.start_time ||
+                     it->second->steps.size() != j.steps.size();
+      if (it != before.end()) {
+        for (std::size_t i = 0; !changed && i < j.steps.size(); ++i)
+          changed = it->second->steps[i].status != j.steps[i].status ||
+                    it->second->steps[i].reason != j.steps[i].reason;
+        before.erase(it);
+      }
+      if (changed && shown(j)) ok = ok && write_out(one(j, false));
+    }
+    for (const auto& [name, j] : before) {  // gone: deleted
+      if (!shown(*j)) continue;
+      if (fmt == output_format::json)
+        ok = ok &&
+             write_out(boost::json::serialize(boost::json::object{{"name", name}, {"deleted", true}}) + "\n");
+      else if (fmt == output_format::yaml)
+        ok = ok && write_out("---\nname: " + name + "\ndeleted: true\n");
+      else if (fmt == output_format::name)
+        ok = ok && write_out(name + "\n");
+      else
+        ok = ok && write_out(name + "   Deleted\n");
+    }
+    if (!ok) return;  // nobody reads any more (`| head`)
+    known = std::move(now);
+  }
+}
+
 // The commands that read or change jobs through a client.
 int run_query(commands& c) {
   auto fmt = parse_format(c.format);
@@ -591,7 +653,9 @@ int run_query(commands& c) {
     if (!listed.empty()) std::erase_if(all, [&](const train_job& j) { return !listed.count(j.status); });
     return all;
   };
-  if (*c.list) {
+  if (*c.list && c.watch) {
+    watch_list(client, c.list_runtime, listed, fmt);
+  } else if (*c.list) {
     write_out(cli::render_jobs(jobs_listed(), fmt));
   } else if (*c.get) {
     std::vector<train_job> jobs;

@@ -67,6 +67,16 @@ class job_watch {
   virtual std::string trouble() const { return {}; }
 };
 
+/// Wakes when any job may have changed: a store commit, a daemon's event, a
+/// watch event. Registered when made, so nothing after that is missed.
+class change_watch {
+ public:
+  virtual ~change_watch() = default;
+  /// True when something may have changed since it was made or last returned;
+  /// false when `deadline` passed first.
+  virtual boost::asio::awaitable<bool> changed(std::chrono::steady_clock::time_point deadline) = 0;
+};
+
 /// What the engine may rely on of a backend.
 struct backend_traits {
   backend_kind kind = backend_kind::local;
@@ -87,6 +97,8 @@ class backend {
   virtual boost::asio::awaitable<log_stream> get_job_logs(std::string name, log_options options) = 0;
   /// Throws job_not_found when there is no such job.
   virtual boost::asio::awaitable<std::unique_ptr<job_watch>> watch_job(std::string name) = 0;
+  /// Follows every job (for wait_for_jobs_change).
+  virtual boost::asio::awaitable<std::unique_ptr<change_watch>> watch_all() = 0;
   /// `options.force`: kill now, without the grace period, where the backend can.
   virtual boost::asio::awaitable<void> cancel_job(std::string name, cancel_options options) = 0;
   virtual boost::asio::awaitable<void> delete_job(std::string name) = 0;

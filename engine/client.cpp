@@ -120,6 +120,11 @@ train_job trainer_client::get_job(const std::string& name) { return impl_->call(
 std::vector<train_job> trainer_client::list_jobs(std::optional<std::string> runtime) {
   return impl_->call(impl_->eng->list_jobs(std::move(runtime)));
 }
+std::vector<train_job> trainer_client::wait_for_jobs_change(const std::vector<train_job>& known,
+                                                            std::optional<std::string> runtime,
+                                                            std::chrono::milliseconds timeout) {
+  return impl_->call(impl_->eng->wait_for_jobs_change(known, std::move(runtime), timeout));
+}
 log_reader trainer_client::get_job_logs(const std::string& name, log_options options) {
   auto stream = impl_->call(impl_->eng->get_job_logs(name, std::move(options)));
   auto reader = std::make_unique<log_reader::impl>();

@@ -20,6 +20,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -194,6 +195,37 @@ asio::awaitable<train_job> engine::get_job(std::string name) {
 
 asio::awaitable<std::vector<train_job>> engine::list_jobs(std::optional<std::string> runtime) {
   co_return co_await impl_->backend->list_jobs(std::move(runtime));
+}
+
+namespace {
+
+// What a watcher of the list sees change (pids and creation times aside).
+bool same_view(const std::vector<train_job>& a, const std::vector<train_job>& b) {
+  auto same_step = [](const step& x, const step& y) {
+    return x.name == y.name && x.status == y.status && x.exit_code == y.exit_code && x.reason == y.reason;
+  };
+  auto same_job = [&](const train_job& x, const train_job& y) {
+    return x.name == y.name && x.status == y.status && x.reason == y.reason && x.start_time == y.start_time &&
+           x.end_time == y.end_time &&
+           std::equal(x.steps.begin(), x.steps.end(), y.steps.begin(), y.steps.end(), same_step);
+  };
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), same_job);
+}
+
+}  // namespace
+
+asio::awaitable<std::vector<train_job>> engine::wait_for_jobs_change(std::vector<train_job> known,
+                                                                     std::optional<std::string> runtime,
+                                                                     std::chrono::milliseconds timeout) {
+  auto& e = *impl_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto watch = co_await e.backend->watch_all();  // before the first read: no change is missed
+  for (;;) {
+    std::optional<std::string> which = runtime;
+    auto now = co_await e.backend->list_jobs(std::move(which));
+    if (!same_view(now, known) || std::chrono::steady_clock::now() >= deadline) co_return now;
+    co_await watch->changed(deadline);
+  }
 }
 
 asio::awaitable<log_stream> engine::get_job_logs(std::string name, log_options options) {

@@ -604,6 +604,43 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
 asio::awaitable<std::unique_ptr<detail::job_watch>> backend::watch_job(std::string name) {
   co_return std::make_unique<container_watch>(impl_, std::move(name));
 }
+
+namespace {
+
+// The daemon's event stream wakes b->waiters on every container and network
+// event; it is connected before the first read, so nothing after is missed.
+class container_changes final : public detail::change_watch {
+ public:
+  explicit container_changes(std::shared_ptr<backend::impl> b)
+      : b_(std::move(b)), sig_(b_->ctx.ex), reg_(b_->waiters, &sig_) {}
+
+  asio::awaitable<void> start() {
+    auto d = co_await b_->daemon();
+    d.value();
+    b_->ensure_events();
+    auto settle = steady::now() + std::chrono::seconds(5);
+    while (!b_->events_connected && b_->events_running && steady::now() < settle)
+      if (!co_await sig_.wait_until(settle)) break;
+  }
+
+  asio::awaitable<bool> changed(steady::time_point deadline) override {
+    if (b_->stopping) fail(errc::shut_down, "the engine is shutting down");
+    co_return co_await sig_.wait_until(deadline);
+  }
+
+ private:
+  std::shared_ptr<backend::impl> b_;
+  detail::wake_signal sig_;
+  detail::wake_registration reg_;
+};
+
+}  // namespace
+
+asio::awaitable<std::unique_ptr<detail::change_watch>> backend::watch_all() {
+  auto w = std::make_unique<container_changes>(impl_);
+  co_await w->start();
+  co_return w;
+}
 asio::awaitable<void> backend::cancel_job(std::string name, cancel_options options) {
   co_await impl_->cancel(name, options.force);
 }

@@ -583,6 +583,34 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
 asio::awaitable<std::unique_ptr<detail::job_watch>> backend::watch_job(std::string name) {
   co_return std::make_unique<kube_watch>(impl_, std::move(name));
 }
+
+namespace {
+
+// The TrainJob and pod informers wake their waiters on every watch event.
+class kube_changes final : public detail::change_watch {
+ public:
+  explicit kube_changes(std::shared_ptr<backend::impl> b) : b_(std::move(b)), sig_(b_->ctx.ex) {
+    b_->ensure_watches();
+    r1_.emplace(b_->jobs_inf->waiters(), &sig_);
+    r2_.emplace(b_->pods_inf->waiters(), &sig_);
+  }
+
+  asio::awaitable<bool> changed(steady::time_point deadline) override {
+    b_->check_running();
+    co_return co_await sig_.wait_until(deadline);
+  }
+
+ private:
+  std::shared_ptr<backend::impl> b_;
+  detail::wake_signal sig_;
+  std::optional<detail::wake_registration> r1_, r2_;
+};
+
+}  // namespace
+
+asio::awaitable<std::unique_ptr<detail::change_watch>> backend::watch_all() {
+  co_return std::make_unique<kube_changes>(impl_);
+}
 // `force` changes nothing here: suspending the TrainJob deletes its pods, and
 // the kubelet gives them the pod's own terminationGracePeriodSeconds.
 asio::awaitable<void> backend::cancel_job(std::string name, cancel_options) { co_await impl_->cancel(name); }

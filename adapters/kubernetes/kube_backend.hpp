@@ -28,6 +28,7 @@ class backend final : public detail::backend {
   boost::asio::awaitable<std::vector<train_job>> list_jobs(std::optional<std::string> runtime) override;
   boost::asio::awaitable<log_stream> get_job_logs(std::string name, log_options options) override;
   boost::asio::awaitable<std::unique_ptr<detail::job_watch>> watch_job(std::string name) override;
+  boost::asio::awaitable<std::unique_ptr<detail::change_watch>> watch_all() override;
   boost::asio::awaitable<void> cancel_job(std::string name, cancel_options options) override;
   boost::asio::awaitable<void> delete_job(std::string name) override;
   boost::asio::awaitable<std::vector<event>> get_job_events(std::string name) override;

@@ -60,6 +60,26 @@ class local_watch final : public detail::job_watch {
   std::unique_ptr<foreign_watch> foreign_;
 };
 
+// Every commit, by any process on this store, ends with a write of the wake
+// file (store::commit): one inotify watch on $TJOB_HOME sees them all.
+class local_changes final : public detail::change_watch {
+ public:
+  explicit local_changes(std::shared_ptr<engine_state> e) : e_(std::move(e)), wake_(e_->ex) {
+    wd_ = e_->watch.add(e_->home, &wake_);
+  }
+  ~local_changes() override { e_->watch.remove(wd_, &wake_); }
+
+  asio::awaitable<bool> changed(steady::time_point deadline) override {
+    e_->check_running();
+    co_return co_await wake_.wait_until(deadline);
+  }
+
+ private:
+  std::shared_ptr<engine_state> e_;
+  detail::wake_signal wake_;
+  int wd_ = -1;
+};
+
 }  // namespace
 
 struct local_log final : log_stream::impl {
@@ -202,6 +222,10 @@ asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::st
 asio::awaitable<std::unique_ptr<detail::job_watch>> backend::watch_job(std::string name) {
   auto j = impl_->owned(name);
   co_return std::make_unique<local_watch>(impl_, std::move(name), std::move(j));
+}
+
+asio::awaitable<std::unique_ptr<detail::change_watch>> backend::watch_all() {
+  co_return std::make_unique<local_changes>(impl_);
 }
 
 asio::awaitable<void> backend::cancel_job(std::string name, cancel_options options) {

@@ -64,6 +64,10 @@ class trainer_client {
   std::string train_detached(train_request request);
   train_job get_job(const std::string& name);
   std::vector<train_job> list_jobs(std::optional<std::string> runtime = {});
+  /// See engine::wait_for_jobs_change.
+  std::vector<train_job> wait_for_jobs_change(const std::vector<train_job>& known,
+                                              std::optional<std::string> runtime = {},
+                                              std::chrono::milliseconds timeout = std::chrono::seconds(600));
   log_reader get_job_logs(const std::string& name, log_options options = {});
   train_job wait_for_job_status(const std::string& name,
                                 std::set<job_status> statuses = {job_status::complete},

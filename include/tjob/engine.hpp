@@ -132,6 +132,13 @@ class engine {
   /// All jobs of this $TJOB_HOME (any process's), oldest first; only those of
   /// `runtime` when given.
   boost::asio::awaitable<std::vector<train_job>> list_jobs(std::optional<std::string> runtime = {});
+  /// Waits, without polling, until list_jobs(runtime) differs from `known`
+  /// (a job appeared or went, or its status, reason, a step or its start or
+  /// end changed), then returns it; returns it as it is when `timeout` passes
+  /// first. `tjob list -w` is this in a loop.
+  boost::asio::awaitable<std::vector<train_job>> wait_for_jobs_change(std::vector<train_job> known,
+                                                                      std::optional<std::string> runtime,
+                                                                      std::chrono::milliseconds timeout);
   boost::asio::awaitable<log_stream> get_job_logs(std::string name, log_options options = {});
   /// Waits, without polling, until the job's status is one of `statuses`.
   /// Throws job_failed (with each failed step's exit code and last log lines)

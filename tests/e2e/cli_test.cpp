@@ -920,3 +920,38 @@ TEST_CASE_FIXTURE(fixture,
   CHECK_FALSE(std::filesystem::exists(db.string() + "-wal"));
   CHECK(read_only({"get", "orphan", "done", "-o", "name"}).out == "orphan\ndone\n");
 }
+
+TEST_CASE_FIXTURE(fixture, "tjob list -w prints each job again as it changes, live, until interrupted") {
+  REQUIRE(tjob({"run", "--name", "before", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  tjob::test::background table({tjob_bin(), "list", "-w"}, env());
+  tjob::test::background json({tjob_bin(), "list", "-w", "-o", "json", "--status", "failed"}, env());
+  REQUIRE(table.wait_for_stdout("before"));  // the list first: the watch has begun
+  // A job that starts after the watchers did, and one that goes.
+  auto fifo = dir.path() / "go";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  tjob::test::background job(
+      {tjob_bin(), "run", "--name", "later", "--", helper_bin(), "read-fifo", fifo.string(), "exit", "3"},
+      env());
+  CHECK(table.wait_for_stdout("later   Running"));
+  { std::ofstream(fifo) << "go"; }
+  CHECK(job.wait() == 3);
+  CHECK(table.wait_for_stdout("later   Failed"));
+  REQUIRE(tjob({"delete", "before"}).exit_code == 0);
+  CHECK(table.wait_for_stdout("before   Deleted"));
+  // -o json: one object per line, only the statuses asked for
+  CHECK(json.wait_for_stdout("\"status\":\"Failed\""));
+  table.signal(SIGINT);
+  json.signal(SIGINT);
+  table.wait();
+  json.wait();
+  std::istringstream lines(json.out());
+  std::string line;
+  int objects = 0;
+  while (std::getline(lines, line)) {
+    auto o = boost::json::parse(line).as_object();
+    CHECK(o.at("status").as_string() == "Failed");
+    CHECK(o.at("name").as_string() == "later");
+    ++objects;
+  }
+  CHECK(objects == 1);
+}

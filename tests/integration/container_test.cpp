@@ -611,3 +611,30 @@ TEST_CASE_TEMPLATE("the README's container command trains the linear example", D
   CHECK(r.out.find("Training completed!\n") != std::string::npos);
   CHECK(r.err.find("Complete") != std::string::npos);
 }
+
+TEST_CASE_TEMPLATE("wait_for_jobs_change is woken by the daemon's events", D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  auto name = started_sleeper(client);
+  auto known = client.list_jobs();
+  std::vector<train_job> mine;
+  for (const auto& j : known)
+    if (j.name == name) mine.push_back(j);
+  REQUIRE(mine.size() == 1);
+  REQUIRE(mine[0].status == job_status::running);
+  // A waiter from that view is woken when another process cancels the job.
+  auto woken = std::async(std::launch::async, [&] { return client.wait_for_jobs_change(known, {}, 120s); });
+  auto env = fx.env();
+  auto c = tjob::test::run({tjob::test::tjob_bin(), "cancel", name, "--backend", "container",
+                            "--container-host", "unix://" + sock, "--grace", "3"},
+                           env);
+  CHECK(c.exit_code == 0);
+  auto now = woken.get();
+  bool changed = false;
+  for (const auto& j : now)
+    if (j.name == name) changed = j.status != job_status::running || j.steps[0].status != job_status::running;
+  CHECK(changed);
+  client.delete_job(name);
+}

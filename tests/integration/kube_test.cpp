@@ -640,3 +640,30 @@ TEST_CASE_FIXTURE(kube_fixture, "the kubernetes backend never opens the local st
   CHECK(!std::filesystem::exists(std::filesystem::path(home()) / "tjob.db"));
   CHECK(!std::filesystem::exists(std::filesystem::path(home()) / "jobs"));
 }
+
+TEST_CASE_FIXTURE(kube_fixture, "wait_for_jobs_change is woken by the cluster's watch events") {
+  trainer_client c(kube_config());
+  auto empty = c.list_jobs();
+  REQUIRE(empty.empty());
+  // A waiter that starts before the job exists sees it appear.
+  auto appeared = std::async(std::launch::async, [&] { return c.wait_for_jobs_change(empty, {}, 60s); });
+  auto name = c.train(helper_job({"print", "hi\n"}, "watched"));
+  auto seen = appeared.get();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].name == "watched");
+  // From what it saw, the next change is the job moving on, until it is Complete.
+  for (int turns = 0; seen[0].status != job_status::complete && turns < 10; ++turns) {
+    auto next = c.wait_for_jobs_change(seen, {}, 60s);
+    REQUIRE(next.size() == 1);
+    // woken by a change (the job's status, a step's, its start), not by the timeout
+    bool differs = next[0].status != seen[0].status || next[0].start_time != seen[0].start_time ||
+                   next[0].end_time != seen[0].end_time || next[0].steps.size() != seen[0].steps.size();
+    for (std::size_t i = 0; !differs && i < next[0].steps.size(); ++i)
+      differs = next[0].steps[i].status != seen[0].steps[i].status;
+    CHECK(differs);
+    seen = next;
+  }
+  CHECK(seen[0].status == job_status::complete);
+  c.delete_job(name);
+  CHECK(c.wait_for_jobs_change(seen, {}, 60s).empty());
+}
