@@ -261,6 +261,8 @@ def _install():
     previous = sys.excepthook
 
     def record(kind, value, tb):
+        # The traceback first: the record makes tjob stop every node, this one too.
+        previous(kind, value, tb)
         try:
             import time
             text = str(value).strip().splitlines()
@@ -272,7 +274,6 @@ def _install():
             os.replace(path + ".tmp", path)
         except Exception:
             pass
-        previous(kind, value, tb)
 
     sys.excepthook = record
 

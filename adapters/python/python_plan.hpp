@@ -49,7 +49,8 @@ std::vector<std::pair<std::string, std::string>> training_files(const python_tra
 /// A module for a venv's site-packages, imported by the `.pth` line
 /// `failure_hook_pth` at the start of every Python process there. In a torch
 /// worker (RANK set) with $TJOB_FAILURE_DIR set, an uncaught exception is
-/// recorded before the usual traceback, as one file `rank-<RANK>` holding
+/// recorded just after the usual traceback (which must reach the log before
+/// the engine stops the node), as one file `rank-<RANK>` holding
 /// "<time_ns> <GROUP_RANK> <RANK> <Type>: <first line of the message>": the
 /// first failure's node, which the engine blames and stops the others for,
 /// whichever node's torchrun ends first. Elsewhere it does nothing.
