@@ -148,15 +148,12 @@ void engine_state::plan_python(job_rec& j, const std::string& who, python_traine
   env.emplace("PYTHONUNBUFFERED", "1");  // progress reaches the log as it is printed
   std::string file = pt.source_file;
   // The code first, then its keyword arguments, in the work dir.
-  for (auto& [stem, text] : python::training_files(pt, source, "train_" + j.row.name))
-    j.files.emplace_back((work / stem).string(), std::move(text));
+  const std::string stem = "train_" + j.row.name;
+  for (auto& [file, text] : python::training_files(pt, source, stem)) j.files.emplace_back((work / file).string(), std::move(text));
   if (!j.files.empty()) file = j.files.front().first;
   // The code the job runs: the user's file, or the text written for it.
-  std::string code_file = pt.source_file;
-  for (const auto& [path, text] : j.files)
-    if (code_file.empty() && !path.ends_with(".kwargs.json") &&
-        (pt.function.empty() || path.ends_with(".code.py")))
-      code_file = path;
+  std::string code_file = python::code_file_of(pt, stem);
+  if (std::filesystem::path(code_file).is_relative()) code_file = (work / code_file).string();
   // A syntax error is found before a venv is built for nothing: the first
   // setup phase compiles the code (no import, nothing of it runs). A job
   // whose venv comes from the cache skips it with the other setup phases.

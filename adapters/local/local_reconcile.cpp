@@ -64,8 +64,10 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool
       if (!co_await fw.wait_until(deadline)) co_return false;
     }
   };
-  if (!force && co_await wait_for_end(steady::now() + cfg.grace_period)) co_return;
-  if (auto r = db->load_job(name)) signal_steps(*r, SIGKILL);
+  if (!force) {  // a forced cancel sent its SIGKILL above
+    if (co_await wait_for_end(steady::now() + cfg.grace_period)) co_return;
+    if (auto r = db->load_job(name)) signal_steps(*r, SIGKILL);
+  }
   if (!co_await wait_for_end(steady::now() + std::chrono::seconds(30)))
     fail(errc::timeout, "TrainJob " + quote(name) + " did not end after SIGKILL; its owner (pid " +
                             std::to_string(row->owner_pid) + ") is not answering");

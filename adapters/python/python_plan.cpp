@@ -129,12 +129,18 @@ std::vector<std::pair<std::string, std::string>> training_files(const python_tra
     if (!pt.source.empty()) out.emplace_back(stem + ".py", source);
     return out;  // a script file runs where it is
   }
-  bool load_in_place = file_is_here && !pt.source_file.empty();
-  std::string code = load_in_place ? pt.source_file : stem + ".code.py";
+  const bool load_in_place = file_is_here && !pt.source_file.empty();
+  const std::string code = code_file_of(pt, stem, file_is_here);
   out.emplace_back(stem + ".py", function_launcher(code, pt.function, !pt.function_args.empty()));
   if (!load_in_place) out.emplace_back(code, source);
   if (!pt.function_args.empty()) out.emplace_back(stem + ".kwargs.json", pt.function_args);
   return out;
+}
+
+std::string code_file_of(const python_trainer& pt, const std::string& stem, bool file_is_here) {
+  const bool here = file_is_here && !pt.source_file.empty();
+  if (pt.function.empty()) return here && pt.source.empty() ? pt.source_file : stem + ".py";
+  return here ? pt.source_file : stem + ".code.py";
 }
 
 std::vector<std::pair<std::string, std::string>> shipped_files(const python_trainer& pt,

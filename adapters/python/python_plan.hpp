@@ -60,6 +60,11 @@ inline constexpr const char* failure_hook_file = "_tjob_failure_hook.py";
 inline constexpr const char* failure_hook_pth = "_tjob_failure_hook.pth";
 inline constexpr const char* failure_hook_pth_text = "import _tjob_failure_hook\n";
 
+/// The file the code itself is in (what a syntax check compiles): the
+/// user's file when it runs or is loaded where it is, else the name
+/// training_files gives the code's text (`<stem>.py` or `<stem>.code.py`).
+std::string code_file_of(const python_trainer& pt, const std::string& stem, bool file_is_here = true);
+
 /// The files a job that runs elsewhere (a container, a pod) takes with it:
 /// `train.py` (a script file's text too: it cannot read a host path) and,
 /// for a function, `train.code.py` and `train.kwargs.json` beside it.

@@ -84,6 +84,14 @@ TEST_CASE("training files: a function gets a launcher and its kwargs file, scrip
   python_trainer script;  // a script file runs where it is
   script.source_file = "/somewhere/train.py";
   CHECK(python::training_files(script, "", "train").empty());
+
+  // the file the code is in: what the syntax check compiles, the name training_files writes
+  CHECK(python::code_file_of(script, "train") == "/somewhere/train.py");
+  CHECK(python::code_file_of(script, "train", false) == "train.py");  // shipped as train.py
+  CHECK(python::code_file_of(text, "train") == "train.py");
+  CHECK(python::code_file_of(pt, "train_job1") == "/home/u/my \"proj\"/train.py");
+  pt.source_file.clear();
+  CHECK(python::code_file_of(pt, "train_job1") == "train_job1.code.py");
 }
 
 TEST_CASE("a remote trainer's checks: each package a requirement, gpus not negative") {
