@@ -12,7 +12,9 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
 #include <csignal>
@@ -154,8 +156,10 @@ std::string train_detached(const train_request& request, engine_config config) {
   if (config.home.empty()) config.home = default_home();
   config.home = std::filesystem::absolute(config.home);
   const std::string program = supervisor_program(config);
+  // The request goes through a socket, not a pipe: a supervisor that dies
+  // before reading it must not kill this program with SIGPIPE (MSG_NOSIGNAL).
   fds in, out;
-  if (::pipe2(in.v, O_CLOEXEC) != 0 || ::pipe2(out.v, O_CLOEXEC) != 0)
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in.v) != 0 || ::pipe2(out.v, O_CLOEXEC) != 0)
     throw error(errc::spawn_failed,
                 std::string("train_detached: cannot create a pipe: ") + std::strerror(errno));
   // In a session of its own: the shell's hang-up and Ctrl-C do not reach it.
@@ -178,9 +182,19 @@ std::string train_detached(const train_request& request, engine_config config) {
     throw error(errc::spawn_failed, "train_detached: cannot start the supervisor " + program + ": " +
                                         std::strerror(err) +
                                         "; set engine_config::supervisor to the tjob binary");
-  write_all(in.v[1], json::serialize(request_to_json(request, config)));
+  const std::string body = json::serialize(request_to_json(request, config));
+  for (std::string_view rest = body; !rest.empty();) {
+    ssize_t n = ::send(in.v[1], rest.data(), rest.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // it went away: its answer (or its absence) says why
+    rest.remove_prefix(static_cast<std::size_t>(n));
+  }
   ::close(in.take(1));
   std::string answer = read_all(out.v[0]);
+  // The process started here forked the supervisor and ended at once (see
+  // supervisor_main): reaped now, nothing of it is left as a zombie.
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
   json::object o;
   try {
     auto v = json::parse(answer);
@@ -206,6 +220,17 @@ std::string trainer_client::train_detached(train_request request) {
 }
 
 int supervisor_main() {
+  // The supervisor is the grandchild of the program that asked: the child
+  // ends at once, is reaped there, and the supervisor belongs to init (or a
+  // subreaper) from then on, so a long-lived program that detaches many jobs
+  // collects no zombies. No thread exists yet, so fork is safe here.
+  if (pid_t p = ::fork(); p < 0) {
+    respond_error(error(errc::spawn_failed, std::string("supervisor: cannot fork: ") + std::strerror(errno)));
+    return 1;
+  } else if (p > 0) {
+    ::_exit(0);
+  }
+  std::signal(SIGPIPE, SIG_IGN);  // an asker gone before the answer must not take the job's owner with it
   // Signals are taken by a thread of their own: SIGTERM, SIGINT or SIGHUP
   // cancels the job (before it has a name: as soon as it has one). The
   // thread never returns, so what it shares with this function is on the heap.

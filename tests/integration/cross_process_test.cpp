@@ -166,9 +166,14 @@ TEST_CASE_FIXTURE(fixture, "train_detached: the job outlives the client that sub
   auto job = other.get_job(name);
   REQUIRE(job.status == job_status::running);
   // Its owner is a supervisor in a session of its own, not this process.
-  auto stat = tjob::test::read_file("/proc/" + std::to_string(job.steps[0].pid) + "/stat");
-  auto after = stat.substr(stat.rfind(')') + 4);  // state, then ppid
-  CHECK(std::stol(after) != ::getpid());
+  auto parent_of = [](long pid) {
+    auto stat = tjob::test::read_file("/proc/" + std::to_string(pid) + "/stat");
+    return std::stol(stat.substr(stat.rfind(')') + 4));  // after the state: the ppid
+  };
+  auto supervisor = parent_of(job.steps[0].pid);
+  CHECK(supervisor != ::getpid());
+  // nor our child: nothing of it can be left here as a zombie
+  CHECK(parent_of(supervisor) != ::getpid());
   { std::ofstream(fifo) << "go"; }
   auto ended = other.wait_for_job_status(name, {job_status::complete}, 30s);
   CHECK(ended.steps[0].exit_code == 0);
