@@ -273,7 +273,8 @@ int supervisor_main() {
       throw;
     } catch (const std::exception& e) {
       const std::string what = e.what();
-      throw error(errc::invalid_argument, "supervisor: the request is not what train_detached writes: " + what);
+      throw error(errc::invalid_argument,
+                  "supervisor: the request is not what train_detached writes: " + what);
     }
     client = std::make_unique<trainer_client>(cfg);
     name = client->train(req);
