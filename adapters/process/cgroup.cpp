@@ -123,6 +123,13 @@ std::optional<std::string> limit_memory(pid_t pid, const std::string& name, std:
       return true;
     }
     if (!write_file(dir + "/memory.limit_in_bytes", value, why_not)) return false;
+    // What the process allocated before it was moved in (it runs from exec)
+    // moves with it: anonymous and file pages (bits 0 and 1). Newer kernels
+    // refuse this (deprecated): there, and on v2, that window's memory stays
+    // charged to tjob's own cgroup.
+    std::string ignored_move;
+    if (exists(dir + "/memory.move_charge_at_immigrate"))
+      write_file(dir + "/memory.move_charge_at_immigrate", "3", ignored_move);
     // memory+swap: no swap beyond the limit (set after, it may not be below it)
     std::string ignored;
     if (exists(dir + "/memory.memsw.limit_in_bytes"))

@@ -470,18 +470,24 @@ bool memory_cgroups_writable() {
 
 TEST_CASE_FIXTURE(fixture,
                   "memory= limits the node's resident memory with a cgroup the OOM killer enforces") {
+  trainer_client c(config());
   if (!memory_cgroups_writable()) {
-    tjob::test::skip("no writable memory cgroup on this machine");
+    // What this machine allows: the fallback, and the log says so.
+    auto name = c.train(python_job(memory_eater(64)));
+    c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 120s);
+    CHECK(c.get_job_logs(name).read_all().find("[tjob] warning: memory limited as address space") !=
+          std::string::npos);
     return;
   }
-  trainer_client c(config());
   // 2 GiB mapped and 64 MiB used fits 512 MiB: only what is resident counts.
   auto fits = c.train(python_job(memory_eater(64)));
   c.wait_for_job_status(fits, {job_status::complete}, 120s);
   auto log = c.get_job_logs(fits).read_all();
   CAPTURE(log);
   CHECK(log.find("[tjob] memory limited to 512 MiB for the node (") != std::string::npos);
-  CHECK(log.find("mapped 2 GiB\ntouched 64 MiB\n") != std::string::npos);
+  // (the engine's line may come between the two: it writes it once the process runs)
+  CHECK(log.find("mapped 2 GiB\n") != std::string::npos);
+  CHECK(log.find("touched 64 MiB\n") != std::string::npos);
   auto at = log.find("for the node (") + 14;
   auto dir = log.substr(at, log.find(')', at) - at);
   CHECK_FALSE(std::filesystem::exists(dir));  // removed with the step
