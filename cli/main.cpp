@@ -1,5 +1,6 @@
 // tjob — run TrainJobs from a shell.
 #include "cli/docs.hpp"
+#include "cli/job_request.hpp"
 #include "cli/render.hpp"
 #include "cli/run_job.hpp"
 
@@ -22,6 +23,7 @@
 namespace {
 
 using namespace tjob;
+using tjob::cli::job_options;
 using tjob::cli::output_format;
 using tjob::cli::write_out;
 
@@ -29,9 +31,7 @@ constexpr int exit_ok = 0;
 constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
 
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using tjob::cli::usage_error;
 
 output_format parse_format(const std::string& s) {
   if (s == "table") return output_format::table;
@@ -40,17 +40,6 @@ output_format parse_format(const std::string& s) {
   if (s == "name") return output_format::name;
   if (s == "wide") return output_format::wide;
   throw usage_error("-o " + s + ": unknown output format; use table, wide, name, json or yaml");
-}
-
-std::map<std::string, std::string> parse_env(const std::vector<std::string>& entries) {
-  std::map<std::string, std::string> env;
-  for (const auto& e : entries) {
-    auto eq = e.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw usage_error("--env '" + e + "': expected NAME=VALUE (for example --env LR=0.1)");
-    env[e.substr(0, eq)] = e.substr(eq + 1);
-  }
-  return env;
 }
 
 std::set<job_status> parse_statuses(const std::string& list) {
@@ -157,216 +146,11 @@ engine_config make_config(const common_options& o) {
   return cfg;
 }
 
-struct job_options {
-  std::string name, runtime, workdir;
-  std::vector<std::string> env, labels, annotations;
-  std::vector<std::string> command;
-  bool command_mode = false;  // `--` was given: run a program, not Python
-  std::vector<std::string> packages, index_urls;
-  std::string func, args, python, resources, image;
-  int num_nodes = 1;
-  bool system_site_packages = false, keep_venv = false, refresh = false;
-  std::string stream_step;  // run: the one step to stream (default: every node)
-};
-
-void add_job_options(CLI::App* cmd, job_options& o) {
-  cmd->add_option("--name", o.name, "Job name (an RFC 1035 label); default: generated");
-  cmd->add_option("--runtime", o.runtime, "Runtime name; default: torch-distributed");
-  cmd->add_option("--env", o.env,
-                  "Environment variable NAME=VALUE for the job (repeatable); "
-                  "laid over tjob's own environment")
-      ->allow_extra_args(false);
-  cmd->add_option("--label", o.labels, "Kubernetes backend: a label KEY=VALUE of the TrainJob (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--annotation", o.annotations,
-                  "Kubernetes backend: an annotation KEY=VALUE of the TrainJob (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--workdir", o.workdir, "Working directory of the job; default: the current directory");
-  cmd->add_option("--package", o.packages,
-                  "A package to pip-install into the job's venv (repeatable), after the runtime's")
-      ->allow_extra_args(false);
-  cmd->add_option("--index-url", o.index_urls,
-                  "Package index (repeatable): the first is pip's --index-url, the rest "
-                  "--extra-index-url; default $DEFAULT_PIP_INDEX_URLS, else PyPI")
-      ->allow_extra_args(false);
-  cmd->add_option("--func", o.func,
-                  "Run this function of FILE.py (called with --args) "
-                  "instead of running the file as a script");
-  cmd->add_option("--args", o.args, "Keyword arguments of --func, as a JSON object");
-  cmd->add_option("--python", o.python, "The interpreter for the venv; default: python3 on PATH");
-  cmd->add_flag("--system-site-packages", o.system_site_packages,
-                "Let the venv see the interpreter's packages (a system torch, numpy, ...)");
-  cmd->add_flag("--keep-venv", o.keep_venv, "Keep the job's venv after it ends (for debugging)");
-  cmd->add_flag("--refresh", o.refresh,
-                "Rebuild the cached venv this job would copy, so unpinned packages get their newest "
-                "release (the cache also does this once an entry with unpinned packages is a day old)");
-  cmd->add_option("--image", o.image,
-                  "Container backend: the image of the job's containers; default: the runtime's");
-  cmd->add_option("--num-nodes", o.num_nodes,
-                  "Nodes of a torch job, each a torchrun (steps node-0 ... node-N-1), default 1");
-  cmd->add_option(
-      "--resources", o.resources,
-      "Per node, as cpu=N,memory=4Gi,gpu=G: N processes (torchrun --nproc_per_node), "
-      "and N CPUs of CPU time where cgroups allow; "
-      "M of memory for the node's processes together (a memory cgroup; where none can be made, an "
-      "address-space limit per process, with a warning); G GPUs leased "
-      "from $TJOB_GPU_DEVICES as CUDA_VISIBLE_DEVICES, waiting while they are in use");
-  cmd->add_option("command", o.command,
-                  "FILE.py [ARGS...] to run Python training code in a venv (everything after FILE.py "
-                  "is the script's own, as with `python FILE.py ARGS...`), or `-- CMD [ARGS...]` "
-                  "to run a program (nothing is run through a shell)")
-      ->required();
-}
-
-std::uint64_t parse_memory(const std::string& v) {
-  char* rest = nullptr;
-  double n = std::strtod(v.c_str(), &rest);
-  std::string unit(rest ? rest : "");
-  static const std::map<std::string, double> units = {
-      {"", 1},           {"K", 1e3},           {"M", 1e6},
-      {"G", 1e9},        {"T", 1e12},          {"Ki", 1024.0},
-      {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
-  auto it = units.find(unit);
-  if (v.empty() || rest == v.c_str() || it == units.end() || n <= 0)
-    throw usage_error("--resources memory=" + v + ": give bytes with an optional unit, as 512Mi or 4Gi");
-  return static_cast<std::uint64_t>(n * it->second);
-}
-
-struct resources {
-  int procs = 1;
-  bool cpu_given = false;
-  std::uint64_t memory = 0;
-  int gpus = 0;
-};
-
-// A whole number in [lo, hi] for `--resources key=value`, else a usage error saying `unit`.
-int parse_count(const std::string& key, const std::string& value, long lo, long hi, const char* unit) {
-  char* rest = nullptr;
-  long n = std::strtol(value.c_str(), &rest, 10);
-  if (value.empty() || *rest || n < lo || n > hi)
-    throw usage_error("--resources " + key + "=" + value + ": give a whole number of " + unit);
-  return static_cast<int>(n);
-}
-
-resources parse_resources(const std::string& spec) {
-  resources r;
-  std::size_t start = 0;
-  while (!spec.empty() && start <= spec.size()) {
-    auto end = spec.find(',', start);
-    if (end == std::string::npos) end = spec.size();
-    auto item = spec.substr(start, end - start);
-    auto eq = item.find('=');
-    auto key = item.substr(0, eq);
-    auto value = eq == std::string::npos ? std::string() : item.substr(eq + 1);
-    if (key == "cpu") {
-      r.procs = parse_count(key, value, 1, 1024, "processes, 1 or more");
-      r.cpu_given = true;
-    } else if (key == "memory") {
-      r.memory = parse_memory(value);
-    } else if (key == "gpu") {
-      r.gpus = parse_count(key, value, 0, 64, "GPUs per node");
-    } else {
-      throw usage_error("--resources '" + key + "': unknown key; the accepted keys are cpu, memory, gpu");
-    }
-    start = end + 1;
-  }
-  return r;
-}
-
-// --label and --annotation, KEY=VALUE each.
-void add_metadata(const job_options& o, train_request& req) {
-  for (const auto& [flag, from, into] : {std::tuple{"--label", &o.labels, &req.labels},
-                                         std::tuple{"--annotation", &o.annotations, &req.annotations}})
-    for (const auto& e : *from) {
-      auto eq = e.find('=');
-      if (eq == std::string::npos || eq == 0)
-        throw usage_error(std::string(flag) + " '" + e + "': expected KEY=VALUE (for example " + flag +
-                          " team=vision)");
-      (*into)[e.substr(0, eq)] = e.substr(eq + 1);
-    }
-}
-
-train_request make_request(const job_options& o, backend_kind backend) {
-  train_request req;
-  req.name = o.name;
-  req.runtime = o.runtime;
-  std::error_code ec;
-  bool in_container = backend == backend_kind::container;
-  bool in_cluster = backend == backend_kind::kubernetes;
-  if (!o.image.empty() && !in_container && !in_cluster)
-    throw usage_error(
-        "--image is for the container and kubernetes backends; add --backend container "
-        "or --backend kubernetes");
-  if (in_cluster && !o.workdir.empty())
-    throw usage_error(
-        "--workdir: a TrainJob has no working directory; on a cluster the job runs "
-        "where the image says; drop --workdir");
-  if (in_cluster) in_container = true;  // no host directory either
-  // In a container the job runs in /workspace unless --workdir names a
-  // directory inside the container.
-  std::string workdir = in_container        ? o.workdir
-                        : o.workdir.empty() ? std::filesystem::current_path(ec).string()
-                                            : std::filesystem::absolute(o.workdir, ec).string();
-  req.num_nodes = o.num_nodes;
-  if ((!o.labels.empty() || !o.annotations.empty()) && !in_cluster)
-    throw usage_error("--label and --annotation are for the kubernetes backend; add --backend kubernetes");
-  add_metadata(o, req);
-  bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() || !o.args.empty() ||
-                        !o.python.empty() || o.system_site_packages || o.keep_venv || o.refresh ||
-                        !o.resources.empty();
-  if (o.command_mode) {
-    if (python_options)
-      throw usage_error(
-          "--package, --index-url, --func, --args, --python, --system-site-packages, "
-          "--keep-venv, --refresh and --resources are for Python jobs (FILE.py), not commands after `--`");
-    command_trainer t;
-    t.command = o.command;
-    t.env = parse_env(o.env);
-    t.working_dir = workdir;
-    t.image = o.image;
-    req.job_trainer = std::move(t);
-    return req;
-  }
-  const auto& file = o.command.front();
-  if (file.size() < 4 || file.compare(file.size() - 3, 3, ".py") != 0)
-    throw usage_error("'" + file +
-                      "': give a Python file (FILE.py) to train, or a command after "
-                      "`--` (for example: tjob run -- " +
-                      file + " ...)");
-  python_trainer t;
-  t.source_file = std::filesystem::absolute(file, ec).string();
-  t.function = o.func;
-  t.function_args = o.args;
-  t.args.assign(o.command.begin() + 1, o.command.end());
-  if (!o.func.empty() && !t.args.empty())
-    throw usage_error("arguments after FILE.py are for scripts; pass a function's arguments with --args");
-  t.packages_to_install = o.packages;
-  t.pip_index_urls = o.index_urls;
-  t.env = parse_env(o.env);
-  if (in_container && !o.workdir.empty())
-    throw usage_error(
-        "--workdir: a Python job in a container runs in /workspace (its work dir); "
-        "drop --workdir");
-  t.working_dir = in_container ? std::string() : workdir;
-  t.image = o.image;
-  t.python = o.python;
-  t.system_site_packages = o.system_site_packages;
-  t.keep_venv = o.keep_venv;
-  t.refresh_venv = o.refresh;
-  auto res = parse_resources(o.resources);
-  t.procs_per_node = res.procs;
-  t.cpu_limit = res.cpu_given;
-  t.memory_limit = res.memory;
-  t.gpus = res.gpus;
-  req.job_trainer = std::move(t);
-  return req;
-}
-
 int cmd_run(const common_options& common, const job_options& jo) {
   // A reader that goes away (`| head`) must not kill the job's owner.
   std::signal(SIGPIPE, SIG_IGN);
   auto cfg = make_config(common);
-  auto req = make_request(jo, cfg.backend);
+  auto req = cli::make_request(jo, cfg.backend);
   // (static: the signal thread outlives this frame)
   static cli::run_interrupts interrupts(common.grace_seconds);
   cli::handle_signals([](int sig) { interrupts.on_signal(sig); });
@@ -403,7 +187,7 @@ int cmd_run(const common_options& common, const job_options& jo) {
 
 int cmd_train(const common_options& common, const job_options& jo) {
   auto cfg = make_config(common);
-  auto req = make_request(jo, cfg.backend);
+  auto req = cli::make_request(jo, cfg.backend);
   cfg.supervisor = cli::self_exe();  // this very binary supervises the job
   write_out(tjob::train_detached(req, cfg) + "\n");
   return exit_ok;
@@ -472,7 +256,7 @@ void add_job_commands(CLI::App& app, commands& c) {
                          "with the failed step's exit code (1 without one).\n"
                          "Ctrl-C cancels the job (SIGTERM, then SIGKILL after --grace) and records it as "
                          "Failed, reason cancelled; a second Ctrl-C kills it at once; tjob then exits 130.");
-  add_job_options(c.run, c.run_opts);
+  cli::add_job_options(c.run, c.run_opts);
   c.run->add_option("--step", c.run_opts.stream_step,
                     "Stream only this step's log (default: every node's; with several, each line after "
                     "its node's name, [node-1])");
@@ -484,7 +268,7 @@ void add_job_commands(CLI::App& app, commands& c) {
       "small supervising process (`tjob __supervise`, in its own session) owns it until it "
       "ends. If that process is killed, the job is marked Failed (reason lost) and its "
       "processes are stopped by the next tjob that opens the store.");
-  add_job_options(c.train, c.train_opts);
+  cli::add_job_options(c.train, c.train_opts);
   c.train->add_option("--grace", c.common.grace_seconds,
                       "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
 }

@@ -1,0 +1,44 @@
+// What `run` and `train` make of their options: the job's train_request
+// (a Python file and its venv options, or a command after `--`), and the
+// usage errors (exit 2) the CLI raises when an option cannot be used.
+#pragma once
+
+#include <tjob/backends.hpp>
+#include <tjob/types.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace tjob::cli {
+
+/// An option or argument that cannot be used; the CLI exits 2 with its text.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct job_options {
+  std::string name, runtime, workdir;
+  std::vector<std::string> env, labels, annotations;
+  std::vector<std::string> command;
+  bool command_mode = false;  // `--` was given: run a program, not Python
+  std::vector<std::string> packages, index_urls;
+  std::string func, args, python, resources, image;
+  int num_nodes = 1;
+  bool system_site_packages = false, keep_venv = false, refresh = false;
+  std::string stream_step;  // run: the one step to stream (default: every node)
+};
+
+/// The options of a job, for `run` and `train` alike.
+void add_job_options(CLI::App* cmd, job_options& o);
+
+/// The request `o` describes, for `backend` (a container runs in /workspace,
+/// labels and annotations are the cluster's). Throws usage_error naming the
+/// option and the fix.
+train_request make_request(const job_options& o, backend_kind backend);
+
+}  // namespace tjob::cli
