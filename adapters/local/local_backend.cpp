@@ -175,20 +175,20 @@ asio::awaitable<std::string> backend::train(detail::checked_request request) {
 namespace {
 
 // A read-only store cannot record that a job's owner died (reconcile_rows
-// writes Lost); it is shown as it would be recorded, and the store is left
-// as it is.
+// appends a Lost event for each step that had not ended); it is shown as the
+// fold of those events would record it, and the store is left as it is.
 train_job view_of(const engine_state& e, detail::job_row row) {
   if (!e.read_only.empty() && !is_terminal(row.status) && !e.owner_alive(row)) {
-    std::vector<job_status> statuses;
-    for (auto& s : row.steps) {
-      if (!is_terminal(s.status)) {
-        s.status = job_status::failed;
-        s.reason = "lost";
-      }
-      statuses.push_back(s.status);
+    detail::folded_job state{row.status, row.reason, {}};
+    for (const auto& s : row.steps) state.steps.push_back({s.name, s.status, s.exit_code, s.reason});
+    for (const auto& s : row.steps)
+      if (!is_terminal(s.status)) detail::fold_event(state, {s.name, log_event::lost, std::nullopt, "lost"});
+    row.status = state.status;
+    row.reason = state.reason;
+    for (std::size_t i = 0; i < row.steps.size(); ++i) {
+      row.steps[i].status = state.steps[i].status;
+      row.steps[i].reason = state.steps[i].reason;
     }
-    row.status = detail::aggregate(statuses);
-    if (row.status == job_status::failed && row.reason.empty()) row.reason = "lost";
   }
   return to_job(row);
 }

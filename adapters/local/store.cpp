@@ -60,18 +60,23 @@ CREATE TABLE device_leases(
 CREATE INDEX jobs_by_status ON jobs(status);
 )sql";
 
-// A version-1 store: each step's last transition gets the exit code and
-// reason its step row holds, which is what the fold of the log then gives.
-// The event names come from the vocabulary (job_state), as everywhere.
-std::string migrate_v1_to_v2_sql() {
-  std::string transitions, endings;
+// The event names that are step transitions, as an SQL list ('Started',
+// 'Exited', ...): all of them, or only those that end a step. They come from
+// the vocabulary (job_state), as everywhere.
+std::string transitions_sql(bool endings_only) {
+  std::string list;
   for (auto e : all_log_events) {
     auto kind = transition_of(e);
-    if (!kind) continue;
-    std::string quoted = "'" + std::string(to_string(e)) + "'";
-    transitions += (transitions.empty() ? "" : ", ") + quoted;
-    if (*kind != event_kind::started) endings += (endings.empty() ? "" : ", ") + quoted;
+    if (!kind || (endings_only && *kind == event_kind::started)) continue;
+    list += std::string(list.empty() ? "" : ", ") + "'" + std::string(to_string(e)) + "'";
   }
+  return list;
+}
+
+// A version-1 store: each step's last transition gets the exit code and
+// reason its step row holds, which is what the fold of the log then gives.
+std::string migrate_v1_to_v2_sql() {
+  const std::string transitions = transitions_sql(false), endings = transitions_sql(true);
   return R"sql(
 ALTER TABLE events ADD COLUMN exit_code INTEGER;
 ALTER TABLE events ADD COLUMN detail TEXT NOT NULL DEFAULT '';
@@ -463,22 +468,20 @@ void store::load_steps(job_row& job) {
   if (rc != SQLITE_DONE) fail(rc, "cannot read steps");
 }
 
+namespace {
+
 // A job's start and end times, from its log: its first Started event, and,
 // once it has ended, its last event that ends a step (each an index lookup
 // on events_by_job).
 std::string times_sql() {
-  std::string endings;
-  for (auto e : all_log_events) {
-    auto kind = transition_of(e);
-    if (!kind || *kind == event_kind::started) continue;
-    endings += std::string(endings.empty() ? "" : ", ") + "'" + std::string(to_string(e)) + "'";
-  }
   return ", (SELECT min(e.time_ms) FROM events e WHERE e.job = jobs.name AND e.reason = '" +
          std::string(to_string(log_event::started)) +
          "'), CASE WHEN status IN ('Complete', 'Failed') THEN (SELECT max(e.time_ms) FROM events e "
          "WHERE e.job = jobs.name AND e.step <> '' AND e.reason IN (" +
-         endings + ")) END ";
+         transitions_sql(true) + ")) END ";
 }
+
+}  // namespace
 
 std::vector<job_row> store::load_where(const char* where_sql, const std::string* arg) {
   static const std::string times = times_sql();
