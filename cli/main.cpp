@@ -385,15 +385,8 @@ void watch_list(trainer_client& client, const std::string& runtime, const std::s
     bool ok = true;
     for (const auto& j : now) {
       auto it = before.find(j.name);
-      bool changed = it == before.end() || it->second->status != j.status || it->second->reason != j.reason ||
-                     it->second->end_time != j.end_time || it->second->start_time != j.start_time ||
-                     it->second->steps.size() != j.steps.size();
-      if (it != before.end()) {
-        for (std::size_t i = 0; !changed && i < j.steps.size(); ++i)
-          changed = it->second->steps[i].status != j.steps[i].status ||
-                    it->second->steps[i].reason != j.steps[i].reason;
-        before.erase(it);
-      }
+      bool changed = it == before.end() || !same_state(*it->second, j);
+      if (it != before.end()) before.erase(it);
       if (changed && shown(j)) ok = ok && write_out(one(j, false));
     }
     for (const auto& [name, j] : before) {  // gone: deleted

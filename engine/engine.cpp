@@ -199,17 +199,9 @@ asio::awaitable<std::vector<train_job>> engine::list_jobs(std::optional<std::str
 
 namespace {
 
-// What a watcher of the list sees change (pids and creation times aside).
+// What a watcher of the list sees change: a job added or gone, or one not in the same_state.
 bool same_view(const std::vector<train_job>& a, const std::vector<train_job>& b) {
-  auto same_step = [](const step& x, const step& y) {
-    return x.name == y.name && x.status == y.status && x.exit_code == y.exit_code && x.reason == y.reason;
-  };
-  auto same_job = [&](const train_job& x, const train_job& y) {
-    return x.name == y.name && x.status == y.status && x.reason == y.reason && x.start_time == y.start_time &&
-           x.end_time == y.end_time &&
-           std::equal(x.steps.begin(), x.steps.end(), y.steps.begin(), y.steps.end(), same_step);
-  };
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), same_job);
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), same_state);
 }
 
 }  // namespace

@@ -123,6 +123,12 @@ struct train_job {
   std::string reason;  ///< for Failed: the failing step's reason
 };
 
+/// Whether `a` and `b` are one job in one state as a watcher sees it: name,
+/// status, reason, start and end, and each step's name, status, exit code
+/// and reason (pids and the creation time aside). wait_for_jobs_change
+/// returns once this no longer holds for some job.
+bool same_state(const train_job& a, const train_job& b);
+
 /// One entry of a job's append-only event log.
 struct event {
   std::int64_t seq = 0;  ///< order within the store
