@@ -101,16 +101,6 @@ class container_watch final : public detail::job_watch {
   container_watch(std::shared_ptr<backend::impl> b, std::string name)
       : b_(std::move(b)), name_(std::move(name)), sig_(b_->ctx.ex), reg_(b_->waiters, &sig_) {}
 
-  // Connects the event stream (for a while): a read after it cannot miss a change.
-  asio::awaitable<void> start(steady::time_point deadline) {
-    auto d = co_await b_->daemon();
-    d.value();
-    b_->ensure_events();
-    auto settle = std::min(deadline, steady::now() + std::chrono::seconds(5));
-    while (!b_->events_connected && b_->events_running && steady::now() < settle)
-      if (!co_await sig_.wait_until(settle)) break;
-  }
-
   asio::awaitable<std::optional<train_job>> current() override {
     if (b_->stopping) fail(errc::shut_down, "the engine is shutting down");
     mark_ = b_->mark(name_);
@@ -132,7 +122,7 @@ class container_watch final : public detail::job_watch {
   asio::awaitable<bool> changed(steady::time_point deadline) override {
     if (!started_) {
       started_ = true;
-      co_await start(deadline);
+      co_await b_->connect_events(sig_, deadline);
       co_return true;  // read again, now that the stream is there
     }
     while (b_->mark(name_) == mark_) {
@@ -372,6 +362,15 @@ asio::awaitable<train_job> backend::impl::get(const std::string& name) {
 }
 
 // --- events ---------------------------------------------------------------
+
+asio::awaitable<void> backend::impl::connect_events(detail::wake_signal& sig, steady::time_point deadline) {
+  auto d = co_await daemon();
+  d.value();
+  ensure_events();
+  auto settle = std::min(deadline, steady::now() + std::chrono::seconds(5));
+  while (!events_connected && events_running && steady::now() < settle)
+    if (!co_await sig.wait_until(settle)) break;
+}
 
 void backend::impl::ensure_events() {
   if (events_running || stopping) return;
@@ -614,14 +613,7 @@ class container_changes final : public detail::change_watch {
   explicit container_changes(std::shared_ptr<backend::impl> b)
       : b_(std::move(b)), sig_(b_->ctx.ex), reg_(b_->waiters, &sig_) {}
 
-  asio::awaitable<void> start() {
-    auto d = co_await b_->daemon();
-    d.value();
-    b_->ensure_events();
-    auto settle = steady::now() + std::chrono::seconds(5);
-    while (!b_->events_connected && b_->events_running && steady::now() < settle)
-      if (!co_await sig_.wait_until(settle)) break;
-  }
+  asio::awaitable<void> start() { co_await b_->connect_events(sig_, steady::time_point::max()); }
 
   asio::awaitable<bool> changed(steady::time_point deadline) override {
     if (b_->stopping) fail(errc::shut_down, "the engine is shutting down");

@@ -109,6 +109,10 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
 
   // events
   void ensure_events();
+  /// Connects the daemon's event stream and waits (until `deadline`, at most
+  /// 5 s) for it to be connected, on `sig` (registered on `waiters`): a read
+  /// after it cannot miss a change.
+  boost::asio::awaitable<void> connect_events(detail::wake_signal& sig, steady::time_point deadline);
   static asio::awaitable<void> events_loop(std::shared_ptr<impl> self);
   /// Connects the event stream and reads it until it ends or fails.
   asio::awaitable<outcome<void>> follow_events();
