@@ -253,6 +253,8 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// Several torch nodes: the hook that records a worker's uncaught exception
   /// goes into the venv, and the records are watched (worker_failed).
   void start_failure_watch(const std::shared_ptr<job_rec>& j);
+  /// Where the hook writes a job's worker failures ($TJOB_FAILURE_DIR).
+  std::filesystem::path failures_dir(const job_rec& j) const { return jobs_dir / j.row.name / "failures"; }
   boost::asio::awaitable<void> watch_worker_failures(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<void> finalize_venv(std::shared_ptr<job_rec> j);
   void end_venv_build(const std::shared_ptr<job_rec>& j, bool ok);

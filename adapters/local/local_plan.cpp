@@ -149,8 +149,8 @@ void engine_state::plan_python(job_rec& j, const std::string& who, python_traine
   std::string file = pt.source_file;
   // The code first, then its keyword arguments, in the work dir.
   const std::string stem = "train_" + j.row.name;
-  for (auto& [file, text] : python::training_files(pt, source, stem))
-    j.files.emplace_back((work / file).string(), std::move(text));
+  for (auto& [name, text] : python::training_files(pt, source, stem))
+    j.files.emplace_back((work / name).string(), std::move(text));
   if (!j.files.empty()) file = j.files.front().first;
   // The code the job runs: the user's file, or the text written for it.
   std::string code_file = python::code_file_of(pt, stem);

@@ -318,7 +318,7 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   env.emplace(token_variable, job_token(j->row));
   if (ph.final && ph.torch_port && j->steps.size() > 1) {
     start_failure_watch(j);
-    env.insert_or_assign("TJOB_FAILURE_DIR", (jobs_dir / j->row.name / "failures").string());
+    env.insert_or_assign("TJOB_FAILURE_DIR", failures_dir(*j).string());
   }
   if (ph.final && index < j->node_devices.size())
     env.insert_or_assign("CUDA_VISIBLE_DEVICES", j->node_devices[index]);
@@ -410,9 +410,8 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
 void engine_state::start_failure_watch(const std::shared_ptr<job_rec>& j) {
   if (j->failure_watch) return;
   j->failure_watch = true;
-  auto dir = jobs_dir / j->row.name / "failures";
   std::error_code ec;
-  std::filesystem::create_directory(dir, ec);
+  std::filesystem::create_directory(failures_dir(*j), ec);
   std::filesystem::path site;
   for (const auto& e : std::filesystem::directory_iterator(j->venv / "lib", ec))
     if (e.path().filename().string().rfind("python", 0) == 0) site = e.path() / "site-packages";
@@ -430,7 +429,7 @@ void engine_state::start_failure_watch(const std::shared_ptr<job_rec>& j) {
 }
 
 asio::awaitable<void> engine_state::watch_worker_failures(std::shared_ptr<job_rec> j) {
-  const auto dir = jobs_dir / j->row.name / "failures";
+  const auto dir = failures_dir(*j);
   detail::wake_signal w(ex);
   detail::wake_registration on_end(j->watchers, &w);  // transitions and shutdown
   int wd = watch.add(dir, &w);
