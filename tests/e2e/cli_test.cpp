@@ -955,3 +955,18 @@ TEST_CASE_FIXTURE(fixture, "tjob list -w prints each job again as it changes, li
   }
   CHECK(objects == 1);
 }
+
+TEST_CASE_FIXTURE(fixture, "the venv cache's options are checked by name before anything runs") {
+  auto refresh = tjob({"run", "--refresh", "--", helper_bin(), "exit", "0"});
+  CHECK(refresh.exit_code == 2);
+  CHECK(refresh.err.find("--refresh") != std::string::npos);  // a Python option, not a command's
+  auto ttl = tjob({"run", "--venv-cache-ttl", "-5", "--", helper_bin(), "exit", "0"});
+  CHECK(ttl.exit_code == 2);
+  CHECK(ttl.err.find("--venv-cache-ttl must be 0 (never expire) or more seconds") != std::string::npos);
+  auto env = this->env();
+  env["TJOB_VENV_CACHE_TTL"] = "a day";
+  auto bad = run({tjob_bin(), "list"}, env);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("TJOB_VENV_CACHE_TTL=a day: give whole seconds") != std::string::npos);
+  CHECK(tjob({"list"}).exit_code == 0);  // nothing was made of them
+}
