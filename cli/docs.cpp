@@ -118,12 +118,40 @@ std::string words_of(const std::vector<option_info>& opts) {
   return w;
 }
 
-const char* const statuses = "Created Running Complete Failed";
-const char* const formats = "table wide name json yaml";
-const char* const backends = "local container kubernetes";
-const char* const pull_policies = "IfNotPresent Always Never";
-const char* const networks = "job host none";
-const char* const engines = "docker podman";
+// The words an option of kind `k` takes, for the kinds that have a fixed set.
+const char* words_for(value_kind k) {
+  switch (k) {
+    case value_kind::statuses:
+      return "Created Running Complete Failed";
+    case value_kind::formats:
+      return "table wide name json yaml";
+    case value_kind::backends:
+      return "local container kubernetes";
+    case value_kind::pull_policies:
+      return "IfNotPresent Always Never";
+    case value_kind::networks:
+      return "job host none";
+    case value_kind::engines:
+      return "docker podman";
+    default:
+      return nullptr;
+  }
+}
+
+// Every option name that takes a value, by what its value is, over all commands.
+std::map<value_kind, std::set<std::string>> names_by_kind(const std::vector<const command_info*>& all) {
+  std::map<value_kind, std::set<std::string>> out;
+  for (const auto* c : all)
+    for (const auto& o : c->options)
+      if (o.takes_value) out[o.values].insert(o.names.begin(), o.names.end());
+  return out;
+}
+
+std::string alternatives(const std::set<std::string>& names) {
+  std::string alts;
+  for (const auto& n : names) alts += (alts.empty() ? "" : "|") + n;
+  return alts;
+}
 
 // The first sentence (or line) of a help text, for one-line descriptions.
 std::string summary(const std::string& text) {
@@ -169,49 +197,35 @@ std::string bash_completion(const CLI::App& app) {
     auto name = sp == std::string::npos ? c->path : c->path.substr(sp + 1);
     out += fmt::format("      '{}|{}') cmd='{}' ;;\n", parent, name, c->path);
   }
+  // The value after each option, by its kind; every other option takes free text.
+  auto by_kind = names_by_kind(all);
   out +=
       "    esac\n"
       "  done\n"
       "  local pre='' last=$cur\n"
-      "  case $prev in\n"
-      "    --status)\n"
-      "      if [[ $cur == *,* ]]; then pre=${cur%,*},; last=${cur##*,}; fi\n"
-      "      COMPREPLY=($(compgen -P \"$pre\" -W '" +
-      std::string(statuses) +
-      "' -- \"$last\"))\n"
-      "      return ;;\n"
-      "    -o|--output) COMPREPLY=($(compgen -W '" +
-      formats +
-      "' -- \"$cur\")); return ;;\n"
-      "    --backend) COMPREPLY=($(compgen -W '" +
-      backends +
-      "' -- \"$cur\")); return ;;\n"
-      "    --pull-policy) COMPREPLY=($(compgen -W '" +
-      pull_policies +
-      "' -- \"$cur\")); return ;;\n"
-      "    --network) COMPREPLY=($(compgen -W '" +
-      networks +
-      "' -- \"$cur\")); return ;;\n"
-      "    --container-runtime) COMPREPLY=($(compgen -W '" +
-      engines +
-      "' -- \"$cur\")); return ;;\n"
-      "    --runtime)\n"
-      "      COMPREPLY=($(compgen -W \"$(\"${COMP_WORDS[0]}\" \"${ctx[@]}\" runtimes -o name 2>/dev/null)\" "
-      "-- "
-      "\"$cur\"))\n"
-      "      return ;;\n"
-      "    --home|--workdir|--runtime-dir) COMPREPLY=($(compgen -d -- \"$cur\")); return ;;\n"
-      "    --kubeconfig|--python|-v|--volume) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n";
-  // Every other option with a value takes free text: nothing to offer.
-  std::set<std::string> free;
-  for (const auto* c : all)
-    for (const auto& o : c->options)
-      if (o.takes_value && o.values == value_kind::none)
-        for (const auto& n : o.names) free.insert(n);
-  if (!free.empty()) {
-    std::string alts;
-    for (const auto& n : free) alts += (alts.empty() ? "" : "|") + n;
-    out += "    " + alts + ") return ;;\n";
+      "  case $prev in\n";
+  for (const auto& [kind, names] : by_kind) {
+    const auto alts = alternatives(names);
+    if (kind == value_kind::statuses)  // a comma-separated list: the word after the last comma
+      out += "    " + alts +
+             ")\n"
+             "      if [[ $cur == *,* ]]; then pre=${cur%,*},; last=${cur##*,}; fi\n"
+             "      COMPREPLY=($(compgen -P \"$pre\" -W '" +
+             words_for(kind) + "' -- \"$last\"))\n      return ;;\n";
+    else if (const char* words = words_for(kind))
+      out += "    " + alts + ") COMPREPLY=($(compgen -W '" + words + "' -- \"$cur\")); return ;;\n";
+    else if (kind == value_kind::runtimes)
+      out += "    " + alts +
+             ")\n"
+             "      COMPREPLY=($(compgen -W \"$(\"${COMP_WORDS[0]}\" \"${ctx[@]}\" runtimes -o name "
+             "2>/dev/null)\" -- "
+             "\"$cur\"))\n      return ;;\n";
+    else if (kind == value_kind::dir)
+      out += "    " + alts + ") COMPREPLY=($(compgen -d -- \"$cur\")); return ;;\n";
+    else if (kind == value_kind::file)
+      out += "    " + alts + ") COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n";
+    else
+      out += "    " + alts + ") return ;;\n";
   }
   out +=
       "  esac\n"
@@ -282,17 +296,13 @@ std::string zsh_action(value_kind k) {
     case value_kind::statuses:
       return "_tjob_statuses";
     case value_kind::formats:
-      return std::string("(") + formats + ")";
     case value_kind::backends:
-      return std::string("(") + backends + ")";
+    case value_kind::pull_policies:
+    case value_kind::networks:
+    case value_kind::engines:
+      return std::string("(") + words_for(k) + ")";
     case value_kind::runtimes:
       return "_tjob_runtimes";
-    case value_kind::pull_policies:
-      return std::string("(") + pull_policies + ")";
-    case value_kind::networks:
-      return std::string("(") + networks + ")";
-    case value_kind::engines:
-      return std::string("(") + engines + ")";
     case value_kind::dir:
       return "_files -/";
     case value_kind::file:
@@ -393,7 +403,7 @@ std::string zsh_completion(const CLI::App& app) {
       "}\n"
       "_tjob_statuses() {\n"
       "  _values -s , status " +
-      std::string(statuses) +
+      std::string(words_for(value_kind::statuses)) +
       "\n"
       "}\n";
   zsh_function(root, global_specs, out);
