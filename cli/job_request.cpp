@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -215,6 +217,36 @@ train_request make_request(const job_options& o, backend_kind backend) {
   t.gpus = res.gpus;
   req.job_trainer = std::move(t);
   return req;
+}
+
+clock::time_point parse_since(const std::string& value, clock::time_point now) {
+  if (auto t = parse_time(value)) return *t;
+  auto refuse = [&] {
+    return usage_error("--since " + value +
+                       ": give a duration back from now (30s, 10m, 1h30m; units ns, us, ms, s, m, h) or a "
+                       "time in RFC 3339 (2026-12-03T19:00:00Z)");
+  };
+  static const std::map<std::string, double, std::less<>> unit_ns = {
+      {"ns", 1}, {"us", 1e3}, {"\u00b5s", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}};
+  double total = 0;
+  std::size_t i = 0;
+  if (value.empty()) throw refuse();
+  while (i < value.size()) {
+    std::size_t start = i;
+    while (i < value.size() && (std::isdigit(static_cast<unsigned char>(value[i])) || value[i] == '.')) ++i;
+    std::size_t unit_at = i;
+    while (i < value.size() && !std::isdigit(static_cast<unsigned char>(value[i])) && value[i] != '.') ++i;
+    auto number = value.substr(start, unit_at - start);
+    auto unit = unit_ns.find(std::string_view(value).substr(unit_at, i - unit_at));
+    if (number.empty() || number == "." || std::count(number.begin(), number.end(), '.') > 1 ||
+        unit == unit_ns.end())
+      throw refuse();
+    total += std::strtod(number.c_str(), nullptr) * unit->second;
+  }
+  // further back than the clock reaches: everything
+  const double reach = std::chrono::duration<double, std::nano>(now.time_since_epoch()).count();
+  if (total >= reach) return clock::time_point{};
+  return now - std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::nano>(total));
 }
 
 }  // namespace tjob::cli

@@ -41,4 +41,9 @@ void add_job_options(CLI::App* cmd, job_options& o);
 /// option and the fix.
 train_request make_request(const job_options& o, backend_kind backend);
 
+/// `logs --since`: a duration back from `now` as kubectl and Docker take it
+/// ("90s", "10m", "1h30m", "1.5h"; units ns, us, ms, s, m, h) or a time in
+/// RFC 3339 ("2026-12-03T19:00:00Z", "...+01:00"). Throws usage_error.
+clock::time_point parse_since(const std::string& value, clock::time_point now);
+
 }  // namespace tjob::cli

@@ -199,7 +199,8 @@ struct commands {
   job_options run_opts, train_opts;
   std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
   std::vector<std::string> job_names;  // get, delete, cancel: one or more
-  bool follow = false, prune_all = false, delete_all = false, all_steps = false, watch = false;
+  bool follow = false, prune_all = false, delete_all = false, all_steps = false, watch = false, timestamps = false;
+  std::string since;
   long long tail = -1;
   double timeout = 600, unused_days = 7;
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
@@ -296,6 +297,12 @@ void add_query_commands(CLI::App& app, commands& c) {
                    "Every step's log, each line after its step (\"[node-1] ...\"); with -f, "
                    "as the lines come");
   c.tail_opt = c.logs->add_option("--tail", c.tail, "Only the last N lines");
+  c.logs->add_flag("--timestamps", c.timestamps,
+                   "Begin each line with the time it was written (RFC 3339, UTC, nanoseconds; local jobs: "
+                   "to about 50 ms)");
+  c.logs->add_option("--since", c.since,
+                     "Only lines written since a time (2026-12-03T19:00:00Z) or for a duration back "
+                     "from now (30s, 10m, 1h30m)");
   c.wait = app.add_subcommand("wait",
                               "Wait until the job reaches one of the statuses; exit 0 then. A job that fails "
                               "when Failed was not asked for exits 1 with its exit code and last log lines.");
@@ -439,8 +446,9 @@ int run_query(commands& c) {
     for (const auto& n : c.job_names) jobs.push_back(client.get_job(n));
     write_out(cli::render_job_list(jobs, fmt));
   } else if (*c.logs) {
-    log_options lo{.step = c.step, .follow = c.follow};
+    log_options lo{.step = c.step, .follow = c.follow, .timestamps = c.timestamps};
     if (tail_given) lo.tail = static_cast<std::size_t>(c.tail);
+    if (!c.since.empty()) lo.since = cli::parse_since(c.since, clock::now());
     if (c.all_steps) {
       if (c.step_opt->count() > 0) throw usage_error("logs: give --step or --all-steps, not both");
       std::vector<std::string> steps;

@@ -4,6 +4,8 @@
 
 #include <tjob/engine.hpp>
 
+#include "engine/times.hpp"
+
 #include <optional>
 #include <string>
 
@@ -62,13 +64,21 @@ class piecewise_log : public log_stream::impl {
  public:
   boost::asio::awaitable<std::optional<std::string>> next(bool whole_lines) final {
     for (;;) {
-      if (auto out = buf_.take(whole_lines)) co_return out;
-      if (ended_) co_return buf_.take_rest();
+      auto out = buf_.take(whole_lines);
+      if (!out && ended_) out = buf_.take_rest();
+      if (out || ended_) {
+        if (out && stamped_) *out = restamp(*out, at_line_start_);
+        co_return out;
+      }
       if (!co_await read_piece(buf_.bytes())) ended_ = true;
     }
   }
 
  protected:
+  /// The peer begins each line with its time (log_options::timestamps):
+  /// written the one way every backend writes it.
+  explicit piecewise_log(bool stamped = false) : stamped_(stamped) {}
+
   /// Appends the next bytes to `out` (none is fine: it is asked again);
   /// false when the log has ended.
   virtual boost::asio::awaitable<bool> read_piece(std::string& out) = 0;
@@ -76,6 +86,8 @@ class piecewise_log : public log_stream::impl {
  private:
   line_buffer buf_;
   bool ended_ = false;
+  bool stamped_;
+  bool at_line_start_ = true;
 };
 
 }  // namespace detail

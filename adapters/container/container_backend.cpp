@@ -64,19 +64,22 @@ std::int64_t unix_now() {
 struct container_log final : detail::piecewise_log {
   std::shared_ptr<backend::impl> b;
   std::string what, container;
-  bool follow;
-  std::optional<std::size_t> tail;
+  log_options options;
   std::optional<http::body_stream> body;
   frame_decoder dec;
 
-  container_log(std::shared_ptr<backend::impl> bk, std::string w, std::string c, bool f,
-                std::optional<std::size_t> t, bool tty)
-      : b(std::move(bk)), what(std::move(w)), container(std::move(c)), follow(f), tail(t), dec(tty) {}
+  container_log(std::shared_ptr<backend::impl> bk, std::string w, std::string c, log_options o, bool tty)
+      : piecewise_log(o.timestamps),
+        b(std::move(bk)),
+        what(std::move(w)),
+        container(std::move(c)),
+        options(std::move(o)),
+        dec(tty) {}
 
   asio::awaitable<bool> read_piece(std::string& out) override {
     auto where = what + " (container " + quote(container) + "): ";
     if (!body) {
-      auto opened = co_await b->api->container_logs(container, follow, tail);
+      auto opened = co_await b->api->container_logs(container, options);
       if (!opened) raise(prefixed(opened.error(), where));
       body.emplace(std::move(*opened));
     }
@@ -447,8 +450,7 @@ asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const l
   for (const auto& c : cs) {
     if (c.step == o.step) {
       co_return log_stream(std::make_unique<container_log>(
-          shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step), c.id, o.follow,
-          o.tail, c.tty));
+          shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step), c.id, o, c.tty));
     }
     known.push_back(c.step);
   }

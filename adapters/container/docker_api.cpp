@@ -8,6 +8,8 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -411,11 +413,16 @@ asio::awaitable<outcome<json::array>> docker_api::container_list(const std::vect
   co_return std::move(v->as_array());
 }
 
-asio::awaitable<outcome<http::body_stream>> docker_api::container_logs(const std::string& id, bool follow,
-                                                                       std::optional<std::size_t> tail) {
+asio::awaitable<outcome<http::body_stream>> docker_api::container_logs(const std::string& id, log_options o) {
   // (named, not temporaries in the co_await: g++ 12)
   std::string q = "/containers/" + http::url_encode(id) + "/logs?stdout=1&stderr=1" +
-                  (follow ? "&follow=1" : "") + (tail ? "&tail=" + std::to_string(*tail) : std::string());
+                  (o.follow ? "&follow=1" : "") + (o.tail ? "&tail=" + std::to_string(*o.tail) : std::string()) +
+                  (o.timestamps ? "&timestamps=1" : "");
+  if (o.since) {
+    // seconds and nanoseconds, as the docker CLI sends it (Podman reads it too)
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(o.since->time_since_epoch()).count();
+    if (ns > 0) q += fmt::format("&since={}.{:09}", ns / 1000000000, ns % 1000000000);
+  }
   std::string what = "reading the log of container " + quote(id);
   auto body = co_await stream("GET", std::move(q), std::move(what));
   co_return body;

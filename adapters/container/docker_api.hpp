@@ -12,6 +12,8 @@
 
 #include "adapters/http/http_client.hpp"
 
+#include <tjob/types.hpp>
+
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 
@@ -123,9 +125,8 @@ class docker_api {
   /// GET /containers/json?all=1&filters={"label":[…]}.
   boost::asio::awaitable<outcome<boost::json::array>> container_list(const std::vector<std::string>& labels);
   /// GET /containers/{id}/logs: the body as a stream of frames (decode with
-  /// frame_decoder). `tail`: only the last lines.
-  boost::asio::awaitable<outcome<http::body_stream>> container_logs(const std::string& id, bool follow,
-                                                                    std::optional<std::size_t> tail);
+  /// frame_decoder). The options' step is not used: `id` is the step's.
+  boost::asio::awaitable<outcome<http::body_stream>> container_logs(const std::string& id, log_options o);
   /// GET /events with `filters` (a JSON object of lists), `since`/`until` in
   /// seconds (0: none); one JSON object per line.
   boost::asio::awaitable<outcome<http::body_stream>> events(const boost::json::object& filters,

@@ -7,6 +7,7 @@
 #include "adapters/python/python_plan.hpp"
 #include "engine/fail.hpp"
 #include "engine/log_stream_impl.hpp"
+#include "engine/times.hpp"
 #include "engine/messages.hpp"
 #include "engine/names.hpp"
 #include "engine/trainer_checks.hpp"
@@ -363,21 +364,18 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
   struct pod_log final : detail::piecewise_log {
     std::shared_ptr<backend::impl> b;
-    std::string job, step, what;
-    bool follow;
-    std::optional<std::size_t> tail;
+    std::string job, what;
+    log_options options;
     std::optional<http::body_stream> body;
     std::optional<std::string> started;  // the step's pod, when it had started as the log was asked for
 
-    pod_log(std::shared_ptr<backend::impl> bk, std::string j, std::string s, bool f,
-            std::optional<std::size_t> t, std::optional<std::string> pod)
-        : b(std::move(bk)),
+    pod_log(std::shared_ptr<backend::impl> bk, std::string j, log_options o, std::optional<std::string> pod)
+        : piecewise_log(o.timestamps),
+          b(std::move(bk)),
           job(std::move(j)),
-          step(std::move(s)),
-          follow(f),
-          tail(t),
+          options(std::move(o)),
           started(std::move(pod)) {
-      what = "the log of TrainJob " + quote(job) + " step " + quote(step);
+      what = "the log of TrainJob " + quote(job) + " step " + quote(options.step);
     }
 
     // The pod of the step once it has started; nullopt when there is none to
@@ -388,9 +386,9 @@ struct backend::impl : std::enable_shared_from_this<impl> {
         auto pods = co_await b->pods_of(job);
         if (!pods) co_return pods.error();
         for (const auto& s : steps_of(*pods))
-          if (s.step == step && s.phase != "Pending") co_return std::optional<std::string>(s.pod);
+          if (s.step == options.step && s.phase != "Pending") co_return std::optional<std::string>(s.pod);
         // Kubeflow returns nothing here (#182); a follower waits for the start.
-        if (!follow || last_look) co_return std::optional<std::string>();
+        if (!options.follow || last_look) co_return std::optional<std::string>();
         bool started = false;
         co_await b->watch_until(job, steady::time_point::max(), [&](const std::optional<train_job>& j) {
           if (!j || is_terminal(j->status)) {
@@ -401,7 +399,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
             if (label_of(p, label_jobset) != job) continue;
             std::vector<const json::object*> one{&p};
             for (const auto& s : steps_from_pods(one))
-              if (s.step == step && s.phase != "Pending") started = true;
+              if (s.step == options.step && s.phase != "Pending") started = true;
           }
           return started;
         });
@@ -414,12 +412,15 @@ struct backend::impl : std::enable_shared_from_this<impl> {
         auto pod = co_await started_pod();
         if (!pod) raise(prefixed(pod.error(), where));
         if (!*pod) co_return false;
-        auto target = b->pods_path + "/" + **pod + "/log?container=node" + (follow ? "&follow=true" : "") +
-                      (tail ? "&tailLines=" + std::to_string(*tail) : "");
+        const auto& o = options;
+        auto target = b->pods_path + "/" + **pod + "/log?container=node" + (o.follow ? "&follow=true" : "") +
+                      (o.tail ? "&tailLines=" + std::to_string(*o.tail) : "") +
+                      (o.timestamps ? "&timestamps=true" : "") +
+                      (o.since ? "&sinceTime=" + http::url_encode(detail::format_rfc3339_nano(*o.since)) : "");
         auto opened = co_await b->a->stream(std::move(target));
         if (!opened) {
           // started between our read and the request: wait and try again
-          bool not_yet = follow && opened.error().code == kube_errc::bad_request &&
+          bool not_yet = options.follow && opened.error().code == kube_errc::bad_request &&
                          opened.error().message.find("waiting to start") != std::string::npos;
           if (not_yet) co_return true;
           raise(prefixed(opened.error(), where));
@@ -453,8 +454,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     std::optional<std::string> started;
     for (const auto& s : steps)
       if (s.step == o.step && s.phase != "Pending") started = s.pod;
-    co_return log_stream(
-        std::make_unique<pod_log>(shared_from_this(), name, o.step, o.follow, o.tail, std::move(started)));
+    co_return log_stream(std::make_unique<pod_log>(shared_from_this(), name, o, std::move(started)));
   }
 
   // --- cancel / delete / events ---------------------------------------------

@@ -4,6 +4,7 @@
 #include "adapters/local/log_files.hpp"
 #include "engine/log_stream_impl.hpp"
 #include "engine/messages.hpp"
+#include "engine/times.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
 
@@ -94,14 +95,24 @@ struct local_log final : log_stream::impl {
   std::unique_ptr<detail::wake_signal> wake;
   std::unique_ptr<detail::wake_registration> reg;
   int log_wd = -1;
+  // With timestamps or since: each line's time, from the step's times file
+  std::optional<detail::log_times> times;
+  bool show_times = false;
+  std::optional<clock::time_point> since;
+  std::uint64_t handed = 0;  // offset past the last byte handed out
 
-  local_log(std::shared_ptr<engine_state> eng, std::string j, std::string s, bool f,
-            std::filesystem::path path, std::uint64_t offset)
+  local_log(std::shared_ptr<engine_state> eng, std::string j, const log_options& o, std::filesystem::path path,
+            std::uint64_t offset)
       : e(std::move(eng)),
         job(std::move(j)),
-        step(std::move(s)),
-        follow(f),
-        cursor(std::move(path), offset) {}
+        step(o.step),
+        follow(o.follow),
+        cursor(path, offset),
+        show_times(o.timestamps),
+        since(o.since),
+        handed(offset) {
+    if (o.timestamps || o.since) times.emplace(detail::times_path_of(path));
+  }
 
   // Whether the step has ended (or the job is gone): after that, what the file
   // holds is all there will be, because output is written before the status.
@@ -145,11 +156,52 @@ struct local_log final : log_stream::impl {
     if (wake) e->watch.remove(log_wd, wake.get());
   }
 
+  // Reads what was appended; the engine that runs the step records its times
+  // first, so what is handed out has its final time.
+  std::size_t read_more() {
+    std::size_t n = cursor.read_more(buf.bytes());
+    if (n > 0 && times && owned)
+      for (auto& s : owned->steps)
+        if (s.row.name == step) s.times.mark();
+    return n;
+  }
+
+  // `line` (what ends at `handed`) with its time in front, or nothing when
+  // it is older than `since`.
+  void add_timed(std::string& out, std::string_view line) {
+    auto t = times->time_of(handed);
+    if (!t) t = cursor.modified();  // not recorded yet: the last write is the latest it can be
+    if (!t) t = clock::now();
+    if (since && *t < *since) return;
+    if (show_times) {
+      out += detail::format_rfc3339_nano(*t);
+      out += ' ';
+    }
+    out.append(line);
+  }
+
   asio::awaitable<std::optional<std::string>> next(bool whole_lines) override {
+    std::string timed;
     for (;;) {
-      if (auto out = buf.take(whole_lines)) co_return out;
-      if (cursor.read_more(buf.bytes()) > 0) continue;
-      if (ending || !follow) co_return buf.take_rest();
+      if (!times) {
+        if (auto out = buf.take(whole_lines)) co_return out;
+      } else {
+        while (auto line = buf.take(false)) {
+          handed += line->size();
+          add_timed(timed, *line);
+          if (!whole_lines && !timed.empty()) co_return timed;
+        }
+        if (!timed.empty()) co_return timed;
+      }
+      if (read_more() > 0) continue;
+      if (ending || !follow) {
+        auto rest = buf.take_rest();
+        if (!rest || !times) co_return rest;
+        handed += rest->size();
+        add_timed(timed, *rest);
+        if (timed.empty()) co_return std::nullopt;
+        co_return timed;
+      }
       if (step_ended()) {
         ending = true;  // one more read takes whatever was written before the end
         continue;
@@ -298,6 +350,7 @@ asio::awaitable<void> backend::shutdown() {
       j->watchers.notify_all();
     }
     e.watch.close();
+    e.log_times.close();
   }
   co_await e.tasks.join();
   e.flush();
@@ -320,7 +373,16 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
     detail::throw_step_not_found(name, options.step, steps);
   auto path = e.jobs_dir / name / "logs" / (options.step + ".log");
   std::uint64_t offset = options.tail ? detail::tail_offset(path, *options.tail) : 0;
-  auto p = std::make_unique<local_log>(impl_, name, options.step, options.follow, path, offset);
+  if (options.since) {
+    // Lines up to the last record older than `since` are older; the line
+    // that record ends inside may not be (each line is checked again).
+    if (j)
+      for (auto& s : j->steps)
+        if (s.row.name == options.step) s.times.mark();
+    detail::log_times times(detail::times_path_of(path));
+    offset = std::max(offset, detail::line_start(path, times.older_than(*options.since)));
+  }
+  auto p = std::make_unique<local_log>(impl_, name, options, path, offset);
   p->owned = j;
   co_return log_stream(std::move(p));
 }

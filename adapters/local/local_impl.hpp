@@ -4,6 +4,7 @@
 #pragma once
 
 #include "adapters/local/fs_watch.hpp"
+#include "adapters/local/log_clock.hpp"
 #include "adapters/local/job_fsm.hpp"
 #include "adapters/local/log_files.hpp"
 #include "adapters/local/store.hpp"
@@ -55,6 +56,7 @@ struct step_rec {
       std::make_unique<boost::asio::cancellation_signal>();
   std::vector<std::string> cgroups;  // the cgroups of its code (cpu, memory), removed when the step ends
   std::string memory_cgroup;         // the one that limits its memory (its OOM kills are read at the end)
+  detail::log_clock::tracked times;  // its log's line times, while it runs
 };
 
 /// One process a step runs: a setup phase (venv, pip) or the job's own code.
@@ -143,6 +145,7 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// operations, the inotify reader); shutdown() joins it.
   detail::task_group tasks;
   detail::fs_watch watch;
+  detail::log_clock log_times;
   std::map<std::string, std::shared_ptr<job_rec>, std::less<>> jobs;
   /// A write for the next group commit: `apply` runs in the transaction,
   /// `after` once it has committed; `failed` (when set) hears why it did not,

@@ -93,6 +93,7 @@ asio::awaitable<void> engine_state::run_job(std::shared_ptr<job_rec> j) {
   std::unique_ptr<asio::steady_timer> grace;  // made when first armed: most jobs never need it
   std::vector<step_outcome> outcomes;
   std::size_t blamed = 0;
+  for (auto& s : j->steps) s.times = log_times.track(s.log_path);
   j->inbox.insert(j->inbox.begin(), job_input::begin());
   while (!take_turn(j, fsm, grace, outcomes, blamed)) {
     // Resumed by the next input; at shutdown with operation_aborted, which
@@ -226,6 +227,9 @@ asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j, std::
       log_progress(*j, j->steps[0], "[tjob] venv kept at " + j->venv.string() + "\n");
     }
   }
+  // The logs are whole: their last lines get their times before anyone
+  // sees the steps end.
+  for (auto& s : j->steps) s.times.finish();
   // The blamed step first: the job's reason is the first failure recorded,
   // in memory and in the log's fold alike.
   auto end_step = [&](std::size_t i) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -63,11 +64,97 @@ std::uint64_t tail_offset(const std::filesystem::path& path, std::size_t lines) 
   return 0;
 }
 
+std::uint64_t line_start(const std::filesystem::path& path, std::uint64_t offset) {
+  if (offset == 0) return 0;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::vector<char> buf(1 << 16);
+  std::uint64_t pos = offset;
+  while (pos > 0) {
+    std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(pos, buf.size()));
+    pos -= chunk;
+    ssize_t n = ::pread(fd, buf.data(), chunk, static_cast<off_t>(pos));
+    if (n != static_cast<ssize_t>(chunk)) break;
+    for (std::size_t i = chunk; i-- > 0;)
+      if (buf[i] == '\n') {
+        ::close(fd);
+        return pos + i + 1;
+      }
+  }
+  ::close(fd);
+  return 0;
+}
+
+namespace {
+
+clock::time_point time_of(const struct stat& st) {
+  auto since_epoch = std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec);
+  return clock::time_point(std::chrono::duration_cast<clock::duration>(since_epoch));
+}
+
+}  // namespace
+
+std::optional<clock::time_point> modified_time(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return time_of(st);
+}
+
+std::filesystem::path times_path_of(const std::filesystem::path& log_path) {
+  return log_path.parent_path().parent_path() / "log-times" / log_path.stem();
+}
+
+boost::system::error_code append_time_record(const std::filesystem::path& times_path, log_time_record r) {
+  auto bytes = std::string_view(reinterpret_cast<const char*>(&r), sizeof r);
+  auto ec = append_file(times_path, bytes);
+  if (ec != boost::system::errc::no_such_file_or_directory) return ec;
+  if (::mkdir(times_path.parent_path().c_str(), 0700) != 0 && errno != EEXIST)
+    return {errno, boost::system::system_category()};
+  return append_file(times_path, bytes);
+}
+
+void log_times::refresh() {
+  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  for (;;) {
+    log_time_record batch[256];
+    ssize_t n = ::pread(fd, batch, sizeof batch, static_cast<off_t>(read_));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < static_cast<ssize_t>(sizeof(log_time_record))) break;
+    auto whole = static_cast<std::size_t>(n) / sizeof(log_time_record);  // a record being written waits
+    records_.insert(records_.end(), batch, batch + whole);
+    read_ += whole * sizeof(log_time_record);
+  }
+  ::close(fd);
+}
+
+std::optional<clock::time_point> log_times::time_of(std::uint64_t end) {
+  if (records_.empty() || records_.back().size < end) refresh();
+  auto it = std::lower_bound(records_.begin(), records_.end(), end,
+                             [](const log_time_record& r, std::uint64_t e) { return r.size < e; });
+  if (it == records_.end()) return std::nullopt;
+  return clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::nanoseconds(it->ns)));
+}
+
+std::uint64_t log_times::older_than(clock::time_point since) {
+  refresh();
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(since.time_since_epoch()).count();
+  auto it = std::lower_bound(records_.begin(), records_.end(), ns,
+                             [](const log_time_record& r, std::int64_t t) { return r.ns < t; });
+  return it == records_.begin() ? 0 : std::prev(it)->size;
+}
+
 log_cursor::log_cursor(std::filesystem::path path, std::uint64_t offset)
     : path_(std::move(path)), offset_(offset) {}
 
 log_cursor::~log_cursor() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+std::optional<clock::time_point> log_cursor::modified() const {
+  struct stat st {};
+  if (fd_ < 0 || ::fstat(fd_, &st) != 0) return std::nullopt;
+  return time_of(st);
 }
 
 std::size_t log_cursor::read_more(std::string& out, std::size_t max) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -170,6 +171,22 @@ struct log_options {
   std::string step = "node-0";
   bool follow = false;
   std::optional<std::size_t> tail;  ///< only the last N lines (then follow, if asked)
+  /// Each line begins with the time it was written and a space, as Docker's
+  /// and kubectl's `--timestamps` print it: RFC 3339 in UTC with nine digits
+  /// of fraction ("2026-12-03T19:31:20.672427912Z "; format_time). Local
+  /// jobs: the time the engine saw the line in the log, to about 50 ms;
+  /// Podman gives whole seconds.
+  bool timestamps = false;
+  /// Only lines written at or after this time (then `tail` of those).
+  std::optional<clock::time_point> since;
 };
+
+/// "2026-12-03T19:31:20Z", with a fraction of up to nine digits and a zone
+/// of 'Z' or +hh:mm / -hh:mm, as a time; nullopt for anything else (and for
+/// years outside 1970..2261).
+std::optional<clock::time_point> parse_time(std::string_view rfc3339);
+/// RFC 3339 in UTC with nine digits of fraction: how log_options::timestamps
+/// writes a line's time.
+std::string format_time(clock::time_point t);
 
 }  // namespace tjob

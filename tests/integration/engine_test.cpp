@@ -229,6 +229,70 @@ TEST_CASE_FIXTURE(fixture, "follow replays what is stored and streams the rest l
   CHECK(c.get_job(name).status == job_status::complete);
 }
 
+TEST_CASE_FIXTURE(fixture, "timestamps are the times lines were written, the same live and later; since filters by them") {
+  trainer_client c(config());
+  tjob::test::gate gate;
+  const auto submitted = clock::now();
+  auto name = c.train(helper_job({"print", "first\nsecond\n", "read-fifo", gate.path(), "print", "third\nlast"}));
+  // Live: what the follower is given is stamped as it is read.
+  auto reader = c.get_job_logs(name, {.follow = true, .timestamps = true});
+  std::vector<std::string> live;
+  while (live.size() < 2) {
+    auto line = reader.next();
+    REQUIRE(line);
+    live.push_back(*line);
+  }
+  // The rest is written later: after the clock (file times come from the
+  // kernel's coarse clock, a tick of a few ms) has passed the first lines'.
+  auto first_time = parse_time(live[0].substr(0, live[0].find(' ')));
+  REQUIRE(first_time);
+  std::this_thread::sleep_until(*first_time + 50ms);
+  gate.release();
+  while (auto line = reader.next()) live.push_back(*line);
+  auto job = c.wait_for_job_status(name, {job_status::complete}, 30s);
+  const auto done = clock::now();
+  REQUIRE(live.size() == 4);
+  std::vector<clock::time_point> at;
+  std::string text;
+  for (const auto& l : live) {
+    // "2026-12-03T19:31:20.672427912Z " then the line
+    REQUIRE(l.size() > 31);
+    CHECK(l[4] == '-');
+    CHECK(l[29] == 'Z');
+    CHECK(l[30] == ' ');
+    auto t = parse_time(l.substr(0, 30));
+    REQUIRE(t);
+    at.push_back(*t);
+    text += l.substr(31);
+  }
+  CHECK(text == "first\nsecond\nthird\nlast");
+  CHECK(at[0] <= at[1]);
+  CHECK(at[1] < at[2]);
+  CHECK(at[2] <= at[3]);
+  // wall-clock times of this run (within a second: the kernel's file clock
+  // and ours are read at different moments)
+  CHECK(at[0] > submitted - 1s);
+  CHECK(at[3] < done + 1s);
+  // Read again when the job is over: the same stamps
+  std::string joined;
+  for (const auto& l : live) joined += l;
+  CHECK(c.get_job_logs(name, {.timestamps = true}).read_all() == joined);
+  // since: lines at or after the time, by those stamps
+  CHECK(c.get_job_logs(name, {.since = at[0]}).read_all() == "first\nsecond\nthird\nlast");
+  CHECK(c.get_job_logs(name, {.since = at[2]}).read_all() == "third\nlast");
+  CHECK(c.get_job_logs(name, {.since = at[1] + 1ns}).read_all() == "third\nlast");
+  CHECK(c.get_job_logs(name, {.since = at[3] + 1ns}).read_all() == "");
+  CHECK(c.get_job_logs(name, {.timestamps = true, .since = at[2]}).read_all() == live[2] + live[3]);
+  // with tail: the last lines, of those since
+  CHECK(c.get_job_logs(name, {.tail = 3, .since = at[0]}).read_all() == "second\nthird\nlast");
+  CHECK(c.get_job_logs(name, {.tail = 3, .since = at[2]}).read_all() == "third\nlast");
+  CHECK(c.get_job_logs(name, {.follow = true, .tail = 1, .timestamps = true}).read_all() == live[3]);
+  // a reader in another engine (as `tjob logs` beside `tjob run`) reads the same times
+  trainer_client other(config());
+  CHECK(other.get_job_logs(name, {.timestamps = true}).read_all() == joined);
+  CHECK(job.status == job_status::complete);
+}
+
 TEST_CASE_FIXTURE(fixture, "a stalled follower neither holds the job back nor loses anything") {
   trainer_client c(config());
   auto name = c.train(helper_job({"flood", "20000000"}));

@@ -82,6 +82,63 @@ def now_iso():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def rfc3339_ns(ns, fixed):
+    """A time in nanoseconds as RFC 3339 in UTC: the CRI log file's (Go's
+    RFC3339Nano, trailing zeros dropped) or, `fixed`, what the kubelet puts
+    before each line for timestamps=true (always nine digits)."""
+    secs, frac = divmod(ns, 10**9)
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+    digits = "%09d" % frac
+    if not fixed:
+        digits = digits.rstrip("0")
+    return base + ("." + digits if digits else "") + "Z"
+
+
+def parse_rfc3339_ns(v):
+    """A query parameter's RFC 3339 time (fraction and zone offset allowed, as
+    Go's time.Parse reads it) in nanoseconds; None when it is not one."""
+    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})", v or "")
+    if not m:
+        return None
+    y, mo, d, h, mi, sec = (int(x) for x in m.groups()[:6])
+    try:
+        secs = int(datetime.datetime(y, mo, d, h, mi, sec, tzinfo=datetime.timezone.utc).timestamp())
+    except ValueError:
+        return None
+    zone = m.group(8)
+    if zone not in ("Z", "z"):
+        off = int(zone[1:3]) * 3600 + int(zone[4:6]) * 60
+        secs -= off if zone[0] == "+" else -off
+    return secs * 10**9 + int(((m.group(7) or "") + "000000000")[:9])
+
+
+def copy_cri_log(fd, log):
+    """What a container runtime does with a container's output: each line
+    goes to the log file as a CRI entry, `<time> stdout F <line>`; a line
+    longer than 16 KiB, or the last one without a newline, as `P` pieces."""
+    pending = b""
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        stamp = rfc3339_ns(time.time_ns(), False).encode()
+        if not data:
+            if pending:
+                log.write(b"%s stdout P %s\n" % (stamp, pending))
+                log.flush()
+            os.close(fd)
+            return
+        pending += data
+        *lines, pending = pending.split(b"\n")
+        out = [b"%s stdout F %s\n" % (stamp, line) for line in lines]
+        while len(pending) >= 16384:
+            out.append(b"%s stdout P %s\n" % (stamp, pending[:16384]))
+            pending = pending[16384:]
+        log.write(b"".join(out))
+        log.flush()
+
+
 def status_obj(code, reason, message, details=None):
     s = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
          "message": message, "reason": reason, "code": code}
@@ -508,16 +565,21 @@ class Controller:
             if self.store.objects.get(("pods", ns, name)) is None:
                 return  # deleted before it started
             log = open(log_path, "wb")
+            r, w = os.pipe()
             try:
-                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                proc = subprocess.Popen(argv, stdout=w, stderr=w, stdin=subprocess.DEVNULL,
                                         cwd=d, env=env, start_new_session=True)
             except OSError as e:
-                log.write(('exec: "%s": %s\n' % (argv[0] if argv else "", e.strerror)).encode())
-                log.close()
+                os.write(w, ('exec: "%s": %s\n' % (argv[0] if argv else "", e.strerror)).encode())
                 proc = None
+            os.close(w)
+            copier = threading.Thread(target=copy_cri_log, args=(r, log), daemon=True)
+            copier.start()
             if proc is not None:
                 self.procs[name] = proc
         if proc is None:
+            copier.join()
+            log.close()
             self.finish_pod(ns, name, 128, "StartError")
             return
 
@@ -536,6 +598,11 @@ class Controller:
         self.store.mutate("pods", ns, name, running)
         self.event(ns, "Pod", name, pod["metadata"]["uid"], "Started", "Started container node")
         code = proc.wait()
+        try:  # a container's other processes end with its first
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        copier.join()
         log.close()
         with self.lock:
             self.procs.pop(name, None)
@@ -1003,29 +1070,63 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if phase == "Pending" or not os.path.exists(path):
             raise ApiError(400, "BadRequest", 'container "node" in pod "%s" is waiting to start: ContainerCreating' % name)
         follow = parse_bool(q.get("follow", ""))
+        stamps = parse_bool(q.get("timestamps", ""))
         tail = q.get("tailLines")
+        since = None
+        if q.get("sinceTime") is not None and q.get("sinceSeconds") is not None:
+            raise ApiError(422, "Invalid", "PodLogOptions \"%s\" is invalid: [sinceSeconds: Invalid value: "
+                           "\"\": at most one of `sinceTime` or `sinceSeconds` may be specified]" % name)
+        if q.get("sinceTime") is not None:
+            since = parse_rfc3339_ns(q["sinceTime"])
+            if since is None:
+                raise ApiError(400, "BadRequest", 'parsing time "%s" as "2006-01-02T15:04:05Z07:00": cannot parse'
+                               % q["sinceTime"])
+        elif q.get("sinceSeconds") is not None:
+            since = time.time_ns() - int(q["sinceSeconds"]) * 10**9
+
+        def render(entries):
+            # the kubelet's reading of CRI entries: `F` ends a line, `P` is a
+            # piece of one; older than sinceTime is left out
+            out = []
+            for e in entries:
+                ts, _, rest = e.partition(b" ")
+                _, _, rest = rest.partition(b" ")  # the stream
+                tag, _, content = rest.partition(b" ")
+                t = parse_rfc3339_ns(ts.decode())
+                if since is not None and t is not None and t < since:
+                    continue
+                if stamps:
+                    out.append(rfc3339_ns(t or 0, True).encode() + b" ")
+                out.append(content[:-1] + (b"\n" if tag == b"F" else b""))
+            return b"".join(out)
+
         self.start_chunked("text/plain")
         with open(path, "rb") as f:
-            if tail is not None:
-                lines = f.read().splitlines(keepends=True)
+            held = b""  # an entry not yet whole in the file
+
+            def entries():
+                nonlocal held
+                held += f.read()
+                *whole, held = held.split(b"\n")
+                return [e + b"\n" for e in whole]
+
+            first = entries()
+            if tail is not None:  # the last lines of the file, then sinceTime within them
                 n = int(tail)
-                self.chunk(b"".join(lines[-n:] if n > 0 else []))
-            while True:
-                data = f.read(65536)
-                if data:
-                    self.chunk(data)
+                first = first[-n:] if n > 0 else []
+            self.chunk(render(first))
+            while follow:
+                more = entries()
+                if more:
+                    self.chunk(render(more))
                     continue
-                if not follow:
-                    break
                 try:
                     cur = st.get("pods", ns, name)
                 except ApiError:
                     break
                 if cur.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-                    data = f.read()
-                    self.chunk(data)
-                    if not data:
-                        break
+                    self.chunk(render(entries()))
+                    break
                 time.sleep(0.05)
         self.end_chunked()
 

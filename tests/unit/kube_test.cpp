@@ -405,6 +405,32 @@ TEST_CASE("times from a server are range-checked: a year that does not fit the c
         1796205600250);
 }
 
+TEST_CASE("times: zones and fractions are read, nine digits are written, and each peer's line stamp is rewritten") {
+  using namespace std::chrono;
+  auto ns = [](clock::time_point t) { return duration_cast<nanoseconds>(t.time_since_epoch()).count(); };
+  auto z = parse_time("2026-12-03T19:31:20.672427912Z");
+  REQUIRE(z);
+  CHECK(ns(*z) % 1000000000 == 672427912);
+  CHECK(parse_time("2026-12-03T20:31:20.672427912+01:00") == z);
+  CHECK(parse_time("2026-12-03T18:01:20.672427912-01:30") == z);
+  CHECK(parse_time("2026-12-03T19:31:20.6724279129999Z") == z);  // digits below the nanosecond are dropped
+  CHECK(format_time(*z) == "2026-12-03T19:31:20.672427912Z");
+  CHECK(format_time(*parse_time("2026-12-03T19:31:20Z")) == "2026-12-03T19:31:20.000000000Z");
+  for (const char* bad : {"2026-12-03T19:31:20", "2026-12-03T19:31:20.Z", "2026-12-03T19:31:20Zjunk",
+                          "2026-12-03T19:31:20+0100", "2026-12-03T19:31:20+24:00", "2026-12-03"})
+    CHECK_MESSAGE(!parse_time(bad), bad);
+  // Podman writes whole seconds, Docker nine digits: both come out as nine.
+  bool at_start = true;
+  CHECK(detail::restamp("2026-12-03T19:31:15Z a\n2026-12-03T19:31:16.5Z b\nnot a time\n", at_start) ==
+        "2026-12-03T19:31:15.000000000Z a\n2026-12-03T19:31:16.500000000Z b\nnot a time\n");
+  CHECK(at_start);
+  CHECK(detail::restamp("2026-12-03T19:31:15Z part", at_start) == "2026-12-03T19:31:15.000000000Z part");
+  CHECK_FALSE(at_start);
+  // the rest of that line is not a line's start, whatever it looks like
+  CHECK(detail::restamp("2026-12-03T19:31:15Z x\n", at_start) == "2026-12-03T19:31:15Z x\n");
+  CHECK(at_start);
+}
+
 TEST_CASE(
     "a kubeconfig whose top level is not a mapping is refused, also the one-byte file that hangs yaml-cpp") {
   tjob::test::temp_dir dir;

@@ -71,3 +71,47 @@ TEST_CASE("log_cursor reads what is appended after it") {
   CHECK(out == "abcdef");
   CHECK(c.offset() == 6);
 }
+
+TEST_CASE("line_start finds the beginning of the line that holds a byte") {
+  tjob::test::temp_dir d;
+  auto p = d.path() / "l.log";
+  append_file(p, "one\ntwo\nthree");
+  CHECK(line_start(p, 0) == 0);
+  CHECK(line_start(p, 2) == 0);
+  CHECK(line_start(p, 4) == 4);  // just past a '\n': a line begins there
+  CHECK(line_start(p, 6) == 4);
+  CHECK(line_start(p, 12) == 8);
+  CHECK(line_start(p, 13) == 8);  // the end of a last line without '\n'
+  CHECK(line_start(d.path() / "missing", 5) == 0);
+}
+
+TEST_CASE("a line's time is the first record at or past its end; older_than bounds what since leaves out") {
+  tjob::test::temp_dir d;
+  auto log = d.path() / "j" / "logs" / "node-0.log";
+  auto times_path = times_path_of(log);
+  CHECK(times_path == d.path() / "j" / "log-times" / "node-0");
+  auto at = [](std::int64_t ns) {
+    return tjob::clock::time_point(
+        std::chrono::duration_cast<tjob::clock::duration>(std::chrono::nanoseconds(ns)));
+  };
+  log_times none(times_path);
+  CHECK_FALSE(none.time_of(1));
+  CHECK(none.older_than(at(5)) == 0);
+  CHECK_FALSE(append_time_record(times_path, {4, 100}));  // makes log-times/
+  CHECK_FALSE(append_time_record(times_path, {10, 200}));
+  log_times t(times_path);
+  CHECK(t.time_of(1) == at(100));
+  CHECK(t.time_of(4) == at(100));
+  CHECK(t.time_of(5) == at(200));
+  CHECK_FALSE(t.time_of(11));  // not recorded yet
+  // the reader sees records appended after it was made, and ignores a half-written one
+  CHECK_FALSE(append_time_record(times_path, {20, 300}));
+  CHECK_FALSE(append_file(times_path, std::string(7, '\0')));
+  CHECK(t.time_of(11) == at(300));
+  CHECK_FALSE(t.time_of(21));
+  CHECK(t.older_than(at(100)) == 0);   // the first record is not older
+  CHECK(t.older_than(at(101)) == 4);   // what the first record covers is
+  CHECK(t.older_than(at(200)) == 4);
+  CHECK(t.older_than(at(250)) == 10);
+  CHECK(t.older_than(at(999)) == 20);  // everything recorded
+}
