@@ -65,9 +65,13 @@ class piecewise_log : public log_stream::impl {
   boost::asio::awaitable<std::optional<std::string>> next(bool whole_lines) final {
     for (;;) {
       auto out = buf_.take(whole_lines);
-      if (!out && ended_) out = buf_.take_rest();
-      if (out || ended_) {
-        if (out && stamped_) *out = restamp(*out, at_line_start_);
+      if (!out && ended_) {
+        out = buf_.take_rest();
+        if (!out) co_return std::nullopt;
+      }
+      if (out) {
+        if (stamps_) *out = (*stamps_)(*out);
+        if (out->empty()) continue;  // every line was older than since
         co_return out;
       }
       if (!co_await read_piece(buf_.bytes())) ended_ = true;
@@ -75,9 +79,8 @@ class piecewise_log : public log_stream::impl {
   }
 
  protected:
-  /// The peer begins each line with its time (log_options::timestamps):
-  /// written the one way every backend writes it.
-  explicit piecewise_log(bool stamped = false) : stamped_(stamped) {}
+  /// `stamps`: the peer begins each line with its time (peer_stamps).
+  explicit piecewise_log(std::optional<peer_stamps> stamps = std::nullopt) : stamps_(std::move(stamps)) {}
 
   /// Appends the next bytes to `out` (none is fine: it is asked again);
   /// false when the log has ended.
@@ -86,8 +89,7 @@ class piecewise_log : public log_stream::impl {
  private:
   line_buffer buf_;
   bool ended_ = false;
-  bool stamped_;
-  bool at_line_start_ = true;
+  std::optional<peer_stamps> stamps_;
 };
 
 }  // namespace detail

@@ -69,23 +69,25 @@ std::string format_rfc3339_nano(clock::time_point t) {
                      tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
 }
 
-std::string restamp(std::string_view text, bool& at_line_start) {
+std::string peer_stamps::operator()(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 16);
   while (!text.empty()) {
     auto nl = text.find('\n');
     auto line = text.substr(0, nl == std::string_view::npos ? text.size() : nl + 1);
     text.remove_prefix(line.size());
-    if (at_line_start) {
+    if (at_line_start_) {
+      dropping_ = false;
       auto space = line.find(' ');
       auto t = space == std::string_view::npos ? std::nullopt : parse_rfc3339(line.substr(0, space));
       if (t) {
-        out += format_rfc3339_nano(*t);
-        line.remove_prefix(space);
+        dropping_ = since_ && *t < *since_;
+        if (wanted_) out += format_rfc3339_nano(*t);
+        line.remove_prefix(wanted_ ? space : space + 1);
       }
     }
-    out.append(line);
-    at_line_start = line.back() == '\n';
+    if (!dropping_) out.append(line);
+    at_line_start_ = line.empty() || line.back() == '\n';
   }
   return out;
 }

@@ -18,10 +18,23 @@ std::optional<clock::time_point> parse_rfc3339(std::string_view s);
 /// and the kubelet write log timestamps. tjob::format_time.
 std::string format_rfc3339_nano(clock::time_point t);
 
-/// `text` with the time that begins each of its lines (a peer's RFC 3339 and
-/// a space: Docker's nanoseconds, Podman's whole seconds) written as
-/// format_rfc3339_nano does; other lines as they are. `at_line_start` says
-/// whether `text` begins a line, and is left saying whether the next does.
-std::string restamp(std::string_view text, bool& at_line_start);
+/// A log from a peer that begins each line with its time and a space
+/// (Docker's nanoseconds, Podman's whole seconds, the kubelet's): the time
+/// written as format_rfc3339_nano does, or taken off when not `wanted`; lines
+/// older than `since` left out, where the peer's own filter is coarser (the
+/// API server passes sinceTime on to the kubelet in whole seconds). Lines
+/// that do not begin with a time are kept as they are. Fed in pieces, which
+/// may end inside a line.
+class peer_stamps {
+ public:
+  peer_stamps(bool wanted, std::optional<clock::time_point> since) : wanted_(wanted), since_(since) {}
+  std::string operator()(std::string_view text);
+
+ private:
+  bool wanted_;
+  std::optional<clock::time_point> since_;
+  bool at_line_start_ = true;
+  bool dropping_ = false;  // the line being read is older than since_
+};
 
 }  // namespace tjob::detail

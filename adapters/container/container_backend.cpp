@@ -69,7 +69,8 @@ struct container_log final : detail::piecewise_log {
   frame_decoder dec;
 
   container_log(std::shared_ptr<backend::impl> bk, std::string w, std::string c, log_options o, bool tty)
-      : piecewise_log(o.timestamps),
+      // the daemon's since is exact (Podman's too, though it prints whole seconds)
+      : piecewise_log(o.timestamps ? std::optional(detail::peer_stamps(true, std::nullopt)) : std::nullopt),
         b(std::move(bk)),
         what(std::move(w)),
         container(std::move(c)),

@@ -370,7 +370,9 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     std::optional<std::string> started;  // the step's pod, when it had started as the log was asked for
 
     pod_log(std::shared_ptr<backend::impl> bk, std::string j, log_options o, std::optional<std::string> pod)
-        : piecewise_log(o.timestamps),
+        // sinceTime reaches the kubelet in whole seconds: the times say which lines are since
+        : piecewise_log(o.timestamps || o.since ? std::optional(detail::peer_stamps(o.timestamps, o.since))
+                                                : std::nullopt),
           b(std::move(bk)),
           job(std::move(j)),
           options(std::move(o)),
@@ -415,7 +417,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
         const auto& o = options;
         auto target = b->pods_path + "/" + **pod + "/log?container=node" + (o.follow ? "&follow=true" : "") +
                       (o.tail ? "&tailLines=" + std::to_string(*o.tail) : "") +
-                      (o.timestamps ? "&timestamps=true" : "") +
+                      (o.timestamps || o.since ? "&timestamps=true" : "") +
                       (o.since ? "&sinceTime=" + http::url_encode(detail::format_rfc3339_nano(*o.since)) : "");
         auto opened = co_await b->a->stream(std::move(target));
         if (!opened) {

@@ -131,6 +131,25 @@ TEST_CASE_FIXTURE(fixture, "list and get and logs and events and wait and delete
   CHECK(tjob({"logs", "one"}).out == "line 1\nline 2\nline 3\nline 4\nline 5\n");
   CHECK(tjob({"logs", "one", "--tail", "2"}).out == "line 4\nline 5\n");
   CHECK(tjob({"logs", "one", "-f"}).out == "line 1\nline 2\nline 3\nline 4\nline 5\n");
+  // --timestamps: each line after its time; --since: a time, or a duration back from now
+  auto stamped = tjob({"logs", "one", "--timestamps"}).out;
+  std::vector<std::string> stamped_lines;
+  for (std::size_t at = 0, nl; (nl = stamped.find('\n', at)) != std::string::npos; at = nl + 1)
+    stamped_lines.push_back(stamped.substr(at, nl - at));
+  REQUIRE(stamped_lines.size() == 5);
+  for (int i = 0; i < 5; ++i) {
+    CAPTURE(stamped_lines[i]);
+    REQUIRE(stamped_lines[i].size() == 31 + 6);  // "2026-12-03T19:31:20.672427912Z line N"
+    CHECK(tjob::parse_time(stamped_lines[i].substr(0, 30)).has_value());
+    CHECK(stamped_lines[i].substr(30) == " line " + std::to_string(i + 1));
+  }
+  const auto last_time = stamped_lines[4].substr(0, 30);
+  CHECK(tjob({"logs", "one", "--since", last_time, "--timestamps"}).out.ends_with(stamped_lines[4] + "\n"));
+  CHECK(tjob({"logs", "one", "--since", "2000-01-01T00:00:00Z"}).out ==
+        "line 1\nline 2\nline 3\nline 4\nline 5\n");
+  CHECK(tjob({"logs", "one", "--since", "1h"}).out == "line 1\nline 2\nline 3\nline 4\nline 5\n");
+  CHECK(tjob({"logs", "one", "--since", tjob::format_time(tjob::clock::now() + 1h)}).out == "");
+  CHECK(tjob({"logs", "one", "--since", "1h", "--tail", "1"}).out == "line 5\n");
 
   auto ev = tjob({"events", "one"});
   CHECK(ev.exit_code == 0);
@@ -242,6 +261,9 @@ TEST_CASE_FIXTURE(fixture,
       {{"get", "ghost"}, "ghost"},
       {{"logs", "kept", "--step", "node-9"}, "node-9"},
       {{"logs", "kept", "--tail", "-3"}, "--tail"},
+      {{"logs", "kept", "--since", "5x"}, "--since 5x"},
+      {{"logs", "kept", "--since", "1h30"}, "--since 1h30"},
+      {{"logs", "kept", "--since", "2026-13-01T00:00:00Z"}, "RFC 3339"},
       {{"run", "--name", "kept", "--", helper_bin()}, "already exists"},
       {{"run", "--name", "Bad/Name", "--", helper_bin()}, "Invalid job name"},
       {{"run", "--name", std::string(64, 'x'), "--", helper_bin()}, "63"},
@@ -495,6 +517,10 @@ TEST_CASE_FIXTURE(fixture, "tjob run of several nodes streams every node's log, 
   CHECK(at1 != std::string::npos);
   CHECK(at0 < at1);
   CHECK(tjob({"logs", "two-nodes", "--all-steps", "--tail", "1"}).out == "[node-0] bye\n[node-1] bye\n");
+  auto timed = tjob({"logs", "two-nodes", "--all-steps", "--tail", "1", "--timestamps"}).out;
+  CHECK(timed.starts_with("[node-0] "));
+  CHECK(tjob::parse_time(timed.substr(9, 30)).has_value());
+  CHECK(timed.find("Z bye\n[node-1] ") != std::string::npos);
   auto followed = tjob({"logs", "two-nodes", "--all-steps", "-f"});
   CHECK(followed.out.find("[node-1] bye\n") != std::string::npos);
   CHECK(followed.out.find("[node-0] hello from 0\n") != std::string::npos);

@@ -154,6 +154,40 @@ TEST_CASE_TEMPLATE("a command job runs in a container with its output, Kubeflow'
   CHECK_FALSE(fs::exists(fs::path(fx.home()) / "containers" / name));
 }
 
+TEST_CASE_TEMPLATE("container logs carry the daemon's times, written with nine digits, and since filters by them",
+                   D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  // more than a second apart: Podman stamps whole seconds
+  auto name = client.train(shell_job("echo first; sleep 1.2; echo second", "cmd-times"));
+  client.wait_for_job_status(name, {job_status::complete}, 60s);
+  auto stamped = all_of(client.get_job_logs(name, {.timestamps = true}));
+  INFO(stamped);
+  std::vector<std::string> lines;
+  for (std::size_t at = 0, nl; (nl = stamped.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(stamped.substr(at, nl + 1 - at));
+  REQUIRE(lines.size() == 2);
+  std::vector<clock::time_point> at;
+  for (const auto& l : lines) {
+    REQUIRE(l.size() > 31);
+    CHECK(l[29] == 'Z');  // "2026-12-03T19:31:20.672427912Z "
+    CHECK(l[30] == ' ');
+    auto t = parse_time(l.substr(0, 30));
+    REQUIRE(t);
+    at.push_back(*t);
+  }
+  CHECK(lines[0].substr(31) == "first\n");
+  CHECK(lines[1].substr(31) == "second\n");
+  CHECK(at[1] - at[0] >= 1s);
+  CHECK(all_of(client.get_job_logs(name, {.since = at[0]})) == "first\nsecond\n");
+  CHECK(all_of(client.get_job_logs(name, {.since = at[1]})) == "second\n");
+  CHECK(all_of(client.get_job_logs(name, {.timestamps = true, .since = at[1]})) == lines[1]);
+  CHECK(all_of(client.get_job_logs(name, {.since = at[1] + 10s})) == "");
+  CHECK(all_of(client.get_job_logs(name, {.tail = 1, .timestamps = true})) == lines[1]);
+}
+
 TEST_CASE_TEMPLATE("a failing container job raises with each step's exit code and last log lines", D,
                    TJOB_DAEMONS) {
   fixture fx;

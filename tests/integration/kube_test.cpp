@@ -82,6 +82,42 @@ train_request sleeper(const std::string& name, const std::string& ms) {
 
 }  // namespace
 
+TEST_CASE_FIXTURE(kube_fixture, "pod logs carry the kubelet's times, and since filters by them, as kubectl reads them") {
+  have_kubectl();
+  trainer_client c(kube_config());
+  tjob::test::gate gate;
+  auto name = c.train(helper_job({"print", "first\n", "read-fifo", gate.path(), "print", "second\n"}, "stamped"));
+  auto reader = c.get_job_logs(name, {.follow = true, .timestamps = true});
+  auto first = reader.next();
+  REQUIRE(first);
+  REQUIRE(first->size() > 31);
+  auto t0 = parse_time(first->substr(0, 30));
+  REQUIRE(t0);
+  CHECK(first->substr(30) == " first\n");
+  std::this_thread::sleep_until(*t0 + 50ms);  // the second line is written later than the first
+  gate.release();
+  auto second = reader.next();
+  REQUIRE(second);
+  CHECK_FALSE(reader.next());
+  c.wait_for_job_status(name, {job_status::complete}, 60s);
+  auto t1 = parse_time(second->substr(0, 30));
+  REQUIRE(t1);
+  CHECK(*t0 < *t1);
+  CHECK(second->substr(30) == " second\n");
+  CHECK(c.get_job_logs(name, {.timestamps = true}).read_all() == *first + *second);
+  CHECK(c.get_job_logs(name, {.since = *t1}).read_all() == "second\n");
+  CHECK(c.get_job_logs(name, {.since = *t0}).read_all() == "first\nsecond\n");
+  CHECK(c.get_job_logs(name, {.tail = 1, .timestamps = true}).read_all() == *second);
+  // the real kubectl reads the stand-in's pod log the same way
+  auto pod = json::parse(kubectl({"get", "pods", "-o", "json"})).at("items").at(0).at("metadata").at("name");
+  auto pod_name = std::string(pod.as_string());
+  CHECK(kubectl({"logs", pod_name, "--timestamps"}) == *first + *second);
+  // (kubectl sends sinceTime in whole seconds, and the API server passes it on so)
+  auto second_start = std::chrono::floor<std::chrono::seconds>(*t1);
+  CHECK(kubectl({"logs", pod_name, "--since-time", format_time(*t1)}) ==
+        (*t0 >= second_start ? "first\nsecond\n" : "second\n"));
+}
+
 TEST_CASE_FIXTURE(kube_fixture,
                   "a command job runs on the cluster: body, status, steps, logs, events, delete") {
   trainer_client c(kube_config());

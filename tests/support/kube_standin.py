@@ -1081,6 +1081,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if since is None:
                 raise ApiError(400, "BadRequest", 'parsing time "%s" as "2006-01-02T15:04:05Z07:00": cannot parse'
                                % q["sinceTime"])
+            # the API server passes it on to the kubelet as time.RFC3339: whole seconds
+            since -= since % 10**9
         elif q.get("sinceSeconds") is not None:
             since = time.time_ns() - int(q["sinceSeconds"]) * 10**9
 

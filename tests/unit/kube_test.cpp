@@ -420,15 +420,17 @@ TEST_CASE("times: zones and fractions are read, nine digits are written, and eac
                           "2026-12-03T19:31:20+0100", "2026-12-03T19:31:20+24:00", "2026-12-03"})
     CHECK_MESSAGE(!parse_time(bad), bad);
   // Podman writes whole seconds, Docker nine digits: both come out as nine.
-  bool at_start = true;
-  CHECK(detail::restamp("2026-12-03T19:31:15Z a\n2026-12-03T19:31:16.5Z b\nnot a time\n", at_start) ==
+  detail::peer_stamps keep(true, std::nullopt);
+  CHECK(keep("2026-12-03T19:31:15Z a\n2026-12-03T19:31:16.5Z b\nnot a time\n") ==
         "2026-12-03T19:31:15.000000000Z a\n2026-12-03T19:31:16.500000000Z b\nnot a time\n");
-  CHECK(at_start);
-  CHECK(detail::restamp("2026-12-03T19:31:15Z part", at_start) == "2026-12-03T19:31:15.000000000Z part");
-  CHECK_FALSE(at_start);
+  CHECK(keep("2026-12-03T19:31:15Z part") == "2026-12-03T19:31:15.000000000Z part");
   // the rest of that line is not a line's start, whatever it looks like
-  CHECK(detail::restamp("2026-12-03T19:31:15Z x\n", at_start) == "2026-12-03T19:31:15Z x\n");
-  CHECK(at_start);
+  CHECK(keep("2026-12-03T19:31:15Z x\n") == "2026-12-03T19:31:15Z x\n");
+  // since, where the peer's is coarser: older lines go, in pieces too; the times go when not wanted
+  detail::peer_stamps since(false, parse_time("2026-12-03T19:31:15.5Z"));
+  CHECK(since("2026-12-03T19:31:15.4Z old\n2026-12-03T19:31:15.5Z new\n2026-12-03T19:31:15.1Z long") ==
+        "new\n");
+  CHECK(since(" line, still old\n2026-12-03T19:31:16Z later\n") == "later\n");
 }
 
 TEST_CASE(
