@@ -229,7 +229,7 @@ TEST_CASE_FIXTURE(fixture, "follow replays what is stored and streams the rest l
   CHECK(c.get_job(name).status == job_status::complete);
 }
 
-TEST_CASE_FIXTURE(fixture, "timestamps are the times lines were written, the same live and later; since filters by them") {
+TEST_CASE_FIXTURE(fixture, "timestamps are the times lines were written, the same live and later, and since filters by them") {
   trainer_client c(config());
   tjob::test::gate gate;
   const auto submitted = clock::now();

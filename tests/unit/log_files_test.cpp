@@ -85,9 +85,10 @@ TEST_CASE("line_start finds the beginning of the line that holds a byte") {
   CHECK(line_start(d.path() / "missing", 5) == 0);
 }
 
-TEST_CASE("a line's time is the first record at or past its end; older_than bounds what since leaves out") {
+TEST_CASE("a line's time is the first record at or past its end, and older_than bounds what since leaves out") {
   tjob::test::temp_dir d;
   auto log = d.path() / "j" / "logs" / "node-0.log";
+  std::filesystem::create_directories(log.parent_path());
   auto times_path = times_path_of(log);
   CHECK(times_path == d.path() / "j" / "log-times" / "node-0");
   auto at = [](std::int64_t ns) {
