@@ -1,0 +1,560 @@
+// tjob._tjob: the engine for Python. One engine per Client, on a reactor
+// thread of its own; Python never blocks it. Every operation is started with
+// a callback, `done(result, error)`, which the reactor calls (holding the GIL)
+// when it ends: the blocking client waits on a threading.Event (which Ctrl-C
+// interrupts), the asyncio client settles a future through
+// loop.call_soon_threadsafe. There is no thread per call. Each operation can
+// be cancelled (Call.cancel: a wait, a log read); cancelling a wait leaves
+// the job running.
+//
+// Uses only the public API (include/tjob), as the CLI does.
+#include <tjob/client.hpp>
+#include <tjob/engine.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace py = pybind11;
+namespace asio = boost::asio;
+
+namespace {
+
+using tjob::clock;
+
+// --- values, to and from Python ----------------------------------------------
+
+std::optional<double> seconds_of(const std::optional<clock::time_point>& t) {
+  if (!t) return std::nullopt;
+  return std::chrono::duration<double>(t->time_since_epoch()).count();
+}
+
+py::dict job_dict(const tjob::train_job& j) {
+  py::list steps;
+  for (const auto& s : j.steps) {
+    py::dict d;
+    d["name"] = s.name;
+    d["status"] = std::string(tjob::to_string(s.status));
+    d["exit_code"] = s.exit_code ? py::object(py::int_(*s.exit_code)) : py::object(py::none());
+    d["reason"] = s.reason;
+    d["pid"] = s.pid;
+    steps.append(d);
+  }
+  py::dict d;
+  d["name"] = j.name;
+  d["runtime"] = j.runtime;
+  d["steps"] = steps;
+  d["num_nodes"] = j.num_nodes;
+  d["creation_timestamp"] = seconds_of(j.creation_timestamp);
+  d["start_time"] = seconds_of(j.start_time);
+  d["end_time"] = seconds_of(j.end_time);
+  d["status"] = std::string(tjob::to_string(j.status));
+  d["reason"] = j.reason;
+  return d;
+}
+
+py::dict runtime_dict(const tjob::runtime& r) {
+  py::dict t;
+  t["trainer_type"] = r.trainer.trainer_type;
+  t["framework"] = r.trainer.framework;
+  t["image"] = r.trainer.image;
+  t["num_nodes"] = r.trainer.num_nodes;
+  t["device"] = r.trainer.device;
+  t["device_count"] = r.trainer.device_count;
+  t["packages"] = r.trainer.packages;
+  py::dict d;
+  d["name"] = r.name;
+  d["kind"] = r.kind;
+  d["trainer"] = t;
+  return d;
+}
+
+py::dict event_dict(const tjob::event& e) {
+  py::dict d;
+  d["seq"] = e.seq;
+  d["time"] = seconds_of(e.time);
+  d["step"] = e.step;
+  d["reason"] = e.reason;
+  d["message"] = e.message;
+  return d;
+}
+
+template <class T>
+T get_or(const py::dict& d, const char* key, T fallback) {
+  if (!d.contains(key) || d[key].is_none()) return fallback;
+  return d[key].cast<T>();
+}
+
+// The Python layer builds these dicts (tjob/_convert.py); a wrong type is its
+// bug, and comes back as a TypeError naming the key.
+template <class T>
+void take(const py::dict& d, const char* key, T& out) {
+  if (!d.contains(key) || d[key].is_none()) return;
+  try {
+    out = d[key].cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string("tjob: field '") + key + "' has the wrong type");
+  }
+}
+
+tjob::train_request request_of(const py::dict& d) {
+  tjob::train_request r;
+  take(d, "name", r.name);
+  take(d, "runtime", r.runtime);
+  take(d, "num_nodes", r.num_nodes);
+  take(d, "labels", r.labels);
+  take(d, "annotations", r.annotations);
+  auto t = d["trainer"].cast<py::dict>();
+  if (t["kind"].cast<std::string>() == "command") {
+    tjob::command_trainer c;
+    take(t, "command", c.command);
+    take(t, "env", c.env);
+    take(t, "working_dir", c.working_dir);
+    take(t, "image", c.image);
+    r.job_trainer = std::move(c);
+  } else {
+    tjob::python_trainer p;
+    take(t, "source", p.source);
+    take(t, "source_file", p.source_file);
+    take(t, "function", p.function);
+    take(t, "function_args", p.function_args);
+    take(t, "args", p.args);
+    take(t, "packages_to_install", p.packages_to_install);
+    take(t, "pip_index_urls", p.pip_index_urls);
+    take(t, "env", p.env);
+    take(t, "working_dir", p.working_dir);
+    take(t, "python", p.python);
+    take(t, "system_site_packages", p.system_site_packages);
+    take(t, "keep_venv", p.keep_venv);
+    take(t, "refresh_venv", p.refresh_venv);
+    take(t, "procs_per_node", p.procs_per_node);
+    take(t, "cpu_limit", p.cpu_limit);
+    take(t, "memory_limit", p.memory_limit);
+    take(t, "gpus", p.gpus);
+    take(t, "image", p.image);
+    r.job_trainer = std::move(p);
+  }
+  return r;
+}
+
+tjob::engine_config config_of(const py::dict& d) {
+  tjob::engine_config c;
+  std::string home, backend = "local";
+  take(d, "home", home);
+  c.home = home;
+  take(d, "backend", backend);
+  auto kind = tjob::parse_backend_kind(backend);
+  if (!kind) throw py::value_error("tjob: unknown backend '" + backend + "'");
+  c.backend = *kind;
+  take(d, "cleanup_venv", c.cleanup_venv);
+  take(d, "venv_cache", c.venv_cache);
+  if (d.contains("grace_period") && !d["grace_period"].is_none())
+    c.grace_period = std::chrono::milliseconds(static_cast<long long>(d["grace_period"].cast<double>() * 1000));
+  std::vector<std::string> dirs;
+  take(d, "runtime_dirs", dirs);
+  for (auto& x : dirs) c.runtime_dirs.emplace_back(x);
+  take(d, "gpu_devices", c.gpu_devices);
+  take(d, "failure_log_lines", c.failure_log_lines);
+  std::string pull = "IfNotPresent", network = "job";
+  take(d, "container_runtime", c.container.container_runtime);
+  take(d, "container_host", c.container.container_host);
+  take(d, "pull_policy", pull);
+  take(d, "auto_remove", c.container.auto_remove);
+  take(d, "network", network);
+  take(d, "image", c.container.image);
+  take(d, "volumes", c.container.volumes);
+  auto pp = tjob::parse_pull_policy(pull);
+  if (!pp) throw py::value_error("tjob: pull_policy '" + pull + "': use IfNotPresent, Always or Never");
+  c.container.pull = *pp;
+  auto net = tjob::parse_container_network(network);
+  if (!net) throw py::value_error("tjob: network '" + network + "': use job, host or none");
+  c.container.network = *net;
+  take(d, "namespace", c.kubernetes.namespace_name);
+  take(d, "config_file", c.kubernetes.config_file);
+  take(d, "context", c.kubernetes.context);
+  return c;
+}
+
+tjob::log_options log_options_of(const py::dict& d) {
+  tjob::log_options o;
+  take(d, "step", o.step);
+  take(d, "follow", o.follow);
+  take(d, "timestamps", o.timestamps);
+  if (d.contains("tail") && !d["tail"].is_none()) o.tail = d["tail"].cast<std::size_t>();
+  if (d.contains("since") && !d["since"].is_none())
+    o.since = clock::time_point(std::chrono::duration_cast<clock::duration>(
+        std::chrono::duration<double>(d["since"].cast<double>())));
+  return o;
+}
+
+std::set<tjob::job_status> statuses_of(const std::vector<std::string>& names) {
+  std::set<tjob::job_status> out;
+  for (const auto& n : names) {
+    auto s = tjob::parse_job_status(n);
+    if (!s) throw py::value_error("tjob: unknown status '" + n + "': use Created, Running, Complete or Failed");
+    out.insert(*s);
+  }
+  return out;
+}
+
+// --- the reactor -------------------------------------------------------------
+
+// tjob::errc's names, which the Python layer maps to exception types.
+std::string errc_name(const boost::system::error_code& ec) {
+  static const char* const names[] = {
+      "",           "job_not_found",     "step_not_found",    "invalid_name",       "duplicate_name",
+      "invalid_argument", "executable_not_found", "runtime_not_found", "job_failed", "unreachable_status",
+      "timeout",    "store_unavailable", "store_corrupt",     "store_locked",       "spawn_failed",
+      "shut_down",  "backend_unavailable", "backend_error",   "protocol_error"};
+  for (int i = 1; i < static_cast<int>(std::size(names)); ++i)
+    if (ec == static_cast<tjob::errc>(i)) return names[i];
+  return "internal";
+}
+
+// What a failed operation hands to Python: (code, message, diagnostics); the
+// Python layer picks the exception type by code.
+py::tuple error_tuple(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const tjob::error& x) {
+    return py::make_tuple(errc_name(x.code()), std::string(x.what()), std::string(x.diagnostics()));
+  } catch (const boost::system::system_error& x) {
+    if (x.code() == asio::error::operation_aborted)
+      return py::make_tuple(std::string("cancelled"), std::string("cancelled"), std::string());
+    return py::make_tuple(std::string("internal"), std::string(x.what()), std::string());
+  } catch (const std::exception& x) {
+    return py::make_tuple(std::string("internal"), std::string(x.what()), std::string());
+  }
+}
+
+/// One operation in flight: cancel() stops it where it waits.
+struct call {
+  asio::any_io_executor ex;
+  std::shared_ptr<asio::cancellation_signal> signal = std::make_shared<asio::cancellation_signal>();
+  void cancel() {
+    asio::post(ex, [s = signal] { s->emit(asio::cancellation_type::terminal); });
+  }
+};
+
+struct core : std::enable_shared_from_this<core> {
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  std::thread thread;
+  std::unique_ptr<tjob::engine> engine;
+  bool closed = false;
+
+  // Starts `op` (an awaitable of T made on the reactor) and calls `done` with
+  // what `convert` makes of its result, or with the error.
+  template <class T, class Op, class Convert>
+  std::shared_ptr<call> start(Op op, py::object done, Convert convert) {
+    if (closed) throw py::value_error("tjob: this client is closed");
+    auto c = std::make_shared<call>();
+    c->ex = io.get_executor();
+    // py::object is released only with the GIL held: a holder that does so.
+    auto cb = std::shared_ptr<py::object>(new py::object(std::move(done)), [](py::object* o) {
+      py::gil_scoped_acquire gil;
+      delete o;
+    });
+    auto self = shared_from_this();
+    asio::co_spawn(
+        io.get_executor(),
+        [self, op = std::move(op)]() mutable -> asio::awaitable<T> { co_return co_await op(*self->engine); },
+        asio::bind_cancellation_slot(c->signal->slot(),
+                                     [cb, convert](std::exception_ptr e, T value) mutable {
+                                       py::gil_scoped_acquire gil;
+                                       try {
+                                         if (e)
+                                           (*cb)(py::none(), error_tuple(e));
+                                         else
+                                           (*cb)(convert(std::move(value)), py::none());
+                                       } catch (py::error_already_set& x) {
+                                         x.discard_as_unraisable("tjob callback");
+                                       }
+                                     }));
+    return c;
+  }
+
+  void open(tjob::engine_config cfg) {
+    thread = std::thread([this] { io.run(); });
+    std::promise<void> made;
+    auto fut = made.get_future();
+    asio::post(io, [&] {
+      try {
+        engine = std::make_unique<tjob::engine>(io.get_executor(), std::move(cfg));
+        made.set_value();
+      } catch (...) {
+        made.set_exception(std::current_exception());
+      }
+    });
+    py::gil_scoped_release nogil;
+    try {
+      fut.get();
+    } catch (...) {
+      work.reset();
+      thread.join();
+      throw;
+    }
+  }
+
+  // Stops supervising (jobs started here are later found lost, as with the
+  // C++ client; detached ones run on) and ends the thread.
+  void close() {
+    if (closed) return;
+    closed = true;
+    py::gil_scoped_release nogil;
+    std::promise<void> done;
+    auto fut = done.get_future();
+    asio::co_spawn(
+        io,
+        [this]() -> asio::awaitable<void> {
+          co_await engine->shutdown();
+          engine.reset();
+        },
+        [&](std::exception_ptr) { done.set_value(); });
+    fut.wait();
+    work.reset();
+    thread.join();
+  }
+};
+
+/// What a watch of one job has last seen: the whole list, as
+/// wait_for_jobs_change compares it.
+struct job_watch {
+  std::string name;
+  std::vector<tjob::train_job> known;
+  py::object current() const {
+    for (const auto& j : known)
+      if (j.name == name) return job_dict(j);
+    return py::none();
+  }
+};
+
+struct watch_handle {
+  std::shared_ptr<core> owner;
+  std::shared_ptr<job_watch> watch;
+};
+
+std::shared_ptr<call> watch_next(watch_handle& h, double timeout_s, py::object done) {
+  auto w = h.watch;
+  auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+  return h.owner->start<bool>(
+      [w, timeout](tjob::engine& e) -> asio::awaitable<bool> {
+        auto known = w->known;  // named: g++ 12 and temporaries in a co_await
+        w->known = co_await e.wait_for_jobs_change(std::move(known), std::nullopt, timeout);
+        co_return true;
+      },
+      std::move(done), [w](bool) { return w->current(); });
+}
+
+/// A step's log being read: its stream lives on (and is destroyed on) the reactor.
+struct log_handle {
+  std::shared_ptr<core> owner;
+  std::shared_ptr<tjob::log_stream> stream;
+};
+
+std::shared_ptr<tjob::log_stream> on_reactor(std::shared_ptr<core> c, tjob::log_stream s) {
+  auto ex = c->io.get_executor();
+  return std::shared_ptr<tjob::log_stream>(new tjob::log_stream(std::move(s)), [c, ex](tjob::log_stream* p) {
+    if (c->closed && !c->thread.joinable()) {
+      delete p;
+      return;
+    }
+    asio::post(ex, [p] { delete p; });
+  });
+}
+
+class client {
+ public:
+  explicit client(py::dict config) : core_(std::make_shared<core>()) { core_->open(config_of(config)); }
+  ~client() {
+    try {
+      core_->close();
+    } catch (...) {
+    }
+  }
+
+  void close() { core_->close(); }
+  std::string home() const { return core_->engine ? core_->engine->home().string() : std::string(); }
+
+  std::shared_ptr<call> train(py::dict request, py::object done) {
+    auto r = request_of(request);
+    return core_->start<std::string>(
+        [r = std::move(r)](tjob::engine& e) mutable { return e.train(std::move(r)); }, std::move(done),
+        [](std::string s) { return py::str(s); });
+  }
+
+  std::shared_ptr<call> get_job(std::string name, py::object done) {
+    return core_->start<tjob::train_job>([name](tjob::engine& e) { return e.get_job(name); }, std::move(done),
+                                         job_dict);
+  }
+
+  std::shared_ptr<call> list_jobs(std::optional<std::string> runtime, py::object done) {
+    return core_->start<std::vector<tjob::train_job>>(
+        [runtime](tjob::engine& e) { return e.list_jobs(runtime); }, std::move(done),
+        [](const std::vector<tjob::train_job>& jobs) {
+          py::list out;
+          for (const auto& j : jobs) out.append(job_dict(j));
+          return out;
+        });
+  }
+
+  std::shared_ptr<call> wait(std::string name, std::vector<std::string> statuses, double timeout_s,
+                             py::object done) {
+    auto wanted = statuses_of(statuses);
+    auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+    return core_->start<tjob::train_job>(
+        [name, wanted, timeout](tjob::engine& e) { return e.wait_for_job_status(name, wanted, timeout); },
+        std::move(done), job_dict);
+  }
+
+  // A watch of one job (wait_for_job_status's callbacks): open_watch gives the
+  // job as it is, then each next() the job once it has changed (or as it is
+  // at the timeout); None once it is gone.
+  std::shared_ptr<call> open_watch(std::string name, py::object done) {
+    auto c = core_;
+    return core_->start<std::shared_ptr<job_watch>>(
+        [name](tjob::engine& e) -> asio::awaitable<std::shared_ptr<job_watch>> {
+          auto w = std::make_shared<job_watch>();
+          w->name = name;
+          w->known = co_await e.list_jobs();
+          co_return w;
+        },
+        std::move(done), [c](std::shared_ptr<job_watch> w) {
+          auto now = w->current();
+          return py::make_tuple(py::cast(watch_handle{c, w}), now);
+        });
+  }
+
+  std::shared_ptr<call> cancel_job(std::string name, bool force, py::object done) {
+    return core_->start<bool>(
+        [name, force](tjob::engine& e) -> asio::awaitable<bool> {
+          co_await e.cancel_job(name, tjob::cancel_options{.force = force});
+          co_return true;
+        },
+        std::move(done), [](bool) { return py::none(); });
+  }
+
+  std::shared_ptr<call> delete_job(std::string name, py::object done) {
+    return core_->start<bool>(
+        [name](tjob::engine& e) -> asio::awaitable<bool> {
+          co_await e.delete_job(name);
+          co_return true;
+        },
+        std::move(done), [](bool) { return py::none(); });
+  }
+
+  std::shared_ptr<call> events(std::string name, py::object done) {
+    return core_->start<std::vector<tjob::event>>(
+        [name](tjob::engine& e) { return e.get_job_events(name); }, std::move(done),
+        [](const std::vector<tjob::event>& evs) {
+          py::list out;
+          for (const auto& x : evs) out.append(event_dict(x));
+          return out;
+        });
+  }
+
+  std::shared_ptr<call> list_runtimes(py::object done) {
+    return core_->start<std::vector<tjob::runtime>>(
+        [](tjob::engine& e) { return e.list_runtimes(); }, std::move(done),
+        [](const std::vector<tjob::runtime>& rs) {
+          py::list out;
+          for (const auto& r : rs) out.append(runtime_dict(r));
+          return out;
+        });
+  }
+
+  std::shared_ptr<call> get_runtime(std::string name, py::object done) {
+    return core_->start<tjob::runtime>([name](tjob::engine& e) { return e.get_runtime(name); },
+                                       std::move(done), runtime_dict);
+  }
+
+  std::shared_ptr<call> open_logs(std::string name, py::dict options, py::object done) {
+    auto o = log_options_of(options);
+    auto c = core_;
+    return core_->start<std::shared_ptr<tjob::log_stream>>(
+        [name, o, c](tjob::engine& e) -> asio::awaitable<std::shared_ptr<tjob::log_stream>> {
+          auto s = co_await e.get_job_logs(name, o);
+          co_return on_reactor(c, std::move(s));
+        },
+        std::move(done), [c](std::shared_ptr<tjob::log_stream> s) {
+          return py::cast(log_handle{c, std::move(s)});
+        });
+  }
+
+ private:
+  std::shared_ptr<core> core_;
+};
+
+std::shared_ptr<call> read_log(log_handle& h, py::object done) {
+  auto s = h.stream;
+  return h.owner->start<std::optional<std::string>>(
+      [s](tjob::engine&) { return s->read_some(); }, std::move(done),
+      [](std::optional<std::string> chunk) -> py::object {
+        if (!chunk) return py::none();
+        return py::bytes(*chunk);
+      });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_tjob, m) {
+  m.doc() = "tjob's engine (use the tjob package)";
+  py::class_<call, std::shared_ptr<call>>(m, "Call").def("cancel", &call::cancel);
+  py::class_<log_handle>(m, "Log").def("read", &read_log, py::arg("done"));
+  py::class_<watch_handle>(m, "Watch").def("next", &watch_next, py::arg("timeout"), py::arg("done"));
+  py::class_<client>(m, "Client")
+      .def(py::init<py::dict>(), py::arg("config"))
+      .def("close", &client::close)
+      .def_property_readonly("home", &client::home)
+      .def("train", &client::train)
+      .def("get_job", &client::get_job)
+      .def("list_jobs", &client::list_jobs)
+      .def("wait", &client::wait)
+      .def("open_watch", &client::open_watch)
+      .def("cancel_job", &client::cancel_job)
+      .def("delete_job", &client::delete_job)
+      .def("events", &client::events)
+      .def("list_runtimes", &client::list_runtimes)
+      .def("get_runtime", &client::get_runtime)
+      .def("open_logs", &client::open_logs);
+  // (name, None) or (None, error): the supervisor is started at once, and
+  // answers when it has created the job.
+  m.def(
+      "train_detached",
+      [](py::dict request, py::dict config) -> py::tuple {
+        auto r = request_of(request);
+        auto c = config_of(config);
+        std::string name;
+        std::exception_ptr failed;
+        {
+          py::gil_scoped_release nogil;
+          try {
+            name = tjob::train_detached(r, c);
+          } catch (...) {
+            failed = std::current_exception();
+          }
+        }
+        if (failed) return py::make_tuple(py::none(), error_tuple(failed));
+        return py::make_tuple(py::str(name), py::none());
+      },
+      py::arg("request"), py::arg("config"));
+  m.def(
+      "format_time", [](double s) {
+        return tjob::format_time(clock::time_point(
+            std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(s))));
+      });
+}

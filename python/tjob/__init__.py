@@ -1,0 +1,36 @@
+"""tjob: Kubeflow Trainer's TrainerClient on tjob's engine.
+
+    from tjob import TrainerClient, CustomTrainer, LocalProcessBackendConfig
+
+is the one line a Kubeflow program changes. The engine runs in this process; jobs live in
+$TJOB_HOME, where the `tjob` command and every other client see them.
+"""
+from .client import STATUSES, AsyncTrainerClient, JobFailedError, TrainerClient
+from .types import (
+    Annotations,
+    BuiltinTrainer,
+    ContainerBackendConfig,
+    CustomTrainer,
+    CustomTrainerContainer,
+    Event,
+    Initializer,
+    KubernetesBackendConfig,
+    Labels,
+    LocalProcessBackendConfig,
+    Name,
+    Runtime,
+    RuntimeKind,
+    RuntimeTrainer,
+    Step,
+    TrainerArgs,
+    TrainerCommand,
+    TrainerType,
+    TrainJob,
+)
+
+__all__ = [
+    "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "ContainerBackendConfig", "CustomTrainer",
+    "CustomTrainerContainer", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
+    "LocalProcessBackendConfig", "Name", "Runtime", "RuntimeKind", "RuntimeTrainer", "STATUSES", "Step",
+    "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient",
+]

@@ -1,0 +1,639 @@
+"""TrainerClient and AsyncTrainerClient: Kubeflow's client over tjob's engine.
+
+The engine runs in this process on a thread of its own. Each call starts an operation there and is
+told when it ends: the blocking client waits on a threading.Event (Ctrl-C interrupts it at once, and
+the job goes on), the asyncio client on a future settled through loop.call_soon_threadsafe.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime
+import inspect
+import json
+import os
+import re
+import textwrap
+import threading
+import time
+from typing import Callable, Dict, Iterator, List, Optional, Set
+
+from . import _tjob
+from .types import (
+    Annotations,
+    BuiltinTrainer,
+    ContainerBackendConfig,
+    CustomTrainer,
+    CustomTrainerContainer,
+    Event,
+    Initializer,
+    KubernetesBackendConfig,
+    Labels,
+    LocalProcessBackendConfig,
+    Name,
+    Runtime,
+    RuntimeKind,
+    RuntimeTrainer,
+    Step,
+    TrainerArgs,
+    TrainerCommand,
+    TrainerType,
+    TrainJob,
+    _env_flag,
+)
+
+STATUSES = ("Created", "Running", "Complete", "Failed")
+
+
+class JobFailedError(RuntimeError):
+    """A wait saw the job fail. `job` is the TrainJob; `step` and `exit_code` are the failed step's
+    (the one the failure is blamed on); the message quotes its last log lines."""
+
+    def __init__(self, message: str, job: Optional[TrainJob] = None):
+        super().__init__(message)
+        self.job = job
+        failed = [s for s in (job.steps if job else []) if s.status == "Failed"]
+        blamed = next((s for s in failed if job and s.reason == job.reason), failed[0] if failed else None)
+        self.step = blamed.name if blamed else None
+        self.exit_code = blamed.exit_code if blamed else None
+
+    def __reduce__(self):
+        return (JobFailedError, (str(self), self.job))
+
+
+_VALUE_ERRORS = {"job_not_found", "step_not_found", "invalid_name", "duplicate_name", "invalid_argument",
+                 "executable_not_found", "runtime_not_found"}
+
+
+def _exception(error) -> BaseException:
+    code, message, diagnostics = error
+    if code in _VALUE_ERRORS:
+        return ValueError(message)
+    if code == "timeout":
+        return TimeoutError(message)
+    if code in ("job_failed", "unreachable_status"):
+        return JobFailedError(message)
+    if code == "cancelled":
+        return asyncio.CancelledError()
+    return RuntimeError(message)
+
+
+# --- from Kubeflow's arguments to the engine's request --------------------------------------------------
+
+_MEMORY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                 "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def _count(key: str, value, lo: int, hi: int, what: str) -> int:
+    try:
+        n = int(value)
+        ok = str(value).strip() == str(n) or isinstance(value, int)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or isinstance(value, bool) or not lo <= n <= hi:
+        raise ValueError(f"resources_per_node {key}={value!r}: give a whole number of {what}")
+    return n
+
+
+def _resources(res: Optional[Dict]) -> Dict:
+    out: Dict = {}
+    for key, value in (res or {}).items():
+        if key == "cpu":
+            out["procs_per_node"] = _count(key, value, 1, 1024, "processes, 1 or more")
+            out["cpu_limit"] = True
+        elif key == "memory":
+            m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?)?\s*", str(value))
+            if not m or float(m.group(1)) <= 0:
+                raise ValueError(f"resources_per_node memory={value!r}: give bytes with an optional unit, "
+                                 "as 512Mi or 4Gi")
+            out["memory_limit"] = int(float(m.group(1)) * _MEMORY_UNITS[m.group(2) or ""])
+        elif key in ("gpu", "nvidia.com/gpu"):
+            out["gpus"] = _count(key, value, 0, 64, "GPUs per node, 0 to 64")
+        else:
+            raise ValueError(f"resources_per_node: unknown key {key!r}; the accepted keys are cpu, memory, "
+                             "gpu (or nvidia.com/gpu)")
+    return out
+
+
+def _function_source(func: Callable, func_args: Optional[Dict]) -> Dict:
+    if not callable(func):
+        raise ValueError(f"CustomTrainer.func must be a function, got {type(func).__name__}")
+    if not inspect.isfunction(func):
+        raise ValueError(f"CustomTrainer.func {func!r}: give a function defined with def; its source is "
+                         "what the job runs")
+    name = func.__name__
+    if name == "<lambda>":
+        raise ValueError("CustomTrainer.func is a lambda: its source cannot be run as a job on its own; "
+                         "define the function with def")
+    if func.__code__.co_freevars:
+        raise ValueError(f"CustomTrainer.func {name!r} is a closure over {', '.join(func.__code__.co_freevars)}: "
+                         "the job runs only the function's source, so pass those values in func_args")
+    try:
+        source = textwrap.dedent(inspect.getsource(func))
+    except (OSError, TypeError) as e:
+        raise ValueError(f"CustomTrainer.func {name!r}: its source cannot be read ({e}); define it in a file")
+    args = dict(func_args or {})
+    params = inspect.signature(func).parameters
+    missing = [p.name for p in params.values()
+               if p.default is inspect.Parameter.empty
+               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in args]
+    if missing:
+        raise ValueError(f"CustomTrainer.func {name!r} needs {', '.join(missing)}: add "
+                         f"{'it' if len(missing) == 1 else 'them'} to func_args")
+    accepts_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    unknown = [k for k in args if k not in params and not accepts_any]
+    if unknown:
+        raise ValueError(f"CustomTrainer.func_args: {name!r} takes no argument {', '.join(map(repr, unknown))}")
+    try:
+        encoded = json.dumps(args)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"CustomTrainer.func_args must be JSON-serialisable: {e}")
+    return {"source": source, "function": name, "function_args": encoded}
+
+
+def _check_env(env: Optional[Dict]) -> Dict[str, str]:
+    out = {}
+    for k, v in (env or {}).items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ValueError(f"env: {k!r}={v!r}: names and values must be strings")
+        out[k] = v
+    return out
+
+
+def _request(backend: str, defaults: Dict, runtime, initializer, trainer, options) -> Dict:
+    if initializer is not None:
+        raise ValueError("initializer: tjob does not run dataset or model initializers; fetch the data in "
+                         "the training function")
+    if isinstance(trainer, BuiltinTrainer):
+        raise ValueError("BuiltinTrainer: tjob does not run Kubeflow's builtin (TorchTune) trainers; use "
+                         "CustomTrainer with your own function")
+    req: Dict = {"labels": {}, "annotations": {}}
+    if isinstance(runtime, Runtime):
+        req["runtime"] = runtime.name
+    elif isinstance(runtime, str):
+        req["runtime"] = runtime
+    elif runtime is not None:
+        raise ValueError(f"runtime must be a name or a Runtime, got {type(runtime).__name__}")
+    command: Optional[List[str]] = None
+    args: Optional[List[str]] = None
+    for opt in options or []:
+        if isinstance(opt, Name):
+            req["name"] = opt.name
+        elif isinstance(opt, (Labels, Annotations, TrainerCommand, TrainerArgs)) and backend != "kubernetes":
+            raise ValueError(f"{type(opt).__name__} option is not compatible with the {backend} backend. "
+                             "Supported backends: KubernetesBackend")
+        elif isinstance(opt, Labels):
+            req["labels"].update(opt.labels)
+        elif isinstance(opt, Annotations):
+            req["annotations"].update(opt.annotations)
+        elif isinstance(opt, TrainerCommand):
+            command = list(opt.command)
+        elif isinstance(opt, TrainerArgs):
+            args = list(opt.args)
+        else:
+            raise ValueError(f"options: {opt!r} is not an option tjob knows (Name, Labels, Annotations, "
+                             "TrainerCommand, TrainerArgs)")
+    if (command or args) and not isinstance(trainer, CustomTrainerContainer):
+        raise ValueError("TrainerCommand and TrainerArgs can only be used with CustomTrainerContainer")
+    if isinstance(trainer, CustomTrainer):
+        t = {"kind": "python", **_function_source(trainer.func, trainer.func_args)}
+        t["packages_to_install"] = list(trainer.packages_to_install or [])
+        t["pip_index_urls"] = list(trainer.pip_index_urls or [])
+        t["env"] = _check_env(trainer.env)
+        t["image"] = trainer.image or ""
+        t.update(_resources(trainer.resources_per_node))
+        t.update(defaults)
+        req["num_nodes"] = trainer.num_nodes or 1
+    elif isinstance(trainer, CustomTrainerContainer):
+        if backend != "kubernetes":
+            raise ValueError("CustomTrainerContainer runs an image as it is: only the kubernetes backend "
+                             "takes it (Kubeflow's rule)")
+        if command is None and args is None:
+            raise ValueError("CustomTrainerContainer: give the image's command with the TrainerCommand option")
+        t = {"kind": "command", "command": (command or []) + (args or []), "image": trainer.image,
+             "env": _check_env(trainer.env)}
+        req["num_nodes"] = trainer.num_nodes or 1
+        if trainer.resources_per_node:
+            raise ValueError("CustomTrainerContainer.resources_per_node: not supported by tjob yet")
+    elif trainer is None:
+        raise ValueError("trainer: give a CustomTrainer (a function to run)")
+    else:
+        raise ValueError(f"trainer: {type(trainer).__name__} is not a trainer tjob runs")
+    if not isinstance(req["num_nodes"], int) or req["num_nodes"] < 1:
+        raise ValueError(f"num_nodes={req['num_nodes']!r}: give 1 or more")
+    req["trainer"] = t
+    return req
+
+
+def _config(backend_config) -> (str, Dict, Dict):
+    """The engine's config, and what the backend puts in every Python trainer."""
+    if backend_config is None or isinstance(backend_config, LocalProcessBackendConfig):
+        c = backend_config or LocalProcessBackendConfig()
+        python = c.python or os.environ.get("TJOB_PYTHON") or ""
+        ssp = c.system_site_packages
+        if ssp is None:
+            ssp = bool(_env_flag("TJOB_SYSTEM_SITE_PACKAGES"))
+        cfg = {"backend": "local", "home": c.home, "cleanup_venv": c.cleanup_venv, "venv_cache": c.venv_cache,
+               "grace_period": c.grace_period}
+        return "local", cfg, {"python": python, "system_site_packages": ssp}
+    if isinstance(backend_config, ContainerBackendConfig):
+        c = backend_config
+        if c.container_runtime not in (None, "docker", "podman"):
+            raise ValueError(f"ContainerBackendConfig.container_runtime={c.container_runtime!r}: use docker, "
+                             "podman or None (whichever answers)")
+        cfg = {"backend": "container", "home": c.home, "pull_policy": c.pull_policy, "auto_remove": c.auto_remove,
+               "container_host": c.container_host, "container_runtime": c.container_runtime, "image": c.image,
+               "network": c.network, "volumes": list(c.volumes), "grace_period": c.grace_period}
+        return "container", cfg, {}
+    if isinstance(backend_config, KubernetesBackendConfig):
+        c = backend_config
+        if c.client_configuration is not None:
+            raise ValueError("KubernetesBackendConfig.client_configuration: tjob reads the kubeconfig itself; "
+                             "give config_file and context")
+        cfg = {"backend": "kubernetes", "home": c.home, "namespace": c.namespace, "config_file": c.config_file,
+               "context": c.context}
+        return "kubernetes", cfg, {}
+    raise ValueError(f"Invalid backend config '{backend_config!r}': use LocalProcessBackendConfig, "
+                     "ContainerBackendConfig or KubernetesBackendConfig")
+
+
+def _time(seconds: Optional[float]) -> Optional[datetime.datetime]:
+    if seconds is None:
+        return None
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
+
+
+def _runtime(d: Dict) -> Runtime:
+    t = d["trainer"]
+    try:
+        trainer_type = TrainerType(t["trainer_type"])
+    except ValueError:
+        trainer_type = t["trainer_type"]
+    try:
+        kind = RuntimeKind(d["kind"])
+    except ValueError:
+        kind = d["kind"]
+    return Runtime(name=d["name"], kind=kind,
+                   trainer=RuntimeTrainer(trainer_type=trainer_type, framework=t["framework"], image=t["image"],
+                                          num_nodes=t["num_nodes"], device=t["device"],
+                                          device_count=t["device_count"], packages=list(t["packages"])))
+
+
+def _check_wait(status, timeout, polling_interval):
+    if timeout is None or timeout <= 0:
+        raise ValueError(f"Timeout must be a positive number, got timeout={timeout}")
+    if polling_interval is None or polling_interval <= 0:
+        raise ValueError(f"Polling interval must be a positive number, got polling_interval={polling_interval}")
+    if polling_interval >= timeout:
+        raise ValueError("Polling interval must be strictly less than timeout. Received "
+                         f"polling_interval={polling_interval}, timeout={timeout}")
+    wanted = set(status)
+    if not wanted or not wanted <= set(STATUSES):
+        raise ValueError(f"Expected status {wanted} must be a subset of {set(STATUSES)}")
+    return sorted(wanted)
+
+
+def _log_options(step, follow, tail, timestamps, since) -> Dict:
+    o = {"step": step, "follow": bool(follow), "timestamps": bool(timestamps)}
+    if tail is not None:
+        if not isinstance(tail, int) or isinstance(tail, bool) or tail < 0:
+            raise ValueError(f"tail={tail!r}: give 0 or more lines")
+        o["tail"] = tail
+    if since is not None:
+        if isinstance(since, datetime.timedelta):
+            o["since"] = time.time() - since.total_seconds()
+        elif isinstance(since, datetime.datetime):
+            if since.tzinfo is None:
+                since = since.astimezone()
+            o["since"] = since.timestamp()
+        else:
+            raise ValueError(f"since={since!r}: give a datetime or a timedelta back from now")
+    return o
+
+
+class _Lines:
+    """Bytes in, lines (with their '\\n') out."""
+
+    def __init__(self):
+        self.lines = collections.deque()
+        self.rest = b""
+
+    def feed(self, chunk: Optional[bytes]):
+        if chunk is None:
+            if self.rest:
+                self.lines.append(self.rest.decode("utf-8", "replace"))
+                self.rest = b""
+            return
+        data = self.rest + chunk
+        parts = data.split(b"\n")
+        self.rest = parts.pop()
+        self.lines.extend(p.decode("utf-8", "replace") + "\n" for p in parts)
+
+
+class _Base:
+    def __init__(self, backend_config=None):
+        self._backend, cfg, self._defaults = _config(backend_config)
+        self._config_dict = cfg
+        self._engine = _tjob.Client(cfg)
+        self._runtimes: Dict[str, Optional[Runtime]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def home(self) -> str:
+        """The store of this client ($TJOB_HOME, or the config's home)."""
+        return self._engine.home
+
+    def _request(self, runtime, initializer, trainer, options) -> Dict:
+        return _request(self._backend, self._defaults, runtime, initializer, trainer, options)
+
+    def _job(self, d: Dict, runtimes: Dict) -> TrainJob:
+        steps = [Step(name=s["name"], status=s["status"], pod_name=s["name"] if self._backend == "local" else "",
+                      exit_code=s["exit_code"], reason=s["reason"]) for s in d["steps"]]
+        return TrainJob(name=d["name"], runtime=runtimes.get(d["runtime"]), steps=steps, num_nodes=d["num_nodes"],
+                        creation_timestamp=_time(d["creation_timestamp"]), status=d["status"],
+                        start_time=_time(d["start_time"]), end_time=_time(d["end_time"]), reason=d["reason"])
+
+    def _events(self, name: str, evs: List[Dict]) -> List[Event]:
+        return [Event(involved_object_kind="Step" if e["step"] else "TrainJob",
+                      involved_object_name=e["step"] or name, message=e["message"], reason=e["reason"],
+                      event_time=_time(e["time"])) for e in evs]
+
+    def close(self):
+        """Stops this client's engine. Jobs it started and still runs are later found lost (as with the
+        C++ client); use a detached job (`train(..., detach=True)`) to outlive the process."""
+        self._engine.close()
+
+
+class _Pending:
+    __slots__ = ("event", "result", "error")
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.result = None
+        self.error = None
+
+    def __call__(self, result, error):  # on the engine's thread
+        self.result, self.error = result, error
+        self.event.set()
+
+
+def _run(start, *args):
+    p = _Pending()
+    call = start(*args, p)
+    try:
+        p.event.wait()
+    except BaseException:  # KeyboardInterrupt: stop waiting; the job goes on
+        call.cancel()
+        raise
+    if p.error is not None:
+        raise _exception(p.error)
+    return p.result
+
+
+class TrainerClient(_Base):
+    """Kubeflow's TrainerClient on tjob's engine. `backend_config`: LocalProcessBackendConfig (tjob's
+    default; Kubeflow's is Kubernetes), ContainerBackendConfig or KubernetesBackendConfig."""
+
+    def __init__(self, backend_config=None):
+        super().__init__(backend_config)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _runtime_map(self, names) -> Dict[str, Optional[Runtime]]:
+        with self._lock:
+            missing = [n for n in set(names) if n not in self._runtimes]
+        for n in missing:
+            r = None
+            if n:
+                try:
+                    r = _runtime(_run(self._engine.get_runtime, n))
+                except ValueError:
+                    r = Runtime(name=n, trainer=RuntimeTrainer(trainer_type=TrainerType.CUSTOM_TRAINER,
+                                                               framework="unknown"))
+            with self._lock:
+                self._runtimes[n] = r
+        with self._lock:
+            return dict(self._runtimes)
+
+    def _job_of(self, d: Dict) -> TrainJob:
+        return self._job(d, self._runtime_map([d["runtime"]]))
+
+    def list_runtimes(self) -> List[Runtime]:
+        return [_runtime(d) for d in _run(self._engine.list_runtimes)]
+
+    def get_runtime(self, name: str) -> Runtime:
+        return _runtime(_run(self._engine.get_runtime, name))
+
+    def get_runtime_packages(self, runtime: Runtime) -> List[str]:
+        """The runtime's packages (as Kubeflow's local backend returns them)."""
+        name = runtime.name if isinstance(runtime, Runtime) else runtime
+        return list(self.get_runtime(name).trainer.packages)
+
+    def train(self, runtime=None, initializer=None, trainer=None, options=None, detach: bool = False) -> str:
+        """Starts the job; returns its name. `detach` (tjob): the job is owned by a supervising process
+        and runs to its end after this program has returned (local backend)."""
+        req = self._request(runtime, initializer, trainer, options)
+        if detach:
+            name, error = _tjob.train_detached(req, self._config_dict)
+            if error is not None:
+                raise _exception(error)
+            return name
+        return _run(self._engine.train, req)
+
+    def list_jobs(self, runtime: Optional[Runtime] = None) -> List[TrainJob]:
+        name = runtime.name if isinstance(runtime, Runtime) else runtime
+        jobs = _run(self._engine.list_jobs, name)
+        rts = self._runtime_map([d["runtime"] for d in jobs])
+        return [self._job(d, rts) for d in jobs]
+
+    def get_job(self, name: str) -> TrainJob:
+        return self._job_of(_run(self._engine.get_job, name))
+
+    def get_job_logs(self, name: str, step: str = "node-0", follow: bool = False, tail: Optional[int] = None,
+                     timestamps: bool = False, since=None) -> Iterator[str]:
+        """The step's log, line by line (each with its '\\n'); with `follow`, as it is written, until
+        the step ends. Like Kubeflow's, a generator: errors come when it is iterated."""
+        options = _log_options(step, follow, tail, timestamps, since)
+        log = _run(self._engine.open_logs, name, options)
+        lines = _Lines()
+        while True:
+            while lines.lines:
+                yield lines.lines.popleft()
+            if log is None:
+                return
+            chunk = _run(log.read)
+            lines.feed(chunk)
+            if chunk is None:
+                log = None
+
+    def get_job_events(self, name: str) -> List[Event]:
+        return self._events(name, _run(self._engine.events, name))
+
+    def wait_for_job_status(self, name: str, status: Set[str] = {"Complete"}, timeout: int = 600,
+                            polling_interval: int = 2, callbacks: Optional[List[Callable]] = None) -> TrainJob:
+        """Waits until the job reaches one of `status`, woken by the engine's events
+        (`polling_interval` is accepted and not used). Raises JobFailedError (a RuntimeError) when the
+        job fails and Failed was not asked for, TimeoutError at `timeout` seconds. Each callback is
+        called with the TrainJob at the start and at every change."""
+        wanted = _check_wait(status, timeout, polling_interval)
+        if not callbacks:
+            try:
+                return self._job_of(_run(self._engine.wait, name, wanted, float(timeout)))
+            except JobFailedError as e:
+                raise JobFailedError(str(e), self._job_or_none(name)) from None
+        deadline = time.monotonic() + timeout
+        watch, now = _run(self._engine.open_watch, name)
+        while True:
+            if now is None:
+                raise ValueError(f"No TrainJob with name {name!r}")
+            job = self._job_of(now)
+            for cb in callbacks:
+                cb(job)
+            if job.status in wanted or job.status in ("Complete", "Failed"):
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            now = _run(watch.next, left)
+        left = max(deadline - time.monotonic(), 0.001)
+        try:  # the end as the engine words it: failures with their last lines, the timeout
+            return self._job_of(_run(self._engine.wait, name, wanted, left))
+        except JobFailedError as e:
+            raise JobFailedError(str(e), self._job_or_none(name)) from None
+
+    def _job_or_none(self, name: str) -> Optional[TrainJob]:
+        try:
+            return self.get_job(name)
+        except (ValueError, RuntimeError):
+            return None
+
+    def cancel_job(self, name: str, force: bool = False) -> None:
+        """Stops the job (SIGTERM, SIGKILL after the grace period; `force`: SIGKILL now). tjob's own."""
+        _run(self._engine.cancel_job, name, force)
+
+    def delete_job(self, name: str) -> None:
+        _run(self._engine.delete_job, name)
+
+
+class AsyncTrainerClient(_Base):
+    """TrainerClient's methods as coroutines, completed from the engine's thread (no thread per call):
+    `await client.train(...)`, `async for line in client.get_job_logs(name, follow=True)`."""
+
+    async def _call(self, start, *args):
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def settle(result, error):
+            if fut.done():
+                return
+            if error is not None:
+                fut.set_exception(_exception(error))
+            else:
+                fut.set_result(result)
+
+        def done(result, error):  # on the engine's thread
+            loop.call_soon_threadsafe(settle, result, error)
+
+        call = start(*args, done)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.close()
+
+    async def _runtime_map(self, names) -> Dict[str, Optional[Runtime]]:
+        for n in set(names) - set(self._runtimes):
+            r = None
+            if n:
+                try:
+                    r = _runtime(await self._call(self._engine.get_runtime, n))
+                except ValueError:
+                    r = Runtime(name=n, trainer=RuntimeTrainer(trainer_type=TrainerType.CUSTOM_TRAINER,
+                                                               framework="unknown"))
+            self._runtimes[n] = r
+        return self._runtimes
+
+    async def list_runtimes(self) -> List[Runtime]:
+        return [_runtime(d) for d in await self._call(self._engine.list_runtimes)]
+
+    async def get_runtime(self, name: str) -> Runtime:
+        return _runtime(await self._call(self._engine.get_runtime, name))
+
+    async def get_runtime_packages(self, runtime: Runtime) -> List[str]:
+        name = runtime.name if isinstance(runtime, Runtime) else runtime
+        return list((await self.get_runtime(name)).trainer.packages)
+
+    async def train(self, runtime=None, initializer=None, trainer=None, options=None) -> str:
+        return await self._call(self._engine.train, self._request(runtime, initializer, trainer, options))
+
+    async def list_jobs(self, runtime: Optional[Runtime] = None) -> List[TrainJob]:
+        name = runtime.name if isinstance(runtime, Runtime) else runtime
+        jobs = await self._call(self._engine.list_jobs, name)
+        rts = await self._runtime_map([d["runtime"] for d in jobs])
+        return [self._job(d, rts) for d in jobs]
+
+    async def get_job(self, name: str) -> TrainJob:
+        d = await self._call(self._engine.get_job, name)
+        return self._job(d, await self._runtime_map([d["runtime"]]))
+
+    async def get_job_logs(self, name: str, step: str = "node-0", follow: bool = False,
+                           tail: Optional[int] = None, timestamps: bool = False, since=None):
+        options = _log_options(step, follow, tail, timestamps, since)
+        log = await self._call(self._engine.open_logs, name, options)
+        lines = _Lines()
+        while True:
+            while lines.lines:
+                yield lines.lines.popleft()
+            if log is None:
+                return
+            chunk = await self._call(log.read)
+            lines.feed(chunk)
+            if chunk is None:
+                log = None
+
+    async def get_job_events(self, name: str) -> List[Event]:
+        return self._events(name, await self._call(self._engine.events, name))
+
+    async def wait_for_job_status(self, name: str, status: Set[str] = {"Complete"}, timeout: int = 600,
+                                  polling_interval: int = 2, callbacks: Optional[List[Callable]] = None
+                                  ) -> TrainJob:
+        wanted = _check_wait(status, timeout, polling_interval)
+        deadline = time.monotonic() + timeout
+        if callbacks:
+            watch, now = await self._call(self._engine.open_watch, name)
+            while True:
+                if now is None:
+                    raise ValueError(f"No TrainJob with name {name!r}")
+                job = self._job(now, await self._runtime_map([now["runtime"]]))
+                for cb in callbacks:
+                    cb(job)
+                left = deadline - time.monotonic()
+                if job.status in wanted or job.status in ("Complete", "Failed") or left <= 0:
+                    break
+                now = await self._call(watch.next, left)
+        left = max(deadline - time.monotonic(), 0.001)
+        try:
+            d = await self._call(self._engine.wait, name, wanted, left)
+        except JobFailedError as e:
+            try:
+                job = await self.get_job(name)
+            except (ValueError, RuntimeError):
+                job = None
+            raise JobFailedError(str(e), job) from None
+        return self._job(d, await self._runtime_map([d["runtime"]]))
+
+    async def cancel_job(self, name: str, force: bool = False) -> None:
+        await self._call(self._engine.cancel_job, name, force)
+
+    async def delete_job(self, name: str) -> None:
+        await self._call(self._engine.delete_job, name)

@@ -1,0 +1,229 @@
+"""Kubeflow Trainer's types (SDK 0.5), name for name, with tjob's extra fields after Kubeflow's.
+
+These are plain dataclasses: they pickle, compare and print as Kubeflow's do.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable, Dict, List, Optional
+
+
+def _default_pip_index_urls() -> List[str]:
+    # Kubeflow reads DEFAULT_PIP_INDEX_URLS once, at import; tjob reads it when the trainer is made
+    return [u for u in os.environ.get("DEFAULT_PIP_INDEX_URLS", "https://pypi.org/simple").split(",") if u]
+
+
+class TrainerType(str, Enum):
+    CUSTOM_TRAINER = "CustomTrainer"
+    BUILTIN_TRAINER = "BuiltinTrainer"
+
+
+class RuntimeKind(str, Enum):
+    CLUSTER_TRAINING_RUNTIME = "ClusterTrainingRuntime"
+    TRAINING_RUNTIME = "TrainingRuntime"
+
+
+# --- trainers ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class CustomTrainer:
+    """A Python function trained as a job: its source (as `inspect.getsource` gives it) runs in a venv
+    of its own with `packages_to_install`, called with `func_args` as keyword arguments."""
+
+    func: Callable
+    func_args: Optional[Dict] = None
+    image: Optional[str] = None
+    packages_to_install: Optional[List[str]] = None
+    pip_index_urls: List[str] = field(default_factory=_default_pip_index_urls)
+    num_nodes: Optional[int] = None
+    resources_per_node: Optional[Dict] = None
+    env: Optional[Dict[str, str]] = None
+
+
+@dataclass
+class CustomTrainerContainer:
+    """An image run as it is (its command, or TrainerCommand / TrainerArgs)."""
+
+    image: str
+    num_nodes: Optional[int] = None
+    resources_per_node: Optional[Dict] = None
+    env: Optional[Dict[str, str]] = None
+
+
+@dataclass
+class BuiltinTrainer:
+    """Kubeflow's TorchTune trainer: tjob does not run it (train raises ValueError)."""
+
+    config: object = None
+
+
+@dataclass
+class Initializer:
+    """Dataset and model initializers: tjob does not run them (train raises ValueError)."""
+
+    dataset: object = None
+    model: object = None
+
+
+# --- runtimes, jobs, steps, events -------------------------------------------------------------------
+
+
+@dataclass
+class RuntimeTrainer:
+    trainer_type: TrainerType
+    framework: str
+    image: str = ""
+    num_nodes: int = 1
+    device: str = "Unknown"
+    device_count: str = "Unknown"
+    # tjob: the runtime's packages (Kubeflow's LocalRuntimeTrainer has them; here every runtime does)
+    packages: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Runtime:
+    name: str
+    trainer: RuntimeTrainer
+    kind: RuntimeKind = RuntimeKind.CLUSTER_TRAINING_RUNTIME
+    pretrained_model: Optional[str] = None
+
+
+@dataclass
+class Step:
+    name: str
+    status: Optional[str]
+    pod_name: str = ""
+    device: str = "Unknown"
+    device_count: str = "Unknown"
+    # tjob
+    exit_code: Optional[int] = None
+    reason: str = ""
+
+
+@dataclass
+class TrainJob:
+    name: str
+    runtime: Optional[Runtime]
+    steps: List[Step]
+    num_nodes: int
+    creation_timestamp: datetime.datetime
+    status: str = "Unknown"
+    # tjob
+    start_time: Optional[datetime.datetime] = None
+    end_time: Optional[datetime.datetime] = None
+    reason: str = ""
+
+
+@dataclass
+class Event:
+    involved_object_kind: str
+    involved_object_name: str
+    message: str
+    reason: str
+    event_time: datetime.datetime
+
+
+# --- options -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Name:
+    """The job's name (every backend)."""
+
+    name: str
+
+
+@dataclass
+class Labels:
+    """The TrainJob's labels (Kubernetes only)."""
+
+    labels: Dict[str, str]
+
+
+@dataclass
+class Annotations:
+    """The TrainJob's annotations (Kubernetes only)."""
+
+    annotations: Dict[str, str]
+
+
+@dataclass
+class TrainerCommand:
+    """The command of a CustomTrainerContainer (Kubernetes only)."""
+
+    command: List[str]
+
+
+@dataclass
+class TrainerArgs:
+    """The arguments of a CustomTrainerContainer (Kubernetes only)."""
+
+    args: List[str]
+
+
+# --- backend configs ---------------------------------------------------------------------------------
+
+
+def _env_flag(name: str) -> Optional[bool]:
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return None
+    return v not in ("0", "false", "False", "no")
+
+
+@dataclass
+class LocalProcessBackendConfig:
+    """Jobs as local processes, each Python job in a venv of its own (tjob's default backend).
+
+    Kubeflow's field first; then tjob's: the store (`home`, else $TJOB_HOME), the interpreter of
+    Python jobs (`python`, else $TJOB_PYTHON), whether their venvs see its packages, as a system torch
+    (`system_site_packages`, else $TJOB_SYSTEM_SITE_PACKAGES=1), the venv cache, and the grace period
+    between SIGTERM and SIGKILL in seconds."""
+
+    cleanup_venv: bool = True
+    home: Optional[str] = None
+    python: Optional[str] = None
+    system_site_packages: Optional[bool] = None
+    venv_cache: bool = True
+    grace_period: Optional[float] = None
+
+
+@dataclass
+class ContainerBackendConfig:
+    """Jobs as containers of Docker or Podman (the Docker Engine API)."""
+
+    pull_policy: str = "IfNotPresent"
+    auto_remove: bool = True
+    container_host: Optional[str] = None
+    container_runtime: Optional[str] = None
+    runtime_source: object = None
+    dataset_initializer_image: str = "ghcr.io/kubeflow/trainer/dataset-initializer:latest"
+    model_initializer_image: str = "ghcr.io/kubeflow/trainer/model-initializer:latest"
+    initializer_timeout: int = 600
+    # tjob
+    home: Optional[str] = None
+    image: Optional[str] = None
+    network: str = "job"
+    volumes: List[str] = field(default_factory=list)
+    grace_period: Optional[float] = None
+
+
+@dataclass
+class KubernetesBackendConfig:
+    """TrainJobs on a cluster running Kubeflow Trainer."""
+
+    namespace: Optional[str] = None
+    config_file: Optional[str] = None
+    context: Optional[str] = None
+    client_configuration: object = None
+    # tjob
+    home: Optional[str] = None
+
+
+def fields_of(obj) -> Dict:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
