@@ -172,9 +172,28 @@ engine::~engine() = default;
 asio::any_io_executor engine::get_executor() const { return impl_->ex; }
 const std::filesystem::path& engine::home() const { return impl_->home; }
 
+namespace {
+
+// The local backend's interpreter and its system packages, when the request
+// leaves them: $TJOB_PYTHON and $TJOB_SYSTEM_SITE_PACKAGES=1, for every
+// front end alike (an unchanged Kubeflow program can then run offline
+// against a system torch, which the torch runtime would otherwise fetch).
+void local_python_defaults(train_request& req) {
+  auto* p = std::get_if<python_trainer>(&req.job_trainer);
+  if (!p) return;
+  if (p->python.empty())
+    if (const char* v = std::getenv("TJOB_PYTHON"); v && *v) p->python = v;
+  if (!p->system_site_packages)
+    if (const char* v = std::getenv("TJOB_SYSTEM_SITE_PACKAGES"); v && std::string_view(v) == "1")
+      p->system_site_packages = true;
+}
+
+}  // namespace
+
 asio::awaitable<std::string> engine::train(train_request req) {
   auto& e = *impl_;
   const auto traits = e.backend->traits();
+  if (traits.kind == backend_kind::local) local_python_defaults(req);
   if (!traits.keeps_labels && (!req.labels.empty() || !req.annotations.empty()))
     fail(errc::invalid_argument,
          std::string(req.labels.empty() ? "Annotations" : "Labels") + " option is not compatible with the " +

@@ -9,6 +9,7 @@ from .client import STATUSES, AsyncTrainerClient, JobFailedError, TrainerClient
 from .types import (
     Annotations,
     BuiltinTrainer,
+    CommandTrainer,
     ContainerBackendConfig,
     CustomTrainer,
     CustomTrainerContainer,
@@ -29,7 +30,7 @@ from .types import (
 )
 
 __all__ = [
-    "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "ContainerBackendConfig", "CustomTrainer",
+    "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
     "CustomTrainerContainer", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
     "LocalProcessBackendConfig", "Name", "Runtime", "RuntimeKind", "RuntimeTrainer", "STATUSES", "Step",
     "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient",

@@ -22,6 +22,7 @@ from . import _tjob
 from .types import (
     Annotations,
     BuiltinTrainer,
+    CommandTrainer,
     ContainerBackendConfig,
     CustomTrainer,
     CustomTrainerContainer,
@@ -39,7 +40,6 @@ from .types import (
     TrainerCommand,
     TrainerType,
     TrainJob,
-    _env_flag,
 )
 
 STATUSES = ("Created", "Running", "Complete", "Failed")
@@ -196,13 +196,32 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
     if (command or args) and not isinstance(trainer, CustomTrainerContainer):
         raise ValueError("TrainerCommand and TrainerArgs can only be used with CustomTrainerContainer")
     if isinstance(trainer, CustomTrainer):
-        t = {"kind": "python", **_function_source(trainer.func, trainer.func_args)}
+        if isinstance(trainer.func, (str, os.PathLike)):
+            path = os.fspath(trainer.func)
+            if not path.endswith(".py") or not os.path.isfile(path):
+                raise ValueError(f"CustomTrainer.func={path!r}: give a function, or the path of a .py script "
+                                 "that exists")
+            if trainer.func_args:
+                raise ValueError("CustomTrainer.func_args go to a function; a script takes args")
+            t = {"kind": "python", "source_file": os.path.abspath(path),
+                 "args": [str(a) for a in trainer.args or []]}
+        else:
+            if trainer.args:
+                raise ValueError("CustomTrainer.args go to a script; a function takes func_args")
+            t = {"kind": "python", **_function_source(trainer.func, trainer.func_args)}
         t["packages_to_install"] = list(trainer.packages_to_install or [])
         t["pip_index_urls"] = list(trainer.pip_index_urls or [])
         t["env"] = _check_env(trainer.env)
         t["image"] = trainer.image or ""
         t.update(_resources(trainer.resources_per_node))
         t.update(defaults)
+        req["num_nodes"] = trainer.num_nodes or 1
+    elif isinstance(trainer, CommandTrainer):
+        if not trainer.command or not all(isinstance(a, str) for a in trainer.command):
+            raise ValueError(f"CommandTrainer.command={trainer.command!r}: give the program and its arguments "
+                             "as a list of strings")
+        t = {"kind": "command", "command": list(trainer.command), "env": _check_env(trainer.env),
+             "working_dir": trainer.working_dir or "", "image": trainer.image or ""}
         req["num_nodes"] = trainer.num_nodes or 1
     elif isinstance(trainer, CustomTrainerContainer):
         if backend != "kubernetes":
@@ -229,10 +248,9 @@ def _config(backend_config) -> (str, Dict, Dict):
     """The engine's config, and what the backend puts in every Python trainer."""
     if backend_config is None or isinstance(backend_config, LocalProcessBackendConfig):
         c = backend_config or LocalProcessBackendConfig()
-        python = c.python or os.environ.get("TJOB_PYTHON") or ""
-        ssp = c.system_site_packages
-        if ssp is None:
-            ssp = bool(_env_flag("TJOB_SYSTEM_SITE_PACKAGES"))
+        # unset: the engine takes $TJOB_PYTHON and $TJOB_SYSTEM_SITE_PACKAGES=1
+        python = c.python or ""
+        ssp = bool(c.system_site_packages)
         cfg = {"backend": "local", "home": c.home, "cleanup_venv": c.cleanup_venv, "venv_cache": c.venv_cache,
                "grace_period": c.grace_period}
         return "local", cfg, {"python": python, "system_site_packages": ssp}

@@ -33,7 +33,8 @@ class RuntimeKind(str, Enum):
 @dataclass
 class CustomTrainer:
     """A Python function trained as a job: its source (as `inspect.getsource` gives it) runs in a venv
-    of its own with `packages_to_install`, called with `func_args` as keyword arguments."""
+    of its own with `packages_to_install`, called with `func_args` as keyword arguments. tjob also takes
+    the path of a script as `func` (a str ending in .py): it runs as it is, with `args`."""
 
     func: Callable
     func_args: Optional[Dict] = None
@@ -43,6 +44,20 @@ class CustomTrainer:
     num_nodes: Optional[int] = None
     resources_per_node: Optional[Dict] = None
     env: Optional[Dict[str, str]] = None
+    # tjob
+    args: Optional[List[str]] = None
+
+
+@dataclass
+class CommandTrainer:
+    """tjob's own: a program run as it is, with its arguments (no shell), in the job's work directory
+    (in a container: `image`, else the backend's or the runtime's). What `tjob run -- CMD` runs."""
+
+    command: List[str]
+    env: Optional[Dict[str, str]] = None
+    working_dir: Optional[str] = None
+    image: Optional[str] = None
+    num_nodes: Optional[int] = None
 
 
 @dataclass
@@ -169,13 +184,6 @@ class TrainerArgs:
 # --- backend configs ---------------------------------------------------------------------------------
 
 
-def _env_flag(name: str) -> Optional[bool]:
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return None
-    return v not in ("0", "false", "False", "no")
-
-
 @dataclass
 class LocalProcessBackendConfig:
     """Jobs as local processes, each Python job in a venv of its own (tjob's default backend).
@@ -188,7 +196,7 @@ class LocalProcessBackendConfig:
     cleanup_venv: bool = True
     home: Optional[str] = None
     python: Optional[str] = None
-    system_site_packages: Optional[bool] = None
+    system_site_packages: bool = False
     venv_cache: bool = True
     grace_period: Optional[float] = None
 

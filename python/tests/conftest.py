@@ -1,0 +1,88 @@
+"""Fixtures of the Python package's tests: a store per test, the loopback package index, the
+Kubernetes stand-in and the container daemons, all real (tests/support)."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUPPORT = os.path.join(ROOT, "tests", "support")
+BUILD = os.environ.get("TJOB_BUILD_DIR", os.path.join(ROOT, "build"))
+TJOB = os.path.join(BUILD, "tjob")
+HELPER = os.path.join(BUILD, "tests", "tjob-test-helper")
+
+
+def unavailable(why):
+    """A case that cannot run here: skipped on a developer machine, failed in CI (which has it all)."""
+    if os.environ.get("CI"):
+        pytest.fail(why + " (CI must have it)")
+    pytest.skip(why)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("TJOB_HOME", str(h))
+    return str(h)
+
+
+@pytest.fixture(scope="session")
+def index():
+    """The loopback PEP 503 index of tests/support/make_index.py (tinyjob 1.2.0 needing tinydep)."""
+    d = tempfile.mkdtemp(prefix="tjob-index-")
+    subprocess.run([sys.executable, os.path.join(SUPPORT, "make_index.py"), d], check=True)
+    server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", d,
+                               "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = server.stdout.readline()
+    port = re.search(r"port (\d+)", line)
+    assert port, line
+    yield "http://127.0.0.1:%s/simple/" % port.group(1)
+    server.kill()
+    server.wait()
+
+
+@pytest.fixture
+def kube(tmp_path):
+    """The Kubernetes API stand-in; yields its kubeconfig."""
+    d = str(tmp_path / "standin")
+    os.makedirs(d)
+    server = subprocess.Popen([sys.executable, os.path.join(SUPPORT, "kube_standin.py"), "serve", d,
+                               "--die-with-parent"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in server.stdout:
+        if "standin: serving on" in line:
+            break
+    else:
+        raise RuntimeError("the Kubernetes stand-in did not start: " + server.stderr.read())
+    yield os.path.join(d, "kubeconfig")
+    subprocess.run([sys.executable, os.path.join(SUPPORT, "kube_standin.py"), "stop", d], timeout=30)
+    server.wait(timeout=15)
+
+
+def daemon_socket(which):
+    peers = os.environ.get("TJOB_TEST_PEERS")
+    sock = os.path.join(peers, which + ".sock") if peers else None
+    if not sock or not os.path.exists(sock):
+        unavailable(f"{which} is not running (the container_peers fixture starts it; TJOB_TEST_PEERS)")
+    return "unix://" + sock
+
+
+class Gate:
+    """A FIFO a job blocks on until the test releases it (tjob-test-helper read-fifo)."""
+
+    def __init__(self, d):
+        self.path = os.path.join(d, "gate")
+        os.mkfifo(self.path)
+
+    def release(self):
+        fd = os.open(self.path, os.O_WRONLY)
+        os.write(fd, b"go\n")
+        os.close(fd)
+
+
+@pytest.fixture
+def gate(tmp_path):
+    return Gate(str(tmp_path))

@@ -1,0 +1,315 @@
+"""The Python client on the local backend: real processes, real pip against the loopback index."""
+import datetime
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import tjob
+from tjob import (AsyncTrainerClient, BuiltinTrainer, CommandTrainer, CustomTrainer, Initializer,
+                  JobFailedError, Labels, LocalProcessBackendConfig, Name, TrainerClient)
+
+from conftest import HELPER, TJOB
+
+
+def train_model(lr, epochs=2):
+    import tinyjob
+
+    print("tinyjob says", tinyjob.hello())
+    for epoch in range(epochs):
+        print(f"epoch {epoch} lr {lr}")
+
+
+@pytest.fixture
+def system_torch(monkeypatch):
+    """The torch runtime's `torch` from Debian's python3 (no index here has it), as a user offline does."""
+    monkeypatch.setenv("TJOB_PYTHON", "/usr/bin/python3")
+    monkeypatch.setenv("TJOB_SYSTEM_SITE_PACKAGES", "1")
+
+
+def test_the_kubeflow_example_runs_with_only_its_import_changed(home, index, system_torch):
+    client = TrainerClient(backend_config=LocalProcessBackendConfig(cleanup_venv=True))
+    name = client.train(trainer=CustomTrainer(func=train_model, func_args={"lr": 0.1},
+                                              packages_to_install=["tinyjob"], pip_index_urls=[index],
+                                              num_nodes=1))
+    lines = list(client.get_job_logs(name, follow=True))
+    job = client.wait_for_job_status(name)
+    assert job.status == "Complete"
+    assert job.name == name and len(name) == 12
+    assert job.runtime.name == "torch-distributed"
+    assert [s.name for s in job.steps] == ["node-0"]
+    assert job.steps[0].exit_code == 0
+    assert isinstance(job.creation_timestamp, datetime.datetime)
+    assert job.start_time <= job.end_time
+    text = "".join(lines)
+    assert "tinyjob says hi" in text
+    assert "epoch 1 lr 0.1\n" in text
+    assert all(line.endswith("\n") for line in lines)
+    # the venv went with the job (cleanup_venv)
+    assert not os.path.exists(os.path.join(home, "jobs", name, "venv"))
+    client.close()
+
+
+def test_a_script_trainer_runs_with_its_arguments(home, index, tmp_path, system_torch):
+    script = tmp_path / "train.py"
+    script.write_text("import sys, tinyjob\nprint('args', sys.argv[1:], tinyjob.hello())\n")
+    with TrainerClient() as client:
+        name = client.train(trainer=CustomTrainer(func=str(script), args=["--lr", "0.5"],
+                                                  packages_to_install=["tinyjob"], pip_index_urls=[index]),
+                            options=[Name("script-job")])
+        assert name == "script-job"
+        client.wait_for_job_status(name)
+        assert "args ['--lr', '0.5'] hi from tinyjob 1.2.0" in "".join(client.get_job_logs(name))
+
+
+def test_a_failing_job_raises_with_its_step_exit_code_and_last_lines(home):
+    with TrainerClient() as client:
+        name = client.train(trainer=CommandTrainer([HELPER, "print", "the loss is nan\n", "exit", "3"]))
+        with pytest.raises(JobFailedError) as e:
+            client.wait_for_job_status(name)
+        assert isinstance(e.value, RuntimeError)
+        assert e.value.step == "node-0"
+        assert e.value.exit_code == 3
+        assert e.value.job.status == "Failed"
+        assert "exit code 3" in str(e.value)
+        assert "the loss is nan" in str(e.value)
+        # asking for Failed is no failure
+        assert client.wait_for_job_status(name, status={"Failed"}).status == "Failed"
+
+
+def test_follow_yields_lines_while_the_job_is_still_running(home, gate):
+    with TrainerClient() as client:
+        name = client.train(trainer=CommandTrainer([HELPER, "print", "first\n", "read-fifo", gate.path,
+                                                    "print", "second\n"]))
+        logs = client.get_job_logs(name, follow=True)
+        # the job writes "second" only after this reader has seen "first": a reader that
+        # only replays what is stored would wait for the job's end and never get here
+        assert next(logs) == "first\n"
+        assert client.get_job(name).status == "Running"
+        gate.release()
+        assert list(logs) == ["second\n"]
+        assert client.wait_for_job_status(name).status == "Complete"
+
+
+def test_tail_timestamps_and_since(home):
+    with TrainerClient() as client:
+        name = client.train(trainer=CommandTrainer([HELPER, "lines", "5"]))
+        client.wait_for_job_status(name)
+        assert list(client.get_job_logs(name, tail=2)) == ["line 4\n", "line 5\n"]
+        stamped = list(client.get_job_logs(name, timestamps=True))
+        assert len(stamped) == 5 and stamped[0][29:] == "Z line 1\n"
+        assert list(client.get_job_logs(name, since=datetime.timedelta(hours=1)))[-1] == "line 5\n"
+        future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+        assert list(client.get_job_logs(name, since=future)) == []
+
+
+def test_callbacks_see_each_status_and_polling_interval_is_not_polling(home, gate):
+    seen = []
+    with TrainerClient() as client:
+        name = client.train(trainer=CommandTrainer([HELPER, "print", "up\n", "read-fifo", gate.path]))
+        assert next(client.get_job_logs(name, follow=True)) == "up\n"
+        threading.Timer(0, gate.release).start()
+        job = client.wait_for_job_status(name, callbacks=[lambda j: seen.append(j.status)], timeout=60,
+                                         polling_interval=59)
+        assert job.status == "Complete"
+        assert seen[0] == "Running" and seen[-1] == "Complete"
+
+
+def test_a_wait_times_out_with_timeout_error_and_the_job_runs_on(home, gate):
+    with TrainerClient() as client:
+        name = client.train(trainer=CommandTrainer([HELPER, "read-fifo", gate.path]))
+        with pytest.raises(TimeoutError):
+            client.wait_for_job_status(name, timeout=1, polling_interval=0.5)
+        assert client.get_job(name).status in ("Created", "Running")
+        gate.release()
+        assert client.wait_for_job_status(name).status == "Complete"
+
+
+def test_bad_input_is_a_value_error_naming_the_field_before_anything_is_created(home):
+    def needs(a, b):
+        pass
+
+    x = 3
+
+    def closure():
+        return x
+
+    with TrainerClient() as client:
+        cases = [
+            (dict(trainer=CustomTrainer(func=lambda: None)), "lambda"),
+            (dict(trainer=CustomTrainer(func=closure)), "closure over x"),
+            (dict(trainer=CustomTrainer(func=needs, func_args={"a": 1})), "needs b"),
+            (dict(trainer=CustomTrainer(func=needs, func_args={"a": 1, "b": object()})), "JSON"),
+            (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1},
+                                        resources_per_node={"gpu": -1})), "gpu=-1"),
+            (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1},
+                                        resources_per_node={"tpu": 1})), "unknown key 'tpu'"),
+            (dict(trainer=CommandTrainer([HELPER]), options=[Name("../etc")]), "../etc"),
+            (dict(trainer=CommandTrainer([HELPER]), options=[Labels({"a": "b"})]), "Labels option"),
+            (dict(trainer=BuiltinTrainer()), "BuiltinTrainer"),
+            (dict(trainer=CommandTrainer([HELPER]), initializer=Initializer()), "initializer"),
+            (dict(trainer=None), "trainer"),
+            (dict(trainer=CommandTrainer([HELPER]), runtime="no-such-runtime"), "no-such-runtime"),
+        ]
+        for kwargs, mention in cases:
+            with pytest.raises(ValueError) as e:
+                client.train(**kwargs)
+            assert mention in str(e.value), (kwargs, str(e.value))
+        assert client.list_jobs() == []
+        with pytest.raises(ValueError, match="No TrainJob"):
+            client.get_job("ghost")
+        with pytest.raises(ValueError, match="ghost"):
+            list(client.get_job_logs("ghost"))
+        with pytest.raises(ValueError, match="Timeout must be a positive number"):
+            client.wait_for_job_status("ghost", timeout=0)
+        with pytest.raises(ValueError, match="subset"):
+            client.wait_for_job_status("ghost", status={"Done"})
+    with pytest.raises(ValueError, match="Invalid backend config"):
+        TrainerClient(backend_config={"kind": "local"})
+
+
+def test_a_backend_that_cannot_be_reached_is_a_runtime_error(home, tmp_path):
+    with pytest.raises(RuntimeError):
+        c = TrainerClient(backend_config=tjob.ContainerBackendConfig(
+            container_host="unix://" + str(tmp_path / "no.sock")))
+        c.list_jobs()
+
+
+def test_types_pickle_and_print_as_dataclasses(home):
+    with TrainerClient() as client:
+        name = client.train(trainer=CommandTrainer([HELPER, "exit", "0"]), options=[Name("pickled")])
+        job = client.wait_for_job_status(name)
+        again = pickle.loads(pickle.dumps(job))
+        assert again == job
+        assert repr(job).startswith("TrainJob(name='pickled'")
+        assert pickle.loads(pickle.dumps(client.list_runtimes())) == client.list_runtimes()
+        events = client.get_job_events(name)
+        assert [e.reason for e in events][:2] == ["Created", "Started"]
+        assert pickle.loads(pickle.dumps(events)) == events
+        err = JobFailedError("boom", job)
+        back = pickle.loads(pickle.dumps(err))
+        assert str(back) == "boom" and back.job == job
+
+
+def test_several_threads_share_one_client(home):
+    with TrainerClient() as client:
+        names, errors = [], []
+
+        def worker(i):
+            try:
+                n = client.train(trainer=CommandTrainer([HELPER, "print", f"from {i}\n"]))
+                client.wait_for_job_status(n)
+                names.append((i, n, "".join(client.get_job_logs(n))))
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        assert sorted(i for i, _, _ in names) == list(range(8))
+        assert all(log == f"from {i}\n" for i, _, log in names)
+
+
+def test_a_job_from_one_process_is_listed_followed_and_deleted_from_another_and_the_cli(home, gate, tmp_path):
+    # A detached job outlives the Python process that started it.
+    starter = tmp_path / "start.py"
+    command = [HELPER, "print", "hello\n", "read-fifo", gate.path, "print", "bye\n"]
+    starter.write_text(textwrap.dedent(f"""
+        from tjob import TrainerClient, CommandTrainer, Name
+        c = TrainerClient()
+        print(c.train(trainer=CommandTrainer({command!r}), options=[Name("shared")], detach=True))
+    """))
+    out = subprocess.run([sys.executable, str(starter)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(tjob.__file__))))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "shared\n"
+    with TrainerClient() as client:
+        assert [j.name for j in client.list_jobs()] == ["shared"]
+        logs = client.get_job_logs("shared", follow=True)
+        assert next(logs) == "hello\n"
+        cli = subprocess.run([TJOB, "list", "-o", "name"], capture_output=True, text=True, timeout=60)
+        assert cli.stdout == "shared\n"
+        gate.release()
+        assert list(logs) == ["bye\n"]
+        assert client.wait_for_job_status("shared").status == "Complete"
+        assert subprocess.run([TJOB, "logs", "shared"], capture_output=True, text=True).stdout == "hello\nbye\n"
+        client.delete_job("shared")
+        assert client.list_jobs() == []
+        assert subprocess.run([TJOB, "list", "-o", "name"], capture_output=True, text=True).stdout == ""
+
+
+def test_ctrl_c_in_a_wait_raises_keyboard_interrupt_and_leaves_the_job_running(home, gate, tmp_path):
+    script = tmp_path / "waiter.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        from tjob import TrainerClient, CommandTrainer, Name
+        c = TrainerClient()
+        name = c.train(trainer=CommandTrainer({[HELPER, "read-fifo", gate.path]!r}), options=[Name("waited")],
+                       detach=True)
+        try:
+            # the callback runs inside the wait: the signal comes while it waits
+            c.wait_for_job_status(name, timeout=600, callbacks=[lambda j: print("waiting", flush=True)])
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted", c.get_job(name).status, flush=True)
+    """))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(tjob.__file__))))
+    assert p.stdout.readline() == "waiting\n"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert out == "interrupted Running\n", err
+    with TrainerClient() as client:
+        assert client.get_job("waited").status == "Running"
+        gate.release()
+        assert client.wait_for_job_status("waited").status == "Complete"
+
+
+def test_an_async_client_follows_and_waits_without_a_thread_per_call(home, gate):
+    import asyncio
+
+    async def main():
+        async with AsyncTrainerClient() as client:
+            name = await client.train(trainer=CommandTrainer([HELPER, "print", "one\n", "read-fifo", gate.path,
+                                                              "print", "two\n"]))
+            got = []
+            async for line in client.get_job_logs(name, follow=True):
+                got.append(line)
+                if line == "one\n":
+                    assert (await client.get_job(name)).status == "Running"
+                    await asyncio.get_running_loop().run_in_executor(None, gate.release)
+            assert got == ["one\n", "two\n"]
+            job = await client.wait_for_job_status(name)
+            assert job.status == "Complete"
+            with pytest.raises(JobFailedError):
+                bad = await client.train(trainer=CommandTrainer([HELPER, "exit", "4"]))
+                await client.wait_for_job_status(bad)
+            return threading.active_count()
+
+    before = threading.active_count()
+    during = asyncio.run(main())
+    assert during <= before + 2  # the engine's thread (and asyncio's resolver, at most)
+
+
+def test_a_thousand_async_jobs_submitted_and_awaited_together(home):
+    import asyncio
+
+    async def main():
+        async with AsyncTrainerClient() as client:
+            names = await asyncio.gather(*[client.train(trainer=CommandTrainer([HELPER, "print", f"{i}\n"]))
+                                           for i in range(1000)])
+            jobs = await asyncio.gather(*[client.wait_for_job_status(n) for n in names])
+            return names, jobs
+
+    names, jobs = asyncio.run(main())
+    assert len(set(names)) == 1000
+    assert all(j.status == "Complete" for j in jobs)
