@@ -385,6 +385,9 @@ class client {
       core_->close();
     } catch (...) {
     }
+    // A close that could not finish (the interpreter going away) leaves the
+    // thread to the process's exit rather than terminating it here.
+    if (core_->thread.joinable()) core_->thread.detach();
   }
 
   void close() { core_->close(); }

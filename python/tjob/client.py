@@ -7,6 +7,7 @@ the job goes on), the asyncio client on a future settled through loop.call_soon_
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import datetime
 import inspect
@@ -16,6 +17,7 @@ import re
 import textwrap
 import threading
 import time
+import weakref
 from typing import Callable, Dict, Iterator, List, Optional, Set
 
 from . import _tjob
@@ -348,11 +350,23 @@ class _Lines:
         self.lines.extend(p.decode("utf-8", "replace") + "\n" for p in parts)
 
 
+# Clients still open when the interpreter exits are closed first, while
+# Python can still run their engines' last callbacks.
+_open_clients = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for c in list(_open_clients):
+        c.close()
+
+
 class _Base:
     def __init__(self, backend_config=None):
         self._backend, cfg, self._defaults = _config(backend_config)
         self._config_dict = cfg
         self._engine = _tjob.Client(cfg)
+        _open_clients.add(self)
         self._runtimes: Dict[str, Optional[Runtime]] = {}
         self._lock = threading.Lock()
 
@@ -380,6 +394,7 @@ class _Base:
         """Stops this client's engine. Jobs it started and still runs are later found lost (as with the
         C++ client); use a detached job (`train(..., detach=True)`) to outlive the process."""
         self._engine.close()
+        _open_clients.discard(self)
 
 
 class _Pending:

@@ -1,0 +1,33 @@
+"""The README's Python example, word for word, and its install command."""
+import os
+import re
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def readme_block(language, after):
+    text = open(os.path.join(ROOT, "README.md")).read()
+    section = text[text.index(after):]
+    return re.search(r"```" + language + r"\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readmes_python_example_runs_as_written(tmp_path, home):
+    code = readme_block("python", "## Python")
+    assert "from tjob import TrainerClient" in code
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    # as the README says: offline, torch and numpy from Debian's Python
+    env = dict(os.environ, TJOB_PYTHON="/usr/bin/python3", TJOB_SYSTEM_SITE_PACKAGES="1")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "step 2: loss 1.5943\n" in r.stdout
+    assert r.stdout.endswith("Complete\n")
+
+
+def test_the_readmes_install_command_is_the_one_test_install_runs():
+    command = readme_block("sh", "To install it")
+    assert command.strip() == ("python3 -m venv --system-site-packages venv && venv/bin/pip install "
+                               "--no-build-isolation --no-index ./python")
