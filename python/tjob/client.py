@@ -6,7 +6,6 @@ the job goes on), the asyncio client on a future settled through loop.call_soon_
 """
 from __future__ import annotations
 
-import asyncio
 import atexit
 import collections
 import datetime
@@ -76,6 +75,8 @@ def _exception(error) -> BaseException:
     if code in ("job_failed", "unreachable_status"):
         return JobFailedError(message)
     if code == "cancelled":
+        import asyncio
+
         return asyncio.CancelledError()
     return RuntimeError(message)
 
@@ -556,11 +557,26 @@ class AsyncTrainerClient(_Base):
     """TrainerClient's methods as coroutines, completed from the engine's thread (no thread per call):
     `await client.train(...)`, `async for line in client.get_job_logs(name, follow=True)`."""
 
+    def __init__(self, backend_config=None):
+        super().__init__(backend_config)
+        self._channels = weakref.WeakKeyDictionary()  # loop -> its channel
+
+    def _channel(self, loop):
+        # The engine's completions reach this loop in batches: its reader drains them.
+        ch = self._channels.get(loop)
+        if ch is None:
+            ch = _tjob.Channel()
+            loop.add_reader(ch.fileno(), ch.drain)
+            self._channels[loop] = ch
+        return ch
+
     async def _call(self, start, *args):
+        import asyncio  # here, not at the top: `import tjob` stays cheap for the blocking client
+
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
 
-        def settle(result, error):
+        def settle(result, error):  # on the loop's thread (the channel's drain)
             if fut.done():
                 return
             if error is not None:
@@ -568,15 +584,19 @@ class AsyncTrainerClient(_Base):
             else:
                 fut.set_result(result)
 
-        def done(result, error):  # on the engine's thread
-            loop.call_soon_threadsafe(settle, result, error)
-
-        call = start(*args, done)
+        call = start(*args, self._channel(loop).target(settle))
         try:
             return await fut
         except asyncio.CancelledError:
             call.cancel()
             raise
+
+    def close(self):
+        for loop, ch in list(self._channels.items()):
+            if not loop.is_closed():
+                loop.remove_reader(ch.fileno())
+        self._channels.clear()
+        super().close()
 
     async def __aenter__(self):
         return self
