@@ -245,19 +245,31 @@ def test_a_job_from_one_process_is_listed_followed_and_deleted_from_another_and_
         client.delete_job("shared")
         assert client.list_jobs() == []
         assert subprocess.run([TJOB, "list", "-o", "name"], capture_output=True, text=True).stdout == ""
+        # and the other way: one this process started, deleted by the CLI
+        other = client.train(trainer=CommandTrainer([HELPER, "exit", "0"]), options=[Name("by-cli")], detach=True)
+        client.wait_for_job_status(other)
+        assert subprocess.run([TJOB, "delete", "by-cli"], capture_output=True, text=True).returncode == 0
+        assert client.list_jobs() == []
 
 
 def test_ctrl_c_in_a_wait_raises_keyboard_interrupt_and_leaves_the_job_running(home, gate, tmp_path):
     script = tmp_path / "waiter.py"
+    command = [HELPER, "print", "up\n", "read-fifo", gate.path]
     script.write_text(textwrap.dedent(f"""
         import sys, time
         from tjob import TrainerClient, CommandTrainer, Name
         c = TrainerClient()
-        name = c.train(trainer=CommandTrainer({[HELPER, "read-fifo", gate.path]!r}), options=[Name("waited")],
-                       detach=True)
+        name = c.train(trainer=CommandTrainer({command!r}),
+                       options=[Name("waited")], detach=True)
         try:
             # the callback runs inside the wait: the signal comes while it waits
             c.wait_for_job_status(name, timeout=600, callbacks=[lambda j: print("waiting", flush=True)])
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted", c.get_job(name).status, flush=True)
+        try:
+            for line in c.get_job_logs(name, follow=True):
+                print("following", flush=True)  # then the log has nothing more until the gate opens
             print("not interrupted")
         except KeyboardInterrupt:
             print("interrupted", c.get_job(name).status, flush=True)
@@ -265,6 +277,9 @@ def test_ctrl_c_in_a_wait_raises_keyboard_interrupt_and_leaves_the_job_running(h
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(tjob.__file__))))
     assert p.stdout.readline() == "waiting\n"
+    p.send_signal(signal.SIGINT)
+    assert p.stdout.readline() == "interrupted Running\n"
+    assert p.stdout.readline() == "following\n"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert out == "interrupted Running\n", err
