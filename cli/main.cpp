@@ -199,7 +199,8 @@ struct commands {
   job_options run_opts, train_opts;
   std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
   std::vector<std::string> job_names;  // get, delete, cancel: one or more
-  bool follow = false, prune_all = false, delete_all = false, all_steps = false, watch = false, timestamps = false;
+  bool follow = false, prune_all = false, delete_all = false, all_steps = false, watch = false,
+       timestamps = false;
   std::string since;
   long long tail = -1;
   double timeout = 600, unused_days = 7;

@@ -65,8 +65,8 @@ std::string format_rfc3339_nano(clock::time_point t) {
   std::time_t tt = static_cast<std::time_t>(secs);
   std::tm tm{};
   ::gmtime_r(&tt, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                     tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
 }
 
 std::string peer_stamps::operator()(std::string_view text) {
@@ -96,7 +96,9 @@ std::string peer_stamps::operator()(std::string_view text) {
 
 namespace tjob {
 
-std::optional<clock::time_point> parse_time(std::string_view rfc3339) { return detail::parse_rfc3339(rfc3339); }
+std::optional<clock::time_point> parse_time(std::string_view rfc3339) {
+  return detail::parse_rfc3339(rfc3339);
+}
 
 std::string format_time(clock::time_point t) { return detail::format_rfc3339_nano(t); }
 

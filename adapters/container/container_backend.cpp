@@ -451,7 +451,8 @@ asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const l
   for (const auto& c : cs) {
     if (c.step == o.step) {
       co_return log_stream(std::make_unique<container_log>(
-          shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step), c.id, o, c.tty));
+          shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step), c.id, o,
+          c.tty));
     }
     known.push_back(c.step);
   }

@@ -415,9 +415,9 @@ asio::awaitable<outcome<json::array>> docker_api::container_list(const std::vect
 
 asio::awaitable<outcome<http::body_stream>> docker_api::container_logs(const std::string& id, log_options o) {
   // (named, not temporaries in the co_await: g++ 12)
-  std::string q = "/containers/" + http::url_encode(id) + "/logs?stdout=1&stderr=1" +
-                  (o.follow ? "&follow=1" : "") + (o.tail ? "&tail=" + std::to_string(*o.tail) : std::string()) +
-                  (o.timestamps ? "&timestamps=1" : "");
+  std::string q =
+      "/containers/" + http::url_encode(id) + "/logs?stdout=1&stderr=1" + (o.follow ? "&follow=1" : "") +
+      (o.tail ? "&tail=" + std::to_string(*o.tail) : std::string()) + (o.timestamps ? "&timestamps=1" : "");
   if (o.since) {
     // seconds and nanoseconds, as the docker CLI sends it (Podman reads it too)
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(o.since->time_since_epoch()).count();

@@ -7,9 +7,9 @@
 #include "adapters/python/python_plan.hpp"
 #include "engine/fail.hpp"
 #include "engine/log_stream_impl.hpp"
-#include "engine/times.hpp"
 #include "engine/messages.hpp"
 #include "engine/names.hpp"
+#include "engine/times.hpp"
 #include "engine/trainer_checks.hpp"
 #include "engine/wake.hpp"
 
@@ -415,10 +415,11 @@ struct backend::impl : std::enable_shared_from_this<impl> {
         if (!pod) raise(prefixed(pod.error(), where));
         if (!*pod) co_return false;
         const auto& o = options;
-        auto target = b->pods_path + "/" + **pod + "/log?container=node" + (o.follow ? "&follow=true" : "") +
-                      (o.tail ? "&tailLines=" + std::to_string(*o.tail) : "") +
-                      (o.timestamps || o.since ? "&timestamps=true" : "") +
-                      (o.since ? "&sinceTime=" + http::url_encode(detail::format_rfc3339_nano(*o.since)) : "");
+        auto target =
+            b->pods_path + "/" + **pod + "/log?container=node" + (o.follow ? "&follow=true" : "") +
+            (o.tail ? "&tailLines=" + std::to_string(*o.tail) : "") +
+            (o.timestamps || o.since ? "&timestamps=true" : "") +
+            (o.since ? "&sinceTime=" + http::url_encode(detail::format_rfc3339_nano(*o.since)) : "");
         auto opened = co_await b->a->stream(std::move(target));
         if (!opened) {
           // started between our read and the request: wait and try again

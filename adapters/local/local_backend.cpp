@@ -101,8 +101,8 @@ struct local_log final : log_stream::impl {
   std::optional<clock::time_point> since;
   std::uint64_t handed = 0;  // offset past the last byte handed out
 
-  local_log(std::shared_ptr<engine_state> eng, std::string j, const log_options& o, std::filesystem::path path,
-            std::uint64_t offset)
+  local_log(std::shared_ptr<engine_state> eng, std::string j, const log_options& o,
+            std::filesystem::path path, std::uint64_t offset)
       : e(std::move(eng)),
         job(std::move(j)),
         step(o.step),

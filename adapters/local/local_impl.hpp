@@ -4,8 +4,8 @@
 #pragma once
 
 #include "adapters/local/fs_watch.hpp"
-#include "adapters/local/log_clock.hpp"
 #include "adapters/local/job_fsm.hpp"
+#include "adapters/local/log_clock.hpp"
 #include "adapters/local/log_files.hpp"
 #include "adapters/local/store.hpp"
 #include "adapters/local/venv_cache.hpp"

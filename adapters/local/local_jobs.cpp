@@ -60,7 +60,12 @@ train_job to_job(const detail::job_row& row) {
 // construction, store writes
 
 engine_state::engine_state(const detail::backend_context& ctx)
-    : ex(ctx.ex), cfg(ctx.cfg), log(ctx.log), tasks(ctx.ex, log), watch(ctx.ex, log, tasks), log_times(ctx.ex, log, tasks) {
+    : ex(ctx.ex),
+      cfg(ctx.cfg),
+      log(ctx.log),
+      tasks(ctx.ex, log),
+      watch(ctx.ex, log, tasks),
+      log_times(ctx.ex, log, tasks) {
   home = ctx.home;  // absolute, and checked by the engine
   jobs_dir = home / "jobs";
   auto db_path = home / "tjob.db";

@@ -49,8 +49,9 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
     int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (fd < 0) {
       unavailable = true;
-      log->debug("log times: inotify_init1 failed ({}); lines get the time of the last write before they are read",
-                 std::strerror(errno));
+      log->debug(
+          "log times: inotify_init1 failed ({}); lines get the time of the last write before they are read",
+          std::strerror(errno));
       return false;
     }
     descriptor.assign(fd);

@@ -28,13 +28,13 @@
 #include <cerrno>
 #include <functional>
 #include <future>
-#include <mutex>
-#include <system_error>
-#include <vector>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <vector>
 
 namespace py = pybind11;
 namespace asio = boost::asio;
@@ -170,7 +170,8 @@ tjob::engine_config config_of(const py::dict& d) {
   take(d, "cleanup_venv", c.cleanup_venv);
   take(d, "venv_cache", c.venv_cache);
   if (d.contains("grace_period") && !d["grace_period"].is_none())
-    c.grace_period = std::chrono::milliseconds(static_cast<long long>(d["grace_period"].cast<double>() * 1000));
+    c.grace_period =
+        std::chrono::milliseconds(static_cast<long long>(d["grace_period"].cast<double>() * 1000));
   std::vector<std::string> dirs;
   take(d, "runtime_dirs", dirs);
   for (auto& x : dirs) c.runtime_dirs.emplace_back(x);
@@ -212,7 +213,8 @@ std::set<tjob::job_status> statuses_of(const std::vector<std::string>& names) {
   std::set<tjob::job_status> out;
   for (const auto& n : names) {
     auto s = tjob::parse_job_status(n);
-    if (!s) throw py::value_error("tjob: unknown status '" + n + "': use Created, Running, Complete or Failed");
+    if (!s)
+      throw py::value_error("tjob: unknown status '" + n + "': use Created, Running, Complete or Failed");
     out.insert(*s);
   }
   return out;
@@ -222,11 +224,25 @@ std::set<tjob::job_status> statuses_of(const std::vector<std::string>& names) {
 
 // tjob::errc's names, which the Python layer maps to exception types.
 std::string errc_name(const boost::system::error_code& ec) {
-  static const char* const names[] = {
-      "",           "job_not_found",     "step_not_found",    "invalid_name",       "duplicate_name",
-      "invalid_argument", "executable_not_found", "runtime_not_found", "job_failed", "unreachable_status",
-      "timeout",    "store_unavailable", "store_corrupt",     "store_locked",       "spawn_failed",
-      "shut_down",  "backend_unavailable", "backend_error",   "protocol_error"};
+  static const char* const names[] = {"",
+                                      "job_not_found",
+                                      "step_not_found",
+                                      "invalid_name",
+                                      "duplicate_name",
+                                      "invalid_argument",
+                                      "executable_not_found",
+                                      "runtime_not_found",
+                                      "job_failed",
+                                      "unreachable_status",
+                                      "timeout",
+                                      "store_unavailable",
+                                      "store_corrupt",
+                                      "store_locked",
+                                      "spawn_failed",
+                                      "shut_down",
+                                      "backend_unavailable",
+                                      "backend_error",
+                                      "protocol_error"};
   for (int i = 1; i < static_cast<int>(std::size(names)); ++i)
     if (ec == static_cast<tjob::errc>(i)) return names[i];
   return "internal";
@@ -345,7 +361,9 @@ struct core : std::enable_shared_from_this<core> {
         [self, op = std::move(op)]() mutable -> asio::awaitable<T> { co_return co_await op(*self->engine); },
         asio::bind_cancellation_slot(c->signal->slot(), [ch, deliver](std::exception_ptr e, T value) mutable {
           if (ch) {
-            ch->push([deliver, e, value = std::make_shared<T>(std::move(value))]() mutable { deliver(e, *value); });
+            ch->push([deliver, e, value = std::make_shared<T>(std::move(value))]() mutable {
+              deliver(e, *value);
+            });
             return;
           }
           py::gil_scoped_acquire gil;
@@ -502,7 +520,8 @@ class client {
           w->known = co_await e.list_jobs();
           co_return w;
         },
-        std::move(done), [c](std::shared_ptr<job_watch> w) {
+        std::move(done),
+        [c](std::shared_ptr<job_watch> w) {
           auto now = w->current();
           return py::make_tuple(py::cast(watch_handle{c, w}), now);
         });
@@ -527,23 +546,23 @@ class client {
   }
 
   std::shared_ptr<call> events(std::string name, py::object done) {
-    return core_->start<std::vector<tjob::event>>(
-        [name](tjob::engine& e) { return e.get_job_events(name); }, std::move(done),
-        [](const std::vector<tjob::event>& evs) {
-          py::list out;
-          for (const auto& x : evs) out.append(event_dict(x));
-          return out;
-        });
+    return core_->start<std::vector<tjob::event>>([name](tjob::engine& e) { return e.get_job_events(name); },
+                                                  std::move(done),
+                                                  [](const std::vector<tjob::event>& evs) {
+                                                    py::list out;
+                                                    for (const auto& x : evs) out.append(event_dict(x));
+                                                    return out;
+                                                  });
   }
 
   std::shared_ptr<call> list_runtimes(py::object done) {
-    return core_->start<std::vector<tjob::runtime>>(
-        [](tjob::engine& e) { return e.list_runtimes(); }, std::move(done),
-        [](const std::vector<tjob::runtime>& rs) {
-          py::list out;
-          for (const auto& r : rs) out.append(runtime_dict(r));
-          return out;
-        });
+    return core_->start<std::vector<tjob::runtime>>([](tjob::engine& e) { return e.list_runtimes(); },
+                                                    std::move(done),
+                                                    [](const std::vector<tjob::runtime>& rs) {
+                                                      py::list out;
+                                                      for (const auto& r : rs) out.append(runtime_dict(r));
+                                                      return out;
+                                                    });
   }
 
   std::shared_ptr<call> get_runtime(std::string name, py::object done) {
@@ -559,7 +578,8 @@ class client {
           auto s = co_await e.get_job_logs(name, o);
           co_return on_reactor(c, std::move(s));
         },
-        std::move(done), [c](std::shared_ptr<tjob::log_stream> s) {
+        std::move(done),
+        [c](std::shared_ptr<tjob::log_stream> s) {
           return py::cast(log_handle{c, std::move(s)});
         });
   }
@@ -570,12 +590,12 @@ class client {
 
 std::shared_ptr<call> read_log(log_handle& h, py::object done) {
   auto s = h.stream;
-  return h.owner->start<std::optional<std::string>>(
-      [s](tjob::engine&) { return s->read_some(); }, std::move(done),
-      [](std::optional<std::string> chunk) -> py::object {
-        if (!chunk) return py::none();
-        return py::bytes(*chunk);
-      });
+  return h.owner->start<std::optional<std::string>>([s](tjob::engine&) { return s->read_some(); },
+                                                    std::move(done),
+                                                    [](std::optional<std::string> chunk) -> py::object {
+                                                      if (!chunk) return py::none();
+                                                      return py::bytes(*chunk);
+                                                    });
 }
 
 }  // namespace
@@ -588,7 +608,9 @@ PYBIND11_MODULE(_tjob, m) {
       .def(py::init<>())
       .def("fileno", [](const channel& c) { return c.fd; })
       .def("drain", &channel::drain)
-      .def("target", [](std::shared_ptr<channel> c, py::object fn) { return target{std::move(c), std::move(fn)}; });
+      .def("target", [](std::shared_ptr<channel> c, py::object fn) {
+        return target{std::move(c), std::move(fn)};
+      });
   py::class_<log_handle>(m, "Log").def("read", &read_log, py::arg("done"));
   py::class_<watch_handle>(m, "Watch").def("next", &watch_next, py::arg("timeout"), py::arg("done"));
   py::class_<client>(m, "Client")
@@ -627,9 +649,8 @@ PYBIND11_MODULE(_tjob, m) {
         return py::make_tuple(py::str(name), py::none());
       },
       py::arg("request"), py::arg("config"));
-  m.def(
-      "format_time", [](double s) {
-        return tjob::format_time(clock::time_point(
-            std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(s))));
-      });
+  m.def("format_time", [](double s) {
+    return tjob::format_time(
+        clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(s))));
+  });
 }

@@ -412,9 +412,11 @@ TEST_CASE_FIXTURE(fixture, "the README's main job trains the linear model under 
   CHECK(r.err.find("Complete in") != std::string::npos);
 }
 
-TEST_CASE_FIXTURE(fixture, "TJOB_PYTHON and TJOB_SYSTEM_SITE_PACKAGES=1 stand for --python and --system-site-packages") {
+TEST_CASE_FIXTURE(
+    fixture, "TJOB_PYTHON and TJOB_SYSTEM_SITE_PACKAGES=1 stand for --python and --system-site-packages") {
   auto file = dir.path() / "which.py";
-  std::ofstream(file) << "import sys, numpy\nprint('base', sys.base_prefix, 'numpy', bool(numpy.__version__))\n";
+  std::ofstream(file)
+      << "import sys, numpy\nprint('base', sys.base_prefix, 'numpy', bool(numpy.__version__))\n";
   auto env = this->env();
   env["PIP_CONFIG_FILE"] = "/dev/null";
   env["TJOB_PYTHON"] = "/usr/bin/python3";
@@ -422,8 +424,9 @@ TEST_CASE_FIXTURE(fixture, "TJOB_PYTHON and TJOB_SYSTEM_SITE_PACKAGES=1 stand fo
   auto r = run({tjob_bin(), "run", "--runtime", "python", file.string()}, env, 300s);
   CAPTURE(r.err);
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("[tjob] creating a virtual environment with /usr/bin/python3 (with system site packages)") !=
-        std::string::npos);
+  CHECK(
+      r.out.find("[tjob] creating a virtual environment with /usr/bin/python3 (with system site packages)") !=
+      std::string::npos);
   CHECK(r.out.find("base /usr numpy True\n") != std::string::npos);
   // without them the venv has no numpy (the job's python is the first python3 on PATH, without the system's)
   env.erase("TJOB_SYSTEM_SITE_PACKAGES");

@@ -154,8 +154,9 @@ TEST_CASE_TEMPLATE("a command job runs in a container with its output, Kubeflow'
   CHECK_FALSE(fs::exists(fs::path(fx.home()) / "containers" / name));
 }
 
-TEST_CASE_TEMPLATE("container logs carry the daemon's times, written with nine digits, and since filters by them",
-                   D, TJOB_DAEMONS) {
+TEST_CASE_TEMPLATE(
+    "container logs carry the daemon's times, written with nine digits, and since filters by them", D,
+    TJOB_DAEMONS) {
   fixture fx;
   auto sock = socket_of(D::name);
   if (sock.empty()) return;

@@ -229,11 +229,14 @@ TEST_CASE_FIXTURE(fixture, "follow replays what is stored and streams the rest l
   CHECK(c.get_job(name).status == job_status::complete);
 }
 
-TEST_CASE_FIXTURE(fixture, "timestamps are the times lines were written, the same live and later, and since filters by them") {
+TEST_CASE_FIXTURE(
+    fixture,
+    "timestamps are the times lines were written, the same live and later, and since filters by them") {
   trainer_client c(config());
   tjob::test::gate gate;
   const auto submitted = clock::now();
-  auto name = c.train(helper_job({"print", "first\nsecond\n", "read-fifo", gate.path(), "print", "third\nlast"}));
+  auto name =
+      c.train(helper_job({"print", "first\nsecond\n", "read-fifo", gate.path(), "print", "third\nlast"}));
   // Live: what the follower is given is stamped as it is read.
   auto reader = c.get_job_logs(name, {.follow = true, .timestamps = true});
   std::vector<std::string> live;

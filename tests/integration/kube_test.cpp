@@ -82,11 +82,13 @@ train_request sleeper(const std::string& name, const std::string& ms) {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(kube_fixture, "pod logs carry the kubelet's times, and since filters by them, as kubectl reads them") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "pod logs carry the kubelet's times, and since filters by them, as kubectl reads them") {
   have_kubectl();
   trainer_client c(kube_config());
   tjob::test::gate gate;
-  auto name = c.train(helper_job({"print", "first\n", "read-fifo", gate.path(), "print", "second\n"}, "stamped"));
+  auto name =
+      c.train(helper_job({"print", "first\n", "read-fifo", gate.path(), "print", "second\n"}, "stamped"));
   auto reader = c.get_job_logs(name, {.follow = true, .timestamps = true});
   auto first = reader.next();
   REQUIRE(first);

@@ -405,7 +405,8 @@ TEST_CASE("times from a server are range-checked: a year that does not fit the c
         1796205600250);
 }
 
-TEST_CASE("times: zones and fractions are read, nine digits are written, and each peer's line stamp is rewritten") {
+TEST_CASE(
+    "times: zones and fractions are read, nine digits are written, and each peer's line stamp is rewritten") {
   using namespace std::chrono;
   auto ns = [](clock::time_point t) { return duration_cast<nanoseconds>(t.time_since_epoch()).count(); };
   auto z = parse_time("2026-12-03T19:31:20.672427912Z");

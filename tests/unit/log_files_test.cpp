@@ -85,7 +85,8 @@ TEST_CASE("line_start finds the beginning of the line that holds a byte") {
   CHECK(line_start(d.path() / "missing", 5) == 0);
 }
 
-TEST_CASE("a line's time is the first record at or past its end, and older_than bounds what since leaves out") {
+TEST_CASE(
+    "a line's time is the first record at or past its end, and older_than bounds what since leaves out") {
   tjob::test::temp_dir d;
   auto log = d.path() / "j" / "logs" / "node-0.log";
   std::filesystem::create_directories(log.parent_path());
@@ -110,8 +111,8 @@ TEST_CASE("a line's time is the first record at or past its end, and older_than 
   CHECK_FALSE(append_file(times_path, std::string(7, '\0')));
   CHECK(t.time_of(11) == at(300));
   CHECK_FALSE(t.time_of(21));
-  CHECK(t.older_than(at(100)) == 0);   // the first record is not older
-  CHECK(t.older_than(at(101)) == 4);   // what the first record covers is
+  CHECK(t.older_than(at(100)) == 0);  // the first record is not older
+  CHECK(t.older_than(at(101)) == 4);  // what the first record covers is
   CHECK(t.older_than(at(200)) == 4);
   CHECK(t.older_than(at(250)) == 10);
   CHECK(t.older_than(at(999)) == 20);  // everything recorded
