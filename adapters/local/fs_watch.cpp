@@ -41,20 +41,15 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
     owner.spawn(read_loop(shared_from_this()), "inotify reader");  // it catches everything itself
   }
 
-  // Wakes the subscribers of each event in `buf`. Not in the coroutine: a
-  // coroutine frame keeps neither the buffer's alignment nor room for
-  // inotify_event's flexible array, so each header is copied out here.
+  // Wakes the subscribers of each event in `buf`.
   void dispatch(const char* buf, std::size_t n) {
-    for (const char* p = buf; p + sizeof(inotify_event) <= buf + n;) {
-      inotify_event ev;
-      std::memcpy(&ev, p, sizeof ev);
-      if (ev.mask & IN_Q_OVERFLOW) {
-        for (auto& [wd, list] : subscribers) list.notify_all();
-      } else if (auto it = subscribers.find(ev.wd); it != subscribers.end()) {
+    for_each_inotify_event(buf, n, [&](int wd, std::uint32_t mask) {
+      if (mask & IN_Q_OVERFLOW) {
+        for (auto& [w, list] : subscribers) list.notify_all();
+      } else if (auto it = subscribers.find(wd); it != subscribers.end()) {
         it->second.notify_all();
       }
-      p += sizeof(inotify_event) + ev.len;
-    }
+    });
   }
 
   static asio::awaitable<void> read_loop(std::shared_ptr<impl> self) {
@@ -78,6 +73,15 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
     for (auto& [wd, list] : self->subscribers) list.notify_all();
   }
 };
+
+void for_each_inotify_event(const char* buf, std::size_t n, const std::function<void(int, std::uint32_t)>& f) {
+  for (const char* p = buf; p + sizeof(inotify_event) <= buf + n;) {
+    inotify_event ev;
+    std::memcpy(&ev, p, sizeof ev);
+    f(ev.wd, ev.mask);
+    p += sizeof(inotify_event) + ev.len;
+  }
+}
 
 fs_watch::fs_watch(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log, task_group& owner)
     : impl_(std::make_shared<impl>(ex, std::move(log), owner)) {}

@@ -9,7 +9,9 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -18,6 +20,11 @@ class logger;
 }
 
 namespace tjob::detail {
+
+/// Calls `f(wd, mask)` for each event in `buf`, `n` bytes read from an inotify
+/// descriptor. Not in a coroutine: a frame keeps neither the buffer's alignment
+/// nor room for inotify_event's flexible array, so each header is copied out.
+void for_each_inotify_event(const char* buf, std::size_t n, const std::function<void(int, std::uint32_t)>& f);
 
 class fs_watch {
  public:

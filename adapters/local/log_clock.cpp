@@ -1,5 +1,6 @@
 #include "adapters/local/log_clock.hpp"
 
+#include "adapters/local/fs_watch.hpp"
 #include "adapters/local/log_files.hpp"
 
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -76,16 +77,13 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
   }
 
   void dispatch(const char* buf, std::size_t n, std::set<int>& grown) {
-    for (const char* p = buf; p + sizeof(inotify_event) <= buf + n;) {
-      inotify_event ev;
-      std::memcpy(&ev, p, sizeof ev);
-      if (ev.mask & IN_Q_OVERFLOW) {
+    for_each_inotify_event(buf, n, [&](int wd, std::uint32_t mask) {
+      if (mask & IN_Q_OVERFLOW) {
         for (const auto& [id, e] : entries) grown.insert(id);
-      } else if (auto it = by_wd.find(ev.wd); it != by_wd.end()) {
+      } else if (auto it = by_wd.find(wd); it != by_wd.end()) {
         grown.insert(it->second);
       }
-      p += sizeof(inotify_event) + ev.len;
-    }
+    });
   }
 
   static asio::awaitable<void> read_loop(std::shared_ptr<impl> self) {
