@@ -44,6 +44,7 @@ from .types import (
 )
 
 STATUSES = ("Created", "Running", "Complete", "Failed")
+_STATUS_SET = frozenset(STATUSES)
 
 
 class JobFailedError(RuntimeError):
@@ -309,7 +310,7 @@ def _check_wait(status, timeout, polling_interval):
         raise ValueError("Polling interval must be strictly less than timeout. Received "
                          f"polling_interval={polling_interval}, timeout={timeout}")
     wanted = set(status)
-    if not wanted or not wanted <= set(STATUSES):
+    if not wanted or not wanted <= _STATUS_SET:
         raise ValueError(f"Expected status {wanted} must be a subset of {set(STATUSES)}")
     return sorted(wanted)
 
@@ -560,14 +561,18 @@ class AsyncTrainerClient(_Base):
     def __init__(self, backend_config=None):
         super().__init__(backend_config)
         self._channels = weakref.WeakKeyDictionary()  # loop -> its channel
+        self._last_loop = self._last_channel = None
 
     def _channel(self, loop):
         # The engine's completions reach this loop in batches: its reader drains them.
+        if loop is self._last_loop:
+            return self._last_channel
         ch = self._channels.get(loop)
         if ch is None:
             ch = _tjob.Channel()
             loop.add_reader(ch.fileno(), ch.drain)
             self._channels[loop] = ch
+        self._last_loop, self._last_channel = loop, ch
         return ch
 
     async def _call(self, start, *args):
@@ -596,6 +601,7 @@ class AsyncTrainerClient(_Base):
             if not loop.is_closed():
                 loop.remove_reader(ch.fileno())
         self._channels.clear()
+        self._last_loop = self._last_channel = None
         super().close()
 
     async def __aenter__(self):
@@ -605,7 +611,10 @@ class AsyncTrainerClient(_Base):
         self.close()
 
     async def _runtime_map(self, names) -> Dict[str, Optional[Runtime]]:
-        for n in set(names) - set(self._runtimes):
+        known = self._runtimes
+        if all(n in known for n in names):
+            return known
+        for n in set(names) - set(known):
             r = None
             if n:
                 try:
