@@ -74,7 +74,8 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
   }
 };
 
-void for_each_inotify_event(const char* buf, std::size_t n, const std::function<void(int, std::uint32_t)>& f) {
+void for_each_inotify_event(const char* buf, std::size_t n,
+                            const std::function<void(int, std::uint32_t)>& f) {
   for (const char* p = buf; p + sizeof(inotify_event) <= buf + n;) {
     inotify_event ev;
     std::memcpy(&ev, p, sizeof ev);
