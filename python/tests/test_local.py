@@ -114,9 +114,13 @@ def test_callbacks_see_each_status_and_polling_interval_is_not_polling(home, gat
     with TrainerClient() as client:
         name = client.train(trainer=CommandTrainer([HELPER, "print", "up\n", "read-fifo", gate.path]))
         assert next(client.get_job_logs(name, follow=True)) == "up\n"
-        threading.Timer(0, gate.release).start()
-        job = client.wait_for_job_status(name, callbacks=[lambda j: seen.append(j.status)], timeout=60,
-                                         polling_interval=59)
+
+        def callback(j):
+            seen.append(j.status)
+            if len(seen) == 1:  # the job ends only after the callback has seen it running
+                gate.release()
+
+        job = client.wait_for_job_status(name, callbacks=[callback], timeout=60, polling_interval=59)
         assert job.status == "Complete"
         assert seen[0] == "Running" and seen[-1] == "Complete"
 
