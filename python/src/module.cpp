@@ -1,11 +1,12 @@
 // tjob._tjob: the engine for Python. One engine per Client, on a reactor
 // thread of its own; Python never blocks it. Every operation is started with
-// a callback, `done(result, error)`, which the reactor calls (holding the GIL)
-// when it ends: the blocking client waits on a threading.Event (which Ctrl-C
-// interrupts), the asyncio client settles a future through
-// loop.call_soon_threadsafe. There is no thread per call. Each operation can
-// be cancelled (Call.cancel: a wait, a log read); cancelling a wait leaves
-// the job running.
+// a target (a channel and a callable): when it ends, the reactor queues the
+// result on the channel and wakes it through an eventfd, without taking the
+// GIL; whoever waits (a blocking call's thread in select(), an asyncio loop's
+// reader) drains the channel, and the result is converted and handed to the
+// callable there, where the GIL is held anyway. There is no thread per call.
+// Each operation can be cancelled (Call.cancel: a wait, a log read);
+// cancelling a wait leaves the job running.
 //
 // Uses only the public API (include/tjob), as the CLI does.
 #include <tjob/client.hpp>
@@ -264,11 +265,12 @@ py::tuple error_tuple(std::exception_ptr e) {
   }
 }
 
-/// Completions for an asyncio loop, in batches: the reactor queues each one
-/// and writes an eventfd (once a batch) without taking the GIL; the loop's
-/// reader (drain) converts them and settles their futures on its own thread,
-/// where the GIL is held anyway. A thousand jobs ending together are one
-/// wake-up of the loop, not a thousand GIL hand-offs to the reactor.
+/// Completions for one waiter (a thread of the blocking client, an asyncio
+/// loop), in batches: the reactor queues each one and writes an eventfd (once
+/// a batch) without taking the GIL; the waiter's drain converts them and calls
+/// their callables on its own thread, where the GIL is held anyway. A thousand
+/// jobs ending together are one wake-up of the loop, not a thousand GIL
+/// hand-offs to the reactor, and a busy Python thread never holds the reactor.
 struct channel {
   int fd;
   std::mutex m;
@@ -303,8 +305,7 @@ struct channel {
   }
 };
 
-/// Where a completion goes: a callable, called on the loop's thread by the
-/// channel's drain.
+/// Where a completion goes: a callable, called by the channel's drain.
 struct target {
   std::shared_ptr<channel> ch;
   py::object fn;
@@ -333,18 +334,16 @@ struct core : std::enable_shared_from_this<core> {
     if (closed) throw py::value_error("tjob: this client is closed");
     auto c = std::make_shared<call>();
     c->ex = io.get_executor();
+    if (!py::isinstance<target>(done))
+      throw py::type_error("tjob: an operation's done must be a Channel target");
+    auto& t = done.cast<target&>();
+    std::shared_ptr<channel> ch = t.ch;
     // py::object is released only with the GIL held: a holder that does so.
-    std::shared_ptr<channel> ch;
-    if (py::isinstance<target>(done)) {
-      auto& t = done.cast<target&>();
-      ch = t.ch;
-      done = t.fn;
-    }
-    auto cb = std::shared_ptr<py::object>(new py::object(std::move(done)), [](py::object* o) {
+    auto cb = std::shared_ptr<py::object>(new py::object(t.fn), [](py::object* o) {
       py::gil_scoped_acquire gil;
       delete o;
     });
-    // With the GIL: the result (or the error) handed to the callback.
+    // On the draining thread, with the GIL: the result (or the error) handed to the callable.
     auto deliver = [cb, convert](std::exception_ptr e, T& value) {
       try {
         if (e)
@@ -360,14 +359,8 @@ struct core : std::enable_shared_from_this<core> {
         io.get_executor(),
         [self, op = std::move(op)]() mutable -> asio::awaitable<T> { co_return co_await op(*self->engine); },
         asio::bind_cancellation_slot(c->signal->slot(), [ch, deliver](std::exception_ptr e, T value) mutable {
-          if (ch) {
-            ch->push([deliver, e, value = std::make_shared<T>(std::move(value))]() mutable {
-              deliver(e, *value);
-            });
-            return;
-          }
-          py::gil_scoped_acquire gil;
-          deliver(e, value);
+          ch->push(
+              [deliver, e, value = std::make_shared<T>(std::move(value))]() mutable { deliver(e, *value); });
         }));
     return c;
   }

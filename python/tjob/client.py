@@ -1,8 +1,10 @@
 """TrainerClient and AsyncTrainerClient: Kubeflow's client over tjob's engine.
 
-The engine runs in this process on a thread of its own. Each call starts an operation there and is
-told when it ends: the blocking client waits on a threading.Event (Ctrl-C interrupts it at once, and
-the job goes on), the asyncio client on a future settled through loop.call_soon_threadsafe.
+The engine runs in this process on a thread of its own. Each call starts an operation there, and its
+completion is queued on a channel (tjob._tjob.Channel) that wakes the caller through an eventfd: the
+blocking client's thread waits for it in select() (Ctrl-C interrupts that at once, and the job goes
+on), the asyncio client's loop reads it among its other descriptors. Either way the caller converts
+the result itself, holding the GIL it has; the engine's thread never waits for the GIL.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import inspect
 import json
 import os
 import re
+import select
 import textwrap
 import threading
 import time
@@ -400,23 +403,37 @@ class _Base:
 
 
 class _Pending:
-    __slots__ = ("event", "result", "error")
+    __slots__ = ("done", "result", "error")
 
     def __init__(self):
-        self.event = threading.Event()
+        self.done = False
         self.result = None
         self.error = None
 
-    def __call__(self, result, error):  # on the engine's thread
-        self.result, self.error = result, error
-        self.event.set()
+    def __call__(self, result, error):  # in _run's drain, on the calling thread
+        self.result, self.error, self.done = result, error, True
+
+
+_thread = threading.local()
+
+
+def _thread_channel():
+    """This thread's channel: the engine queues the completions of its calls there and wakes it through
+    an eventfd; it converts them itself (the engine's thread never waits for the GIL)."""
+    ch = getattr(_thread, "channel", None)
+    if ch is None:
+        ch = _thread.channel = _tjob.Channel()
+    return ch
 
 
 def _run(start, *args):
     p = _Pending()
-    call = start(*args, p)
+    ch = _thread_channel()
+    call = start(*args, ch.target(p))
     try:
-        p.event.wait()
+        while not p.done:
+            select.select([ch.fileno()], [], [])  # Ctrl-C interrupts it at once
+            ch.drain()
     except BaseException:  # KeyboardInterrupt: stop waiting; the job goes on
         call.cancel()
         raise
