@@ -1,5 +1,7 @@
 #include "cli/job_request.hpp"
 
+#include <tjob/error.hpp>
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -24,56 +26,16 @@ std::map<std::string, std::string> parse_env(const std::vector<std::string>& ent
   return env;
 }
 
-std::uint64_t parse_memory(const std::string& v) {
-  char* rest = nullptr;
-  double n = std::strtod(v.c_str(), &rest);
-  std::string unit(rest ? rest : "");
-  static const std::map<std::string, double> units = {
-      {"", 1},           {"K", 1e3},           {"M", 1e6},
-      {"G", 1e9},        {"T", 1e12},          {"Ki", 1024.0},
-      {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
-  auto it = units.find(unit);
-  if (v.empty() || rest == v.c_str() || it == units.end() || n <= 0)
-    throw usage_error("--resources memory=" + v + ": give bytes with an optional unit, as 512Mi or 4Gi");
-  return static_cast<std::uint64_t>(n * it->second);
-}
-
-struct resources {
-  int procs = 1;
-  bool cpu_given = false;
-  std::uint64_t memory = 0;
-  int gpus = 0;
-};
-
-// A whole number in [lo, hi] for `--resources key=value`, else a usage error saying `unit`.
-int parse_count(const std::string& key, const std::string& value, long lo, long hi, const char* unit) {
-  char* rest = nullptr;
-  long n = std::strtol(value.c_str(), &rest, 10);
-  if (value.empty() || *rest || n < lo || n > hi)
-    throw usage_error("--resources " + key + "=" + value + ": give a whole number of " + unit);
-  return static_cast<int>(n);
-}
-
-resources parse_resources(const std::string& spec) {
-  resources r;
+// `--resources cpu=N,memory=4Gi,gpu=G` as the map set_resources_per_node takes.
+std::map<std::string, std::string> parse_resources(const std::string& spec) {
+  std::map<std::string, std::string> r;
   std::size_t start = 0;
   while (!spec.empty() && start <= spec.size()) {
     auto end = spec.find(',', start);
     if (end == std::string::npos) end = spec.size();
     auto item = spec.substr(start, end - start);
     auto eq = item.find('=');
-    auto key = item.substr(0, eq);
-    auto value = eq == std::string::npos ? std::string() : item.substr(eq + 1);
-    if (key == "cpu") {
-      r.procs = parse_count(key, value, 1, 1024, "processes, 1 or more");
-      r.cpu_given = true;
-    } else if (key == "memory") {
-      r.memory = parse_memory(value);
-    } else if (key == "gpu") {
-      r.gpus = parse_count(key, value, 0, 64, "GPUs per node");
-    } else {
-      throw usage_error("--resources '" + key + "': unknown key; the accepted keys are cpu, memory, gpu");
-    }
+    r[item.substr(0, eq)] = eq == std::string::npos ? std::string() : item.substr(eq + 1);
     start = end + 1;
   }
   return r;
@@ -210,11 +172,11 @@ train_request make_request(const job_options& o, backend_kind backend) {
   t.system_site_packages = o.system_site_packages;
   t.keep_venv = o.keep_venv;
   t.refresh_venv = o.refresh;
-  auto res = parse_resources(o.resources);
-  t.procs_per_node = res.procs;
-  t.cpu_limit = res.cpu_given;
-  t.memory_limit = res.memory;
-  t.gpus = res.gpus;
+  try {
+    set_resources_per_node(t, parse_resources(o.resources), "--resources");
+  } catch (const error& e) {
+    throw usage_error(e.what());
+  }
   req.job_trainer = std::move(t);
   return req;
 }

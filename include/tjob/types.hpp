@@ -62,6 +62,15 @@ struct python_trainer {
   std::string image;  ///< container backend: the image; empty: the config's, else the runtime's
 };
 
+/// Kubeflow's resources_per_node for each node of a Python job: `cpu` (a
+/// whole number of processes: torchrun's --nproc_per_node, and a CPU-time
+/// limit), `memory` (bytes with an optional unit: 512Mi, 4Gi, 10G) and `gpu`
+/// (or `nvidia.com/gpu`; 0 to 64), set on `t`. Throws tjob::error
+/// (invalid_argument) naming `what` (the option or field it came from), the
+/// key, the value and the fix.
+void set_resources_per_node(python_trainer& t, const std::map<std::string, std::string>& resources,
+                            const std::string& what = "resources_per_node");
+
 /// The kinds of trainer a job can have; the engine dispatches on it.
 using trainer = std::variant<command_trainer, python_trainer>;
 

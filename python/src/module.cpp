@@ -149,10 +149,13 @@ tjob::train_request request_of(const py::dict& d) {
     take(t, "system_site_packages", p.system_site_packages);
     take(t, "keep_venv", p.keep_venv);
     take(t, "refresh_venv", p.refresh_venv);
-    take(t, "procs_per_node", p.procs_per_node);
-    take(t, "cpu_limit", p.cpu_limit);
-    take(t, "memory_limit", p.memory_limit);
-    take(t, "gpus", p.gpus);
+    std::map<std::string, std::string> resources;
+    take(t, "resources_per_node", resources);
+    try {
+      tjob::set_resources_per_node(p, resources);
+    } catch (const tjob::error& e) {
+      throw py::value_error(e.what());
+    }
     take(t, "image", p.image);
     r.job_trainer = std::move(p);
   }

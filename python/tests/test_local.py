@@ -68,6 +68,19 @@ def test_a_script_trainer_runs_with_its_arguments(home, index, tmp_path, system_
         assert "args ['--lr', '0.5'] hi from tinyjob 1.2.0" in "".join(client.get_job_logs(name))
 
 
+def hello():
+    print("hello")
+
+
+def test_resources_per_node_reach_the_job(home, system_torch):
+    with TrainerClient() as client:
+        name = client.train(runtime="python", trainer=CustomTrainer(func=hello, resources_per_node={"memory": "512Mi"}))
+        client.wait_for_job_status(name)
+        log = "".join(client.get_job_logs(name))
+        # a memory cgroup of 512 MiB, or (where none can be made) the address-space limit, said so
+        assert "512 MiB" in log and "hello\n" in log
+
+
 def test_a_failing_job_raises_with_its_step_exit_code_and_last_lines(home):
     with TrainerClient() as client:
         name = client.train(trainer=CommandTrainer([HELPER, "print", "the loss is nan\n", "exit", "3"]))
@@ -153,7 +166,7 @@ def test_bad_input_is_a_value_error_naming_the_field_before_anything_is_created(
             (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1},
                                         resources_per_node={"gpu": -1})), "gpu=-1"),
             (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1},
-                                        resources_per_node={"tpu": 1})), "unknown key 'tpu'"),
+                                        resources_per_node={"tpu": 1})), "'tpu': unknown key"),
             (dict(trainer=CommandTrainer([HELPER]), options=[Name("../etc")]), "../etc"),
             (dict(trainer=CommandTrainer([HELPER]), options=[Labels({"a": "b"})]), "Labels option"),
             (dict(trainer=BuiltinTrainer()), "BuiltinTrainer"),

@@ -87,38 +87,13 @@ def _exception(error) -> BaseException:
 
 # --- from Kubeflow's arguments to the engine's request --------------------------------------------------
 
-_MEMORY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-                 "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
-def _count(key: str, value, lo: int, hi: int, what: str) -> int:
-    try:
-        n = int(value)
-        ok = str(value).strip() == str(n) or isinstance(value, int)
-    except (TypeError, ValueError):
-        ok = False
-    if not ok or isinstance(value, bool) or not lo <= n <= hi:
-        raise ValueError(f"resources_per_node {key}={value!r}: give a whole number of {what}")
-    return n
-
-
-def _resources(res: Optional[Dict]) -> Dict:
-    out: Dict = {}
+def _resources(res: Optional[Dict]) -> Dict[str, str]:
+    """resources_per_node as the engine reads it (tjob::set_resources_per_node, which checks it)."""
+    out: Dict[str, str] = {}
     for key, value in (res or {}).items():
-        if key == "cpu":
-            out["procs_per_node"] = _count(key, value, 1, 1024, "processes, 1 or more")
-            out["cpu_limit"] = True
-        elif key == "memory":
-            m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?)?\s*", str(value))
-            if not m or float(m.group(1)) <= 0:
-                raise ValueError(f"resources_per_node memory={value!r}: give bytes with an optional unit, "
-                                 "as 512Mi or 4Gi")
-            out["memory_limit"] = int(float(m.group(1)) * _MEMORY_UNITS[m.group(2) or ""])
-        elif key in ("gpu", "nvidia.com/gpu"):
-            out["gpus"] = _count(key, value, 0, 64, "GPUs per node, 0 to 64")
-        else:
-            raise ValueError(f"resources_per_node: unknown key {key!r}; the accepted keys are cpu, memory, "
-                             "gpu (or nvidia.com/gpu)")
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"resources_per_node {key}={value!r}: give a number or a string such as '4Gi'")
+        out[str(key)] = str(value)
     return out
 
 
@@ -220,7 +195,7 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
         t["pip_index_urls"] = list(trainer.pip_index_urls or [])
         t["env"] = _check_env(trainer.env)
         t["image"] = trainer.image or ""
-        t.update(_resources(trainer.resources_per_node))
+        t["resources_per_node"] = _resources(trainer.resources_per_node)
         t.update(defaults)
         req["num_nodes"] = trainer.num_nodes or 1
     elif isinstance(trainer, CommandTrainer):

@@ -190,3 +190,35 @@ TEST_CASE("an index URL that pip could not read is refused when the job is submi
     CHECK(m.find("give an http://, https:// or file:// URL") != std::string::npos);
   }
 }
+
+TEST_CASE(
+    "resources_per_node: cpu, memory and gpu set the trainer, and a bad one names the key and the fix") {
+  tjob::python_trainer t;
+  tjob::set_resources_per_node(t, {{"cpu", "4"}, {"memory", "10G"}, {"nvidia.com/gpu", "2"}});
+  CHECK(t.procs_per_node == 4);
+  CHECK(t.cpu_limit);
+  CHECK(t.memory_limit == 10000000000ull);
+  CHECK(t.gpus == 2);
+  tjob::set_resources_per_node(t, {{"memory", "512Mi"}, {"gpu", "0"}});
+  CHECK(t.memory_limit == 512ull << 20);
+  CHECK(t.gpus == 0);
+  struct bad {
+    std::map<std::string, std::string> r;
+    std::string said;
+  };
+  for (const auto& b :
+       std::vector<bad>{{{{"cpu", "0"}}, "--resources cpu=0: give a whole number of processes"},
+                        {{{"cpu", "500m"}}, "cpu=500m"},
+                        {{{"memory", "4Gb"}}, "memory=4Gb: give bytes"},
+                        {{{"gpu", "-1"}}, "gpu=-1: give a whole number of GPUs"},
+                        {{{"disk", "1"}}, "--resources 'disk': unknown key"}}) {
+    try {
+      tjob::python_trainer u;
+      tjob::set_resources_per_node(u, b.r, "--resources");
+      FAIL("accepted: " << b.said);
+    } catch (const tjob::error& e) {
+      CHECK(e.code() == tjob::errc::invalid_argument);
+      CHECK_MESSAGE(std::string(e.what()).find(b.said) != std::string::npos, e.what());
+    }
+  }
+}
