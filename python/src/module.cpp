@@ -416,10 +416,14 @@ struct core : std::enable_shared_from_this<core> {
 struct job_watch {
   std::string name;
   std::vector<tjob::train_job> known;
-  py::object current() const {
+  const tjob::train_job* find() const {
     for (const auto& j : known)
-      if (j.name == name) return job_dict(j);
-    return py::none();
+      if (j.name == name) return &j;
+    return nullptr;
+  }
+  py::object current() const {
+    auto* j = find();
+    return j ? py::object(job_dict(*j)) : py::object(py::none());
   }
 };
 
@@ -433,9 +437,19 @@ std::shared_ptr<call> watch_next(watch_handle& h, double timeout_s, py::object d
   auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
   return h.owner->start<bool>(
       [w, timeout](tjob::engine& e) -> asio::awaitable<bool> {
-        auto known = w->known;  // named: g++ 12 and temporaries in a co_await
-        w->known = co_await e.wait_for_jobs_change(std::move(known), std::nullopt, timeout);
-        co_return true;
+        // The list changes with every job; this waits until this one has.
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        for (;;) {
+          std::optional<tjob::train_job> before;
+          if (auto* j = w->find()) before = *j;
+          auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                            std::chrono::steady_clock::now());
+          if (left <= std::chrono::milliseconds::zero()) co_return true;
+          auto known = w->known;  // named: g++ 12 and temporaries in a co_await
+          w->known = co_await e.wait_for_jobs_change(std::move(known), std::nullopt, left);
+          auto* after = w->find();
+          if (!before || !after || !tjob::same_state(*before, *after)) co_return true;
+        }
       },
       std::move(done), [w](bool) { return w->current(); });
 }

@@ -138,6 +138,24 @@ def test_callbacks_see_each_status_and_polling_interval_is_not_polling(home, gat
         assert seen[0] == "Running" and seen[-1] == "Complete"
 
 
+def test_callbacks_are_not_called_for_other_jobs_changes(home, gate):
+    seen = []
+    with TrainerClient() as client:
+        name = client.train(trainer=CommandTrainer([HELPER, "print", "up\n", "read-fifo", gate.path]))
+        assert next(client.get_job_logs(name, follow=True)) == "up\n"
+
+        def callback(j):
+            seen.append(j.status)
+            if len(seen) == 1:
+                # other jobs start and end while this one waits; only then does it end
+                for i in range(3):
+                    client.wait_for_job_status(client.train(trainer=CommandTrainer([HELPER, "exit", "0"])))
+                gate.release()
+
+        client.wait_for_job_status(name, callbacks=[callback], timeout=60, polling_interval=59)
+        assert seen == ["Running", "Complete"]
+
+
 def test_a_wait_times_out_with_timeout_error_and_the_job_runs_on(home, gate):
     with TrainerClient() as client:
         name = client.train(trainer=CommandTrainer([HELPER, "read-fifo", gate.path]))
