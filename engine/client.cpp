@@ -125,6 +125,10 @@ std::vector<train_job> trainer_client::wait_for_jobs_change(const std::vector<tr
                                                             std::chrono::milliseconds timeout) {
   return impl_->call(impl_->eng->wait_for_jobs_change(known, std::move(runtime), timeout));
 }
+train_job trainer_client::wait_for_job_change(const std::string& name, const train_job& known,
+                                              std::chrono::milliseconds timeout) {
+  return impl_->call(impl_->eng->wait_for_job_change(name, known, timeout));
+}
 log_reader trainer_client::get_job_logs(const std::string& name, log_options options) {
   auto stream = impl_->call(impl_->eng->get_job_logs(name, std::move(options)));
   auto reader = std::make_unique<log_reader::impl>();

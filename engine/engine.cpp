@@ -280,6 +280,23 @@ asio::awaitable<train_job> engine::wait_for_job_status(std::string name, std::se
   }
 }
 
+asio::awaitable<train_job> engine::wait_for_job_change(std::string name, train_job known,
+                                                       std::chrono::milliseconds timeout) {
+  auto& e = *impl_;
+  auto deadline = steady::now() + timeout;
+  auto watch = co_await e.backend->watch_job(name);
+  for (;;) {
+    auto job = co_await watch->current();
+    if (!job) {
+      auto read = co_await e.backend->get_job(name);  // says not found, as get_job does
+      job = std::move(read);
+    }
+    if (!same_state(*job, known)) co_return std::move(*job);
+    e.check_running();
+    if (!co_await watch->changed(deadline) && steady::now() >= deadline) co_return std::move(*job);
+  }
+}
+
 asio::awaitable<void> engine::cancel_job(std::string name) {
   cancel_options graceful;
   co_await cancel_job(std::move(name), graceful);

@@ -68,6 +68,9 @@ class trainer_client {
   std::vector<train_job> wait_for_jobs_change(const std::vector<train_job>& known,
                                               std::optional<std::string> runtime = {},
                                               std::chrono::milliseconds timeout = std::chrono::seconds(600));
+  /// See engine::wait_for_job_change.
+  train_job wait_for_job_change(const std::string& name, const train_job& known,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(600));
   log_reader get_job_logs(const std::string& name, log_options options = {});
   train_job wait_for_job_status(const std::string& name,
                                 std::set<job_status> statuses = {job_status::complete},

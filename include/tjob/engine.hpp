@@ -139,6 +139,12 @@ class engine {
   boost::asio::awaitable<std::vector<train_job>> wait_for_jobs_change(std::vector<train_job> known,
                                                                       std::optional<std::string> runtime,
                                                                       std::chrono::milliseconds timeout);
+  /// Waits, without polling, until the job is no longer in the state of
+  /// `known` (same_state), then returns it; returns it as it is when
+  /// `timeout` passes first. Woken by the job's own watch, not by other jobs'
+  /// changes. Throws job_not_found once the job is gone.
+  boost::asio::awaitable<train_job> wait_for_job_change(std::string name, train_job known,
+                                                        std::chrono::milliseconds timeout);
   boost::asio::awaitable<log_stream> get_job_logs(std::string name, log_options options = {});
   /// Waits, without polling, until the job's status is one of `statuses`.
   /// Throws job_failed (with each failed step's exit code and last log lines)

@@ -411,47 +411,23 @@ struct core : std::enable_shared_from_this<core> {
   }
 };
 
-/// What a watch of one job has last seen: the whole list, as
-/// wait_for_jobs_change compares it.
-struct job_watch {
-  std::string name;
-  std::vector<tjob::train_job> known;
-  const tjob::train_job* find() const {
-    for (const auto& j : known)
-      if (j.name == name) return &j;
-    return nullptr;
-  }
-  py::object current() const {
-    auto* j = find();
-    return j ? py::object(job_dict(*j)) : py::object(py::none());
-  }
-};
-
+/// A watch of one job: what it last saw.
 struct watch_handle {
   std::shared_ptr<core> owner;
-  std::shared_ptr<job_watch> watch;
+  std::shared_ptr<tjob::train_job> last;
 };
 
 std::shared_ptr<call> watch_next(watch_handle& h, double timeout_s, py::object done) {
-  auto w = h.watch;
+  auto last = h.last;
   auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
-  return h.owner->start<bool>(
-      [w, timeout](tjob::engine& e) -> asio::awaitable<bool> {
-        // The list changes with every job; this waits until this one has.
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
-        for (;;) {
-          std::optional<tjob::train_job> before;
-          if (auto* j = w->find()) before = *j;
-          auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                            std::chrono::steady_clock::now());
-          if (left <= std::chrono::milliseconds::zero()) co_return true;
-          auto known = w->known;  // named: g++ 12 and temporaries in a co_await
-          w->known = co_await e.wait_for_jobs_change(std::move(known), std::nullopt, left);
-          auto* after = w->find();
-          if (!before || !after || !tjob::same_state(*before, *after)) co_return true;
-        }
+  return h.owner->start<tjob::train_job>(
+      [last, timeout](tjob::engine& e) -> asio::awaitable<tjob::train_job> {
+        auto known = *last;  // named: g++ 12 and temporaries in a co_await
+        auto now = co_await e.wait_for_job_change(known.name, std::move(known), timeout);
+        *last = now;
+        co_return now;
       },
-      std::move(done), [w](bool) { return w->current(); });
+      std::move(done), job_dict);
 }
 
 /// A step's log being read: its stream lives on (and is destroyed on) the reactor.
@@ -523,18 +499,12 @@ class client {
   // at the timeout); None once it is gone.
   std::shared_ptr<call> open_watch(std::string name, py::object done) {
     auto c = core_;
-    return core_->start<std::shared_ptr<job_watch>>(
-        [name](tjob::engine& e) -> asio::awaitable<std::shared_ptr<job_watch>> {
-          auto w = std::make_shared<job_watch>();
-          w->name = name;
-          w->known = co_await e.list_jobs();
-          co_return w;
-        },
-        std::move(done),
-        [c](std::shared_ptr<job_watch> w) {
-          auto now = w->current();
-          return py::make_tuple(py::cast(watch_handle{c, w}), now);
-        });
+    return core_->start<tjob::train_job>([name](tjob::engine& e) { return e.get_job(name); }, std::move(done),
+                                         [c](tjob::train_job j) {
+                                           auto now = job_dict(j);
+                                           auto last = std::make_shared<tjob::train_job>(std::move(j));
+                                           return py::make_tuple(py::cast(watch_handle{c, last}), now);
+                                         });
   }
 
   std::shared_ptr<call> cancel_job(std::string name, bool force, py::object done) {

@@ -296,6 +296,29 @@ TEST_CASE_FIXTURE(
   CHECK(job.status == job_status::complete);
 }
 
+TEST_CASE_FIXTURE(fixture, "wait_for_job_change returns when this job changes and not when another does") {
+  trainer_client c(config());
+  tjob::test::gate gate;
+  auto name = c.train(helper_job({"print", "up\n", "read-fifo", gate.path()}));
+  auto running = c.wait_for_job_status(name, {job_status::running}, 30s);
+  // another job runs to its end: this one is as it was when the short wait ends
+  auto other = c.train(helper_job({"exit", "0"}));
+  c.wait_for_job_status(other, {job_status::complete}, 30s);
+  auto asked = std::chrono::steady_clock::now();
+  auto same = c.wait_for_job_change(name, running, 200ms);
+  CHECK(same_state(same, running));
+  // it ran to its timeout: a wait woken by the other job's change would have returned before
+  CHECK(std::chrono::steady_clock::now() - asked >= 200ms);
+  std::thread release([&] { gate.release(); });
+  auto changed = c.wait_for_job_change(name, running, 30s);
+  release.join();
+  CHECK_FALSE(same_state(changed, running));
+  CHECK(changed.name == name);
+  auto done = c.wait_for_job_status(name, {job_status::complete}, 30s);
+  c.delete_job(name);
+  CHECK(code_of([&] { c.wait_for_job_change(name, done, 1s); }) == errc::job_not_found);
+}
+
 TEST_CASE_FIXTURE(fixture, "a stalled follower neither holds the job back nor loses anything") {
   trainer_client c(config());
   auto name = c.train(helper_job({"flood", "20000000"}));
