@@ -148,7 +148,11 @@ std::string docker_api::path(std::string_view p) const {
 }
 
 failure docker_api::refuse(const std::string& what, const http::response& r) const {
-  auto code = r.status == 404   ? docker_errc::not_found
+  // Podman answers 500 "... does not exist in database: no such container"
+  // for a container removed while it looked it up (Docker: 404)
+  const bool gone = r.status == 404 || (r.status >= 500 && daemon_message(r.body).find("no such container") !=
+                                                               std::string::npos);
+  auto code = gone              ? docker_errc::not_found
               : r.status == 409 ? docker_errc::conflict
               : r.status == 400 ? docker_errc::bad_parameter
               : r.status >= 500 ? docker_errc::daemon_failed
@@ -161,8 +165,11 @@ failure docker_api::refuse(const std::string& what, const http::response& r) con
 outcome<std::optional<json::object>> docker_api::inspected(const std::string& what,
                                                            const outcome<http::response>& r) const {
   if (!r) return r.error();
-  if (r->status == 404) return std::optional<json::object>();
-  if (r->status != 200) return refuse(what, *r);
+  if (r->status != 200) {
+    auto refused = refuse(what, *r);
+    if (refused.code == docker_errc::not_found) return std::optional<json::object>();
+    return refused;
+  }
   auto o = parse_object(r->body, what);
   if (!o) return o.error();
   return std::optional<json::object>(std::move(*o));

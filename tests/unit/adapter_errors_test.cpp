@@ -220,7 +220,11 @@ TEST_CASE("the Docker API's refusals have codes by status, and a lookup of nothi
       io,
       {answer(404, R"({"message":"No such container: c1"})"), answer(409, R"({"message":"is in use"})"),
        answer(500, R"({"message":"driver failed"})"), answer(404, R"({"message":"No such container: c2"})"),
-       answer(200, "not json"), answer(200, R"({"NoId":1})")});
+       answer(200, "not json"), answer(200, R"({"NoId":1})"),
+       // Podman, for a container removed while it looked it up
+       answer(
+           500,
+           R"({"cause":"no such container","message":"container c3 does not exist in database: no such container","response":500})")});
   container::docker_api d(io.get_executor(), server.endpoint());
   auto start = run(io, d.container_start("c1"));
   REQUIRE_FALSE(start.has_value());
@@ -242,10 +246,13 @@ TEST_CASE("the Docker API's refusals have codes by status, and a lookup of nothi
   auto no_id = run(io, d.container_create("c", {}));
   CHECK(no_id.error().code == container::docker_errc::bad_answer);
   CHECK(no_id.error().message.find("no Id") != std::string::npos);
+  auto vanished = run(io, d.container_inspect("c3"));  // a lookup of nothing, on Podman too
+  REQUIRE(vanished.has_value());
+  CHECK_FALSE(vanished->has_value());
   CHECK(server.requests() ==
-        std::vector<std::string>{"POST /containers/c1/start HTTP/1.1",
-                                 "POST /containers/create?name=c HTTP/1.1",
-                                 "POST /containers/c/wait HTTP/1.1", "GET /containers/c2/json HTTP/1.1",
-                                 "GET /containers/json?all=1&filters=%7B%22label%22%3A%5B%5D%7D HTTP/1.1",
-                                 "POST /containers/create?name=c HTTP/1.1"});
+        std::vector<std::string>{
+            "POST /containers/c1/start HTTP/1.1", "POST /containers/create?name=c HTTP/1.1",
+            "POST /containers/c/wait HTTP/1.1", "GET /containers/c2/json HTTP/1.1",
+            "GET /containers/json?all=1&filters=%7B%22label%22%3A%5B%5D%7D HTTP/1.1",
+            "POST /containers/create?name=c HTTP/1.1", "GET /containers/c3/json HTTP/1.1"});
 }
