@@ -190,6 +190,8 @@ def test_bad_input_is_a_value_error_naming_the_field_before_anything_is_created(
             (dict(trainer=BuiltinTrainer()), "BuiltinTrainer"),
             (dict(trainer=CommandTrainer([HELPER]), initializer=Initializer()), "initializer"),
             (dict(trainer=None), "trainer"),
+            (dict(trainer=CommandTrainer([HELPER]), options=[tjob.ActiveDeadlineSeconds(60)]), "deadlines"),
+            (dict(trainer=CommandTrainer([HELPER]), options=[tjob.RuntimePatch()]), "RuntimePatch"),
             (dict(trainer=CommandTrainer([HELPER]), runtime="no-such-runtime"), "no-such-runtime"),
         ]
         for kwargs, mention in cases:

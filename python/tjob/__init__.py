@@ -7,6 +7,7 @@ $TJOB_HOME, where the `tjob` command and every other client see them.
 """
 from .client import STATUSES, AsyncTrainerClient, JobFailedError, TrainerClient
 from .types import (
+    ActiveDeadlineSeconds,
     Annotations,
     BuiltinTrainer,
     CommandTrainer,
@@ -21,6 +22,7 @@ from .types import (
     Name,
     Runtime,
     RuntimeKind,
+    RuntimePatch,
     RuntimeTrainer,
     Step,
     TrainerArgs,
@@ -30,8 +32,8 @@ from .types import (
 )
 
 __all__ = [
-    "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
+    "ActiveDeadlineSeconds", "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
     "CustomTrainerContainer", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
-    "LocalProcessBackendConfig", "Name", "Runtime", "RuntimeKind", "RuntimeTrainer", "STATUSES", "Step",
+    "LocalProcessBackendConfig", "Name", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "Step",
     "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient",
 ]

@@ -24,6 +24,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Set
 
 from . import _tjob
 from .types import (
+    ActiveDeadlineSeconds,
     Annotations,
     BuiltinTrainer,
     CommandTrainer,
@@ -38,6 +39,7 @@ from .types import (
     Name,
     Runtime,
     RuntimeKind,
+    RuntimePatch,
     RuntimeTrainer,
     Step,
     TrainerArgs,
@@ -172,6 +174,12 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
             command = list(opt.command)
         elif isinstance(opt, TrainerArgs):
             args = list(opt.args)
+        elif isinstance(opt, ActiveDeadlineSeconds):
+            raise ValueError("ActiveDeadlineSeconds: tjob does not enforce deadlines yet; stop the job with "
+                             "cancel_job, or wait with a timeout")
+        elif isinstance(opt, RuntimePatch):
+            raise ValueError("RuntimePatch: tjob does not patch runtimes; give a runtime that is as you need it "
+                             "(a ClusterTrainingRuntime manifest in a runtime directory)")
         else:
             raise ValueError(f"options: {opt!r} is not an option tjob knows (Name, Labels, Annotations, "
                              "TrainerCommand, TrainerArgs)")

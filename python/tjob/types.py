@@ -181,6 +181,20 @@ class TrainerArgs:
     args: List[str]
 
 
+@dataclass
+class ActiveDeadlineSeconds:
+    """Kubeflow's deadline option: tjob does not take it yet (train raises ValueError)."""
+
+    seconds: int
+
+
+@dataclass
+class RuntimePatch:
+    """Kubeflow's runtime patch option: tjob does not take it (train raises ValueError)."""
+
+    training_runtime_spec: object = None
+
+
 # --- backend configs ---------------------------------------------------------------------------------
 
 
