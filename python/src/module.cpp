@@ -19,6 +19,8 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <pybind11/pybind11.h>
@@ -32,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -329,6 +332,11 @@ struct core : std::enable_shared_from_this<core> {
   std::thread thread;
   std::unique_ptr<tjob::engine> engine;
   bool closed = false;
+  // The operations started and not ended (reactor thread only): close()
+  // cancels them and waits for the last before the engine goes, as the
+  // engine's lifetime rule asks; nothing runs detached from this owner.
+  std::set<asio::cancellation_signal*> running;
+  asio::steady_timer idle{io, std::chrono::steady_clock::time_point::max()};  // woken when none runs
 
   // Starts `op` (an awaitable of T made on the reactor) and calls `done` with
   // what `convert` makes of its result, or with the error.
@@ -358,13 +366,22 @@ struct core : std::enable_shared_from_this<core> {
       }
     };
     auto self = shared_from_this();
+    auto signal = c->signal;
+    // Posted in order before any close(), so the engine is still there when it starts.
     asio::co_spawn(
         io.get_executor(),
-        [self, op = std::move(op)]() mutable -> asio::awaitable<T> { co_return co_await op(*self->engine); },
-        asio::bind_cancellation_slot(c->signal->slot(), [ch, deliver](std::exception_ptr e, T value) mutable {
-          ch->push(
-              [deliver, e, value = std::make_shared<T>(std::move(value))]() mutable { deliver(e, *value); });
-        }));
+        [self, signal, op = std::move(op)]() mutable -> asio::awaitable<T> {
+          self->running.insert(signal.get());
+          co_return co_await op(*self->engine);
+        },
+        asio::bind_cancellation_slot(
+            signal->slot(), [self, signal, ch, deliver](std::exception_ptr e, T value) mutable {
+              ch->push([deliver, e, value = std::make_shared<T>(std::move(value))]() mutable {
+                deliver(e, *value);
+              });
+              self->running.erase(signal.get());
+              if (self->running.empty()) self->idle.cancel();
+            }));
     return c;
   }
 
@@ -402,6 +419,14 @@ struct core : std::enable_shared_from_this<core> {
         io,
         [this]() -> asio::awaitable<void> {
           co_await engine->shutdown();
+          // what still waits (a wait, a log follow) is cancelled and ends
+          // before the engine does
+          for (auto* s : running) s->emit(asio::cancellation_type::terminal);
+          while (!running.empty()) {
+            boost::system::error_code ec;
+            idle.expires_at(std::chrono::steady_clock::time_point::max());
+            co_await idle.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+          }
           engine.reset();
         },
         [&](std::exception_ptr) { done.set_value(); });

@@ -234,6 +234,39 @@ def test_types_pickle_and_print_as_dataclasses(home):
         assert str(back) == "boom" and back.job == job
 
 
+def test_closing_a_client_ends_its_waits_and_follows_before_its_engine_goes(home, gate):
+    client = TrainerClient()
+    name = client.train(trainer=CommandTrainer([HELPER, "print", "up\n", "read-fifo", gate.path]))
+    logs = client.get_job_logs(name, follow=True)
+    assert next(logs) == "up\n"
+    ended = {}
+
+    def follow():
+        try:
+            list(logs)
+        except RuntimeError as e:
+            ended["follow"] = str(e)
+
+    def wait():
+        try:
+            client.wait_for_job_status(name, timeout=600)
+        except RuntimeError as e:
+            ended["wait"] = str(e)
+
+    threads = [threading.Thread(target=follow), threading.Thread(target=wait)]
+    for t in threads:
+        t.start()
+    # both are in flight on the engine: the job waits on the gate
+    while client.get_job(name).status != "Running":
+        pass
+    client.close()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert "shutting down" in ended["wait"] and "shutting down" in ended["follow"]
+    gate.release()
+
+
 def test_several_threads_share_one_client(home):
     with TrainerClient() as client:
         names, errors = [], []
