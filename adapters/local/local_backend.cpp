@@ -83,6 +83,18 @@ class local_changes final : public detail::change_watch {
 
 }  // namespace
 
+namespace {
+
+// Records the step's log as it is now (log_clock) when this engine runs the
+// job (`j` is null otherwise): what is read next then has its final times.
+void mark_times(const std::shared_ptr<job_rec>& j, const std::string& step) {
+  if (!j) return;
+  for (auto& s : j->steps)
+    if (s.row.name == step) s.times.mark();
+}
+
+}  // namespace
+
 struct local_log final : log_stream::impl {
   std::shared_ptr<engine_state> e;
   std::string job, step;
@@ -160,9 +172,7 @@ struct local_log final : log_stream::impl {
   // first, so what is handed out has its final time.
   std::size_t read_more() {
     std::size_t n = cursor.read_more(buf.bytes());
-    if (n > 0 && times && owned)
-      for (auto& s : owned->steps)
-        if (s.row.name == step) s.times.mark();
+    if (n > 0 && times) mark_times(owned, step);
     return n;
   }
 
@@ -376,9 +386,7 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
   if (options.since) {
     // Lines up to the last record older than `since` are older; the line
     // that record ends inside may not be (each line is checked again).
-    if (j)
-      for (auto& s : j->steps)
-        if (s.row.name == options.step) s.times.mark();
+    mark_times(j, options.step);
     detail::log_times times(detail::times_path_of(path));
     offset = std::max(offset, detail::line_start(path, times.older_than(*options.since)));
   }

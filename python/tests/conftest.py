@@ -1,6 +1,5 @@
 """Fixtures of the Python package's tests: a store per test, the loopback package index, the
 Kubernetes stand-in and the container daemons, all real (tests/support)."""
-import json
 import os
 import re
 import subprocess

@@ -14,7 +14,6 @@ import datetime
 import inspect
 import json
 import os
-import re
 import select
 import textwrap
 import threading
@@ -32,7 +31,6 @@ from .types import (
     CustomTrainer,
     CustomTrainerContainer,
     Event,
-    Initializer,
     KubernetesBackendConfig,
     Labels,
     LocalProcessBackendConfig,

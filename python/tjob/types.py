@@ -4,7 +4,6 @@ These are plain dataclasses: they pickle, compare and print as Kubeflow's do.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import os
 from dataclasses import dataclass, field
@@ -245,7 +244,3 @@ class KubernetesBackendConfig:
     client_configuration: object = None
     # tjob
     home: Optional[str] = None
-
-
-def fields_of(obj) -> Dict:
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
