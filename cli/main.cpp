@@ -3,6 +3,7 @@
 #include "cli/job_request.hpp"
 #include "cli/render.hpp"
 #include "cli/run_job.hpp"
+#include "cli/serve_cmd.hpp"
 
 #include <tjob/client.hpp>
 
@@ -206,7 +207,9 @@ struct commands {
   double timeout = 600, unused_days = 7;
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
            *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr, *runtimes = nullptr,
-           *cache_list = nullptr, *cache_prune = nullptr, *version = nullptr, *completion = nullptr;
+           *cache_list = nullptr, *cache_prune = nullptr, *version = nullptr, *completion = nullptr,
+           *serve = nullptr;
+  cli::serve_options serve_opts;
   std::string shell;
   CLI::Option *tail_opt = nullptr, *step_opt = nullptr;
 };
@@ -333,6 +336,12 @@ void add_other_commands(CLI::App& app, commands& c) {
                                     "Print a shell completion script: `source <(tjob completion bash)`, or "
                                     "save `tjob completion zsh` as _tjob in a directory on $fpath");
   c.completion->add_option("shell", c.shell, "bash or zsh")->required();
+  c.serve = app.add_subcommand(
+      "serve",
+      "Serve the engine over HTTP (API v1, JSON; see /v1/openapi.json) in the foreground, with a log line "
+      "per request on stderr. SIGTERM or SIGINT drains it: no new jobs, streams end, then it exits; jobs "
+      "are not cancelled. The server owns the jobs it starts, as tjob run does.");
+  cli::add_serve_options(c.serve, c.serve_opts);
   c.runtimes = app.add_subcommand("runtimes", "List the training runtimes");
   c.runtimes->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   auto* cache =
@@ -550,6 +559,7 @@ int main(int argc, char** argv) {
   try {
     if (*c.run) return cmd_run(c.common, c.run_opts);
     if (*c.train) return cmd_train(c.common, c.train_opts);
+    if (*c.serve) return cli::run_serve(make_config(c.common), c.serve_opts);
     return run_query(c);
   } catch (const usage_error& e) {
     std::fprintf(stderr, "tjob: error: %s\n", e.what());

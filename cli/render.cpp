@@ -1,5 +1,7 @@
 #include "cli/render.hpp"
 
+#include <tjob/wire.hpp>
+
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -41,11 +43,6 @@ std::string format_duration(std::chrono::milliseconds d) {
 
 namespace {
 
-json::value time_or_null(const std::optional<clock::time_point>& t) {
-  if (!t) return nullptr;
-  return json::value(format_time(*t));
-}
-
 // How long a job has run: to its end, or to now while it runs.
 std::string ran_for(const train_job& j, clock::time_point now) {
   if (!j.start_time) return "-";
@@ -56,78 +53,6 @@ std::string ran_for(const train_job& j, clock::time_point now) {
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
 }  // namespace
-
-json::value to_json(const train_job& job) {
-  json::array steps;
-  for (const auto& s : job.steps) {
-    json::object o;
-    o["name"] = s.name;
-    o["status"] = std::string(to_string(s.status));
-    if (s.exit_code)
-      o["exit_code"] = *s.exit_code;
-    else
-      o["exit_code"] = nullptr;
-    o["reason"] = s.reason;
-    steps.push_back(std::move(o));
-  }
-  json::object o;
-  o["name"] = job.name;
-  o["status"] = std::string(to_string(job.status));
-  o["reason"] = job.reason;
-  o["runtime"] = job.runtime;
-  o["num_nodes"] = job.num_nodes;
-  o["creation_timestamp"] = format_time(job.creation_timestamp);
-  o["start_time"] = time_or_null(job.start_time);
-  o["end_time"] = time_or_null(job.end_time);
-  o["steps"] = std::move(steps);
-  return o;
-}
-
-json::value to_json(const event& ev) {
-  json::object o;
-  o["seq"] = ev.seq;
-  o["time"] = format_time(ev.time);
-  o["step"] = ev.step;
-  o["reason"] = ev.reason;
-  o["message"] = ev.message;
-  return o;
-}
-
-json::value to_json(const runtime& rt) {
-  json::object t;
-  t["trainer_type"] = rt.trainer.trainer_type;
-  t["framework"] = rt.trainer.framework;
-  t["image"] = rt.trainer.image;
-  t["num_nodes"] = rt.trainer.num_nodes;
-  t["device"] = rt.trainer.device;
-  t["device_count"] = rt.trainer.device_count;
-  json::array pk;
-  for (const auto& p : rt.trainer.packages) pk.emplace_back(p);
-  t["packages"] = std::move(pk);
-  json::object o;
-  o["name"] = rt.name;
-  o["kind"] = rt.kind;
-  o["trainer"] = std::move(t);
-  return o;
-}
-
-json::value to_json(const venv_cache_entry& e) {
-  json::object o;
-  o["key"] = e.key;
-  o["python"] = e.python;
-  o["python_version"] = e.python_version;
-  json::array pk, urls;
-  for (const auto& p : e.packages) pk.emplace_back(p);
-  for (const auto& u : e.index_urls) urls.emplace_back(u);
-  o["packages"] = std::move(pk);
-  o["index_urls"] = std::move(urls);
-  o["system_site_packages"] = e.system_site_packages;
-  o["bytes"] = e.bytes;
-  o["created"] = format_time(e.created);
-  o["last_used"] = format_time(e.last_used);
-  o["problem"] = e.problem;
-  return o;
-}
 
 namespace {
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <tjob/types.hpp>
+#include <tjob/wire.hpp>
 
 #include <boost/json/value.hpp>
 
@@ -15,10 +16,7 @@ namespace tjob::cli {
 /// name per line (for `xargs`); json and yaml: the same shape, for programs.
 enum class output_format { table, wide, name, json, yaml };
 
-boost::json::value to_json(const train_job& job);
-boost::json::value to_json(const event& ev);
-boost::json::value to_json(const runtime& rt);
-boost::json::value to_json(const venv_cache_entry& e);
+using tjob::to_json;  // tjob/wire.hpp: one JSON shape for the CLI and tjob serve
 
 /// RFC 3339, UTC, millisecond precision.
 std::string format_time(clock::time_point t);

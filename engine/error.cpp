@@ -1,5 +1,7 @@
 #include <tjob/error.hpp>
 
+#include <iterator>
+
 namespace tjob {
 namespace {
 
@@ -50,6 +52,27 @@ class category_impl : public boost::system::error_category {
 };
 
 }  // namespace
+
+namespace {
+
+constexpr const char* errc_names[] = {
+    "",          "job_not_found",      "step_not_found",      "invalid_name",  "duplicate_name",
+    "invalid_argument", "executable_not_found", "runtime_not_found", "job_failed", "unreachable_status",
+    "timeout",   "store_unavailable",  "store_corrupt",       "store_locked",  "spawn_failed",
+    "shut_down", "backend_unavailable", "backend_error",      "protocol_error"};
+
+}  // namespace
+
+const char* to_string(errc e) noexcept {
+  auto i = static_cast<std::size_t>(e);
+  return i > 0 && i < std::size(errc_names) ? errc_names[i] : "unknown";
+}
+
+std::optional<errc> parse_errc(std::string_view name) noexcept {
+  for (std::size_t i = 1; i < std::size(errc_names); ++i)
+    if (name == errc_names[i]) return static_cast<errc>(i);
+  return std::nullopt;
+}
 
 const boost::system::error_category& category() noexcept {
   static const category_impl instance;

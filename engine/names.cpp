@@ -52,3 +52,9 @@ std::string quote(std::string_view s) {
 }
 
 }  // namespace tjob::detail
+
+namespace tjob {
+
+std::optional<std::string> job_name_problem(std::string_view name) { return detail::name_problem(name); }
+
+}  // namespace tjob

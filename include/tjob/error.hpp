@@ -8,8 +8,10 @@
 
 #include <boost/system/error_code.hpp>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace tjob {
 
@@ -52,6 +54,12 @@ class error : public std::runtime_error {
   boost::system::error_code code_;
   std::string diagnostics_;
 };
+
+/// The code's name, as the enum spells it ("job_not_found"): what tjob
+/// serve's error objects carry.
+const char* to_string(errc e) noexcept;
+/// The inverse of to_string; nullopt for a name that is not a code.
+std::optional<errc> parse_errc(std::string_view name) noexcept;
 
 /// True for errors caused by what the caller asked for (the CLI exits 2 on them).
 bool is_usage_error(const boost::system::error_code& ec) noexcept;

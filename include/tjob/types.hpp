@@ -190,6 +190,11 @@ struct log_options {
   std::optional<clock::time_point> since;
 };
 
+/// Why `name` cannot be a job's name (an RFC 1035 label of at most 63
+/// characters: lowercase letters, digits and '-', beginning with a letter and
+/// ending with a letter or digit), or nullopt when it can.
+std::optional<std::string> job_name_problem(std::string_view name);
+
 /// "2026-12-03T19:31:20Z", with a fraction of up to nine digits and a zone
 /// of 'Z' or +hh:mm / -hh:mm, as a time; nullopt for anything else (and for
 /// years outside 1970..2261).

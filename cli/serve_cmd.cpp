@@ -1,0 +1,138 @@
+#include "cli/serve_cmd.hpp"
+
+#include "cli/job_request.hpp"
+#include "serve/server.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace tjob::cli {
+
+namespace asio = boost::asio;
+
+void add_serve_options(CLI::App* cmd, serve_options& o) {
+  cmd->add_option("--listen", o.listen,
+                  "Where to listen: unix:///path/to/socket (0600; default unix://$TJOB_HOME/tjob.sock) or "
+                  "tcp://HOST:PORT (needs a token; repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--token-file", o.token_file,
+                  "The bearer token TCP clients must send; default $TJOB_HOME/serve.token, made (0600) "
+                  "when missing");
+  cmd->add_option("--tls-cert", o.tls_cert, "TLS on TCP: the certificate chain (PEM)");
+  cmd->add_option("--tls-key", o.tls_key, "TLS on TCP: the private key (PEM)");
+  cmd->add_option("--max-connections", o.max_connections,
+                  "Connections open at once; one more is answered 503 (default 1024)");
+  cmd->add_option("--idle-timeout", o.idle_timeout,
+                  "Seconds an idle or stalled connection is kept (default 60)");
+  cmd->add_option("--max-body-bytes", o.max_body_bytes, "The largest job spec accepted (default 1048576)");
+}
+
+namespace {
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  std::size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+// The token: read from the file; made there (0600) when it is the default
+// file and does not exist yet.
+std::string load_token(const std::string& given, const std::filesystem::path& home) {
+  auto path = given.empty() ? home / "serve.token" : std::filesystem::path(given);
+  if (given.empty() && !std::filesystem::exists(path)) {
+    std::filesystem::create_directories(home);
+    std::random_device rd;  // /dev/urandom
+    std::string token;
+    for (int i = 0; i < 8; ++i) token += fmt::format("{:08x}", rd());
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      auto line = token + "\n";
+      bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+      ::close(fd);
+      if (!ok) throw usage_error("cannot write the token file " + path.string());
+    }
+  }
+  std::ifstream in(path);
+  if (!in) throw usage_error("--token-file " + path.string() + ": cannot read it");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto token = trimmed(text.str());
+  if (token.size() < 16)
+    throw usage_error("--token-file " + path.string() + ": the token is shorter than 16 characters; use a long random one");
+  return token;
+}
+
+std::shared_ptr<spdlog::logger> make_logger() {
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto logger = std::make_shared<spdlog::logger>("tjob.serve", sink);
+  // logfmt, one line per event, times in UTC
+  logger->set_pattern("time=%Y-%m-%dT%H:%M:%S.%fZ level=%l %v", spdlog::pattern_time_type::utc);
+  logger->set_level(spdlog::level::info);
+  logger->flush_on(spdlog::level::info);
+  return logger;
+}
+
+}  // namespace
+
+int run_serve(engine_config config, const serve_options& o) {
+  std::signal(SIGPIPE, SIG_IGN);
+  if (o.idle_timeout <= 0) throw usage_error("--idle-timeout must be more than 0 seconds");
+  if (o.max_connections < 1) throw usage_error("--max-connections must be 1 or more");
+  auto logger = make_logger();
+  asio::io_context io(1);
+  engine eng(io.get_executor(), config);
+  serve::server_config sc;
+  sc.listen = o.listen;
+  bool tcp = false;
+  for (const auto& l : o.listen) tcp = tcp || l.rfind("tcp://", 0) == 0;
+  if (tcp) sc.token = load_token(o.token_file, eng.home());
+  sc.tls_cert = o.tls_cert;
+  sc.tls_key = o.tls_key;
+  sc.max_connections = o.max_connections;
+  sc.idle_timeout = std::chrono::milliseconds(static_cast<long long>(o.idle_timeout * 1000));
+  sc.max_body_bytes = o.max_body_bytes;
+  sc.logger = logger;
+  serve::server srv(eng, sc);
+  for (const auto& a : srv.addresses())
+    logger->info("msg=listening address={} backend={} home=\"{}\"", a, to_string(config.backend), eng.home().string());
+  asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    logger->info("msg=draining signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    srv.stop();
+  });
+  std::exception_ptr failed;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        std::exception_ptr e;
+        try {
+          co_await srv.run();
+        } catch (...) {
+          e = std::current_exception();
+        }
+        signals.cancel();
+        co_await eng.shutdown();
+        if (e) std::rethrow_exception(e);
+      },
+      [&](std::exception_ptr e) { failed = e; });
+  io.run();
+  if (failed) std::rethrow_exception(failed);
+  logger->info("msg=stopped");
+  return 0;
+}
+
+}  // namespace tjob::cli

@@ -1,0 +1,468 @@
+// Jobs, events, runtimes and specs as JSON (tjob/wire.hpp): one encoding for
+// the CLI's -o json, tjob serve and its clients.
+#include <tjob/wire.hpp>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <boost/json.hpp>
+
+#include <set>
+
+namespace tjob {
+
+namespace json = boost::json;
+
+namespace {
+
+// RFC 3339, UTC, milliseconds: what `tjob get -o json` has always printed.
+std::string time_text(clock::time_point t) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03d}Z", tm, static_cast<int>(ms % 1000));
+}
+
+json::value time_or_null(const std::optional<clock::time_point>& t) {
+  if (!t) return nullptr;
+  return json::value(time_text(*t));
+}
+
+json::array to_array(const std::vector<std::string>& v) {
+  json::array a;
+  for (const auto& s : v) a.emplace_back(s);
+  return a;
+}
+
+json::object to_object(const std::map<std::string, std::string>& m) {
+  json::object o;
+  for (const auto& [k, v] : m) o[k] = v;
+  return o;
+}
+
+// --- reading answers: a field missing or of another type is a protocol error
+
+[[noreturn]] void malformed(const std::string& what, const std::string& field) {
+  throw error(errc::protocol_error, what + ": field '" + field + "' is missing or of the wrong type");
+}
+
+const json::object& object_of(const json::value& v, const std::string& what) {
+  if (!v.is_object()) throw error(errc::protocol_error, what + ": not a JSON object");
+  return v.get_object();
+}
+
+std::string text_at(const json::object& o, const char* key, const std::string& what) {
+  auto* v = o.if_contains(key);
+  if (!v || !v->is_string()) malformed(what, key);
+  return std::string(v->get_string());
+}
+
+std::int64_t int_at(const json::object& o, const char* key, const std::string& what) {
+  auto* v = o.if_contains(key);
+  if (!v || !(v->is_int64() || v->is_uint64())) malformed(what, key);
+  return v->to_number<std::int64_t>();
+}
+
+clock::time_point time_at(const json::object& o, const char* key, const std::string& what) {
+  auto t = parse_time(text_at(o, key, what));
+  if (!t) malformed(what, key);
+  return *t;
+}
+
+std::optional<clock::time_point> optional_time_at(const json::object& o, const char* key,
+                                                  const std::string& what) {
+  auto* v = o.if_contains(key);
+  if (!v || v->is_null()) return std::nullopt;
+  return time_at(o, key, what);
+}
+
+job_status status_at(const json::object& o, const std::string& what) {
+  auto s = parse_job_status(text_at(o, "status", what));
+  if (!s) malformed(what, "status");
+  return *s;
+}
+
+std::vector<std::string> texts_at(const json::object& o, const char* key, const std::string& what) {
+  auto* v = o.if_contains(key);
+  if (!v || !v->is_array()) malformed(what, key);
+  std::vector<std::string> out;
+  for (const auto& e : v->get_array()) {
+    if (!e.is_string()) malformed(what, key);
+    out.emplace_back(e.get_string());
+  }
+  return out;
+}
+
+}  // namespace
+
+json::object to_json(const train_job& job) {
+  json::array steps;
+  for (const auto& s : job.steps) {
+    json::object o;
+    o["name"] = s.name;
+    o["status"] = std::string(to_string(s.status));
+    if (s.exit_code)
+      o["exit_code"] = *s.exit_code;
+    else
+      o["exit_code"] = nullptr;
+    o["reason"] = s.reason;
+    steps.push_back(std::move(o));
+  }
+  json::object o;
+  o["name"] = job.name;
+  o["status"] = std::string(to_string(job.status));
+  o["reason"] = job.reason;
+  o["runtime"] = job.runtime;
+  o["num_nodes"] = job.num_nodes;
+  o["creation_timestamp"] = time_text(job.creation_timestamp);
+  o["start_time"] = time_or_null(job.start_time);
+  o["end_time"] = time_or_null(job.end_time);
+  o["steps"] = std::move(steps);
+  return o;
+}
+
+json::object to_json(const event& ev) {
+  json::object o;
+  o["seq"] = ev.seq;
+  o["time"] = time_text(ev.time);
+  o["step"] = ev.step;
+  o["reason"] = ev.reason;
+  o["message"] = ev.message;
+  return o;
+}
+
+json::object to_json(const runtime& rt) {
+  json::object t;
+  t["trainer_type"] = rt.trainer.trainer_type;
+  t["framework"] = rt.trainer.framework;
+  t["image"] = rt.trainer.image;
+  t["num_nodes"] = rt.trainer.num_nodes;
+  t["device"] = rt.trainer.device;
+  t["device_count"] = rt.trainer.device_count;
+  t["packages"] = to_array(rt.trainer.packages);
+  json::object o;
+  o["name"] = rt.name;
+  o["kind"] = rt.kind;
+  o["trainer"] = std::move(t);
+  return o;
+}
+
+json::object to_json(const venv_cache_entry& e) {
+  json::object o;
+  o["key"] = e.key;
+  o["python"] = e.python;
+  o["python_version"] = e.python_version;
+  o["packages"] = to_array(e.packages);
+  o["index_urls"] = to_array(e.index_urls);
+  o["system_site_packages"] = e.system_site_packages;
+  o["bytes"] = e.bytes;
+  o["created"] = time_text(e.created);
+  o["last_used"] = time_text(e.last_used);
+  o["problem"] = e.problem;
+  return o;
+}
+
+train_job job_from_json(const json::value& v) {
+  const std::string what = "job";
+  const auto& o = object_of(v, what);
+  train_job j;
+  j.name = text_at(o, "name", what);
+  const std::string in = "job " + j.name;
+  j.status = status_at(o, in);
+  j.reason = text_at(o, "reason", in);
+  j.runtime = text_at(o, "runtime", in);
+  j.num_nodes = static_cast<int>(int_at(o, "num_nodes", in));
+  j.creation_timestamp = time_at(o, "creation_timestamp", in);
+  j.start_time = optional_time_at(o, "start_time", in);
+  j.end_time = optional_time_at(o, "end_time", in);
+  auto* steps = o.if_contains("steps");
+  if (!steps || !steps->is_array()) malformed(in, "steps");
+  for (const auto& sv : steps->get_array()) {
+    const auto& so = object_of(sv, in + " step");
+    step s;
+    s.name = text_at(so, "name", in + " step");
+    s.status = status_at(so, in + " step " + s.name);
+    if (auto* ec = so.if_contains("exit_code"); ec && !ec->is_null()) s.exit_code = static_cast<int>(int_at(so, "exit_code", in));
+    s.reason = text_at(so, "reason", in + " step " + s.name);
+    j.steps.push_back(std::move(s));
+  }
+  return j;
+}
+
+event event_from_json(const json::value& v) {
+  const std::string what = "event";
+  const auto& o = object_of(v, what);
+  event e;
+  e.seq = int_at(o, "seq", what);
+  e.time = time_at(o, "time", what);
+  e.step = text_at(o, "step", what);
+  e.reason = text_at(o, "reason", what);
+  e.message = text_at(o, "message", what);
+  return e;
+}
+
+runtime runtime_from_json(const json::value& v) {
+  const std::string what = "runtime";
+  const auto& o = object_of(v, what);
+  runtime rt;
+  rt.name = text_at(o, "name", what);
+  rt.kind = text_at(o, "kind", what);
+  auto* tv = o.if_contains("trainer");
+  if (!tv) malformed(what, "trainer");
+  const auto& t = object_of(*tv, what + " trainer");
+  rt.trainer.trainer_type = text_at(t, "trainer_type", what);
+  rt.trainer.framework = text_at(t, "framework", what);
+  rt.trainer.image = text_at(t, "image", what);
+  rt.trainer.num_nodes = static_cast<int>(int_at(t, "num_nodes", what));
+  rt.trainer.device = text_at(t, "device", what);
+  rt.trainer.device_count = text_at(t, "device_count", what);
+  rt.trainer.packages = texts_at(t, "packages", what);
+  return rt;
+}
+
+venv_cache_entry venv_cache_entry_from_json(const json::value& v) {
+  const std::string what = "venv cache entry";
+  const auto& o = object_of(v, what);
+  venv_cache_entry e;
+  e.key = text_at(o, "key", what);
+  e.python = text_at(o, "python", what);
+  e.python_version = text_at(o, "python_version", what);
+  e.packages = texts_at(o, "packages", what);
+  e.index_urls = texts_at(o, "index_urls", what);
+  auto* ssp = o.if_contains("system_site_packages");
+  if (!ssp || !ssp->is_bool()) malformed(what, "system_site_packages");
+  e.system_site_packages = ssp->get_bool();
+  e.bytes = static_cast<std::uint64_t>(int_at(o, "bytes", what));
+  e.created = time_at(o, "created", what);
+  e.last_used = time_at(o, "last_used", what);
+  e.problem = text_at(o, "problem", what);
+  return e;
+}
+
+// --- specs
+
+json::object to_json(const train_request& r) {
+  json::object t;
+  if (const auto* c = std::get_if<command_trainer>(&r.job_trainer)) {
+    t["kind"] = "command";
+    t["command"] = to_array(c->command);
+    t["env"] = to_object(c->env);
+    t["working_dir"] = c->working_dir;
+    t["image"] = c->image;
+  } else {
+    const auto& p = std::get<python_trainer>(r.job_trainer);
+    t["kind"] = "python";
+    t["source"] = p.source;
+    t["function"] = p.function;
+    if (p.function_args.empty()) {
+      t["function_args"] = json::object();
+    } else {
+      boost::system::error_code ec;
+      auto args = json::parse(p.function_args, ec);
+      t["function_args"] = ec ? json::value(p.function_args) : args;  // refused when read back
+    }
+    t["args"] = to_array(p.args);
+    t["packages_to_install"] = to_array(p.packages_to_install);
+    t["pip_index_urls"] = to_array(p.pip_index_urls);
+    t["env"] = to_object(p.env);
+    t["working_dir"] = p.working_dir;
+    t["python"] = p.python;
+    t["system_site_packages"] = p.system_site_packages;
+    t["keep_venv"] = p.keep_venv;
+    t["refresh_venv"] = p.refresh_venv;
+    t["procs_per_node"] = p.procs_per_node;
+    t["cpu_limit"] = p.cpu_limit;
+    t["memory_limit"] = p.memory_limit;
+    t["gpus"] = p.gpus;
+    t["image"] = p.image;
+  }
+  json::object o;
+  o["name"] = r.name;
+  o["runtime"] = r.runtime;
+  o["num_nodes"] = r.num_nodes;
+  o["labels"] = to_object(r.labels);
+  o["annotations"] = to_object(r.annotations);
+  o["trainer"] = std::move(t);
+  return o;
+}
+
+spec_error::spec_error(std::string field, std::string message)
+    : error(errc::invalid_argument, std::move(message)), field_(std::move(field)) {}
+
+namespace {
+
+// Reads one object of a spec strictly: each field at most once, of its type;
+// finish() refuses whatever was not read, by name.
+class spec_reader {
+ public:
+  spec_reader(const json::value& v, std::string path, std::string what)
+      : path_(std::move(path)), what_(std::move(what)) {
+    if (!v.is_object())
+      throw spec_error(path_.empty() ? "" : path_, label() + "must be a JSON object");
+    o_ = &v.get_object();
+  }
+
+  std::string field(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  [[noreturn]] void refuse(const char* key, const std::string& problem) const {
+    throw spec_error(field(key), "job spec: " + field(key) + ": " + problem);
+  }
+
+  const json::value* get(const char* key) {
+    known_.insert(key);
+    auto* v = o_->if_contains(key);
+    return v && !v->is_null() ? v : nullptr;
+  }
+
+  std::optional<std::string> text(const char* key) {
+    auto* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) refuse(key, "must be a string");
+    return std::string(v->get_string());
+  }
+
+  std::optional<bool> flag(const char* key) {
+    auto* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_bool()) refuse(key, "must be true or false");
+    return v->get_bool();
+  }
+
+  std::optional<std::int64_t> number(const char* key, std::int64_t lo, std::int64_t hi) {
+    auto* v = get(key);
+    if (!v) return std::nullopt;
+    std::int64_t n = 0;
+    if (v->is_int64())
+      n = v->get_int64();
+    else if (v->is_uint64() && v->get_uint64() <= static_cast<std::uint64_t>(hi))
+      n = static_cast<std::int64_t>(v->get_uint64());
+    else
+      refuse(key, fmt::format("must be a whole number from {} to {}", lo, hi));
+    if (n < lo || n > hi) refuse(key, fmt::format("{} is out of range; give {} to {}", n, lo, hi));
+    return n;
+  }
+
+  std::optional<std::vector<std::string>> texts(const char* key) {
+    auto* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_array()) refuse(key, "must be an array of strings");
+    std::vector<std::string> out;
+    for (const auto& e : v->get_array()) {
+      if (!e.is_string()) refuse(key, fmt::format("item {} must be a string", out.size()));
+      out.emplace_back(e.get_string());
+    }
+    return out;
+  }
+
+  std::optional<std::map<std::string, std::string>> text_map(const char* key) {
+    auto* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_object()) refuse(key, "must be an object of strings");
+    std::map<std::string, std::string> out;
+    for (const auto& kv : v->get_object()) {
+      if (!kv.value().is_string())
+        throw spec_error(field(key) + "." + std::string(kv.key()),
+                         "job spec: " + field(key) + "." + std::string(kv.key()) + ": must be a string");
+      out[std::string(kv.key())] = std::string(kv.value().get_string());
+    }
+    return out;
+  }
+
+  /// Refuses the fields that were not read, naming the first and the known ones.
+  void finish() const {
+    for (const auto& kv : *o_) {
+      std::string key(kv.key());
+      if (known_.count(key)) continue;
+      std::string names;
+      for (const auto& k : known_) names += (names.empty() ? "" : ", ") + k;
+      auto f = path_.empty() ? key : path_ + "." + key;
+      throw spec_error(f, "job spec: " + f + ": unknown field; " + label() + "has " + names);
+    }
+  }
+
+ private:
+  std::string label() const { return what_ + " "; }
+  const json::object* o_ = nullptr;
+  std::string path_, what_;
+  std::set<std::string> known_;
+};
+
+command_trainer command_from(spec_reader& r) {
+  command_trainer t;
+  if (auto v = r.texts("command")) t.command = std::move(*v);
+  if (auto v = r.text_map("env")) t.env = std::move(*v);
+  if (auto v = r.text("working_dir")) t.working_dir = std::move(*v);
+  if (auto v = r.text("image")) t.image = std::move(*v);
+  r.finish();  // an unknown field first: a misspelt "comand" is named as such
+  if (t.command.empty()) r.refuse("command", "give the program and its arguments, as [\"python3\", \"train.py\"]");
+  return t;
+}
+
+python_trainer python_from(spec_reader& r) {
+  python_trainer t;
+  if (auto v = r.text("source")) t.source = std::move(*v);
+  if (r.get("source_file"))
+    r.refuse("source_file", "a spec carries the code itself; send the file's text as \"source\"");
+  if (auto v = r.text("function")) t.function = std::move(*v);
+  if (auto* v = r.get("function_args")) {
+    if (!v->is_object()) r.refuse("function_args", "must be a JSON object of keyword arguments");
+    if (!v->get_object().empty()) t.function_args = json::serialize(*v);
+  }
+  if (auto v = r.texts("args")) t.args = std::move(*v);
+  if (auto v = r.texts("packages_to_install")) t.packages_to_install = std::move(*v);
+  if (auto v = r.texts("pip_index_urls")) t.pip_index_urls = std::move(*v);
+  if (auto v = r.text_map("env")) t.env = std::move(*v);
+  if (auto v = r.text("working_dir")) t.working_dir = std::move(*v);
+  if (auto v = r.text("python")) t.python = std::move(*v);
+  if (auto v = r.flag("system_site_packages")) t.system_site_packages = *v;
+  if (auto v = r.flag("keep_venv")) t.keep_venv = *v;
+  if (auto v = r.flag("refresh_venv")) t.refresh_venv = *v;
+  if (auto v = r.number("procs_per_node", 1, 1024)) t.procs_per_node = static_cast<int>(*v);
+  if (auto v = r.flag("cpu_limit")) t.cpu_limit = *v;
+  if (auto v = r.number("memory_limit", 0, std::int64_t(1) << 60)) t.memory_limit = static_cast<std::uint64_t>(*v);
+  if (auto v = r.number("gpus", 0, 64)) t.gpus = static_cast<int>(*v);
+  if (auto v = r.text("image")) t.image = std::move(*v);
+  if (auto v = r.text_map("resources_per_node")) {
+    try {
+      set_resources_per_node(t, *v, "resources_per_node");
+    } catch (const error& e) {
+      r.refuse("resources_per_node", e.what());
+    }
+  }
+  r.finish();
+  if (t.source.empty()) r.refuse("source", "give the Python source text of the training code");
+  return t;
+}
+
+}  // namespace
+
+train_request request_from_json(const json::value& v) {
+  spec_reader r(v, "", "a job spec");
+  train_request req;
+  if (auto s = r.text("name")) req.name = std::move(*s);
+  if (auto s = r.text("runtime")) req.runtime = std::move(*s);
+  if (auto n = r.number("num_nodes", 1, 1024)) req.num_nodes = static_cast<int>(*n);
+  if (auto m = r.text_map("labels")) req.labels = std::move(*m);
+  if (auto m = r.text_map("annotations")) req.annotations = std::move(*m);
+  auto* tv = r.get("trainer");
+  r.finish();
+  if (!tv) r.refuse("trainer", "missing; give {\"kind\": \"command\", \"command\": [...]} or {\"kind\": \"python\", \"source\": ...}");
+  {
+    spec_reader kind_of(*tv, "trainer", "a trainer");
+    auto kind = kind_of.text("kind");
+    if (kind == std::optional<std::string>("command")) {
+      spec_reader t(*tv, "trainer", "a command trainer");
+      t.text("kind");
+      req.job_trainer = command_from(t);
+    } else if (kind == std::optional<std::string>("python")) {
+      spec_reader t(*tv, "trainer", "a python trainer");
+      t.text("kind");
+      req.job_trainer = python_from(t);
+    } else {
+      kind_of.refuse("kind", "give \"command\" (a program) or \"python\" (Python training code)");
+    }
+  }
+  return req;
+}
+
+}  // namespace tjob

@@ -1,0 +1,65 @@
+// tjob/wire.hpp — jobs, events, runtimes and job specs as JSON: the one shape
+// `tjob get -o json` prints, `tjob serve` answers and sends, and its clients
+// read back.
+//
+// Threading: pure functions.
+// Errors: the *_from_json readers of answers throw tjob::error
+//   (protocol_error) naming the field; request_from_json, which reads what a
+//   person or a program sent, throws spec_error (invalid_argument) naming the
+//   field at fault, the problem and the fix, and refuses unknown fields by name.
+#pragma once
+
+#include <tjob/error.hpp>
+#include <tjob/types.hpp>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include <string>
+
+namespace tjob {
+
+/// {"name","status","reason","runtime","num_nodes","creation_timestamp",
+///  "start_time","end_time","steps":[{"name","status","exit_code","reason"}]};
+/// times are RFC 3339 in UTC with milliseconds, null when not yet known.
+boost::json::object to_json(const train_job& job);
+/// {"seq","time","step","reason","message"}
+boost::json::object to_json(const event& ev);
+/// {"name","kind","trainer":{"trainer_type","framework","image","num_nodes",
+///  "device","device_count","packages"}}
+boost::json::object to_json(const runtime& rt);
+/// {"key","python","python_version","packages","index_urls",
+///  "system_site_packages","bytes","created","last_used","problem"}
+boost::json::object to_json(const venv_cache_entry& e);
+
+train_job job_from_json(const boost::json::value& v);
+event event_from_json(const boost::json::value& v);
+runtime runtime_from_json(const boost::json::value& v);
+venv_cache_entry venv_cache_entry_from_json(const boost::json::value& v);
+
+/// A job spec: {"name","runtime","num_nodes","labels","annotations",
+/// "trainer":{"kind":"command",...} or {"kind":"python",...}}; every field but
+/// "trainer" may be left out. A command trainer has "command", "env",
+/// "working_dir", "image"; a Python trainer has the fields of python_trainer
+/// ("source", "function", "function_args" as a JSON object, "args",
+/// "packages_to_install", ...) and Kubeflow's "resources_per_node"
+/// ({"cpu":"2","memory":"4Gi","gpu":"1"}). A file name ("source_file") is not
+/// part of a spec: the spec carries the source itself.
+boost::json::object to_json(const train_request& request);
+
+/// A field of a job spec that cannot be used.
+class spec_error : public error {
+ public:
+  spec_error(std::string field, std::string message);
+  /// The field's path in the spec: "trainer.command", "labels.team".
+  const std::string& field() const noexcept { return field_; }
+
+ private:
+  std::string field_;
+};
+
+/// The inverse of to_json(train_request), strict: a field of the wrong type or
+/// not known is refused by name (spec_error).
+train_request request_from_json(const boost::json::value& v);
+
+}  // namespace tjob

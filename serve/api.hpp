@@ -1,0 +1,101 @@
+// tjob serve: the API v1 routes, apart from the connections that carry them.
+// A request comes in as method, target, headers and body; an answer goes out
+// as a whole reply or as a stream of chunks. No Beast here.
+//
+// Threading: the engine's executor only.
+// Cancellation: a long poll's or a stream's awaits take the caller's
+//   cancellation slot (the connection's: its client went away, or the server
+//   is draining).
+#pragma once
+
+#include "serve/watch_hub.hpp"
+
+#include <tjob/engine.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/json/value.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tjob::serve {
+
+struct request {
+  std::string method;  ///< "GET", "POST", ...
+  std::string target;  ///< as sent: "/v1/jobs?limit=10"
+  std::string body;
+  std::string idempotency_key;  ///< the Idempotency-Key header, if any
+};
+
+struct reply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+/// A 200 answer sent in chunks (chunked transfer): `next` gives each chunk,
+/// nullopt at the end.
+struct stream_reply {
+  std::string content_type;
+  std::function<boost::asio::awaitable<std::optional<std::string>>()> next;
+};
+
+/// An answer that takes a while (a long poll): run it with a cancellation
+/// slot bound; it gives the reply.
+struct long_reply {
+  std::function<boost::asio::awaitable<reply>()> run;
+};
+
+using answer = std::variant<reply, stream_reply, long_reply>;
+
+/// One error object, for every 4xx and 5xx:
+/// {"status":404,"code":"job_not_found","message":"...","field":null}.
+reply error_reply(int status, std::string code, std::string message, std::string field = {});
+
+/// The reply for an exception thrown by the engine or by a route: a
+/// tjob::error by its code, a spec_error with its field.
+reply reply_of(std::exception_ptr e, bool draining);
+
+struct api_config {
+  std::filesystem::path idempotency_dir;
+  std::chrono::hours idempotency_ttl{24};
+};
+
+class api {
+ public:
+  api(engine& e, watch_hub& hub, api_config config);
+
+  /// Routes the request; may throw (reply_of makes the answer).
+  boost::asio::awaitable<answer> handle(request req);
+
+  /// New jobs are refused (503) from now on; /healthz says "draining".
+  void drain() { draining_ = true; }
+  bool draining() const { return draining_; }
+
+ private:
+  boost::asio::awaitable<answer> submit(request& req);
+  boost::asio::awaitable<answer> list(const std::map<std::string, std::string>& query);
+  boost::asio::awaitable<answer> logs(std::string name, const std::map<std::string, std::string>& query);
+  answer wait(std::string name, const std::map<std::string, std::string>& query);
+  answer watch(const std::map<std::string, std::string>& query);
+
+  engine& engine_;
+  watch_hub& hub_;
+  api_config config_;
+  bool draining_ = false;
+  std::set<std::string> keys_in_flight_;  ///< Idempotency-Key digests being created
+};
+
+/// The OpenAPI 3 document of the API (serve/openapi.json, built in).
+const std::string& openapi_document();
+
+}  // namespace tjob::serve

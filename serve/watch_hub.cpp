@@ -1,0 +1,115 @@
+#include "serve/watch_hub.hpp"
+
+#include <tjob/wire.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json/serialize.hpp>
+
+namespace tjob::serve {
+
+namespace asio = boost::asio;
+
+namespace {
+
+std::int64_t start_seq() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(clock::now().time_since_epoch()).count();
+}
+
+std::string line_of(std::int64_t seq, const char* type, const train_job& job) {
+  boost::json::object o;
+  o["seq"] = seq;
+  o["type"] = type;
+  o["job"] = to_json(job);
+  return boost::json::serialize(o) + "\n";
+}
+
+}  // namespace
+
+watch_hub::watch_hub(engine& e, std::size_t history)
+    : engine_(e), history_(history), head_(start_seq()), wake_(e.get_executor()) {
+  wake_.expires_at(asio::steady_timer::time_point::max());
+}
+
+void watch_hub::publish(const char* type, const train_job& job) {
+  ++head_;
+  ring_.push_back(line{head_, job.runtime, std::make_shared<const std::string>(line_of(head_, type, job))});
+  while (ring_.size() > history_) ring_.pop_front();
+}
+
+asio::awaitable<void> watch_hub::load() {
+  known_ = co_await engine_.list_jobs();
+  for (auto& j : known_) jobs_[j.name] = j;
+}
+
+asio::awaitable<void> watch_hub::run() {
+  std::vector<train_job> known = std::move(known_);
+  while (!stopped_) {
+    auto wait = engine_.wait_for_jobs_change(known, std::nullopt, std::chrono::minutes(10));
+    std::vector<train_job> now;
+    try {
+      now = co_await asio::co_spawn(engine_.get_executor(), std::move(wait),
+                                    asio::bind_cancellation_slot(cancel_.slot(), asio::use_awaitable));
+    } catch (const std::exception&) {
+      if (stopped_) break;
+      throw;
+    }
+    if (stopped_) break;
+    auto before = std::move(jobs_);
+    jobs_.clear();
+    bool any = false;
+    for (const auto& j : now) {
+      auto it = before.find(j.name);
+      if (it == before.end()) {
+        publish("ADDED", j);
+        any = true;
+      } else {
+        if (!same_state(it->second, j)) {
+          publish("MODIFIED", j);
+          any = true;
+        }
+        before.erase(it);
+      }
+      jobs_[j.name] = j;
+    }
+    for (const auto& [name, j] : before) {
+      publish("DELETED", j);
+      any = true;
+    }
+    known = std::move(now);
+    if (any) wake_.cancel();  // every changed() returns
+  }
+}
+
+void watch_hub::stop() {
+  stopped_ = true;
+  cancel_.emit(asio::cancellation_type::terminal);
+  wake_.cancel();
+}
+
+std::vector<watch_hub::line> watch_hub::snapshot() const {
+  std::vector<line> out;
+  for (const auto& [name, j] : jobs_)
+    out.push_back(line{head_, j.runtime, std::make_shared<const std::string>(line_of(head_, "ADDED", j))});
+  return out;
+}
+
+std::optional<std::vector<watch_hub::line>> watch_hub::since(std::int64_t seq) const {
+  if (seq > head_) return std::nullopt;
+  std::int64_t oldest_known = ring_.empty() ? head_ : ring_.front().seq - 1;
+  if (seq < oldest_known) return std::nullopt;
+  std::vector<line> out;
+  for (const auto& l : ring_)
+    if (l.seq > seq) out.push_back(l);
+  return out;
+}
+
+asio::awaitable<void> watch_hub::changed(std::int64_t seq) {
+  if (head_ > seq || stopped_) co_return;
+  boost::system::error_code ec;  // the hub's wake and the caller's cancel alike
+  co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+}
+
+}  // namespace tjob::serve
