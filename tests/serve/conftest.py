@@ -204,11 +204,17 @@ def raw(path, data, read=True, timeout=DEADLINE):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     s.connect(path)
-    s.sendall(data)
+    try:
+        s.sendall(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server answered (and closed) before it had read it all: read that answer
     out = b""
     if read:
         while True:
-            chunk = s.recv(65536)
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
             if not chunk:
                 break
             out += chunk
