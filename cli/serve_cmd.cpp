@@ -37,7 +37,13 @@ void add_serve_options(CLI::App* cmd, serve_options& o) {
   cmd->add_option("--idle-timeout", o.idle_timeout,
                   "Seconds an idle or stalled connection is kept (default 60)");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "The largest job spec accepted (default 1048576)");
+  cmd->add_flag("--detach", o.detach,
+                "Serve in the background: return once listening, printing each address on stdout; the "
+                "server's log goes to $TJOB_HOME/serve.log and its pid to $TJOB_HOME/serve.pid (kill it "
+                "with SIGTERM to drain it)");
 }
+
+int serve_in_foreground(engine_config config, const serve_options& o, int& ready);
 
 namespace {
 
@@ -76,7 +82,7 @@ std::string load_token(const std::string& given, const std::filesystem::path& ho
 }
 
 std::shared_ptr<spdlog::logger> make_logger() {
-  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();  // (a detached server's stderr is its log file)
   auto logger = std::make_shared<spdlog::logger>("tjob.serve", sink);
   // logfmt, one line per event, times in UTC
   logger->set_pattern("time=%Y-%m-%dT%H:%M:%S.%fZ level=%l %v", spdlog::pattern_time_type::utc);
@@ -87,10 +93,71 @@ std::shared_ptr<spdlog::logger> make_logger() {
 
 }  // namespace
 
+namespace {
+
+// --detach: the server runs in a child of its own session; the parent waits
+// (on a pipe, not a timer) until the child listens or fails, and reports it.
+// Returns the pipe's write end in the child, -1 when not detaching; in the
+// parent it exits with the outcome.
+int detach_server(const std::filesystem::path& home) {
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) throw usage_error("--detach: cannot make a pipe");
+  pid_t pid = ::fork();
+  if (pid < 0) throw usage_error("--detach: cannot fork");
+  if (pid > 0) {
+    ::close(ready[1]);
+    std::string said;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(ready[0], buf, sizeof buf)) > 0) said.append(buf, static_cast<std::size_t>(n));
+    ::close(ready[0]);
+    if (said.rfind("ok\n", 0) == 0) {
+      std::fputs(said.c_str() + 3, stdout);
+      std::exit(0);
+    }
+    std::fprintf(stderr, "tjob: error: %s\n",
+                 said.empty() ? "the server ended before it listened; see serve.log" : said.c_str());
+    std::exit(1);
+  }
+  ::close(ready[0]);
+  ::setsid();
+  std::filesystem::create_directories(home);
+  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  int log = ::open((home / "serve.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (devnull >= 0) {
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+  }
+  if (log >= 0) ::dup2(log, 2);
+  std::ofstream(home / "serve.pid") << ::getpid() << "\n";
+  return ready[1];
+}
+
+void tell_parent(int& fd, const std::string& what) {
+  if (fd < 0) return;
+  auto n = ::write(fd, what.data(), what.size());
+  (void)n;
+  ::close(fd);
+  fd = -1;
+}
+
+}  // namespace
+
 int run_serve(engine_config config, const serve_options& o) {
   std::signal(SIGPIPE, SIG_IGN);
   if (o.idle_timeout <= 0) throw usage_error("--idle-timeout must be more than 0 seconds");
   if (o.max_connections < 1) throw usage_error("--max-connections must be 1 or more");
+  // Before any thread exists (the engine's): fork is safe only then.
+  int ready = o.detach ? detach_server(config.home.empty() ? default_home() : config.home) : -1;
+  try {
+    return serve_in_foreground(std::move(config), o, ready);
+  } catch (const std::exception& e) {
+    tell_parent(ready, e.what());
+    throw;
+  }
+}
+
+int serve_in_foreground(engine_config config, const serve_options& o, int& ready) {
   auto logger = make_logger();
   asio::io_context io(1);
   engine eng(io.get_executor(), config);
@@ -106,8 +173,12 @@ int run_serve(engine_config config, const serve_options& o) {
   sc.max_body_bytes = o.max_body_bytes;
   sc.logger = logger;
   serve::server srv(eng, sc);
-  for (const auto& a : srv.addresses())
+  std::string addresses;
+  for (const auto& a : srv.addresses()) {
     logger->info("msg=listening address={} backend={} home=\"{}\"", a, to_string(config.backend), eng.home().string());
+    addresses += a + "\n";
+  }
+  tell_parent(ready, "ok\n" + addresses);
   asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
@@ -132,6 +203,10 @@ int run_serve(engine_config config, const serve_options& o) {
   io.run();
   if (failed) std::rethrow_exception(failed);
   logger->info("msg=stopped");
+  if (o.detach) {
+    std::error_code ec;
+    std::filesystem::remove(eng.home() / "serve.pid", ec);
+  }
   return 0;
 }
 

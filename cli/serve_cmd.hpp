@@ -18,6 +18,7 @@ struct serve_options {
   std::size_t max_connections = 1024;
   double idle_timeout = 60;
   std::size_t max_body_bytes = 1 << 20;
+  bool detach = false;
 };
 
 void add_serve_options(CLI::App* cmd, serve_options& o);
