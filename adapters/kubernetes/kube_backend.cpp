@@ -391,8 +391,12 @@ struct backend::impl : std::enable_shared_from_this<impl> {
           if (s.step == options.step && s.phase != "Pending") co_return std::optional<std::string>(s.pod);
         // Kubeflow returns nothing here (#182); a follower waits for the start.
         if (!options.follow || last_look) co_return std::optional<std::string>();
-        bool started = false;
+        bool started = false, seen = false;
         co_await b->watch_until(job, steady::time_point::max(), [&](const std::optional<train_job>& j) {
+          // A job the watch has not shown yet was just made (it was read
+          // above): absent counts as gone only once it has been seen.
+          if (!j && !seen) return false;
+          seen = true;
           if (!j || is_terminal(j->status)) {
             last_look = true;  // read the pods once more: the two watches need not agree yet
             return true;

@@ -392,6 +392,17 @@ TEST_CASE("logs -f of a pod that is still Pending waits for it to start (Kubeflo
   CHECK(log == "late\nlater\n");
 }
 
+TEST_CASE_FIXTURE(kube_fixture, "logs -f right after train waits for the pod, though the watch has not shown the job yet") {
+  // (tjob serve follows as soon as the POST has answered: absent from the
+  // watch then meant "gone", and the follow ended empty)
+  trainer_client c(kube_config());
+  c.wait_for_jobs_change(c.list_jobs(), {}, 10ms);  // the watches run from here on, as under tjob serve
+  for (int i = 0; i < 3; ++i) {
+    auto name = c.train(helper_job({"print", "at once\n"}, "quick-" + std::to_string(i)));
+    CHECK(c.get_job_logs(name, {.follow = true}).read_all() == "at once\n");
+  }
+}
+
 TEST_CASE_FIXTURE(kube_fixture, "kubectl reads, watches, follows and creates TrainJobs on the stand-in") {
   if (!have_kubectl()) return;
   trainer_client c(kube_config());
