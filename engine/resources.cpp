@@ -35,9 +35,12 @@ std::uint64_t bytes_of(const std::string& what, const std::string& value) {
       {"G", 1e9},        {"T", 1e12},          {"Ki", 1024.0},
       {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
   auto it = units.find(unit);
-  if (value.empty() || rest == value.c_str() || it == units.end() || n <= 0)
+  if (value.empty() || rest == value.c_str() || it == units.end() || !(n > 0))
     refuse(what, "memory", value, "give bytes with an optional unit, as 512Mi or 4Gi");
-  return static_cast<std::uint64_t>(n * it->second);
+  double bytes = n * it->second;
+  if (!(bytes < 1152921504606846976.0))  // 2^60 (1 EiB), well inside a uint64_t
+    refuse(what, "memory", value, "give at most 1Ei (1024Pi)");
+  return static_cast<std::uint64_t>(bytes);
 }
 
 }  // namespace
