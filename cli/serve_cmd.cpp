@@ -172,6 +172,7 @@ int serve_in_foreground(engine_config config, const serve_options& o, int& ready
   sc.idle_timeout = std::chrono::milliseconds(static_cast<long long>(o.idle_timeout * 1000));
   sc.max_body_bytes = o.max_body_bytes;
   sc.logger = logger;
+  sc.backend = std::string(to_string(config.backend));
   serve::server srv(eng, sc);
   std::string addresses;
   for (const auto& a : srv.addresses()) {

@@ -91,7 +91,8 @@ using query_map = std::map<std::string, std::string>;
 
 // Refuses a query parameter the route does not take, by name.
 void only(const query_map& q, std::initializer_list<const char*> allowed) {
-  for (const auto& [k, v] : q) {
+  for (const auto& kv : q) {
+    const auto& k = kv.first;  // (clang 14: a structured binding cannot be captured)
     bool ok = std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; });
     if (ok) continue;
     std::string names;
@@ -285,6 +286,14 @@ asio::awaitable<answer> api::handle(request req) {
     only(q, {});
     json::object o{{"status", draining_ ? "draining" : "ok"}};
     co_return json_reply(draining_ ? 503 : 200, o);
+  }
+  if (seg.size() == 1 && seg[0] == "metrics" && config_.metrics_text) {
+    if (m != "GET") co_return not_allowed("GET");
+    only(q, {});
+    reply r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = config_.metrics_text();
+    co_return r;
   }
   if (seg.empty() || seg[0] != "v1") co_return error_reply(404, "not_found", "no such route: " + req.target.substr(0, req.target.find('?')) + "; the API is under /v1 (see /v1/openapi.json)");
   if (seg.size() == 2 && seg[1] == "openapi.json") {

@@ -68,6 +68,8 @@ reply reply_of(std::exception_ptr e, bool draining);
 struct api_config {
   std::filesystem::path idempotency_dir;
   std::chrono::hours idempotency_ttl{24};
+  /// GET /metrics: the Prometheus text.
+  std::function<std::string()> metrics_text;
 };
 
 class api {

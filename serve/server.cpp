@@ -3,6 +3,7 @@
 #include "serve/server.hpp"
 
 #include "serve/api.hpp"
+#include "serve/metrics.hpp"
 #include "serve/watch_hub.hpp"
 
 #include <fmt/format.h>
@@ -83,6 +84,7 @@ bool same_token(std::string_view a, std::string_view b) {
 struct server::impl : std::enable_shared_from_this<server::impl> {
   engine& eng;
   server_config cfg;
+  metrics stats;
   watch_hub hub;
   api routes;
   std::optional<asio::ssl::context> tls;
@@ -99,12 +101,16 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   impl(engine& e, server_config c)
       : eng(e),
         cfg(std::move(c)),
+        stats(cfg.backend),
         hub(e, cfg.watch_history),
-        routes(e, hub, api_config{cfg.idempotency_dir, cfg.idempotency_ttl}),
-        all_closed(e.get_executor()) {}
+        routes(e, hub, api_config{cfg.idempotency_dir, cfg.idempotency_ttl, [this] { return stats.scrape(hub.jobs()); }}),
+        all_closed(e.get_executor()) {
+    hub.on_change = [this](const train_job* before, const train_job* now) { stats.job_changed(before, now); };
+  }
 
   void log_request(const std::string& peer, const std::string& method, std::string_view target, int status,
                    std::chrono::steady_clock::time_point began, std::size_t bytes) {
+    stats.request_done(status);
     if (!cfg.logger) return;
     auto path = target.substr(0, target.find('?'));
     auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
@@ -166,9 +172,26 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     tcp_acceptors.push_back(std::move(a));
   }
 
+  // The reactor's lag: how late a 100 ms timer fires (a stall of the one
+  // thread shows here), until the server stops.
+  asio::awaitable<void> measure_lag() {
+    auto self = shared_from_this();
+    asio::steady_timer t(eng.get_executor());
+    while (!stopping) {
+      t.expires_after(std::chrono::milliseconds(100));
+      auto due = t.expiry();
+      boost::system::error_code ec;
+      co_await t.async_wait(asio::bind_cancellation_slot(lag_stop.slot(), asio::redirect_error(asio::use_awaitable, ec)));
+      if (ec) break;
+      stats.reactor_lag(std::chrono::duration<double>(asio::steady_timer::clock_type::now() - due).count());
+    }
+  }
+  asio::cancellation_signal lag_stop;
+
   // --- one connection
 
   void closed_one() {
+    stats.connection_closed();
     if (--open == 0 && stopping) all_closed.cancel();
   }
 
@@ -355,6 +378,11 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       std::exception_ptr failed;  // rethrown once the watch has ended (it uses this frame)
       try {
       if (auto* l = std::get_if<long_reply>(&a)) {
+        stats.held_opened(metrics::held::wait);
+        struct unhold {
+          metrics& m;
+          ~unhold() { m.held_closed(metrics::held::wait); }
+        } unheld{stats};
         reply r;
         try {
           auto run = l->run;
@@ -368,7 +396,15 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         if (!*client_left) co_await write_reply(stream, r, false);
       } else {
         auto& s = std::get<stream_reply>(a);
+        auto kind = target.rfind("/v1/watch", 0) == 0 ? metrics::held::watch : metrics::held::log_follow;
+        stats.held_opened(kind);
+        struct unhold {
+          metrics& m;
+          metrics::held k;
+          ~unhold() { m.held_closed(k); }
+        } unheld{stats, kind};
         bytes = co_await write_stream(stream, s, sig, client_left);
+        if (kind == metrics::held::log_follow) stats.log_bytes_served(bytes);
       }
       } catch (...) {
         failed = std::current_exception();
@@ -471,6 +507,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         continue;
       }
       ++open;
+      stats.connection_opened();
       if constexpr (std::is_same_v<Stream, local_stream>) {
         asio::co_spawn(acceptor.get_executor(), serve_connection(local_stream(std::move(socket)), peer, false),
                        [self](std::exception_ptr) {});
@@ -555,6 +592,8 @@ asio::awaitable<void> server::run() {
     ++tasks;
     asio::co_spawn(ex, s->accept_loop<asio::ip::tcp::acceptor, beast::tcp_stream>(a, true), done);
   }
+  ++tasks;
+  asio::co_spawn(ex, s->measure_lag(), done);
   boost::system::error_code ec;
   co_await tasks_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   // The listeners and the hub have ended (stop()); the connections drain.
@@ -573,6 +612,7 @@ void server::stop() {
   for (auto& a : s.unix_acceptors) a.close(ec);
   for (auto& a : s.tcp_acceptors) a.close(ec);
   s.hub.stop();
+  s.lag_stop.emit(asio::cancellation_type::terminal);
   for (auto& sig : s.signals) sig.emit(asio::cancellation_type::terminal);
   if (s.open == 0) s.all_closed.cancel();
 }

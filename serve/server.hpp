@@ -54,6 +54,8 @@ struct server_config {
   std::filesystem::path idempotency_dir;
   /// How long an Idempotency-Key is remembered.
   std::chrono::hours idempotency_ttl{24};
+  /// The backend's name, for the metrics' `backend` label.
+  std::string backend = "local";
   /// Request logs (one logfmt line per request); null: none.
   std::shared_ptr<spdlog::logger> logger;
 };

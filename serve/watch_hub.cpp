@@ -64,10 +64,12 @@ asio::awaitable<void> watch_hub::run() {
       auto it = before.find(j.name);
       if (it == before.end()) {
         publish("ADDED", j);
+        if (on_change) on_change(nullptr, &j);
         any = true;
       } else {
         if (!same_state(it->second, j)) {
           publish("MODIFIED", j);
+          if (on_change) on_change(&it->second, &j);
           any = true;
         }
         before.erase(it);
@@ -76,6 +78,7 @@ asio::awaitable<void> watch_hub::run() {
     }
     for (const auto& [name, j] : before) {
       publish("DELETED", j);
+      if (on_change) on_change(&j, nullptr);
       any = true;
     }
     known = std::move(now);
@@ -93,6 +96,12 @@ std::vector<watch_hub::line> watch_hub::snapshot() const {
   std::vector<line> out;
   for (const auto& [name, j] : jobs_)
     out.push_back(line{head_, j.runtime, std::make_shared<const std::string>(line_of(head_, "ADDED", j))});
+  return out;
+}
+
+std::vector<const train_job*> watch_hub::jobs() const {
+  std::vector<const train_job*> out;
+  for (const auto& [name, j] : jobs_) out.push_back(&j);
   return out;
 }
 

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,6 +55,12 @@ class watch_hub {
   /// The lines after `seq`, or nullopt when `seq` is expired (older than
   /// the ring, or not one of this server's).
   std::optional<std::vector<line>> since(std::int64_t seq) const;
+  /// Every job as last seen.
+  std::vector<const train_job*> jobs() const;
+  /// Called for each change: `before` null for a job that appeared, `now`
+  /// null for one that went (the metrics count them).
+  std::function<void(const train_job* before, const train_job* now)> on_change;
+
   /// Waits until head() > seq, or stop(), or the caller's cancellation.
   boost::asio::awaitable<void> changed(std::int64_t seq);
 

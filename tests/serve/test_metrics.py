@@ -1,0 +1,109 @@
+"""GET /metrics in Prometheus' text format, scraped by a real Prometheus (Debian's) that the test starts on
+loopback, with the server's bearer token."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import urllib.parse
+import urllib.request
+
+from conftest import HELPER, DEADLINE, unavailable
+
+
+def metric(text, name, **labels):
+    want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        n, _, ls = key.partition("{")
+        got = ",".join(sorted(ls.rstrip("}").split(","))) if ls else ""
+        if n == name and got == want:
+            return float(value)
+    return None
+
+
+def test_metrics_count_jobs_and_requests(server):
+    before = server.get("/metrics")
+    assert before.status == 200 and before.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    c = server.conn()
+    c.request("GET", "/v1/watch")
+    watch = c.getresponse()
+    server.submit([HELPER, "exit", "0"], name="m1")
+    server.submit([HELPER, "exit", "4"], name="m2")
+    ended = set()
+    while len(ended) < 2:
+        job = json.loads(watch.readline())["job"]
+        if job["status"] in ("Complete", "Failed"):
+            ended.add(job["name"])
+    text = server.get("/metrics").body  # while the watch is open
+    c.close()
+    assert metric(text, "tjob_jobs", backend="local", status="Complete") == 1
+    assert metric(text, "tjob_jobs", backend="local", status="Failed") == 1
+    assert metric(text, "tjob_jobs", backend="local", status="Running") == 0
+    assert metric(text, "tjob_jobs_submitted_total", backend="local") == 2
+    assert metric(text, "tjob_jobs_ended_total", backend="local", status="Failed") == 1
+    assert metric(text, "tjob_job_start_seconds_count", backend="local") == 2
+    assert metric(text, "tjob_job_run_seconds_count", backend="local") == 2
+    assert metric(text, "tjob_http_requests_total", code="201") == 2
+    assert metric(text, "tjob_http_held", kind="watch") == 1
+    assert metric(text, "tjob_http_held", kind="wait") == 0
+    assert metric(text, "tjob_reactor_lag_seconds_count") >= 0
+    assert metric(text, "tjob_http_connections") >= 1
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_prometheus_scrapes_tjob(make_server, tmp_path):
+    if not shutil.which("prometheus"):
+        unavailable("Debian's prometheus")
+    token = tmp_path / "token"
+    token.write_text("p" * 40)
+    s = make_server(["--listen", "unix://" + str(tmp_path / "home" / "tjob.sock"), "--listen", "tcp://127.0.0.1:0",
+                     "--token-file", str(token)])
+    host, port = s.tcp()
+    s.submit([HELPER, "exit", "0"], name="scraped")
+    s.wait("scraped")
+    config = tmp_path / "prometheus.yml"
+    config.write_text("""global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: tjob
+    scheme: http
+    authorization:
+      type: Bearer
+      credentials_file: %s
+    static_configs:
+      - targets: ["%s:%d"]
+""" % (token, host, port))
+    web = free_port()
+    prom = subprocess.Popen(["prometheus", "--config.file=" + str(config), "--storage.tsdb.path=" + str(tmp_path / "tsdb"),
+                             "--web.listen-address=127.0.0.1:%d" % web, "--log.level=warn"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # each scrape is a request in the server's log: wait for the third, so the second (after the job
+        # ended) is stored by the time we ask
+        s.wait_log(lambda l: len([x for x in s.lines if x and 'path="/metrics"' in x and "status=200" in x]) >= 3,
+                   timeout=DEADLINE)
+
+        def query(q):
+            url = "http://127.0.0.1:%d/api/v1/query?query=%s" % (web, urllib.parse.quote(q))
+            with urllib.request.urlopen(url, timeout=DEADLINE) as r:
+                return json.loads(r.read())["data"]["result"]
+
+        assert query('up{job="tjob"}')[0]["value"][1] == "1"
+        ended = query('tjob_jobs_ended_total{status="Complete"}')
+        assert ended and ended[0]["value"][1] == "1" and ended[0]["metric"]["backend"] == "local"
+        assert query("tjob_jobs_submitted_total")[0]["value"][1] == "1"
+        assert query("tjob_reactor_lag_seconds_count")
+        assert "p" * 40 not in s.log()
+    finally:
+        prom.terminate()
+        prom.wait(timeout=DEADLINE)
