@@ -3,11 +3,11 @@
 #include "cli/job_request.hpp"
 #include "serve/server.hpp"
 
-#include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -77,12 +77,14 @@ std::string load_token(const std::string& given, const std::filesystem::path& ho
   text << in.rdbuf();
   auto token = trimmed(text.str());
   if (token.size() < 16)
-    throw usage_error("--token-file " + path.string() + ": the token is shorter than 16 characters; use a long random one");
+    throw usage_error("--token-file " + path.string() +
+                      ": the token is shorter than 16 characters; use a long random one");
   return token;
 }
 
 std::shared_ptr<spdlog::logger> make_logger() {
-  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();  // (a detached server's stderr is its log file)
+  auto sink =
+      std::make_shared<spdlog::sinks::stderr_sink_mt>();  // (a detached server's stderr is its log file)
   auto logger = std::make_shared<spdlog::logger>("tjob.serve", sink);
   // logfmt, one line per event, times in UTC
   logger->set_pattern("time=%Y-%m-%dT%H:%M:%S.%fZ level=%l %v", spdlog::pattern_time_type::utc);
@@ -176,7 +178,8 @@ int serve_in_foreground(engine_config config, const serve_options& o, int& ready
   serve::server srv(eng, sc);
   std::string addresses;
   for (const auto& a : srv.addresses()) {
-    logger->info("msg=listening address={} backend={} home=\"{}\"", a, to_string(config.backend), eng.home().string());
+    logger->info("msg=listening address={} backend={} home=\"{}\"", a, to_string(config.backend),
+                 eng.home().string());
     addresses += a + "\n";
   }
   tell_parent(ready, "ok\n" + addresses);

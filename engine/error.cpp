@@ -55,11 +55,25 @@ class category_impl : public boost::system::error_category {
 
 namespace {
 
-constexpr const char* errc_names[] = {
-    "",          "job_not_found",      "step_not_found",      "invalid_name",  "duplicate_name",
-    "invalid_argument", "executable_not_found", "runtime_not_found", "job_failed", "unreachable_status",
-    "timeout",   "store_unavailable",  "store_corrupt",       "store_locked",  "spawn_failed",
-    "shut_down", "backend_unavailable", "backend_error",      "protocol_error"};
+constexpr const char* errc_names[] = {"",
+                                      "job_not_found",
+                                      "step_not_found",
+                                      "invalid_name",
+                                      "duplicate_name",
+                                      "invalid_argument",
+                                      "executable_not_found",
+                                      "runtime_not_found",
+                                      "job_failed",
+                                      "unreachable_status",
+                                      "timeout",
+                                      "store_unavailable",
+                                      "store_corrupt",
+                                      "store_locked",
+                                      "spawn_failed",
+                                      "shut_down",
+                                      "backend_unavailable",
+                                      "backend_error",
+                                      "protocol_error"};
 
 }  // namespace
 

@@ -182,7 +182,8 @@ train_job job_from_json(const json::value& v) {
     step s;
     s.name = text_at(so, "name", in + " step");
     s.status = status_at(so, in + " step " + s.name);
-    if (auto* ec = so.if_contains("exit_code"); ec && !ec->is_null()) s.exit_code = static_cast<int>(int_at(so, "exit_code", in));
+    if (auto* ec = so.if_contains("exit_code"); ec && !ec->is_null())
+      s.exit_code = static_cast<int>(int_at(so, "exit_code", in));
     s.reason = text_at(so, "reason", in + " step " + s.name);
     j.steps.push_back(std::move(s));
   }
@@ -297,8 +298,7 @@ class spec_reader {
  public:
   spec_reader(const json::value& v, std::string path, std::string what)
       : path_(std::move(path)), what_(std::move(what)) {
-    if (!v.is_object())
-      throw spec_error(path_.empty() ? "" : path_, label() + "must be a JSON object");
+    if (!v.is_object()) throw spec_error(path_.empty() ? "" : path_, label() + "must be a JSON object");
     o_ = &v.get_object();
   }
 
@@ -394,7 +394,8 @@ command_trainer command_from(spec_reader& r) {
   if (auto v = r.text("working_dir")) t.working_dir = std::move(*v);
   if (auto v = r.text("image")) t.image = std::move(*v);
   r.finish();  // an unknown field first: a misspelt "comand" is named as such
-  if (t.command.empty()) r.refuse("command", "give the program and its arguments, as [\"python3\", \"train.py\"]");
+  if (t.command.empty())
+    r.refuse("command", "give the program and its arguments, as [\"python3\", \"train.py\"]");
   return t;
 }
 
@@ -419,7 +420,8 @@ python_trainer python_from(spec_reader& r) {
   if (auto v = r.flag("refresh_venv")) t.refresh_venv = *v;
   if (auto v = r.number("procs_per_node", 1, 1024)) t.procs_per_node = static_cast<int>(*v);
   if (auto v = r.flag("cpu_limit")) t.cpu_limit = *v;
-  if (auto v = r.number("memory_limit", 0, std::int64_t(1) << 60)) t.memory_limit = static_cast<std::uint64_t>(*v);
+  if (auto v = r.number("memory_limit", 0, std::int64_t(1) << 60))
+    t.memory_limit = static_cast<std::uint64_t>(*v);
   if (auto v = r.number("gpus", 0, 64)) t.gpus = static_cast<int>(*v);
   if (auto v = r.text("image")) t.image = std::move(*v);
   if (auto v = r.text_map("resources_per_node")) {
@@ -446,7 +448,10 @@ train_request request_from_json(const json::value& v) {
   if (auto m = r.text_map("annotations")) req.annotations = std::move(*m);
   auto* tv = r.get("trainer");
   r.finish();
-  if (!tv) r.refuse("trainer", "missing; give {\"kind\": \"command\", \"command\": [...]} or {\"kind\": \"python\", \"source\": ...}");
+  if (!tv)
+    r.refuse("trainer",
+             "missing; give {\"kind\": \"command\", \"command\": [...]} or {\"kind\": \"python\", "
+             "\"source\": ...}");
   {
     spec_reader kind_of(*tv, "trainer", "a trainer");
     auto kind = kind_of.text("kind");

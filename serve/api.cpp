@@ -97,8 +97,9 @@ void only(const query_map& q, std::initializer_list<const char*> allowed) {
     if (ok) continue;
     std::string names;
     for (auto* a : allowed) names += (names.empty() ? "" : ", ") + std::string(a);
-    throw bad_request(k, "query parameter '" + k + "' is not known here; " +
-                             (names.empty() ? std::string("this route takes none") : "this route takes " + names));
+    throw bad_request(
+        k, "query parameter '" + k + "' is not known here; " +
+               (names.empty() ? std::string("this route takes none") : "this route takes " + names));
   }
 }
 
@@ -149,13 +150,15 @@ std::set<job_status> statuses_param(const query_map& q, const char* key) {
     std::optional<job_status> found;
     for (auto s : {job_status::created, job_status::running, job_status::complete, job_status::failed}) {
       auto name = to_string(s);
-      if (std::equal(item.begin(), item.end(), name.begin(), name.end(),
-                     [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b)); }))
+      if (std::equal(item.begin(), item.end(), name.begin(), name.end(), [](char a, char b) {
+            return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+          }))
         found = s;
     }
     if (!found)
-      throw bad_request(key, std::string(key) + "=" + *v + ": '" + item +
-                                 "' is not a status; give a comma-separated list of Created, Running, Complete, Failed");
+      throw bad_request(
+          key, std::string(key) + "=" + *v + ": '" + item +
+                   "' is not a status; give a comma-separated list of Created, Running, Complete, Failed");
     out.insert(*found);
   }
   return out;
@@ -276,8 +279,9 @@ asio::awaitable<answer> api::handle(request req) {
   const auto& q = t->query;
   const auto& m = req.method;
   auto not_allowed = [&](const char* allow) -> answer {
-    auto r = error_reply(405, "method_not_allowed", m + " is not allowed on " + req.target.substr(0, req.target.find('?')) +
-                                                          "; use " + allow);
+    auto r = error_reply(
+        405, "method_not_allowed",
+        m + " is not allowed on " + req.target.substr(0, req.target.find('?')) + "; use " + allow);
     r.headers.emplace_back("Allow", allow);
     return r;
   };
@@ -295,7 +299,10 @@ asio::awaitable<answer> api::handle(request req) {
     r.body = config_.metrics_text();
     co_return r;
   }
-  if (seg.empty() || seg[0] != "v1") co_return error_reply(404, "not_found", "no such route: " + req.target.substr(0, req.target.find('?')) + "; the API is under /v1 (see /v1/openapi.json)");
+  if (seg.empty() || seg[0] != "v1")
+    co_return error_reply(404, "not_found",
+                          "no such route: " + req.target.substr(0, req.target.find('?')) +
+                              "; the API is under /v1 (see /v1/openapi.json)");
   if (seg.size() == 2 && seg[1] == "openapi.json") {
     if (m != "GET") co_return not_allowed("GET");
     only(q, {});
@@ -377,17 +384,23 @@ asio::awaitable<answer> api::handle(request req) {
     auto rt = co_await engine_.get_runtime(seg[2]);
     co_return json_reply(200, to_json(rt));
   }
-  co_return error_reply(404, "not_found",
-                        "no such route: " + req.target.substr(0, req.target.find('?')) + " (see /v1/openapi.json)");
+  co_return error_reply(
+      404, "not_found",
+      "no such route: " + req.target.substr(0, req.target.find('?')) + " (see /v1/openapi.json)");
 }
 
 asio::awaitable<answer> api::submit(request& req) {
   if (draining_)
-    co_return error_reply(503, "shut_down", "tjob serve is shutting down and takes no new jobs; retry against the next server");
+    co_return error_reply(503, "shut_down",
+                          "tjob serve is shutting down and takes no new jobs; retry against the next server");
   boost::system::error_code ec;
   auto v = json::parse(req.body, ec);
   if (ec)
-    throw bad_request("", "the body is not JSON (" + ec.message() + "); send a job spec, as {\"trainer\": {\"kind\": \"command\", \"command\": [\"true\"]}}", "invalid_json");
+    throw bad_request(
+        "",
+        "the body is not JSON (" + ec.message() +
+            "); send a job spec, as {\"trainer\": {\"kind\": \"command\", \"command\": [\"true\"]}}",
+        "invalid_json");
   auto spec = request_from_json(v);
   if (req.idempotency_key.empty()) {
     auto name = co_await engine_.train(std::move(spec));
@@ -398,7 +411,8 @@ asio::awaitable<answer> api::submit(request& req) {
   }
   const auto& key = req.idempotency_key;
   if (key.size() > 255)
-    throw bad_request("Idempotency-Key", "the Idempotency-Key header is longer than 255 characters; use a UUID");
+    throw bad_request("Idempotency-Key",
+                      "the Idempotency-Key header is longer than 255 characters; use a UUID");
   auto key_id = hex_sha256(key);
   auto digest = hex_sha256(json::serialize(to_json(spec)));
   if (!keys_in_flight_.insert(key_id).second)
@@ -455,7 +469,8 @@ asio::awaitable<answer> api::list(const query_map& q) {
   auto limit = int_param(q, "limit", 1, 100000);
   auto after = param(q, "continue");
   if (after && after->find('.') != 20)
-    throw bad_request("continue", "continue=" + *after + ": not a token this server gave; leave it out to start again");
+    throw bad_request("continue",
+                      "continue=" + *after + ": not a token this server gave; leave it out to start again");
   std::int64_t seq = hub_.head();  // before the read: a watch from it misses nothing
   auto jobs = co_await engine_.list_jobs(runtime);
   std::sort(jobs.begin(), jobs.end(), job_order);
@@ -492,13 +507,16 @@ asio::awaitable<answer> api::logs(std::string name, const query_map& q) {
   opts.timestamps = flag_param(q, "timestamps");
   if (auto s = param(q, "since")) {
     opts.since = parse_time(*s);
-    if (!opts.since) throw bad_request("since", "since=" + *s + ": give an RFC 3339 time, as 2026-12-03T19:00:00Z");
+    if (!opts.since)
+      throw bad_request("since", "since=" + *s + ": give an RFC 3339 time, as 2026-12-03T19:00:00Z");
   }
   auto opened = co_await engine_.get_job_logs(name, opts);
   auto stream = std::make_shared<log_stream>(std::move(opened));
   stream_reply s;
   s.content_type = "text/plain; charset=utf-8";
-  s.next = [stream]() -> asio::awaitable<std::optional<std::string>> { co_return co_await stream->read_some(); };
+  s.next = [stream]() -> asio::awaitable<std::optional<std::string>> {
+    co_return co_await stream->read_some();
+  };
   co_return s;
 }
 

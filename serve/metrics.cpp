@@ -20,29 +20,58 @@ struct metrics::impl {
   std::string backend;
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   prometheus::Family<prometheus::Gauge>& jobs =
-      prometheus::BuildGauge().Name("tjob_jobs").Help("Jobs by status and backend, as the server sees them").Register(*registry);
+      prometheus::BuildGauge()
+          .Name("tjob_jobs")
+          .Help("Jobs by status and backend, as the server sees them")
+          .Register(*registry);
   prometheus::Family<prometheus::Counter>& submitted =
-      prometheus::BuildCounter().Name("tjob_jobs_submitted_total").Help("Jobs that appeared (any submitter of this store, daemon or cluster)").Register(*registry);
-  prometheus::Family<prometheus::Counter>& ended =
-      prometheus::BuildCounter().Name("tjob_jobs_ended_total").Help("Jobs that ended, by status (Complete, Failed)").Register(*registry);
-  prometheus::Family<prometheus::Histogram>& to_running =
-      prometheus::BuildHistogram().Name("tjob_job_start_seconds").Help("Submit to Running, per job").Register(*registry);
-  prometheus::Family<prometheus::Histogram>& running =
-      prometheus::BuildHistogram().Name("tjob_job_run_seconds").Help("Running to its end, per job").Register(*registry);
-  prometheus::Family<prometheus::Counter>& requests =
-      prometheus::BuildCounter().Name("tjob_http_requests_total").Help("HTTP requests answered, by status code").Register(*registry);
-  prometheus::Gauge& connections =
-      prometheus::BuildGauge().Name("tjob_http_connections").Help("HTTP connections open").Register(*registry).Add({});
+      prometheus::BuildCounter()
+          .Name("tjob_jobs_submitted_total")
+          .Help("Jobs that appeared (any submitter of this store, daemon or cluster)")
+          .Register(*registry);
+  prometheus::Family<prometheus::Counter>& ended = prometheus::BuildCounter()
+                                                       .Name("tjob_jobs_ended_total")
+                                                       .Help("Jobs that ended, by status (Complete, Failed)")
+                                                       .Register(*registry);
+  prometheus::Family<prometheus::Histogram>& to_running = prometheus::BuildHistogram()
+                                                              .Name("tjob_job_start_seconds")
+                                                              .Help("Submit to Running, per job")
+                                                              .Register(*registry);
+  prometheus::Family<prometheus::Histogram>& running = prometheus::BuildHistogram()
+                                                           .Name("tjob_job_run_seconds")
+                                                           .Help("Running to its end, per job")
+                                                           .Register(*registry);
+  prometheus::Family<prometheus::Counter>& requests = prometheus::BuildCounter()
+                                                          .Name("tjob_http_requests_total")
+                                                          .Help("HTTP requests answered, by status code")
+                                                          .Register(*registry);
+  prometheus::Gauge& connections = prometheus::BuildGauge()
+                                       .Name("tjob_http_connections")
+                                       .Help("HTTP connections open")
+                                       .Register(*registry)
+                                       .Add({});
   prometheus::Family<prometheus::Gauge>& held =
-      prometheus::BuildGauge().Name("tjob_http_held").Help("Answers held open: log followers, watches, wait long polls").Register(*registry);
-  prometheus::Counter& log_bytes =
-      prometheus::BuildCounter().Name("tjob_log_bytes_served_total").Help("Log bytes sent to clients").Register(*registry).Add({});
+      prometheus::BuildGauge()
+          .Name("tjob_http_held")
+          .Help("Answers held open: log followers, watches, wait long polls")
+          .Register(*registry);
+  prometheus::Counter& log_bytes = prometheus::BuildCounter()
+                                       .Name("tjob_log_bytes_served_total")
+                                       .Help("Log bytes sent to clients")
+                                       .Register(*registry)
+                                       .Add({});
   prometheus::Histogram& lag =
-      prometheus::BuildHistogram().Name("tjob_reactor_lag_seconds").Help("How late a 100 ms timer of the reactor fires").Register(*registry)
-          .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5, 1});
+      prometheus::BuildHistogram()
+          .Name("tjob_reactor_lag_seconds")
+          .Help("How late a 100 ms timer of the reactor fires")
+          .Register(*registry)
+          .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05,
+                                                           0.1, 0.5, 1});
 
   prometheus::Gauge& held_gauge(metrics::held k) {
-    const char* kind = k == metrics::held::log_follow ? "log_follow" : k == metrics::held::watch ? "watch" : "wait";
+    const char* kind = k == metrics::held::log_follow ? "log_follow"
+                       : k == metrics::held::watch    ? "watch"
+                                                      : "wait";
     return held.Add({{"kind", kind}});
   }
 };
@@ -60,8 +89,10 @@ void metrics::job_changed(const train_job* before, const train_job* now) {
   auto& m = *impl_;
   if (!now) return;
   if (!before) m.submitted.Add({{"backend", m.backend}}).Increment();
-  static const prometheus::Histogram::BucketBoundaries start_buckets{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300};
-  static const prometheus::Histogram::BucketBoundaries run_buckets{0.1, 1, 10, 60, 300, 1800, 3600, 14400, 86400};
+  static const prometheus::Histogram::BucketBoundaries start_buckets{0.001, 0.005, 0.01, 0.05, 0.1, 0.5,
+                                                                     1,     5,     10,   60,   300};
+  static const prometheus::Histogram::BucketBoundaries run_buckets{0.1,  1,    10,    60,   300,
+                                                                   1800, 3600, 14400, 86400};
   bool started_now = now->start_time && !(before && before->start_time);
   if (started_now)
     m.to_running.Add({{"backend", m.backend}}, start_buckets)
@@ -70,11 +101,14 @@ void metrics::job_changed(const train_job* before, const train_job* now) {
   if (ended_now) {
     m.ended.Add({{"status", std::string(to_string(now->status))}, {"backend", m.backend}}).Increment();
     if (now->start_time && now->end_time)
-      m.running.Add({{"backend", m.backend}}, run_buckets).Observe(seconds_between(*now->start_time, *now->end_time));
+      m.running.Add({{"backend", m.backend}}, run_buckets)
+          .Observe(seconds_between(*now->start_time, *now->end_time));
   }
 }
 
-void metrics::request_done(int status) { impl_->requests.Add({{"code", std::to_string(status)}}).Increment(); }
+void metrics::request_done(int status) {
+  impl_->requests.Add({{"code", std::to_string(status)}}).Increment();
+}
 void metrics::connection_opened() { impl_->connections.Increment(); }
 void metrics::connection_closed() { impl_->connections.Decrement(); }
 void metrics::held_opened(held kind) { impl_->held_gauge(kind).Increment(); }

@@ -54,9 +54,11 @@ listen_spec parse_listen(const std::string& s) {
     auto rest = s.substr(6);
     auto colon = rest.rfind(':');
     if (colon == std::string::npos || colon == 0)
-      throw error(errc::invalid_argument, "--listen " + s + ": give tcp://HOST:PORT, as tcp://127.0.0.1:8080");
+      throw error(errc::invalid_argument,
+                  "--listen " + s + ": give tcp://HOST:PORT, as tcp://127.0.0.1:8080");
     l.host = rest.substr(0, colon);
-    if (l.host.size() > 2 && l.host.front() == '[' && l.host.back() == ']') l.host = l.host.substr(1, l.host.size() - 2);
+    if (l.host.size() > 2 && l.host.front() == '[' && l.host.back() == ']')
+      l.host = l.host.substr(1, l.host.size() - 2);
     auto port = rest.substr(colon + 1);
     char* end = nullptr;
     long p = std::strtol(port.c_str(), &end, 10);
@@ -65,8 +67,7 @@ listen_spec parse_listen(const std::string& s) {
     l.port = static_cast<std::uint16_t>(p);
     return l;
   }
-  throw error(errc::invalid_argument,
-              "--listen " + s + ": give unix:///path/to/socket or tcp://HOST:PORT");
+  throw error(errc::invalid_argument, "--listen " + s + ": give unix:///path/to/socket or tcp://HOST:PORT");
 }
 
 template <class Stream>
@@ -92,7 +93,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   std::vector<asio::ip::tcp::acceptor> tcp_acceptors;
   std::vector<std::string> bound;
   std::vector<std::filesystem::path> socket_files;
-  std::size_t open = 0;  // connections being served
+  std::size_t open = 0;                          // connections being served
   std::list<asio::cancellation_signal> signals;  // one per connection: a drain emits them all
   asio::steady_timer all_closed;
   bool stopping = false;
@@ -103,7 +104,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         cfg(std::move(c)),
         stats(cfg.backend),
         hub(e, cfg.watch_history),
-        routes(e, hub, api_config{cfg.idempotency_dir, cfg.idempotency_ttl, [this] { return stats.scrape(hub.jobs()); }}),
+        routes(e, hub,
+               api_config{cfg.idempotency_dir, cfg.idempotency_ttl,
+                          [this] { return stats.scrape(hub.jobs()); }}),
         all_closed(e.get_executor()) {
     hub.on_change = [this](const train_job* before, const train_job* now) { stats.job_changed(before, now); };
   }
@@ -132,7 +135,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       struct stat st {};
       if (::lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode))
         throw error(errc::invalid_argument,
-                    "unix://" + path + ": the path is a file that is not a socket; remove it or give another --listen");
+                    "unix://" + path +
+                        ": the path is a file that is not a socket; remove it or give another --listen");
       std::filesystem::remove(path);
     }
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -167,7 +171,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
                   fmt::format("tcp://{}:{}: cannot listen: {}", l.host, l.port, ec.message()));
     a.listen(asio::socket_base::max_listen_connections);
     auto local = a.local_endpoint();
-    auto host = local.address().is_v6() ? "[" + local.address().to_string() + "]" : local.address().to_string();
+    auto host =
+        local.address().is_v6() ? "[" + local.address().to_string() + "]" : local.address().to_string();
     bound.push_back(fmt::format("{}://{}:{}", tls ? "https" : "tcp", host, local.port()));
     tcp_acceptors.push_back(std::move(a));
   }
@@ -181,7 +186,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       t.expires_after(std::chrono::milliseconds(100));
       auto due = t.expiry();
       boost::system::error_code ec;
-      co_await t.async_wait(asio::bind_cancellation_slot(lag_stop.slot(), asio::redirect_error(asio::use_awaitable, ec)));
+      co_await t.async_wait(
+          asio::bind_cancellation_slot(lag_stop.slot(), asio::redirect_error(asio::use_awaitable, ec)));
       if (ec) break;
       stats.reactor_lag(std::chrono::duration<double>(asio::steady_timer::clock_type::now() - due).count());
     }
@@ -216,8 +222,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   // error) emits `gone`. Data the client sends meanwhile is kept for the
   // next request (pipelining).
   template <class Stream>
-  asio::awaitable<void> watch_client(Stream& stream, beast::flat_buffer& buffer, asio::cancellation_signal& gone,
-                                     std::shared_ptr<bool> client_left) {
+  asio::awaitable<void> watch_client(Stream& stream, beast::flat_buffer& buffer,
+                                     asio::cancellation_signal& gone, std::shared_ptr<bool> client_left) {
     boost::system::error_code ec;
     for (;;) {
       auto space = buffer.prepare(512);
@@ -282,15 +288,16 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       if (ec == http::error::body_limit) {  // its Content-Length says so; nothing of it is read
         auto len = parser.content_length();
         auto r = error_reply(413, "too_large",
-                             fmt::format("the body is {} bytes; a job spec may have at most {}", len ? *len : 0,
-                                         cfg.max_body_bytes));
+                             fmt::format("the body is {} bytes; a job spec may have at most {}",
+                                         len ? *len : 0, cfg.max_body_bytes));
         co_await write_reply(stream, r, false);
         log_request(peer, std::string(parser.get().method_string()), parser.get().target(), 413, began, 0);
         co_return;
       }
       if (ec == http::error::header_limit) {
-        auto r = error_reply(431, "headers_too_large",
-                             fmt::format("the request line and headers are over {} bytes", cfg.max_header_bytes));
+        auto r =
+            error_reply(431, "headers_too_large",
+                        fmt::format("the request line and headers are over {} bytes", cfg.max_header_bytes));
         co_await write_reply(stream, r, false);
         log_request(peer, "-", "-", 431, began, 0);
         co_return;
@@ -305,8 +312,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       std::string method(head.method_string());
       std::string target(head.target());
       if (auto len = parser.content_length(); len && *len > cfg.max_body_bytes) {
-        auto r = error_reply(413, "too_large",
-                             fmt::format("the body is {} bytes; a job spec may have at most {}", *len, cfg.max_body_bytes));
+        auto r = error_reply(
+            413, "too_large",
+            fmt::format("the body is {} bytes; a job spec may have at most {}", *len, cfg.max_body_bytes));
         co_await write_reply(stream, r, false);
         log_request(peer, method, target, 413, began, 0);
         co_return;
@@ -318,7 +326,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       if (!parser.is_done()) {
         co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
         if (ec == http::error::body_limit) {
-          auto r = error_reply(413, "too_large", fmt::format("the body is over {} bytes", cfg.max_body_bytes));
+          auto r =
+              error_reply(413, "too_large", fmt::format("the body is over {} bytes", cfg.max_body_bytes));
           co_await write_reply(stream, r, false);
           log_request(peer, method, target, 413, began, 0);
           co_return;
@@ -377,35 +386,35 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       std::size_t bytes = 0;
       std::exception_ptr failed;  // rethrown once the watch has ended (it uses this frame)
       try {
-      if (auto* l = std::get_if<long_reply>(&a)) {
-        stats.held_opened(metrics::held::wait);
-        struct unhold {
-          metrics& m;
-          ~unhold() { m.held_closed(metrics::held::wait); }
-        } unheld{stats};
-        reply r;
-        try {
-          auto run = l->run;
-          r = co_await asio::co_spawn(stream.get_executor(), run(),
-                                      asio::bind_cancellation_slot(sig.slot(), asio::use_awaitable));
-        } catch (...) {
-          r = reply_of(std::current_exception(), stopping);
+        if (auto* l = std::get_if<long_reply>(&a)) {
+          stats.held_opened(metrics::held::wait);
+          struct unhold {
+            metrics& m;
+            ~unhold() { m.held_closed(metrics::held::wait); }
+          } unheld{stats};
+          reply r;
+          try {
+            auto run = l->run;
+            r = co_await asio::co_spawn(stream.get_executor(), run(),
+                                        asio::bind_cancellation_slot(sig.slot(), asio::use_awaitable));
+          } catch (...) {
+            r = reply_of(std::current_exception(), stopping);
+          }
+          status = r.status;
+          bytes = r.body.size();
+          if (!*client_left) co_await write_reply(stream, r, false);
+        } else {
+          auto& s = std::get<stream_reply>(a);
+          auto kind = target.rfind("/v1/watch", 0) == 0 ? metrics::held::watch : metrics::held::log_follow;
+          stats.held_opened(kind);
+          struct unhold {
+            metrics& m;
+            metrics::held k;
+            ~unhold() { m.held_closed(k); }
+          } unheld{stats, kind};
+          bytes = co_await write_stream(stream, s, sig, client_left);
+          if (kind == metrics::held::log_follow) stats.log_bytes_served(bytes);
         }
-        status = r.status;
-        bytes = r.body.size();
-        if (!*client_left) co_await write_reply(stream, r, false);
-      } else {
-        auto& s = std::get<stream_reply>(a);
-        auto kind = target.rfind("/v1/watch", 0) == 0 ? metrics::held::watch : metrics::held::log_follow;
-        stats.held_opened(kind);
-        struct unhold {
-          metrics& m;
-          metrics::held k;
-          ~unhold() { m.held_closed(k); }
-        } unheld{stats, kind};
-        bytes = co_await write_stream(stream, s, sig, client_left);
-        if (kind == metrics::held::log_follow) stats.log_bytes_served(bytes);
-      }
       } catch (...) {
         failed = std::current_exception();
       }
@@ -462,7 +471,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       bytes += chunk->size();
     }
     lowest(stream).expires_after(cfg.idle_timeout);
-    co_await asio::async_write(stream, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
+    co_await asio::async_write(stream, http::make_chunk_last(),
+                               asio::redirect_error(asio::use_awaitable, ec));
     co_return bytes;
   }
 
@@ -470,8 +480,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   template <class Stream>
   asio::awaitable<void> refuse_connection(Stream stream) {
     auto self = shared_from_this();
-    auto r = error_reply(503, "unavailable",
-                         fmt::format("the server has {} connections open, its limit; retry later", cfg.max_connections));
+    auto r = error_reply(
+        503, "unavailable",
+        fmt::format("the server has {} connections open, its limit; retry later", cfg.max_connections));
     r.headers.emplace_back("Retry-After", "1");
     lowest(stream).expires_after(std::chrono::seconds(2));
     co_await write_reply(stream, r, false);
@@ -509,14 +520,16 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       ++open;
       stats.connection_opened();
       if constexpr (std::is_same_v<Stream, local_stream>) {
-        asio::co_spawn(acceptor.get_executor(), serve_connection(local_stream(std::move(socket)), peer, false),
+        asio::co_spawn(acceptor.get_executor(),
+                       serve_connection(local_stream(std::move(socket)), peer, false),
                        [self](std::exception_ptr) {});
       } else if (tls) {
         tls_stream s(beast::tcp_stream(std::move(socket)), *tls);
         asio::co_spawn(acceptor.get_executor(), serve_connection(std::move(s), peer, true),
                        [self](std::exception_ptr) {});
       } else {
-        asio::co_spawn(acceptor.get_executor(), serve_connection(beast::tcp_stream(std::move(socket)), peer, true),
+        asio::co_spawn(acceptor.get_executor(),
+                       serve_connection(beast::tcp_stream(std::move(socket)), peer, true),
                        [self](std::exception_ptr) {});
       }
     }
@@ -541,7 +554,8 @@ server::server(engine& e, server_config config) {
   if (!s.cfg.tls_cert.empty()) {
     s.tls.emplace(asio::ssl::context::tls_server);
     s.tls->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
-                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                       asio::ssl::context::no_tlsv1_1);
     boost::system::error_code ec;
     s.tls->use_certificate_chain_file(s.cfg.tls_cert.string(), ec);
     if (!ec) s.tls->use_private_key_file(s.cfg.tls_key.string(), asio::ssl::context::pem, ec);

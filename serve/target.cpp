@@ -34,8 +34,8 @@ std::optional<std::string> percent_decode(std::string_view s, bool plus_is_space
   return out;
 }
 
-std::optional<request_target> parse_target(std::string_view raw, std::string& problem, std::size_t max_segments,
-                                           std::size_t max_params) {
+std::optional<request_target> parse_target(std::string_view raw, std::string& problem,
+                                           std::size_t max_segments, std::size_t max_params) {
   if (raw.empty() || raw[0] != '/') {
     problem = "the request target must be a path that begins with '/'";
     return std::nullopt;
@@ -88,7 +88,8 @@ std::optional<request_target> parse_target(std::string_view raw, std::string& pr
     }
     auto eq = part.find('=');
     auto key = percent_decode(part.substr(0, eq), true);
-    auto value = eq == std::string_view::npos ? std::optional<std::string>("") : percent_decode(part.substr(eq + 1), true);
+    auto value = eq == std::string_view::npos ? std::optional<std::string>("")
+                                              : percent_decode(part.substr(eq + 1), true);
     if (!key || !value || key->empty()) {
       problem = "the query has an empty name, a bad percent escape or an encoded control byte";
       return std::nullopt;

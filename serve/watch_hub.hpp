@@ -34,7 +34,7 @@ class watch_hub {
  public:
   struct line {
     std::int64_t seq = 0;
-    std::string runtime;               ///< the job's, for ?runtime=
+    std::string runtime;                      ///< the job's, for ?runtime=
     std::shared_ptr<const std::string> text;  ///< the JSON line, with its '\n'
   };
 

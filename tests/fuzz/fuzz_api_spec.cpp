@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     auto req = tjob::request_from_json(v);
     auto again = tjob::request_from_json(tjob::to_json(req));
-    if (boost::json::serialize(tjob::to_json(again)) != boost::json::serialize(tjob::to_json(req))) std::abort();
+    if (boost::json::serialize(tjob::to_json(again)) != boost::json::serialize(tjob::to_json(req)))
+      std::abort();
   } catch (const tjob::spec_error& e) {
     if (std::string(e.what()).empty()) std::abort();
   }

@@ -392,7 +392,8 @@ TEST_CASE("logs -f of a pod that is still Pending waits for it to start (Kubeflo
   CHECK(log == "late\nlater\n");
 }
 
-TEST_CASE_FIXTURE(kube_fixture, "logs -f right after train waits for the pod, though the watch has not shown the job yet") {
+TEST_CASE_FIXTURE(kube_fixture,
+                  "logs -f right after train waits for the pod, though the watch has not shown the job yet") {
   // (tjob serve follows as soon as the POST has answered: absent from the
   // watch then meant "gone", and the follow ended empty)
   trainer_client c(kube_config());

@@ -1,7 +1,6 @@
 """GET /metrics in Prometheus' text format, scraped by a real Prometheus (Debian's) that the test starts on
 loopback, with the server's bearer token."""
 import json
-import os
 import shutil
 import socket
 import subprocess
