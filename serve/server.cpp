@@ -23,6 +23,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <array>
 #include <list>
 
 namespace tjob::serve {
@@ -257,9 +258,32 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     } catch (const std::exception& e) {
       if (cfg.logger) cfg.logger->debug("msg=\"connection ended\" peer={} error=\"{}\"", peer, e.what());
     }
+    co_await linger(lowest(stream).socket());
+  }
+
+  // A lingering close, as nginx's: our side of the connection ends, then
+  // what the client still sends (a body we refused unread) is read and
+  // dropped, for a second at most (a refused connection: 200 ms). Closing with unread bytes would reset
+  // the connection, and the client could lose the answer it was sent.
+  template <class Socket>
+  asio::awaitable<void> linger(Socket& socket, std::chrono::milliseconds most = std::chrono::seconds(1)) {
     boost::system::error_code ec;
-    lowest(stream).socket().shutdown(asio::socket_base::shutdown_both, ec);
-    lowest(stream).socket().close(ec);
+    socket.shutdown(asio::socket_base::shutdown_send, ec);
+    asio::steady_timer limit(socket.get_executor(), most);
+    limit.async_wait([&socket](boost::system::error_code e) {
+      if (!e) {
+        boost::system::error_code ignored;
+        socket.cancel(ignored);
+      }
+    });
+    std::array<char, 16384> sink;
+    std::size_t dropped = 0;
+    while (!ec && dropped < (8u << 20)) {
+      dropped +=
+          co_await socket.async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+    }
+    limit.cancel();
+    socket.close(ec);
   }
 
   template <class Stream>
@@ -486,8 +510,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     r.headers.emplace_back("Retry-After", "1");
     lowest(stream).expires_after(std::chrono::seconds(2));
     co_await write_reply(stream, r, false);
-    boost::system::error_code ec;
-    lowest(stream).socket().shutdown(asio::socket_base::shutdown_both, ec);
+    co_await linger(lowest(stream).socket(), std::chrono::milliseconds(200));  // (a flood: be brief)
   }
 
   template <class Acceptor, class Stream>

@@ -107,7 +107,10 @@ def test_a_100_mb_body_is_refused_before_it_is_read(busy):
     s.connect(busy.socket)
     s.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
               % (100 << 20))
-    s.sendall(b"{" + b" " * 65536)
+    try:
+        s.sendall(b"{" + b" " * 65536)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # answered before we had sent it all
     out = b""
     while True:
         try:
@@ -297,11 +300,15 @@ def test_ten_thousand_connections_at_once(make_server, tmp_path):
             if c.connect_ex((host, port)) in (0, 115):  # EINPROGRESS: the handshake completes in the kernel
                 connected += 1
             socks.append(c)
-        # the server has taken its 1024 and answers the next ones 503 (or the kernel holds them)
+        # the server has taken its 1024; one more is answered 503 or, while 64 such answers are already
+        # going out (a flood), closed unanswered
         probe = socket.create_connection((host, port), timeout=DEADLINE)
         probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        answer = probe.recv(4096)
-        assert status_of(answer) == 503, answer
+        try:
+            answer = probe.recv(4096)
+        except ConnectionResetError:
+            answer = b""
+        assert answer == b"" or status_of(answer) == 503, answer
         probe.close()
         fds = len(os.listdir("/proc/%d/fd" % s.proc.pid))
         assert 1024 <= fds < 1200, fds  # the limit holds: the rest are not the server's descriptors
