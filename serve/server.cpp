@@ -418,6 +418,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
           } unheld{stats};
           reply r;
           try {
+            // (as in write_stream: a drain's cancel may have come unheard)
+            if (stopping) throw boost::system::system_error(asio::error::operation_aborted);
             auto run = l->run;
             r = co_await asio::co_spawn(stream.get_executor(), run(),
                                         asio::bind_cancellation_slot(sig.slot(), asio::use_awaitable));
@@ -476,6 +478,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     std::size_t bytes = 0;
     for (;;) {
       std::optional<std::string> chunk;
+      if (stopping) break;  // a drain's cancel can come while a chunk is being written, unheard
       try {
         auto next = s.next;
         chunk = co_await asio::co_spawn(stream.get_executor(), next(),

@@ -229,30 +229,11 @@ std::set<tjob::job_status> statuses_of(const std::vector<std::string>& names) {
 
 // --- the reactor -------------------------------------------------------------
 
-// tjob::errc's names, which the Python layer maps to exception types.
+// tjob::errc's names (tjob::to_string), which the Python layer maps to exception types.
 std::string errc_name(const boost::system::error_code& ec) {
-  static const char* const names[] = {"",
-                                      "job_not_found",
-                                      "step_not_found",
-                                      "invalid_name",
-                                      "duplicate_name",
-                                      "invalid_argument",
-                                      "executable_not_found",
-                                      "runtime_not_found",
-                                      "job_failed",
-                                      "unreachable_status",
-                                      "timeout",
-                                      "store_unavailable",
-                                      "store_corrupt",
-                                      "store_locked",
-                                      "spawn_failed",
-                                      "shut_down",
-                                      "backend_unavailable",
-                                      "backend_error",
-                                      "protocol_error"};
-  for (int i = 1; i < static_cast<int>(std::size(names)); ++i)
-    if (ec == static_cast<tjob::errc>(i)) return names[i];
-  return "internal";
+  std::string name =
+      ec.category() == tjob::category() ? tjob::to_string(static_cast<tjob::errc>(ec.value())) : "";
+  return name.empty() || name == "unknown" ? "internal" : name;
 }
 
 // What a failed operation hands to Python: (code, message, diagnostics); the
