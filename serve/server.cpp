@@ -310,10 +310,12 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
           ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
         co_return;
       if (ec == http::error::body_limit) {  // its Content-Length says so; nothing of it is read
-        auto len = parser.content_length();
-        auto r = error_reply(413, "too_large",
-                             fmt::format("the body is {} bytes; a job spec may have at most {}",
-                                         len ? *len : 0, cfg.max_body_bytes));
+        // (the header is not "done" for the parser, so its content_length()
+        // may not be asked: the field itself is in the message already)
+        std::string len(parser.get()[http::field::content_length]);
+        auto r = error_reply(
+            413, "too_large",
+            fmt::format("the body is {} bytes; a job spec may have at most {}", len, cfg.max_body_bytes));
         co_await write_reply(stream, r, false);
         log_request(peer, std::string(parser.get().method_string()), parser.get().target(), 413, began, 0);
         co_return;
