@@ -74,7 +74,8 @@ class Server:
         self.proc = subprocess.Popen([TJOB, "serve"] + self.args, env=self.env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
         threading.Thread(target=self._read, daemon=True).start()
-        self.wait_log(lambda l: "msg=listening" in l)
+        listeners = max(1, self.args.count("--listen"))  # one line each, as each is bound
+        self.wait_log(lambda l: sum(1 for x in self.lines if x and "msg=listening" in x) >= listeners)
         self.addresses = [re.search(r"address=(\S+)", l).group(1) for l in self.lines if "msg=listening" in l]
 
     def _read(self):
