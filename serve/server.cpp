@@ -199,7 +199,15 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
 
   void closed_one() {
     stats.connection_closed();
-    if (--open == 0 && stopping) all_closed.cancel();
+    --open;
+    wake_if_drained();
+  }
+
+  // Every connection the server took, served or refused, has ended: the
+  // drain (run()) awaits this, so nothing of the server outlives it.
+  bool drained() const { return open == 0 && refusing == 0; }
+  void wake_if_drained() {
+    if (stopping && drained()) all_closed.cancel();
   }
 
   // Writes a whole reply; false when the client is gone.
@@ -538,10 +546,16 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         ++refusing;
         if constexpr (std::is_same_v<Stream, local_stream>) {
           asio::co_spawn(acceptor.get_executor(), refuse_connection(local_stream(std::move(socket))),
-                         [self](std::exception_ptr) { --self->refusing; });
+                         [self](std::exception_ptr) {
+                           --self->refusing;
+                           self->wake_if_drained();
+                         });
         } else {
           asio::co_spawn(acceptor.get_executor(), refuse_connection(beast::tcp_stream(std::move(socket))),
-                         [self](std::exception_ptr) { --self->refusing; });
+                         [self](std::exception_ptr) {
+                           --self->refusing;
+                           self->wake_if_drained();
+                         });
         }
         continue;
       }
@@ -638,8 +652,9 @@ asio::awaitable<void> server::run() {
   asio::co_spawn(ex, s->measure_lag(), done);
   boost::system::error_code ec;
   co_await tasks_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  // The listeners and the hub have ended (stop()); the connections drain.
-  if (s->open > 0) {
+  // The listeners and the hub have ended (stop()); the connections, served
+  // and refused, drain.
+  if (!s->drained()) {
     s->all_closed.expires_at(asio::steady_timer::time_point::max());
     co_await s->all_closed.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
@@ -656,7 +671,7 @@ void server::stop() {
   s.hub.stop();
   s.lag_stop.emit(asio::cancellation_type::terminal);
   for (auto& sig : s.signals) sig.emit(asio::cancellation_type::terminal);
-  if (s.open == 0) s.all_closed.cancel();
+  s.wake_if_drained();
 }
 
 }  // namespace tjob::serve
