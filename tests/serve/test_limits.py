@@ -302,13 +302,19 @@ def test_ten_thousand_connections_at_once(make_server, tmp_path):
     assert connected > 5000
     assert s.proc.poll() is None
     deadline = time.monotonic() + DEADLINE
+    # the server sees the 10,000 closes one by one while the backlog still hands it connections it refuses,
+    # some unanswered (the flood rule above): until it has caught up, a probe may be reset, closed or 503'd
     while True:
         probe = socket.create_connection((host, port), timeout=DEADLINE)
-        probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        answer = probe.recv(4096)
+        try:
+            probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = probe.recv(4096)
+        except (ConnectionResetError, BrokenPipeError):
+            answer = b""
         probe.close()
-        if status_of(answer) == 200:
+        if answer and status_of(answer) == 200:
             break
+        assert answer == b"" or status_of(answer) == 503, answer
         assert time.monotonic() < deadline, answer
 
 
