@@ -77,7 +77,15 @@ struct common_options {
   std::string kube_namespace, kube_context, kubeconfig;
   bool no_venv_cache = false;
   std::optional<long long> venv_cache_ttl;  // seconds
+  std::string server, token_file, server_ca;
 };
+
+// --server, else $TJOB_SERVER: a client of a running tjob serve.
+std::string server_of(const common_options& o) {
+  if (!o.server.empty()) return o.server;
+  const char* e = std::getenv("TJOB_SERVER");
+  return e ? e : "";
+}
 
 backend_kind backend_of(const common_options& o) {
   std::string b = o.backend;
@@ -85,11 +93,40 @@ backend_kind backend_of(const common_options& o) {
     if (const char* e = std::getenv("TJOB_BACKEND"); e && *e) b = e;
   if (b.empty()) return backend_kind::local;
   auto k = parse_backend_kind(b);
-  if (!k) throw usage_error("--backend " + b + ": unknown backend; use local, container or kubernetes");
+  if (!k || *k == backend_kind::remote)
+    throw usage_error("--backend " + b +
+                      (k ? ": give the server with --server URL (or $TJOB_SERVER)"
+                         : ": unknown backend; use local, container or kubernetes (or --server URL for a "
+                           "running tjob serve)"));
   return *k;
 }
 
+// The engine of a client of `tjob serve`: the server's settings are its own.
+engine_config remote_config(const common_options& o, const std::string& server) {
+  bool server_settings = (!o.backend.empty() && o.backend != "remote") || !o.runtime_dirs.empty() || o.no_venv_cache ||
+                         o.venv_cache_ttl || !o.container_runtime.empty() || !o.container_host.empty() ||
+                         !o.pull_policy.empty() || !o.network.empty() || !o.volumes.empty() || o.keep_workdir ||
+                         !o.kube_namespace.empty() || !o.kube_context.empty() || !o.kubeconfig.empty();
+  if (server_settings)
+    throw usage_error("--server " + server +
+                      ": the server's backend runs the jobs, with the server's settings; --backend, "
+                      "--runtime-dir, the venv cache's and the backends' options go to tjob serve (or "
+                      "leave out --server and unset TJOB_SERVER to run jobs here)");
+  engine_config cfg;
+  if (!o.home.empty()) cfg.home = o.home;
+  if (o.grace_seconds < 0) throw usage_error("--grace must be 0 or more seconds");
+  cfg.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000));
+  cfg.backend = backend_kind::remote;
+  cfg.remote.server = server;
+  if (!o.token_file.empty()) cfg.remote.token_file = std::filesystem::absolute(o.token_file);
+  if (!o.server_ca.empty()) cfg.remote.ca_file = std::filesystem::absolute(o.server_ca);
+  return cfg;
+}
+
 engine_config make_config(const common_options& o) {
+  if (auto server = server_of(o); !server.empty()) return remote_config(o, server);
+  if (!o.token_file.empty() || !o.server_ca.empty())
+    throw usage_error("--token-file and --server-ca are for a client of tjob serve; add --server URL");
   engine_config cfg;
   if (!o.home.empty()) cfg.home = o.home;
   if (!o.runtime_dirs.empty()) {
@@ -151,11 +188,15 @@ int cmd_run(const common_options& common, const job_options& jo) {
   // A reader that goes away (`| head`) must not kill the job's owner.
   std::signal(SIGPIPE, SIG_IGN);
   auto cfg = make_config(common);
-  auto req = cli::make_request(jo, cfg.backend);
-  // (static: the signal thread outlives this frame)
+  // (static: the signal thread outlives this frame; set up before any client
+  // thread, so that every thread has the signals blocked)
   static cli::run_interrupts interrupts(common.grace_seconds);
   cli::handle_signals([](int sig) { interrupts.on_signal(sig); });
-  trainer_client client(cfg);
+  std::optional<trainer_client> remote;
+  if (cfg.backend == backend_kind::remote) remote.emplace(cfg);  // asked for the server's backend first
+  auto req = cli::make_request(jo, remote ? remote->job_backend() : cfg.backend);
+  std::optional<trainer_client> local;
+  trainer_client& client = remote ? *remote : local.emplace(cfg);
   // However this frame ends (a throw too), no cancel thread outlives the client.
   struct detach_at_end {
     ~detach_at_end() { interrupts.detach(); }
@@ -188,6 +229,12 @@ int cmd_run(const common_options& common, const job_options& jo) {
 
 int cmd_train(const common_options& common, const job_options& jo) {
   auto cfg = make_config(common);
+  if (cfg.backend == backend_kind::remote) {  // the server owns the job
+    trainer_client client(cfg);
+    auto req = cli::make_request(jo, client.job_backend());
+    write_out(client.train(req) + "\n");
+    return exit_ok;
+  }
   auto req = cli::make_request(jo, cfg.backend);
   cfg.supervisor = cli::self_exe();  // this very binary supervises the job
   write_out(tjob::train_detached(req, cfg) + "\n");
@@ -251,6 +298,15 @@ void add_common_options(CLI::App& app, common_options& common) {
   app.add_option("--venv-cache-ttl", common.venv_cache_ttl,
                  "Local Python jobs: seconds a cached venv with unpinned packages is used before it is "
                  "rebuilt; 0: never ($TJOB_VENV_CACHE_TTL, default 86400)");
+  app.add_option("--server", common.server,
+                 "Be a client of a running tjob serve: unix:///path/tjob.sock, https://host:port or "
+                 "tcp://host:port ($TJOB_SERVER); the server's backend runs the jobs, and the server owns them");
+  app.add_option("--token-file", common.token_file,
+                 "With --server over TCP: the file of the server's bearer token ($TJOB_HOME/serve.token "
+                 "there); $TJOB_TOKEN gives the token itself");
+  app.add_option("--server-ca", common.server_ca,
+                 "With an https --server: the PEM file of the CA that signed its certificate "
+                 "($TJOB_SERVER_CA; default: the system's trust store)");
 }
 
 // run and train: submit a job.
@@ -559,7 +615,12 @@ int main(int argc, char** argv) {
   try {
     if (*c.run) return cmd_run(c.common, c.run_opts);
     if (*c.train) return cmd_train(c.common, c.train_opts);
-    if (*c.serve) return cli::run_serve(make_config(c.common), c.serve_opts);
+    if (*c.serve) {
+      if (!server_of(c.common).empty())
+        throw usage_error("serve runs an engine here; it cannot be a client of another server: drop --server "
+                          "(and unset TJOB_SERVER)");
+      return cli::run_serve(make_config(c.common), c.serve_opts);
+    }
     return run_query(c);
   } catch (const usage_error& e) {
     std::fprintf(stderr, "tjob: error: %s\n", e.what());

@@ -28,6 +28,8 @@ asio::awaitable<std::vector<venv_cache_entry>> backend::prune_venv_cache(std::ch
   co_return co_await list_venv_cache();
 }
 
+asio::awaitable<backend_kind> backend::job_backend() { co_return traits().kind; }
+
 }  // namespace detail
 
 log_stream::log_stream() = default;

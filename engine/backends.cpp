@@ -32,12 +32,15 @@ std::string_view to_string(backend_kind k) noexcept {
       return "container";
     case backend_kind::kubernetes:
       return "kubernetes";
+    case backend_kind::remote:
+      return "remote";
   }
   return "local";
 }
 
 std::optional<backend_kind> parse_backend_kind(std::string_view s) noexcept {
-  return parse_among(s, {backend_kind::local, backend_kind::container, backend_kind::kubernetes}, same);
+  return parse_among(s, {backend_kind::local, backend_kind::container, backend_kind::kubernetes, backend_kind::remote},
+                     same);
 }
 
 std::string_view to_string(pull_policy p) noexcept {

@@ -4,6 +4,7 @@
 #include "adapters/container/container_backend.hpp"
 #include "adapters/kubernetes/kube_backend.hpp"
 #include "adapters/local/local_backend.hpp"
+#include "adapters/remote/remote_backend.hpp"
 #include "engine/backend.hpp"
 
 #include <tjob/error.hpp>
@@ -18,10 +19,12 @@ std::shared_ptr<backend> make_backend(backend_context ctx) {
       return std::make_shared<container::backend>(std::move(ctx));
     case backend_kind::kubernetes:
       return std::make_shared<kube::backend>(std::move(ctx));
+    case backend_kind::remote:
+      return std::make_shared<remote::backend>(std::move(ctx));
   }
   throw error(errc::invalid_argument, "unknown backend kind " +
                                           std::to_string(static_cast<int>(ctx.cfg.backend)) +
-                                          "; use local, container or kubernetes");
+                                          "; use local, container, kubernetes or remote");
 }
 
 }  // namespace tjob::detail

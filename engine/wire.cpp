@@ -254,6 +254,7 @@ json::object to_json(const train_request& r) {
     const auto& p = std::get<python_trainer>(r.job_trainer);
     t["kind"] = "python";
     t["source"] = p.source;
+    if (!p.source_file.empty()) t["source_file"] = p.source_file;
     t["function"] = p.function;
     if (p.function_args.empty()) {
       t["function_args"] = json::object();
@@ -399,11 +400,18 @@ command_trainer command_from(spec_reader& r) {
   return t;
 }
 
-python_trainer python_from(spec_reader& r) {
+python_trainer python_from(spec_reader& r, bool allow_source_file) {
   python_trainer t;
   if (auto v = r.text("source")) t.source = std::move(*v);
-  if (r.get("source_file"))
-    r.refuse("source_file", "a spec carries the code itself; send the file's text as \"source\"");
+  if (r.get("source_file") && !allow_source_file)
+    r.refuse("source_file",
+             "a spec over TCP carries the code itself; send the file's text as \"source\" (a file is named "
+             "only by a client on the server's unix socket)");
+  if (auto v = r.text("source_file")) {
+    if (v->empty() || v->front() != '/')
+      r.refuse("source_file", "give the absolute path of the training file on the server's machine");
+    t.source_file = std::move(*v);
+  }
   if (auto v = r.text("function")) t.function = std::move(*v);
   if (auto* v = r.get("function_args")) {
     if (!v->is_object()) r.refuse("function_args", "must be a JSON object of keyword arguments");
@@ -432,13 +440,14 @@ python_trainer python_from(spec_reader& r) {
     }
   }
   r.finish();
-  if (t.source.empty()) r.refuse("source", "give the Python source text of the training code");
+  if (t.source.empty() && t.source_file.empty())
+    r.refuse("source", "give the Python source text of the training code");
   return t;
 }
 
 }  // namespace
 
-train_request request_from_json(const json::value& v) {
+train_request request_from_json(const json::value& v, bool allow_source_file) {
   spec_reader r(v, "", "a job spec");
   train_request req;
   if (auto s = r.text("name")) req.name = std::move(*s);
@@ -462,7 +471,7 @@ train_request request_from_json(const json::value& v) {
     } else if (kind == std::optional<std::string>("python")) {
       spec_reader t(*tv, "trainer", "a python trainer");
       t.text("kind");
-      req.job_trainer = python_from(t);
+      req.job_trainer = python_from(t, allow_source_file);
     } else {
       kind_of.refuse("kind", "give \"command\" (a program) or \"python\" (Python training code)");
     }

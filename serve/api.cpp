@@ -288,7 +288,8 @@ asio::awaitable<answer> api::handle(request req) {
   if (seg.size() == 1 && seg[0] == "healthz") {
     if (m != "GET") co_return not_allowed("GET");
     only(q, {});
-    json::object o{{"status", draining_ ? "draining" : "ok"}};
+    auto kind = co_await engine_.job_backend();
+    json::object o{{"status", draining_ ? "draining" : "ok"}, {"backend", to_string(kind)}};
     co_return json_reply(draining_ ? 503 : 200, o);
   }
   if (seg.size() == 1 && seg[0] == "metrics" && config_.metrics_text) {
@@ -373,8 +374,32 @@ asio::awaitable<answer> api::handle(request req) {
     if (m != "GET") co_return not_allowed("GET");
     only(q, {});
     auto rts = co_await engine_.list_runtimes();
+    auto problems = co_await engine_.runtime_problems();
     json::array items;
     for (const auto& rt : rts) items.push_back(to_json(rt));
+    json::array lines;
+    for (const auto& p : problems) lines.emplace_back(p);
+    json::object o{{"items", std::move(items)}, {"problems", std::move(lines)}};
+    co_return json_reply(200, o);
+  }
+  if (seg.size() >= 2 && seg[1] == "venv-cache") {
+    std::vector<venv_cache_entry> entries;
+    if (seg.size() == 2) {
+      if (m != "GET") co_return not_allowed("GET");
+      only(q, {});
+      entries = co_await engine_.list_venv_cache();
+    } else if (seg.size() == 3 && seg[2] == "prune") {
+      if (m != "POST") co_return not_allowed("POST");
+      only(q, {"unused_for"});
+      auto unused_for = int_param(q, "unused_for", 0, std::int64_t(1) << 40).value_or(0);
+      entries = co_await engine_.prune_venv_cache(std::chrono::seconds(unused_for));
+    } else {
+      co_return error_reply(404, "not_found",
+                            "no such route: " + req.target.substr(0, req.target.find('?')) +
+                                " (see /v1/openapi.json)");
+    }
+    json::array items;
+    for (const auto& e : entries) items.push_back(to_json(e));
     json::object o{{"items", std::move(items)}};
     co_return json_reply(200, o);
   }
@@ -401,7 +426,7 @@ asio::awaitable<answer> api::submit(request& req) {
         "the body is not JSON (" + ec.message() +
             "); send a job spec, as {\"trainer\": {\"kind\": \"command\", \"command\": [\"true\"]}}",
         "invalid_json");
-  auto spec = request_from_json(v);
+  auto spec = request_from_json(v, req.local_peer);
   if (req.idempotency_key.empty()) {
     auto name = co_await engine_.train(std::move(spec));
     auto job = co_await engine_.get_job(name);

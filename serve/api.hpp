@@ -33,6 +33,9 @@ struct request {
   std::string target;  ///< as sent: "/v1/jobs?limit=10"
   std::string body;
   std::string idempotency_key;  ///< the Idempotency-Key header, if any
+  /// Over the unix socket: this machine and this user (the socket is 0600),
+  /// so a spec may name a training file by path.
+  bool local_peer = false;
 };
 
 struct reply {

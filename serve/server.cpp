@@ -391,6 +391,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       rq.target = target;
       rq.body = std::move(req_msg.body());
       rq.idempotency_key = std::string(req_msg["Idempotency-Key"]);
+      rq.local_peer = !needs_token;  // only TCP listeners take tokens: this is the unix socket
       answer a;
       try {
         a = co_await routes.handle(std::move(rq));

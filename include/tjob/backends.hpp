@@ -1,6 +1,7 @@
 // tjob/backends.hpp — where jobs run: the backend kinds and their configs
 // (Kubeflow's LocalProcessBackendConfig / ContainerBackendConfig /
-// KubernetesBackendConfig).
+// KubernetesBackendConfig), and `remote`: a running `tjob serve`, whichever
+// backend it runs.
 //
 // Threading: plain values.
 #pragma once
@@ -14,9 +15,9 @@
 
 namespace tjob {
 
-enum class backend_kind { local, container, kubernetes };
+enum class backend_kind { local, container, kubernetes, remote };
 std::string_view to_string(backend_kind k) noexcept;
-/// "local", "container", "kubernetes"; nullopt for anything else.
+/// "local", "container", "kubernetes", "remote"; nullopt for anything else.
 std::optional<backend_kind> parse_backend_kind(std::string_view s) noexcept;
 
 /// When an image is pulled (Kubeflow's pull_policy strings, any case).
@@ -67,6 +68,24 @@ struct kubernetes_backend_config {
   std::chrono::milliseconds request_timeout{30'000};
   /// The service-account directory that means "running in a pod".
   std::filesystem::path in_cluster_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+};
+
+/// A running `tjob serve` (docs/serve.md): every operation is a request to
+/// its API v1, and the server's own backend runs the jobs. The server owns
+/// them: this process may end at any time.
+struct remote_backend_config {
+  /// unix:///path/to/tjob.sock, https://host:port, or tcp://host:port (plain
+  /// HTTP, for loopback only). Empty: $TJOB_SERVER.
+  std::string server;
+  /// The bearer token a TCP listener asks for. Empty: $TJOB_TOKEN, else the
+  /// first line of `token_file`.
+  std::string token;
+  std::filesystem::path token_file;
+  /// PEM certificates of the CAs that sign the server's certificate (https).
+  /// Empty: $TJOB_SERVER_CA, else the system's trust store.
+  std::filesystem::path ca_file;
+  /// Timeout of each request (log streams, watches and waits are not bounded).
+  std::chrono::milliseconds request_timeout{30'000};
 };
 
 }  // namespace tjob

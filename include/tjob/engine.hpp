@@ -83,10 +83,13 @@ struct engine_config {
   /// container backend keeps them in the daemon (labels), so any process
   /// talking to the same daemon sees the same jobs; the kubernetes backend
   /// keeps them in the cluster (TrainJob objects), and the constructor throws
-  /// when the kubeconfig cannot be used.
+  /// when the kubeconfig cannot be used; the remote backend asks a running
+  /// `tjob serve`, which keeps them by its own backend (the constructor throws
+  /// when no server URL is given or the URL cannot be used).
   backend_kind backend = backend_kind::local;
   container_backend_config container;
   kubernetes_backend_config kubernetes;
+  remote_backend_config remote;
 };
 
 /// $TJOB_HOME, else ${XDG_STATE_HOME:-$HOME/.local/state}/tjob.
@@ -177,6 +180,9 @@ class engine {
   /// copied is left alone. Returns what was removed.
   boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(std::chrono::seconds unused_for);
 
+  /// The backend that runs the jobs: the configured one, or for `remote`
+  /// the server's (asked once).
+  boost::asio::awaitable<backend_kind> job_backend();
   /// Flushes the store and stops supervising (see Cancellation above).
   boost::asio::awaitable<void> shutdown();
 

@@ -43,8 +43,9 @@ venv_cache_entry venv_cache_entry_from_json(const boost::json::value& v);
 /// "working_dir", "image"; a Python trainer has the fields of python_trainer
 /// ("source", "function", "function_args" as a JSON object, "args",
 /// "packages_to_install", ...) and Kubeflow's "resources_per_node"
-/// ({"cpu":"2","memory":"4Gi","gpu":"1"}). A file name ("source_file") is not
-/// part of a spec: the spec carries the source itself.
+/// ({"cpu":"2","memory":"4Gi","gpu":"1"}). A spec carries the source itself;
+/// only one read on the server's own machine may name a file instead
+/// ("source_file", an absolute path; see request_from_json).
 boost::json::object to_json(const train_request& request);
 
 /// A field of a job spec that cannot be used.
@@ -59,7 +60,10 @@ class spec_error : public error {
 };
 
 /// The inverse of to_json(train_request), strict: a field of the wrong type or
-/// not known is refused by name (spec_error).
-train_request request_from_json(const boost::json::value& v);
+/// not known is refused by name (spec_error). `allow_source_file`: the spec
+/// comes from this machine and this user (tjob serve's unix socket), so a
+/// Python trainer may name its training file by absolute path, and the job
+/// runs it where it is, its directory first on sys.path, as a local job does.
+train_request request_from_json(const boost::json::value& v, bool allow_source_file = false);
 
 }  // namespace tjob

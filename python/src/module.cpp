@@ -192,6 +192,13 @@ tjob::engine_config config_of(const py::dict& d) {
   take(d, "network", network);
   take(d, "image", c.container.image);
   take(d, "volumes", c.container.volumes);
+  std::string token_file, server_ca;
+  take(d, "server", c.remote.server);
+  take(d, "token", c.remote.token);
+  take(d, "token_file", token_file);
+  take(d, "server_ca", server_ca);
+  c.remote.token_file = token_file;
+  c.remote.ca_file = server_ca;
   auto pp = tjob::parse_pull_policy(pull);
   if (!pp) throw py::value_error("tjob: pull_policy '" + pull + "': use IfNotPresent, Always or Never");
   c.container.pull = *pp;

@@ -22,7 +22,45 @@ using tjob::test::tjob_bin;
 
 namespace {
 
+// The suite runs two ways: every tjob on this machine's store, and (with
+// --tjob-via-server) every tjob a client of a `tjob serve` on that store,
+// which owns the jobs. The output and exit codes must be the same; the cases
+// of the local store itself say they do not apply to the second way.
 struct fixture : tjob::test::home_fixture {
+  std::unique_ptr<tjob::test::background> server;
+
+  fixture() {
+    if (!tjob::test::via_server()) return;
+    // pip reads no user configuration, as in the cases that set it for their own tjob
+    server = std::make_unique<tjob::test::background>(
+        std::vector<std::string>{tjob_bin(), "serve", "--listen", "unix://" + socket()},
+        std::map<std::string, std::string>{{"TJOB_HOME", home()}, {"PIP_CONFIG_FILE", "/dev/null"}});
+    REQUIRE_MESSAGE(server->wait_for_stderr("msg=listening"), server->err());
+  }
+  ~fixture() {
+    if (!server) return;
+    server->signal(SIGTERM);
+    server->wait();
+    // The jobs the server still owned are lost: the next engine on the store
+    // marks them so and stops their processes, as after any owner's end.
+    run({tjob_bin(), "list"}, home_fixture::env());
+  }
+  std::string socket() const { return (dir.path() / "tjob.sock").string(); }
+  /// A client's TJOB_HOME is not the server's store: a tjob that ran its
+  /// jobs here instead of asking the server would find none of them.
+  std::map<std::string, std::string> env() const {
+    auto e = home_fixture::env();
+    if (server) {
+      e["TJOB_SERVER"] = "unix://" + socket();
+      e["TJOB_HOME"] = (dir.path() / "client-home").string();
+    }
+    return e;
+  }
+  /// For the cases of the local store itself: skipped when tjob is a client.
+  bool local_only(const std::string& why) const {
+    return !server || tjob::test::not_applicable("through tjob serve: " + why);
+  }
+
   tjob::test::result tjob(std::vector<std::string> args) const {
     args.insert(args.begin(), tjob_bin());
     return run(args, env());
@@ -290,6 +328,7 @@ TEST_CASE_FIXTURE(fixture,
 }
 
 TEST_CASE_FIXTURE(fixture, "an unwritable and corrupt or locked store is reported and left as it was") {
+  if (!local_only("the server holds the store open; its own errors are tested in tests/serve")) return;
   std::ofstream(dir.path() / "plainfile") << "x";
   auto r = run({tjob_bin(), "list"}, {{"TJOB_HOME", (dir.path() / "plainfile" / "sub").string()}});
   CHECK(r.exit_code == 1);
@@ -362,6 +401,7 @@ TEST_CASE_FIXTURE(fixture,
 }
 
 TEST_CASE_FIXTURE(fixture, "after tjob run is SIGKILLed no job is left Running") {
+  if (!local_only("the server owns the job, which runs on after its tjob run is killed (docs/serve.md)")) return;
   tjob::test::background r(
       {tjob_bin(), "run", "--name", "killed", "--", helper_bin(), "print", "up\n", "sleep", "60000"}, env());
   REQUIRE(r.wait_for_stdout("up\n"));
@@ -414,6 +454,7 @@ TEST_CASE_FIXTURE(fixture, "the README's main job trains the linear model under 
 
 TEST_CASE_FIXTURE(
     fixture, "TJOB_PYTHON and TJOB_SYSTEM_SITE_PACKAGES=1 stand for --python and --system-site-packages") {
+  if (!local_only("these are read by the engine that runs the job: the server's environment, not the client's")) return;
   auto file = dir.path() / "which.py";
   std::ofstream(file)
       << "import sys, numpy\nprint('base', sys.base_prefix, 'numpy', bool(numpy.__version__))\n";
@@ -570,6 +611,7 @@ TEST_CASE_FIXTURE(fixture, "tjob run whose reader goes away keeps owning its job
 }
 
 TEST_CASE_FIXTURE(fixture, "runtime directories add and override runtimes and report broken manifests") {
+  if (!local_only("--runtime-dir is the server's setting (tjob serve --runtime-dir)")) return;
   auto rdir = dir.path() / "rt";
   std::filesystem::create_directories(rdir);
   std::ofstream(rdir / "mine.yaml")
@@ -595,6 +637,7 @@ TEST_CASE_FIXTURE(fixture, "runtime directories add and override runtimes and re
 }
 
 TEST_CASE_FIXTURE(fixture, "processes that find a new store at the same time all use it") {
+  if (!local_only("a client opens no store")) return;
   // Regression: each saw an empty file and tried to create the schema.
   std::vector<std::unique_ptr<tjob::test::background>> runs;
   for (int i = 0; i < 12; ++i)
@@ -612,6 +655,7 @@ TEST_CASE_FIXTURE(fixture, "processes that find a new store at the same time all
 
 TEST_CASE_FIXTURE(
     fixture, "tjob cache lists the cached venvs and prune removes them and --no-venv-cache builds afresh") {
+  if (!local_only("--no-venv-cache is the server's setting; the cache routes are tested in tests/serve")) return;
   auto script = dir.path() / "hello.py";
   std::ofstream(script) << "print('hello from the venv')\n";
   std::vector<std::string> job = {"run", "--runtime", "python", script.string()};
@@ -730,6 +774,7 @@ std::vector<std::string> written_paths(const std::string& trace, const std::stri
 
 TEST_CASE_FIXTURE(
     fixture, "tjob writes nothing outside TJOB_HOME: every write-open, mkdir, rename and unlink traced") {
+  if (!local_only("the writes are the server's, not the traced client's")) return;
   if (!have_strace()) return;
   auto trace = dir.path() / "trace";
   auto script = dir.path() / "job.py";
@@ -773,6 +818,7 @@ TEST_CASE_FIXTURE(
 
 TEST_CASE_FIXTURE(
     fixture, "a new job's directories are made on the engine's pool, not on the thread that spawns jobs") {
+  if (!local_only("the engine that makes them is the server's, not the traced client's")) return;
   // Blocking file work (directories, logs, venv copies and removals) must
   // leave the reactor free; strace -f shows which thread made each call.
   if (!have_strace()) return;
@@ -907,6 +953,7 @@ TEST_CASE_FIXTURE(fixture, "the man page is made from the help: every command an
 
 TEST_CASE_FIXTURE(fixture,
                   "a read-only store still serves list, get, logs, events and wait, and refuses changes") {
+  if (!local_only("the server holds the store open, writable")) return;
   REQUIRE(tjob({"run", "--name", "done", "--", helper_bin(), "lines", "3"}).exit_code == 0);
   // A job whose owner died: its row still says Running.
   tjob::test::background owner(
@@ -1006,6 +1053,7 @@ TEST_CASE_FIXTURE(fixture, "tjob list -w prints each job again as it changes, li
 }
 
 TEST_CASE_FIXTURE(fixture, "the venv cache's options are checked by name before anything runs") {
+  if (!local_only("the venv cache's options are the server's settings")) return;
   auto refresh = tjob({"run", "--refresh", "--", helper_bin(), "exit", "0"});
   CHECK(refresh.exit_code == 2);
   CHECK(refresh.err.find("--refresh") != std::string::npos);  // a Python option, not a command's

@@ -239,7 +239,7 @@ def test_runtimes(server):
 
 
 def test_routes_methods_and_health(server):
-    assert server.get("/healthz").json() == {"status": "ok"}
+    assert server.get("/healthz").json() == {"status": "ok", "backend": "local"}
     r = server.get("/v1/nothing")
     assert (r.status, r.json()["code"]) == (404, "not_found")
     r = server.request("PUT", "/v1/jobs")

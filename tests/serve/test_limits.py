@@ -54,8 +54,8 @@ def test_malformed_json(busy):
      "job spec: trainer.command: must be an array of strings"),
     ({"trainer": COMMAND, "num_nodes": 0}, "num_nodes", "job spec: num_nodes: 0 is out of range; give 1 to 1024"),
     ({"trainer": COMMAND, "labels": {"a": 1}}, "labels.a", "job spec: labels.a: must be a string"),
-    ({"trainer": {"kind": "python", "source_file": "/etc/passwd"}}, "trainer.source_file",
-     "job spec: trainer.source_file: a spec carries the code itself; send the file's text as \"source\""),
+    ({"trainer": {"kind": "python", "source_file": "train.py"}}, "trainer.source_file",
+     "job spec: trainer.source_file: give the absolute path of the training file on the server's machine"),
     ({"trainer": {"kind": "python", "source": "x", "resources_per_node": {"cpu": "lots"}}},
      "trainer.resources_per_node",
      "job spec: trainer.resources_per_node: resources_per_node cpu=lots: give a whole number of processes, 1 or more"),
@@ -189,6 +189,33 @@ def test_tcp_needs_the_token_and_never_logs_it(make_server, tmp_path):
     s.wait_log(lambda l: "status=401" in l)
     assert token not in s.log() and "wrong-token" not in s.log()
     assert not os.path.exists(os.path.join(s.home, "tjob.sock"))  # only what --listen says
+
+
+def test_a_training_file_is_named_only_over_the_unix_socket(make_server, tmp_path):
+    # a file by path is read on the server's machine: only a client there (the 0600 unix socket) names one
+    (tmp_path / "token").write_text("t" * 32)
+    (tmp_path / "sibling.py").write_text("WORD = 'from the sibling module'\n")
+    (tmp_path / "train.py").write_text("import sibling\nprint(sibling.WORD)\n")
+    s = make_server(["--listen", "unix://" + str(tmp_path / "s.sock"), "--listen", "tcp://127.0.0.1:0",
+                     "--token-file", str(tmp_path / "token")])
+    s.socket = str(tmp_path / "s.sock")
+    host, port = s.tcp()
+    import http.client
+    spec = {"name": "by-path", "trainer": {"kind": "python", "source_file": str(tmp_path / "train.py"),
+                                           "python": "/usr/bin/python3", "system_site_packages": True}}
+    c = http.client.HTTPConnection(host, port, timeout=DEADLINE)
+    c.request("POST", "/v1/jobs", body=json.dumps(spec),
+              headers={"Authorization": "Bearer " + "t" * 32, "Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 400
+    assert json.loads(r.read()) == {
+        "status": 400, "code": "invalid_argument", "field": "trainer.source_file",
+        "message": "job spec: trainer.source_file: a spec over TCP carries the code itself; send the file's text "
+                   "as \"source\" (a file is named only by a client on the server's unix socket)"}
+    c.close()
+    assert s.post("/v1/jobs", spec).status == 201
+    assert s.wait("by-path")["status"] == "Complete"
+    assert s.get("/v1/jobs/by-path/logs").body.endswith("from the sibling module\n")
 
 
 def test_tcp_without_a_token_file_makes_one(make_server):

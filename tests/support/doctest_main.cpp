@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -18,7 +20,15 @@ std::size_t cases_run();
 }  // namespace tjob::test
 
 int main(int argc, char** argv) {
-  doctest::Context context(argc, argv);
+  // --tjob-via-server: the CLI suite's second way, every tjob a client of a
+  // tjob serve (tjob::test::via_server); doctest does not see it.
+  std::vector<char*> args(argv, argv + argc);
+  std::erase_if(args, [](const char* a) {
+    bool ours = std::strcmp(a, "--tjob-via-server") == 0;
+    if (ours) ::setenv("TJOB_TEST_VIA_SERVER", "1", 1);
+    return ours;
+  });
+  doctest::Context context(static_cast<int>(args.size()), args.data());
   int failed = context.run();
   if (context.shouldExit()) return failed;
   auto skipped = tjob::test::cases_skipped();

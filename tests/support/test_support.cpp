@@ -297,6 +297,17 @@ bool skip(const std::string& what) {
   return false;
 }
 
+bool not_applicable(const std::string& why) {
+  MESSAGE("skipped: " << why);
+  case_counter::skipped.insert(case_counter::current);
+  return false;
+}
+
+bool via_server() {
+  const char* v = std::getenv("TJOB_TEST_VIA_SERVER");
+  return v && std::string_view(v) == "1";
+}
+
 std::vector<std::string> cases_skipped() {
   return {case_counter::skipped.begin(), case_counter::skipped.end()};
 }

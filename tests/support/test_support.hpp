@@ -153,6 +153,13 @@ std::string message_of(const std::function<void()>& f);
 /// installs every prerequisite, a skip fails the case instead. Returns false,
 /// for `if (!have) return tjob::test::skip(...);`-style use.
 bool skip(const std::string& what);
+/// Skips a case that does not apply to the way the suite runs (a case of the
+/// local store run through a server): reported as skipped, with `why`, also
+/// in CI. Never for a missing prerequisite (that is skip()). Returns false.
+bool not_applicable(const std::string& why);
+/// True when the suite runs every tjob as a client of a tjob serve
+/// (--tjob-via-server, or $TJOB_TEST_VIA_SERVER=1).
+bool via_server();
 /// The test cases this process skipped, and how many it ran (tests/support/doctest_main.cpp).
 std::vector<std::string> cases_skipped();
 std::size_t cases_run();
