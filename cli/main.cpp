@@ -103,10 +103,11 @@ backend_kind backend_of(const common_options& o) {
 
 // The engine of a client of `tjob serve`: the server's settings are its own.
 engine_config remote_config(const common_options& o, const std::string& server) {
-  bool server_settings = (!o.backend.empty() && o.backend != "remote") || !o.runtime_dirs.empty() || o.no_venv_cache ||
-                         o.venv_cache_ttl || !o.container_runtime.empty() || !o.container_host.empty() ||
-                         !o.pull_policy.empty() || !o.network.empty() || !o.volumes.empty() || o.keep_workdir ||
-                         !o.kube_namespace.empty() || !o.kube_context.empty() || !o.kubeconfig.empty();
+  bool server_settings = (!o.backend.empty() && o.backend != "remote") || !o.runtime_dirs.empty() ||
+                         o.no_venv_cache || o.venv_cache_ttl || !o.container_runtime.empty() ||
+                         !o.container_host.empty() || !o.pull_policy.empty() || !o.network.empty() ||
+                         !o.volumes.empty() || o.keep_workdir || !o.kube_namespace.empty() ||
+                         !o.kube_context.empty() || !o.kubeconfig.empty();
   if (server_settings)
     throw usage_error("--server " + server +
                       ": the server's backend runs the jobs, with the server's settings; --backend, "
@@ -298,9 +299,10 @@ void add_common_options(CLI::App& app, common_options& common) {
   app.add_option("--venv-cache-ttl", common.venv_cache_ttl,
                  "Local Python jobs: seconds a cached venv with unpinned packages is used before it is "
                  "rebuilt; 0: never ($TJOB_VENV_CACHE_TTL, default 86400)");
-  app.add_option("--server", common.server,
-                 "Be a client of a running tjob serve: unix:///path/tjob.sock, https://host:port or "
-                 "tcp://host:port ($TJOB_SERVER); the server's backend runs the jobs, and the server owns them");
+  app.add_option(
+      "--server", common.server,
+      "Be a client of a running tjob serve: unix:///path/tjob.sock, https://host:port or "
+      "tcp://host:port ($TJOB_SERVER); the server's backend runs the jobs, and the server owns them");
   app.add_option("--token-file", common.token_file,
                  "With --server over TCP: the file of the server's bearer token ($TJOB_HOME/serve.token "
                  "there); $TJOB_TOKEN gives the token itself");
@@ -617,8 +619,9 @@ int main(int argc, char** argv) {
     if (*c.train) return cmd_train(c.common, c.train_opts);
     if (*c.serve) {
       if (!server_of(c.common).empty())
-        throw usage_error("serve runs an engine here; it cannot be a client of another server: drop --server "
-                          "(and unset TJOB_SERVER)");
+        throw usage_error(
+            "serve runs an engine here; it cannot be a client of another server: drop --server "
+            "(and unset TJOB_SERVER)");
       return cli::run_serve(make_config(c.common), c.serve_opts);
     }
     return run_query(c);

@@ -39,8 +39,9 @@ std::string_view to_string(backend_kind k) noexcept {
 }
 
 std::optional<backend_kind> parse_backend_kind(std::string_view s) noexcept {
-  return parse_among(s, {backend_kind::local, backend_kind::container, backend_kind::kubernetes, backend_kind::remote},
-                     same);
+  return parse_among(
+      s, {backend_kind::local, backend_kind::container, backend_kind::kubernetes, backend_kind::remote},
+      same);
 }
 
 std::string_view to_string(pull_policy p) noexcept {

@@ -394,9 +394,9 @@ asio::awaitable<answer> api::handle(request req) {
       auto unused_for = int_param(q, "unused_for", 0, std::int64_t(1) << 40).value_or(0);
       entries = co_await engine_.prune_venv_cache(std::chrono::seconds(unused_for));
     } else {
-      co_return error_reply(404, "not_found",
-                            "no such route: " + req.target.substr(0, req.target.find('?')) +
-                                " (see /v1/openapi.json)");
+      co_return error_reply(
+          404, "not_found",
+          "no such route: " + req.target.substr(0, req.target.find('?')) + " (see /v1/openapi.json)");
     }
     json::array items;
     for (const auto& e : entries) items.push_back(to_json(e));

@@ -14,12 +14,12 @@
 
 #include <tjob/wire.hpp>
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
-#include <spdlog/spdlog.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -57,8 +57,9 @@ std::string token_of(const remote_backend_config& c) {
     t = read_text(c.token_file, "the token file", "give the file tjob serve made (--token-file)");
     t = t.substr(0, t.find('\n'));
     if (t.empty())
-      fail(errc::invalid_argument, "the token file " + c.token_file.string() + " is empty; give the file "
-                                   "tjob serve made ($TJOB_HOME/serve.token on the server)");
+      fail(errc::invalid_argument, "the token file " + c.token_file.string() +
+                                       " is empty; give the file "
+                                       "tjob serve made ($TJOB_HOME/serve.token on the server)");
   }
   while (!t.empty() && (t.back() == '\r' || t.back() == ' ')) t.pop_back();
   return t;
@@ -92,16 +93,19 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   std::optional<backend_kind> server_kind;
 
   // The watch stream and who waits on it.
-  bool feed_running = false;   ///< its reader is started
-  bool feed_live = false;      ///< the stream is open: a change from now on wakes the waiters
+  bool feed_running = false;  ///< its reader is started
+  /// A waiter read its job before the stream was open (it was lost): wake
+  /// every waiter once it is open, to read again.
+  bool stale_waiters = false;
+  bool feed_live = false;  ///< the stream is open: a change from now on wakes the waiters
   std::uint64_t feed_tries = 0;
-  std::string feed_trouble;    ///< why the last try failed; empty while live
+  std::string feed_trouble;  ///< why the last try failed; empty while live
   std::optional<http::body_stream> feed;
   asio::steady_timer retry_timer;
   bool stopping = false;
-  detail::wake_list every;                           ///< waiters on any job
-  std::map<std::string, detail::wake_list> by_job;   ///< waiters on one job
-  detail::wake_list ready;                           ///< waiting for the stream to open
+  detail::wake_list every;                          ///< waiters on any job
+  std::map<std::string, detail::wake_list> by_job;  ///< waiters on one job
+  detail::wake_list ready;                          ///< waiting for the stream to open
 
   std::string where() const { return "tjob serve at " + http.where().url(); }
 
@@ -142,8 +146,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     }
     // The server's own refusals (a token, a route, a limit): not an engine's error.
     errc e = status == 401 || status == 403 ? errc::backend_error
-             : status >= 500               ? errc::backend_error
-                                           : errc::invalid_argument;
+             : status >= 500                ? errc::backend_error
+                                            : errc::invalid_argument;
     throw error(e, where() + " refused the request (" + std::to_string(status) + " " +
                        std::string(code->as_string()) + "): " + text);
   }
@@ -161,8 +165,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     boost::system::error_code ec;
     auto v = json::parse(body, ec);
     if (ec)
-      fail(errc::protocol_error, where() + " answered with malformed JSON (" + ec.message() +
-                                     "): " + detail::printable(body, 200));
+      fail(errc::protocol_error,
+           where() + " answered with malformed JSON (" + ec.message() + "): " + detail::printable(body, 200));
     co_return v;
   }
 
@@ -226,6 +230,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     auto self = shared_from_this();
     std::optional<std::int64_t> at;
     detail::backoff pause(std::chrono::milliseconds(100), std::chrono::seconds(5));
+    bool reopened = false;
     while (!stopping) {
       ++feed_tries;
       std::string failed;
@@ -250,7 +255,11 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       feed_live = true;
       feed_trouble.clear();
       ready.notify_all();
-      wake_everyone();  // what changed while no stream was open
+      // What changed while no stream was open: those who read before it
+      // read again. (A new waiter reads after this anyway.)
+      if (reopened || stale_waiters) wake_everyone();
+      stale_waiters = false;
+      reopened = true;
       http::line_splitter lines(4 << 20, "the watch of " + where());
       std::vector<std::string> got;
       for (;;) {
@@ -293,7 +302,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
   /// Returns once the watch stream is open, so that every change after this
   /// call wakes a waiter registered before it; throws when it cannot be.
-  asio::awaitable<void> await_feed() {
+  asio::awaitable<void> await_feed(bool stale) {
+    stale_waiters = stale_waiters || stale;
     while (!feed_live) {
       if (stopping) fail(errc::shut_down, "the engine is shutting down");
       std::uint64_t tries = feed_tries;
@@ -324,7 +334,10 @@ namespace {
 class remote_job_watch final : public detail::job_watch {
  public:
   remote_job_watch(std::shared_ptr<backend::impl> b, std::string name)
-      : b_(std::move(b)), name_(std::move(name)), signal_(b_->ex), reg_(std::in_place, b_->by_job[name_], &signal_) {}
+      : b_(std::move(b)),
+        name_(std::move(name)),
+        signal_(b_->ex),
+        reg_(std::in_place, b_->by_job[name_], &signal_) {}
   ~remote_job_watch() override {
     reg_.reset();
     if (auto it = b_->by_job.find(name_); it != b_->by_job.end() && it->second.empty()) b_->by_job.erase(it);
@@ -336,13 +349,14 @@ class remote_job_watch final : public detail::job_watch {
     co_return job_from_json(v);
   }
   asio::awaitable<bool> changed(steady::time_point deadline) override {
-    if (!b_->feed_running && !b_->stopping) co_await b_->await_feed();  // it was lost: open it again
+    if (!b_->feed_running && !b_->stopping) co_await b_->await_feed(stale_);  // it was lost: open it again
     co_return co_await signal_.wait_until(deadline);
   }
   std::string trouble() const override { return b_->trouble(); }
 
  private:
   std::shared_ptr<backend::impl> b_;
+  const bool stale_ = true;  ///< (a named value for co_await's argument)
   std::string name_;
   detail::wake_signal signal_;
   std::optional<detail::wake_registration> reg_;
@@ -355,12 +369,13 @@ class remote_change_watch final : public detail::change_watch {
       : b_(std::move(b)), signal_(b_->ex), reg_(b_->every, &signal_) {}
 
   asio::awaitable<bool> changed(steady::time_point deadline) override {
-    if (!b_->feed_running && !b_->stopping) co_await b_->await_feed();
+    if (!b_->feed_running && !b_->stopping) co_await b_->await_feed(stale_);
     co_return co_await signal_.wait_until(deadline);
   }
 
  private:
   std::shared_ptr<backend::impl> b_;
+  const bool stale_ = true;  ///< (a named value for co_await's argument)
   detail::wake_signal signal_;
   detail::wake_registration reg_;
 };
@@ -473,14 +488,16 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
 
 asio::awaitable<std::unique_ptr<detail::job_watch>> backend::watch_job(std::string name) {
   auto w = std::make_unique<remote_job_watch>(impl_, name);
-  co_await impl_->await_feed();
+  const bool stale = false;  // a new waiter reads its job after this
+  co_await impl_->await_feed(stale);
   co_await get_job(name);  // says not found, as the contract asks
   co_return std::move(w);
 }
 
 asio::awaitable<std::unique_ptr<detail::change_watch>> backend::watch_all() {
   auto w = std::make_unique<remote_change_watch>(impl_);
-  co_await impl_->await_feed();
+  const bool stale = false;
+  co_await impl_->await_feed(stale);
   co_return std::move(w);
 }
 
@@ -545,7 +562,8 @@ asio::awaitable<backend_kind> backend::job_backend() {
     const auto* o = v.if_object();
     const auto* b = o ? o->if_contains("backend") : nullptr;
     auto kind = b && b->is_string() ? parse_backend_kind(b->as_string()) : std::nullopt;
-    if (!kind) fail(errc::protocol_error, impl_->where() + ": GET /healthz does not name the server's backend");
+    if (!kind)
+      fail(errc::protocol_error, impl_->where() + ": GET /healthz does not name the server's backend");
     impl_->server_kind = *kind;
   }
   co_return *impl_->server_kind;

@@ -401,7 +401,8 @@ TEST_CASE_FIXTURE(fixture,
 }
 
 TEST_CASE_FIXTURE(fixture, "after tjob run is SIGKILLed no job is left Running") {
-  if (!local_only("the server owns the job, which runs on after its tjob run is killed (docs/serve.md)")) return;
+  if (!local_only("the server owns the job, which runs on after its tjob run is killed (docs/serve.md)"))
+    return;
   tjob::test::background r(
       {tjob_bin(), "run", "--name", "killed", "--", helper_bin(), "print", "up\n", "sleep", "60000"}, env());
   REQUIRE(r.wait_for_stdout("up\n"));
@@ -454,7 +455,9 @@ TEST_CASE_FIXTURE(fixture, "the README's main job trains the linear model under 
 
 TEST_CASE_FIXTURE(
     fixture, "TJOB_PYTHON and TJOB_SYSTEM_SITE_PACKAGES=1 stand for --python and --system-site-packages") {
-  if (!local_only("these are read by the engine that runs the job: the server's environment, not the client's")) return;
+  if (!local_only(
+          "these are read by the engine that runs the job: the server's environment, not the client's"))
+    return;
   auto file = dir.path() / "which.py";
   std::ofstream(file)
       << "import sys, numpy\nprint('base', sys.base_prefix, 'numpy', bool(numpy.__version__))\n";
@@ -655,7 +658,8 @@ TEST_CASE_FIXTURE(fixture, "processes that find a new store at the same time all
 
 TEST_CASE_FIXTURE(
     fixture, "tjob cache lists the cached venvs and prune removes them and --no-venv-cache builds afresh") {
-  if (!local_only("--no-venv-cache is the server's setting; the cache routes are tested in tests/serve")) return;
+  if (!local_only("--no-venv-cache is the server's setting; the cache routes are tested in tests/serve"))
+    return;
   auto script = dir.path() / "hello.py";
   std::ofstream(script) << "print('hello from the venv')\n";
   std::vector<std::string> job = {"run", "--runtime", "python", script.string()};

@@ -48,3 +48,19 @@ def test_the_readme_runs_the_main_job_over_the_api_with_curl(tmp_path):
     assert "level=error" not in log, log
     assert "msg=draining signal=SIGTERM" in log and "msg=stopped" in log
     assert not os.path.exists(pid_file)
+
+
+def test_the_readme_runs_the_cli_against_the_server(tmp_path):
+    script = readme_block("The CLI as a client").replace("build/tjob", os.path.join(BUILD, "tjob"))
+    home = str(tmp_path / "home")
+    env = dict(os.environ, TJOB_HOME=home)
+    env.pop("TJOB_SERVER", None)
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=10 * DEADLINE)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert out.stdout == "hello from the server\nhello\ndeleted hello\n"
+    assert "tjob: job hello Complete in " in out.stderr
+    log = open(os.path.join(home, "serve.log")).read()
+    # the jobs went through the server: it logged each request
+    assert 'method=POST path="/v1/jobs" status=201' in log, log
+    assert 'method=DELETE path="/v1/jobs/hello" status=200' in log, log
