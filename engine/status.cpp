@@ -2,6 +2,8 @@
 #include <tjob/types.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 namespace tjob {
 
@@ -32,6 +34,49 @@ bool same_state(const train_job& a, const train_job& b) {
   return a.name == b.name && a.status == b.status && a.reason == b.reason && a.start_time == b.start_time &&
          a.end_time == b.end_time &&
          std::equal(a.steps.begin(), a.steps.end(), b.steps.begin(), b.steps.end(), same_step);
+}
+
+namespace {
+
+// The seconds of "... in 1.23 s" at the end of `text`, and what is before " in ".
+std::optional<std::pair<std::string_view, double>> timed(std::string_view text) {
+  if (!text.ends_with(" s")) return std::nullopt;
+  auto in = text.rfind(" in ");
+  if (in == std::string_view::npos) return std::nullopt;
+  auto number = text.substr(in + 4, text.size() - 2 - (in + 4));
+  if (number.empty() || number.find_first_not_of("0123456789.") != std::string_view::npos) return std::nullopt;
+  return std::pair{text.substr(0, in), std::strtod(std::string(number).c_str(), nullptr)};
+}
+
+}  // namespace
+
+std::optional<setup_phase> setup_phase_of(const event& e) {
+  if (e.reason != "Setup") return std::nullopt;
+  std::string_view m = e.message;
+  setup_phase out;
+  // (the local backend writes these: adapters/local/job_fsm.cpp and local_venv.cpp)
+  if (m.starts_with("venv cached as ")) {
+    auto copied = m.find("; copied in ");
+    if (copied == std::string_view::npos) return std::nullopt;
+    auto t = timed(m.substr(copied + 2));
+    if (!t) return std::nullopt;
+    out.phase = "cache copy";
+    out.seconds = t->second;
+    out.cache_hit = false;
+    return out;
+  }
+  auto t = timed(m);
+  if (!t) return std::nullopt;
+  if (m.starts_with("venv from the cache (")) {
+    out.phase = "cache copy";
+    out.cache_hit = true;
+  } else if (t->first.ends_with(" done")) {
+    out.phase = std::string(t->first.substr(0, t->first.size() - 5));
+  } else {
+    return std::nullopt;
+  }
+  out.seconds = t->second;
+  return out;
 }
 
 }  // namespace tjob

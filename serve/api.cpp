@@ -297,7 +297,7 @@ asio::awaitable<answer> api::handle(request req) {
     only(q, {});
     reply r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = config_.metrics_text();
+    r.body = co_await config_.metrics_text();
     co_return r;
   }
   if (seg.empty() || seg[0] != "v1")

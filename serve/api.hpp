@@ -72,7 +72,7 @@ struct api_config {
   std::filesystem::path idempotency_dir;
   std::chrono::hours idempotency_ttl{24};
   /// GET /metrics: the Prometheus text.
-  std::function<std::string()> metrics_text;
+  std::function<boost::asio::awaitable<std::string>()> metrics_text;
 };
 
 class api {

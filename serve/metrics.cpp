@@ -60,6 +60,16 @@ struct metrics::impl {
                                        .Help("Log bytes sent to clients")
                                        .Register(*registry)
                                        .Add({});
+  prometheus::Family<prometheus::Histogram>& setup =
+      prometheus::BuildHistogram()
+          .Name("tjob_setup_seconds")
+          .Help("Setup phases of Python jobs, by phase (check, venv, pip install, cache copy), once a job ends")
+          .Register(*registry);
+  prometheus::Family<prometheus::Counter>& venv_cache =
+      prometheus::BuildCounter()
+          .Name("tjob_venv_cache_total")
+          .Help("Jobs whose venv came from the cache (hit) or was built into it (miss)")
+          .Register(*registry);
   prometheus::Histogram& lag =
       prometheus::BuildHistogram()
           .Name("tjob_reactor_lag_seconds")
@@ -81,6 +91,7 @@ metrics::metrics(std::string backend) : impl_(std::make_unique<impl>()) {
   for (auto s : {"Complete", "Failed"}) impl_->ended.Add({{"status", s}, {"backend", impl_->backend}});
   impl_->submitted.Add({{"backend", impl_->backend}});
   for (auto k : {held::log_follow, held::watch, held::wait}) impl_->held_gauge(k);
+  for (auto r : {"hit", "miss"}) impl_->venv_cache.Add({{"result", r}});
 }
 
 metrics::~metrics() = default;
@@ -103,6 +114,17 @@ void metrics::job_changed(const train_job* before, const train_job* now) {
     if (now->start_time && now->end_time)
       m.running.Add({{"backend", m.backend}}, run_buckets)
           .Observe(seconds_between(*now->start_time, *now->end_time));
+  }
+}
+
+void metrics::setup_events(const std::vector<event>& events) {
+  static const prometheus::Histogram::BucketBoundaries buckets{0.001, 0.01, 0.05, 0.1, 0.5, 1,
+                                                               5,     10,   30,   60,  300, 1800};
+  for (const auto& e : events) {
+    auto p = setup_phase_of(e);
+    if (!p) continue;
+    impl_->setup.Add({{"phase", p->phase}}, buckets).Observe(p->seconds);
+    if (p->cache_hit) impl_->venv_cache.Add({{"result", *p->cache_hit ? "hit" : "miss"}}).Increment();
   }
 }
 

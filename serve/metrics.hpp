@@ -21,6 +21,9 @@ class metrics {
   /// A change the watch hub saw: `before` is null for a job that appeared,
   /// `now` null for one that went.
   void job_changed(const train_job* before, const train_job* now);
+  /// The setup phases of a job that ended, from its Setup events
+  /// (tjob::setup_phase_of): their times, and the venv cache's hit or miss.
+  void setup_events(const std::vector<event>& events);
   /// A request answered with `status`.
   void request_done(int status);
   void connection_opened();

@@ -79,7 +79,7 @@ asio::awaitable<bool> engine_state::copy_from_cache(std::shared_ptr<job_rec> j, 
       detail::venv_cache::cache::unlock(fd);
       fd = -1;
       double secs = std::chrono::duration<double>(steady::now() - t0).count();
-      auto text = fmt::format("venv from the cache ({}) in {:.3f} s", key, secs);
+      auto text = fmt::format("venv from the cache ({}) in {:.3f} s", key, secs);  // (setup_phase_of: a hit)
       log_progress(*j, s, "[tjob] " + text + "\n");
       queue_write([name = j->row.name, t = now_ms(), text](detail::store& db) {
         db.append_event(name, "node-0", t, log_event::setup, text);
@@ -197,8 +197,12 @@ asio::awaitable<void> engine_state::finalize_venv(std::shared_ptr<job_rec> j) {
     co_return;
   }
   double secs = std::chrono::duration<double>(steady::now() - t0).count();
-  log_progress(*j, j->steps[0],
-               fmt::format("[tjob] venv cached as {}; copied in {:.3f} s\n", j->venv_entry->key, secs));
+  // (a Setup event too: tjob::setup_phase_of reads it, a cache miss, for metrics)
+  auto text = fmt::format("venv cached as {}; copied in {:.3f} s", j->venv_entry->key, secs);
+  log_progress(*j, j->steps[0], "[tjob] " + text + "\n");
+  queue_write([name = j->row.name, t = now_ms(), text](detail::store& db) {
+    db.append_event(name, "node-0", t, log_event::setup, text);
+  });
   j->post(job_input::venv_finalized(true));
 }
 

@@ -152,6 +152,19 @@ struct event {
   std::string message;  ///< for a person
 };
 
+/// A setup phase of a local Python job as its Setup event reports it:
+/// "venv done in 0.04 s", "pip install done in 0.63 s", "venv from the cache
+/// (KEY) in 0.002 s" (a hit), "venv cached as KEY; copied in 0.003 s" (a miss,
+/// built into the cache). For metrics (tjob serve's tjob_setup_seconds).
+struct setup_phase {
+  std::string phase;  ///< "check", "venv", "pip install", "cache copy", ...
+  double seconds = 0;
+  /// For "cache copy": the venv came from the cache (true) or was built into it (false).
+  std::optional<bool> cache_hit;
+};
+/// The phase a Setup event reports; nullopt for any other event.
+std::optional<setup_phase> setup_phase_of(const event& e);
+
 /// One entry of the local backend's venv cache (`tjob cache list`): a venv
 /// built once for this interpreter, package list, index URLs and
 /// system-site-packages flag, copied into every job that needs the same.

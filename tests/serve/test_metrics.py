@@ -52,6 +52,35 @@ def test_metrics_count_jobs_and_requests(server):
     assert metric(text, "tjob_http_connections") >= 1
 
 
+def test_setup_phases_and_the_venv_cache_are_measured(server, tmp_path):
+    # two Python jobs with the same venv, one after the other: the first builds the cached venv (a miss),
+    # the second copies it (a hit); their Setup events become the setup histogram once each ends
+    c = server.conn()
+    c.request("GET", "/v1/watch")
+    watch = c.getresponse()
+    spec = {"trainer": {"kind": "python", "source": "print('measured')\n", "python": "/usr/bin/python3",
+                        "system_site_packages": True}, "runtime": "python"}
+    for name in ("py-miss", "py-hit"):
+        spec["name"] = name
+        assert server.post("/v1/jobs", spec).status == 201
+        while True:  # its end, as the server's watch saw it
+            job = json.loads(watch.readline())["job"]
+            if job["name"] == name and job["status"] in ("Complete", "Failed"):
+                assert job["status"] == "Complete", server.get("/v1/jobs/%s/logs" % name).body
+                break
+    text = server.get("/metrics").body  # once every job the watch saw end has been read
+    c.close()
+    assert metric(text, "tjob_venv_cache_total", result="miss") == 1
+    assert metric(text, "tjob_venv_cache_total", result="hit") == 1
+    assert metric(text, "tjob_setup_seconds_count", phase="cache copy") == 2
+    assert metric(text, "tjob_setup_seconds_count", phase="venv") == 1  # built once, for the cache
+    assert metric(text, "tjob_setup_seconds_sum", phase="venv") > 0
+    # a command job has no setup: nothing more is counted for it
+    server.submit([HELPER, "exit", "0"], name="plain")
+    server.wait("plain")
+    assert metric(server.get("/metrics").body, "tjob_setup_seconds_count", phase="cache copy") == 2
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

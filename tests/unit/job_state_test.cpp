@@ -1,6 +1,8 @@
 #include "engine/job_state.hpp"
 #include "engine/backoff.hpp"
 
+#include <tjob/types.hpp>
+
 #include <doctest/doctest.h>
 
 #include <map>
@@ -216,4 +218,37 @@ TEST_CASE("backoff: the delay doubles up to its cap and starts over after a succ
   tjob::detail::backoff odd(milliseconds(500), milliseconds(100));  // a cap below the first is the first
   CHECK(odd.next() == milliseconds(500));
   CHECK(odd.next() == milliseconds(500));
+}
+
+TEST_CASE("setup_phase_of reads the local backend's Setup events and nothing else") {
+  auto of = [](std::string reason, std::string message) {
+    tjob::event e;
+    e.reason = std::move(reason);
+    e.message = std::move(message);
+    return tjob::setup_phase_of(e);
+  };
+  auto venv = of("Setup", "venv done in 0.04 s");
+  REQUIRE(venv);
+  CHECK(venv->phase == "venv");
+  CHECK(venv->seconds == doctest::Approx(0.04));
+  CHECK(!venv->cache_hit);
+  auto pip = of("Setup", "pip install done in 12.50 s");
+  REQUIRE(pip);
+  CHECK(pip->phase == "pip install");
+  CHECK(pip->seconds == doctest::Approx(12.5));
+  auto hit = of("Setup", "venv from the cache (02af3085ef69e4d889b270deeb833596) in 0.002 s");
+  REQUIRE(hit);
+  CHECK(hit->phase == "cache copy");
+  CHECK(hit->cache_hit == std::optional<bool>(true));
+  auto miss = of("Setup", "venv cached as 02af3085ef69e4d889b270deeb833596; copied in 0.003 s");
+  REQUIRE(miss);
+  CHECK(miss->phase == "cache copy");
+  CHECK(miss->cache_hit == std::optional<bool>(false));
+  CHECK(miss->seconds == doctest::Approx(0.003));
+  // not a phase's end: a start, another reason, a malformed time
+  CHECK(!of("Setup", "process 9317 started (venv): /usr/bin/python3 -m venv x"));
+  CHECK(!of("Started", "venv done in 0.04 s"));
+  CHECK(!of("Setup", "venv done in fast s"));
+  CHECK(!of("Setup", "venv done in 0.04"));
+  CHECK(!of("Setup", ""));
 }
