@@ -44,7 +44,8 @@ std::optional<std::pair<std::string_view, double>> timed(std::string_view text) 
   auto in = text.rfind(" in ");
   if (in == std::string_view::npos) return std::nullopt;
   auto number = text.substr(in + 4, text.size() - 2 - (in + 4));
-  if (number.empty() || number.find_first_not_of("0123456789.") != std::string_view::npos) return std::nullopt;
+  if (number.empty() || number.find_first_not_of("0123456789.") != std::string_view::npos)
+    return std::nullopt;
   return std::pair{text.substr(0, in), std::strtod(std::string(number).c_str(), nullptr)};
 }
 

@@ -63,7 +63,8 @@ struct metrics::impl {
   prometheus::Family<prometheus::Histogram>& setup =
       prometheus::BuildHistogram()
           .Name("tjob_setup_seconds")
-          .Help("Setup phases of Python jobs, by phase (check, venv, pip install, cache copy), once a job ends")
+          .Help(
+              "Setup phases of Python jobs, by phase (check, venv, pip install, cache copy), once a job ends")
           .Register(*registry);
   prometheus::Family<prometheus::Counter>& venv_cache =
       prometheus::BuildCounter()

@@ -8,6 +8,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
+
 namespace tjob::serve {
 
 namespace asio = boost::asio;
@@ -41,7 +43,7 @@ void watch_hub::publish(const char* type, const train_job& job) {
 
 asio::awaitable<void> watch_hub::load() {
   known_ = co_await engine_.list_jobs();
-  for (auto& j : known_) jobs_[j.name] = j;
+  for (auto& j : known_) jobs_[j.name] = kept_job{j, round_};
 }
 
 asio::awaitable<void> watch_hub::run() {
@@ -57,29 +59,34 @@ asio::awaitable<void> watch_hub::run() {
       throw;
     }
     if (stopped_) break;
-    auto before = std::move(jobs_);
-    jobs_.clear();
+    // In place: a job that did not change is neither copied nor encoded.
+    ++round_;
     bool any = false;
     for (const auto& j : now) {
-      auto it = before.find(j.name);
-      if (it == before.end()) {
+      auto [it, added] = jobs_.try_emplace(j.name);
+      auto& kept = it->second;
+      if (added) {
+        kept.job = j;
         publish("ADDED", j);
-        if (on_change) on_change(nullptr, &j);
+        if (on_change) on_change(nullptr, &kept.job);
         any = true;
-      } else {
-        if (!same_state(it->second, j)) {
-          publish("MODIFIED", j);
-          if (on_change) on_change(&it->second, &j);
-          any = true;
-        }
-        before.erase(it);
+      } else if (!same_state(kept.job, j)) {
+        publish("MODIFIED", j);
+        if (on_change) on_change(&kept.job, &j);
+        kept.job = j;
+        any = true;
       }
-      jobs_[j.name] = j;
+      kept.round = round_;
     }
-    for (const auto& [name, j] : before) {
-      publish("DELETED", j);
-      if (on_change) on_change(&j, nullptr);
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      if (it->second.round == round_) {
+        ++it;
+        continue;
+      }
+      publish("DELETED", it->second.job);
+      if (on_change) on_change(&it->second.job, nullptr);
       any = true;
+      it = jobs_.erase(it);
     }
     known = std::move(now);
     if (any) wake_.cancel();  // every changed() returns
@@ -94,14 +101,15 @@ void watch_hub::stop() {
 
 std::vector<watch_hub::line> watch_hub::snapshot() const {
   std::vector<line> out;
-  for (const auto& [name, j] : jobs_)
-    out.push_back(line{head_, j.runtime, std::make_shared<const std::string>(line_of(head_, "ADDED", j))});
+  for (const auto& [name, k] : jobs_)
+    out.push_back(
+        line{head_, k.job.runtime, std::make_shared<const std::string>(line_of(head_, "ADDED", k.job))});
   return out;
 }
 
 std::vector<const train_job*> watch_hub::jobs() const {
   std::vector<const train_job*> out;
-  for (const auto& [name, j] : jobs_) out.push_back(&j);
+  for (const auto& [name, k] : jobs_) out.push_back(&k.job);
   return out;
 }
 
@@ -109,10 +117,10 @@ std::optional<std::vector<watch_hub::line>> watch_hub::since(std::int64_t seq) c
   if (seq > head_) return std::nullopt;
   std::int64_t oldest_known = ring_.empty() ? head_ : ring_.front().seq - 1;
   if (seq < oldest_known) return std::nullopt;
-  std::vector<line> out;
-  for (const auto& l : ring_)
-    if (l.seq > seq) out.push_back(l);
-  return out;
+  // the ring is in seq order: the first line after `seq` by bisection, not by walking it
+  auto first = std::upper_bound(ring_.begin(), ring_.end(), seq,
+                                [](std::int64_t s, const line& l) { return s < l.seq; });
+  return std::vector<line>(first, ring_.end());
 }
 
 asio::awaitable<void> watch_hub::changed(std::int64_t seq) {

@@ -70,7 +70,12 @@ class watch_hub {
   engine& engine_;
   std::size_t history_;
   std::int64_t head_;
-  std::map<std::string, train_job> jobs_;
+  struct kept_job {
+    train_job job;
+    std::uint64_t round = 0;  ///< the last re-list that saw it
+  };
+  std::map<std::string, kept_job> jobs_;
+  std::uint64_t round_ = 0;
   std::vector<train_job> known_;  ///< as load() found them, in the engine's order
   std::deque<line> ring_;
   boost::asio::steady_timer wake_;

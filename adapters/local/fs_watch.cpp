@@ -6,6 +6,7 @@
 
 #include <sys/inotify.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cstring>
 
 namespace tjob::detail {
@@ -19,7 +20,21 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
   asio::posix::stream_descriptor descriptor;
   std::shared_ptr<spdlog::logger> log;
   task_group& owner;
-  std::map<int, wake_list> subscribers;  // by watch descriptor
+  struct watched {
+    wake_list any;                           // every change in the directory
+    std::map<std::string, wake_list> named;  // changes of one file
+    bool empty() const {
+      if (!any.empty()) return false;
+      for (const auto& [n, l] : named)
+        if (!l.empty()) return false;
+      return true;
+    }
+    void notify_all() {
+      any.notify_all();
+      for (auto& [n, l] : named) l.notify_all();
+    }
+  };
+  std::map<int, watched> subscribers;  // by watch descriptor
   bool reading = false;
   bool closed = false;
 
@@ -43,11 +58,16 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
 
   // Wakes the subscribers of each event in `buf`.
   void dispatch(const char* buf, std::size_t n) {
-    for_each_inotify_event(buf, n, [&](int wd, std::uint32_t mask) {
+    for_each_inotify_event(buf, n, [&](int wd, std::uint32_t mask, std::string_view name) {
       if (mask & IN_Q_OVERFLOW) {
-        for (auto& [w, list] : subscribers) list.notify_all();
+        for (auto& [w, sub] : subscribers) sub.notify_all();
       } else if (auto it = subscribers.find(wd); it != subscribers.end()) {
-        it->second.notify_all();
+        it->second.any.notify_all();
+        if (name.empty() || (mask & IN_DELETE_SELF)) {
+          it->second.notify_all();  // the directory itself
+        } else if (auto f = it->second.named.find(std::string(name)); f != it->second.named.end()) {
+          f->second.notify_all();
+        }
       }
     });
   }
@@ -70,16 +90,18 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
       self->log->error("inotify reader stopped: {}", e.what());
     }
     self->reading = false;
-    for (auto& [wd, list] : self->subscribers) list.notify_all();
+    for (auto& [wd, sub] : self->subscribers) sub.notify_all();
   }
 };
 
 void for_each_inotify_event(const char* buf, std::size_t n,
-                            const std::function<void(int, std::uint32_t)>& f) {
+                            const std::function<void(int, std::uint32_t, std::string_view)>& f) {
   for (const char* p = buf; p + sizeof(inotify_event) <= buf + n;) {
     inotify_event ev;
     std::memcpy(&ev, p, sizeof ev);
-    f(ev.wd, ev.mask);
+    const char* name = p + sizeof(inotify_event);
+    std::size_t room = std::min<std::size_t>(ev.len, static_cast<std::size_t>(buf + n - name));
+    f(ev.wd, ev.mask, std::string_view(name, ::strnlen(name, room)));  // (NUL-padded)
     p += sizeof(inotify_event) + ev.len;
   }
 }
@@ -89,13 +111,17 @@ fs_watch::fs_watch(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log
 
 fs_watch::~fs_watch() { close(); }
 
-int fs_watch::add(const std::filesystem::path& dir, wake_signal* w) {
+int fs_watch::add(const std::filesystem::path& dir, wake_signal* w, std::string only) {
   if (!impl_->ensure_open()) return -1;
   int wd =
       ::inotify_add_watch(impl_->descriptor.native_handle(), dir.c_str(),
                           IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF | IN_CLOSE_WRITE);
   if (wd < 0) return -1;
-  impl_->subscribers[wd].add(w);
+  auto& sub = impl_->subscribers[wd];
+  if (only.empty())
+    sub.any.add(w);
+  else
+    sub.named[std::move(only)].add(w);
   impl_->start_reading();
   return wd;
 }
@@ -104,7 +130,11 @@ void fs_watch::remove(int wd, wake_signal* w) {
   if (wd < 0) return;
   auto it = impl_->subscribers.find(wd);
   if (it == impl_->subscribers.end()) return;
-  it->second.remove(w);
+  it->second.any.remove(w);
+  for (auto f = it->second.named.begin(); f != it->second.named.end();) {
+    f->second.remove(w);
+    f = f->second.empty() ? it->second.named.erase(f) : std::next(f);
+  }
   // The kernel returns the same wd for the same directory, so the watch stays
   // while anybody listens and goes with the last subscriber.
   if (it->second.empty()) {
@@ -117,7 +147,7 @@ void fs_watch::close() {
   impl_->closed = true;
   boost::system::error_code ignored;
   impl_->descriptor.close(ignored);
-  for (auto& [wd, list] : impl_->subscribers) list.notify_all();
+  for (auto& [wd, sub] : impl_->subscribers) sub.notify_all();
 }
 
 }  // namespace tjob::detail

@@ -14,6 +14,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
+#include <string_view>
 
 namespace spdlog {
 class logger;
@@ -21,10 +23,12 @@ class logger;
 
 namespace tjob::detail {
 
-/// Calls `f(wd, mask)` for each event in `buf`, `n` bytes read from an inotify
-/// descriptor. Not in a coroutine: a frame keeps neither the buffer's alignment
-/// nor room for inotify_event's flexible array, so each header is copied out.
-void for_each_inotify_event(const char* buf, std::size_t n, const std::function<void(int, std::uint32_t)>& f);
+/// Calls `f(wd, mask, name)` for each event in `buf`, `n` bytes read from an
+/// inotify descriptor (`name`: the file's, empty for the directory itself).
+/// Not in a coroutine: a frame keeps neither the buffer's alignment nor room
+/// for inotify_event's flexible array, so each header is copied out.
+void for_each_inotify_event(const char* buf, std::size_t n,
+                            const std::function<void(int, std::uint32_t, std::string_view)>& f);
 
 class fs_watch {
  public:
@@ -32,10 +36,12 @@ class fs_watch {
   fs_watch(boost::asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log, task_group& owner);
   ~fs_watch();
 
-  /// Wakes `w` on changes in `dir` until `remove` is called with the result.
-  /// Returns -1 when the directory cannot be watched (the caller still has its
-  /// timeout).
-  int add(const std::filesystem::path& dir, wake_signal* w);
+  /// Wakes `w` on changes in `dir` until `remove` is called with the result;
+  /// with `only`, on changes of that file of `dir` alone (the store's wake
+  /// file: not every file a program writes in $TJOB_HOME, as tjob serve's
+  /// log). Returns -1 when the directory cannot be watched (the caller still
+  /// has its timeout).
+  int add(const std::filesystem::path& dir, wake_signal* w, std::string only = {});
   void remove(int wd, wake_signal* w);
   /// Stops reading; pending subscribers are woken.
   void close();

@@ -193,7 +193,8 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
           break;
         }
         job_action note{job_action::kind::note, 0};
-        note.text = fmt::format("{} done in {:.2f} s", in.what, in.seconds);  // (tjob::setup_phase_of reads it)
+        note.text =
+            fmt::format("{} done in {:.2f} s", in.what, in.seconds);  // (tjob::setup_phase_of reads it)
         note.setup_event = true;
         emit(std::move(note));
         ++next_setup_;

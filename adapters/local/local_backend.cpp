@@ -65,8 +65,9 @@ class local_watch final : public detail::job_watch {
 // file (store::commit): one inotify watch on $TJOB_HOME sees them all.
 class local_changes final : public detail::change_watch {
  public:
-  explicit local_changes(std::shared_ptr<engine_state> e) : e_(std::move(e)), wake_(e_->ex) {
-    wd_ = e_->watch.add(e_->home, &wake_);
+  explicit local_changes(std::shared_ptr<engine_state> e)
+      : e_(std::move(e)), wake_(e_->ex), ours_(e_->committed, &wake_) {
+    wd_ = e_->watch.add(e_->home, &wake_, e_->store_wake_file);
   }
   ~local_changes() override { e_->watch.remove(wd_, &wake_); }
 
@@ -78,6 +79,7 @@ class local_changes final : public detail::change_watch {
  private:
   std::shared_ptr<engine_state> e_;
   detail::wake_signal wake_;
+  detail::wake_registration ours_;  // this engine's commits, without waiting for inotify
   int wd_ = -1;
 };
 

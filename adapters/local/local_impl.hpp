@@ -140,6 +140,9 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   engine_config cfg;
   std::shared_ptr<spdlog::logger> log;
   std::filesystem::path home, jobs_dir;
+  /// The file of `home` a store commit writes (detail::store::wake_path): what
+  /// the watches of the store wait on, not every file in `home`.
+  std::string store_wake_file;
   std::unique_ptr<detail::store> db;
   /// Every coroutine of this backend (jobs, their lease and venv-cache
   /// operations, the inotify reader); shutdown() joins it.
@@ -170,6 +173,9 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   bool checkpoint_running = false;
   std::vector<std::string> gpu_devices;
   detail::wake_list device_waiters;  // woken when this engine releases devices
+  // Woken after each commit of this engine's writes: watch_all's waiters see
+  // its own jobs' changes at once (other processes' commits reach them by inotify).
+  detail::wake_list committed;
   pid_t self_pid = 0;
   detail::venv_cache::cache venv_store{""};
   // Keys this engine builds now, with their waiters (shared: a waiter still

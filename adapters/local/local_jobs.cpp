@@ -69,6 +69,7 @@ engine_state::engine_state(const detail::backend_context& ctx)
   home = ctx.home;  // absolute, and checked by the engine
   jobs_dir = home / "jobs";
   auto db_path = home / "tjob.db";
+  store_wake_file = detail::store::wake_path(db_path).filename().string();
   // A store that exists but cannot be written (a read-only mount, another
   // user's files) is opened for reading: list, get, logs, events and waits
   // work; what would write says why it cannot (check_writable).
@@ -222,6 +223,7 @@ void engine_state::flush() {
   for (auto& w : writes)
     if (w.after) done.push_back(std::move(w.after));
   for (auto& d : done) d();
+  committed.notify_all();
 }
 
 // ---------------------------------------------------------------------------

@@ -148,7 +148,7 @@ std::size_t engine_state::reconcile_rows(const std::vector<detail::job_row>& row
 
 foreign_watch::foreign_watch(engine_state& e, const detail::job_row& row, bool logs)
     : e_(e), name_(row.name), logs_(logs), wake_(e.ex) {
-  store_wd_ = e_.watch.add(e_.home, &wake_);
+  store_wd_ = e_.watch.add(e_.home, &wake_, e_.store_wake_file);
   if (logs) log_wd_ = e_.watch.add(e_.jobs_dir / row.name / "logs", &wake_);
   if (row.owner_pid > 0) {
     int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(row.owner_pid), 0));

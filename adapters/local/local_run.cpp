@@ -266,7 +266,7 @@ asio::awaitable<void> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
     if (!said) {
       said = true;
       // Another process's release changes the store: its inotify wakes us too.
-      wd = watch.add(home, &w);
+      wd = watch.add(home, &w, store_wake_file);
       log_progress(*j, j->steps[0],
                    "[tjob] waiting for " + std::to_string(need) + " GPU(s); the engine's " +
                        std::to_string(gpu_devices.size()) + " are in use\n");

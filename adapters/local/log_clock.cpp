@@ -77,7 +77,7 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
   }
 
   void dispatch(const char* buf, std::size_t n, std::set<int>& grown) {
-    for_each_inotify_event(buf, n, [&](int wd, std::uint32_t mask) {
+    for_each_inotify_event(buf, n, [&](int wd, std::uint32_t mask, std::string_view) {
       if (mask & IN_Q_OVERFLOW) {
         for (const auto& [id, e] : entries) grown.insert(id);
       } else if (auto it = by_wd.find(wd); it != by_wd.end()) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <system_error>
 
 namespace tjob::detail {
@@ -485,9 +486,9 @@ std::string times_sql() {
 
 std::vector<job_row> store::load_where(const char* where_sql, const std::string* arg) {
   static const std::string times = times_sql();
-  std::string sql =
-      "SELECT name, runtime, num_nodes, created_ms, spec, status, reason, owner_pid, owner_start" + times +
-      "FROM jobs ";
+  // (a list leaves each job's spec, its whole request, unread: nothing listed needs it)
+  std::string sql = std::string("SELECT name, runtime, num_nodes, created_ms, ") + (arg ? "spec" : "''") +
+                    ", status, reason, owner_pid, owner_start" + times + "FROM jobs ";
   sql += where_sql;
   sql += " ORDER BY created_ms, name";
   auto* s = prepare(sql);
@@ -513,7 +514,34 @@ std::vector<job_row> store::load_where(const char* where_sql, const std::string*
     }
     if (rc != SQLITE_DONE) fail(rc, "cannot read jobs");
   }
-  for (auto& j : out) load_steps(j);
+  if (arg) {
+    for (auto& j : out) load_steps(j);
+    return out;
+  }
+  // Many jobs: their steps in one statement, not one per job (a list of
+  // thousands of jobs was thousands of statements, each taking the lock).
+  std::map<std::string_view, job_row*> by_name;
+  for (auto& j : out) by_name.emplace(j.name, &j);
+  auto* st = prepare(
+      std::string(
+          "SELECT job, name, status, exit_code, reason, pid, pid_start FROM steps WHERE job IN (SELECT "
+          "name FROM jobs ") +
+      where_sql + ") ORDER BY job, length(name), name");
+  reset_guard g{st};
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    auto it = by_name.find(text_of(st, 0));
+    if (it == by_name.end()) continue;  // a job written after the first statement read the jobs
+    step_row row;
+    row.name = text_of(st, 1);
+    row.status = status_of(sqlite3_column_text(st, 2));
+    if (sqlite3_column_type(st, 3) != SQLITE_NULL) row.exit_code = sqlite3_column_int(st, 3);
+    row.reason = text_of(st, 4);
+    row.pid = sqlite3_column_int64(st, 5);
+    row.pid_start = static_cast<std::uint64_t>(sqlite3_column_int64(st, 6));
+    it->second->steps.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) fail(rc, "cannot read steps");
   return out;
 }
 

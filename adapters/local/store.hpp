@@ -103,7 +103,10 @@ class store {
   void delete_job(const std::string& job);
 
   std::optional<job_row> load_job(const std::string& name);
+  /// Every job (oldest first) with its steps, in two statements; `spec` is
+  /// left empty (load_job reads it).
   std::vector<job_row> load_jobs();
+  /// Those not ended, as load_jobs.
   std::vector<job_row> load_unfinished();
   std::vector<event_row> load_events(const std::string& job);
   bool has_event(const std::string& job, log_event what);
