@@ -449,6 +449,22 @@ void store::delete_job(const std::string& job) {
   if (rc != SQLITE_DONE) fail(rc, "cannot delete the job");
 }
 
+namespace {
+
+// A step from the columns name, status, exit_code, reason, pid, pid_start at `first`.
+step_row step_of(sqlite3_stmt* s, int first) {
+  step_row st;
+  st.name = text_of(s, first);
+  st.status = status_of(sqlite3_column_text(s, first + 1));
+  if (sqlite3_column_type(s, first + 2) != SQLITE_NULL) st.exit_code = sqlite3_column_int(s, first + 2);
+  st.reason = text_of(s, first + 3);
+  st.pid = sqlite3_column_int64(s, first + 4);
+  st.pid_start = static_cast<std::uint64_t>(sqlite3_column_int64(s, first + 5));
+  return st;
+}
+
+}  // namespace
+
 void store::load_steps(job_row& job) {
   auto* s = prepare(
       "SELECT name, status, exit_code, reason, pid, pid_start FROM steps WHERE job=? ORDER BY "
@@ -456,16 +472,7 @@ void store::load_steps(job_row& job) {
   reset_guard g{s};
   bind_text(s, 1, job.name);
   int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    step_row st;
-    st.name = text_of(s, 0);
-    st.status = status_of(sqlite3_column_text(s, 1));
-    if (sqlite3_column_type(s, 2) != SQLITE_NULL) st.exit_code = sqlite3_column_int(s, 2);
-    st.reason = text_of(s, 3);
-    st.pid = sqlite3_column_int64(s, 4);
-    st.pid_start = static_cast<std::uint64_t>(sqlite3_column_int64(s, 5));
-    job.steps.push_back(std::move(st));
-  }
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) job.steps.push_back(step_of(s, 0));
   if (rc != SQLITE_DONE) fail(rc, "cannot read steps");
 }
 
@@ -532,14 +539,7 @@ std::vector<job_row> store::load_where(const char* where_sql, const std::string*
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     auto it = by_name.find(text_of(st, 0));
     if (it == by_name.end()) continue;  // a job written after the first statement read the jobs
-    step_row row;
-    row.name = text_of(st, 1);
-    row.status = status_of(sqlite3_column_text(st, 2));
-    if (sqlite3_column_type(st, 3) != SQLITE_NULL) row.exit_code = sqlite3_column_int(st, 3);
-    row.reason = text_of(st, 4);
-    row.pid = sqlite3_column_int64(st, 5);
-    row.pid_start = static_cast<std::uint64_t>(sqlite3_column_int64(st, 6));
-    it->second->steps.push_back(std::move(row));
+    it->second->steps.push_back(step_of(st, 1));
   }
   if (rc != SQLITE_DONE) fail(rc, "cannot read steps");
   return out;
