@@ -24,6 +24,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (std::string(e.what()).empty()) std::abort();
   }
   try {
+    // as read from the unix socket, where a spec may name its training file
+    auto req = tjob::request_from_json(v, true);
+    auto again = tjob::request_from_json(tjob::to_json(req), true);
+    if (boost::json::serialize(tjob::to_json(again)) != boost::json::serialize(tjob::to_json(req)))
+      std::abort();
+  } catch (const tjob::spec_error& e) {
+    if (std::string(e.what()).empty()) std::abort();
+  }
+  try {
     auto j = tjob::job_from_json(v);
     if (tjob::job_from_json(tjob::to_json(j)).name != j.name) std::abort();
   } catch (const tjob::error&) {
@@ -34,6 +43,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   try {
     (void)tjob::runtime_from_json(v);
+  } catch (const tjob::error&) {
+  }
+  try {
+    (void)tjob::venv_cache_entry_from_json(v);
   } catch (const tjob::error&) {
   }
   return 0;

@@ -114,3 +114,21 @@ def test_a_wait_through_the_server_is_woken_by_its_jobs_watch_line_not_by_pollin
     out, err = w.communicate(timeout=DEADLINE)
     assert (w.returncode, out) == (0, "Complete\n"), err
     assert len(reads()) <= before + 3  # woken by the job's own lines, one read each
+
+
+def test_the_venv_cache_through_the_server(server, tmp_path):
+    # the cache is the server's: a Python job through it fills it, and cache list and prune reach it
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello from the venv')\n")
+    env = client_env(tmp_path, TJOB_SERVER="unix://" + server.socket)
+    r = cli(["run", "--runtime", "python", "--python", "/usr/bin/python3", "--system-site-packages", str(script)],
+            env)
+    assert r.returncode == 0 and "hello from the venv\n" in r.stdout, r.stderr
+    listed = cli(["cache", "list", "-o", "json"], env)
+    assert listed.returncode == 0, listed.stderr
+    entries = json.loads(listed.stdout)
+    assert len(entries) == 1 and entries[0]["python"].startswith("/usr/bin/python3") and entries[0]["system_site_packages"]
+    assert entries == server.get("/v1/venv-cache").json()["items"]
+    pruned = cli(["cache", "prune", "--all"], env)
+    assert (pruned.returncode, pruned.stdout) == (0, "removed %s\n1 cached venv(s) removed\n" % entries[0]["key"])
+    assert server.get("/v1/venv-cache").json()["items"] == []
