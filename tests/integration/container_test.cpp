@@ -508,6 +508,21 @@ TEST_CASE("no daemon answering gives one error listing every place tried and how
   CHECK(msg.find("--container-host unix:///path/to/socket") != std::string::npos);
 }
 
+TEST_CASE("the daemon is known by its ping's headers; /version is asked only when they do not say") {
+  // Podman's /version runs conmon and runc to report their versions (0.6 s a start)
+  {
+    fixture fx;
+    fake_daemon fake("pingonly");  // /version would fail
+    trainer_client client(fx.config(fake.socket));
+    CHECK(client.list_jobs().empty());
+  }
+  fixture fx;
+  fake_daemon fake("oldping");  // no Api-Version header: /version it is
+  trainer_client client(fx.config(fake.socket));
+  CHECK(client.list_jobs().empty());
+  CHECK(fake.proc->wait_for_stdout("asked /version"));
+}
+
 TEST_CASE("a daemon answering 500 gives its own message, naming the job") {
   fixture fx;
   fake_daemon fake("500");

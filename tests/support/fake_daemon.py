@@ -10,6 +10,8 @@ It answers /_ping and /version as Docker 20.10 does, then, per MODE:
   reset     every other request gets half a head, then a TCP-style reset (SO_LINGER 0);
   slow      every other request is answered after 30 s;
   garbage   every other request gets 200 with a body that is not JSON.
+  pingonly  /version is 500 (its ping's headers must do); no containers.
+  oldping   its ping has no Api-Version header (/version must be asked; it says so on stdout); no containers.
 """
 import json
 import os
@@ -44,10 +46,10 @@ def state():
 
 
 class Handler(socketserver.StreamRequestHandler):
-    def send(self, status, body, ctype="application/json", extra=""):
+    def send(self, status, body, ctype="application/json", extra="", api="Api-Version: 1.41\r\n"):
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        head = "HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\nApi-Version: 1.41\r\n%sConnection: close\r\n\r\n" % (
-            status, ctype, len(data), extra)
+        head = "HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%sConnection: close\r\n\r\n" % (
+            status, ctype, len(data), api, extra)
         self.wfile.write(head.encode() + data)
 
     def handle(self):
@@ -63,9 +65,14 @@ class Handler(socketserver.StreamRequestHandler):
             self.rfile.read(length)
         path = line.split(" ")[1] if " " in line else "/"
         if path.endswith("/_ping"):
-            return self.send(200, b"OK", "text/plain")
+            return self.send(200, b"OK", "text/plain", api="" if MODE == "oldping" else "Api-Version: 1.41\r\n")
         if path.endswith("/version"):
+            if MODE == "pingonly":
+                return self.send(500, {"message": "/version is broken here"})
+            print("asked /version", flush=True)
             return self.send(200, {"Version": "20.10.24", "ApiVersion": "1.41", "MinAPIVersion": "1.12"})
+        if MODE in ("pingonly", "oldping") and "/containers/json" in path:
+            return self.send(200, [])
         if MODE == "500":
             return self.send(500, {"message": "injected failure: the daemon is broken"})
         if MODE == "cut":
