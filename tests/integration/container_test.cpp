@@ -508,7 +508,7 @@ TEST_CASE("no daemon answering gives one error listing every place tried and how
   CHECK(msg.find("--container-host unix:///path/to/socket") != std::string::npos);
 }
 
-TEST_CASE("the daemon is known by its ping's headers; /version is asked only when they do not say") {
+TEST_CASE("the daemon is known by its ping's headers, and /version is asked only when they do not say") {
   // Podman's /version runs conmon and runc to report their versions (0.6 s a start)
   {
     fixture fx;
