@@ -66,8 +66,12 @@ def test_the_servers_refusals_come_back_as_the_local_ones(make_server, tmp_path)
     assert r.stderr == ("tjob: error: tjob serve at %s refused the request (401 unauthorized): the bearer token is "
                         "wrong; use the one in the server's token file\n" % url)
     assert "wrong" not in s.log().replace("is wrong", "")  # (the token is never logged)
-    # not the server's CA: the certificate is not trusted
-    r = cli(["list"], dict(env, TJOB_SERVER_CA="/etc/ssl/certs/ca-certificates.crt"))
+    # another CA than the server's: its certificate is not trusted
+    other = tmp_path / "other"
+    other.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=other",
+                    "-keyout", str(other / "key.pem"), "-out", str(other / "ca.pem")], check=True, capture_output=True)
+    r = cli(["list"], dict(env, TJOB_SERVER_CA=str(other / "ca.pem")))
     assert r.returncode == 1 and "cannot reach tjob serve at " + url in r.stderr, r.stderr
     assert s.get("/v1/jobs").json()["items"] == []  # nothing was made by any of them
 
