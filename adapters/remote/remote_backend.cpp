@@ -145,9 +145,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
       throw error(*e, text);
     }
     // The server's own refusals (a token, a route, a limit): not an engine's error.
-    errc e = status == 401 || status == 403 ? errc::backend_error
-             : status >= 500                ? errc::backend_error
-                                            : errc::invalid_argument;
+    errc e = status == 401 || status == 403 || status >= 500 ? errc::backend_error : errc::invalid_argument;
     throw error(e, where() + " refused the request (" + std::to_string(status) + " " +
                        std::string(code->as_string()) + "): " + text);
   }
@@ -210,7 +208,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   /// Opens /v1/watch from `since` (nullopt: from now, by the list's seq).
   asio::awaitable<std::int64_t> open_feed(std::optional<std::int64_t> since) {
     if (!since) {
-      auto list = co_await call_json(make("GET", "/v1/jobs?limit=1"));
+      auto r = make("GET", "/v1/jobs?limit=1");  // (a named request: no temporary in co_await, g++ 12)
+      auto list = co_await call_json(std::move(r));
       const auto* o = list.if_object();
       const auto* seq = o ? o->if_contains("seq") : nullptr;
       if (!seq || !seq->is_int64())
