@@ -10,6 +10,11 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace tjob::detail {
@@ -52,6 +57,43 @@ class wake_list {
 
  private:
   std::vector<wake_signal*> items_;
+};
+
+/// Wake lists by name, and one for waiters on every name: a change of one
+/// name wakes that name's waiters and the every-name ones (the files of a
+/// watched directory; the jobs of a server's watch stream).
+class named_wake_lists {
+ public:
+  /// `name` empty: woken by every change.
+  void add(wake_signal* w, const std::string& name = {}) {
+    if (name.empty())
+      any_.add(w);
+    else
+      named_[name].add(w);
+  }
+  /// Removes `w` wherever it is; a name nobody waits on any more is forgotten.
+  void remove(wake_signal* w) {
+    any_.remove(w);
+    for (auto it = named_.begin(); it != named_.end();) {
+      it->second.remove(w);
+      it = it->second.empty() ? named_.erase(it) : std::next(it);
+    }
+  }
+  /// A change of `name`.
+  void notify(std::string_view name) {
+    any_.notify_all();
+    if (auto it = named_.find(name); it != named_.end()) it->second.notify_all();
+  }
+  /// A change of anything (or of what cannot be told apart).
+  void notify_all() {
+    any_.notify_all();
+    for (auto& [name, list] : named_) list.notify_all();
+  }
+  bool empty() const noexcept { return any_.empty() && named_.empty(); }
+
+ private:
+  wake_list any_;
+  std::map<std::string, wake_list, std::less<>> named_;
 };
 
 /// Registers a wake signal in a list for as long as it lives.

@@ -20,21 +20,7 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
   asio::posix::stream_descriptor descriptor;
   std::shared_ptr<spdlog::logger> log;
   task_group& owner;
-  struct watched {
-    wake_list any;                           // every change in the directory
-    std::map<std::string, wake_list> named;  // changes of one file
-    bool empty() const {
-      if (!any.empty()) return false;
-      for (const auto& [n, l] : named)
-        if (!l.empty()) return false;
-      return true;
-    }
-    void notify_all() {
-      any.notify_all();
-      for (auto& [n, l] : named) l.notify_all();
-    }
-  };
-  std::map<int, watched> subscribers;  // by watch descriptor
+  std::map<int, named_wake_lists> subscribers;  // by watch descriptor; by file name in it
   bool reading = false;
   bool closed = false;
 
@@ -62,12 +48,10 @@ struct fs_watch::impl : std::enable_shared_from_this<impl> {
       if (mask & IN_Q_OVERFLOW) {
         for (auto& [w, sub] : subscribers) sub.notify_all();
       } else if (auto it = subscribers.find(wd); it != subscribers.end()) {
-        it->second.any.notify_all();
-        if (name.empty() || (mask & IN_DELETE_SELF)) {
+        if (name.empty() || (mask & IN_DELETE_SELF))
           it->second.notify_all();  // the directory itself
-        } else if (auto f = it->second.named.find(std::string(name)); f != it->second.named.end()) {
-          f->second.notify_all();
-        }
+        else
+          it->second.notify(name);
       }
     });
   }
@@ -111,17 +95,13 @@ fs_watch::fs_watch(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log
 
 fs_watch::~fs_watch() { close(); }
 
-int fs_watch::add(const std::filesystem::path& dir, wake_signal* w, std::string only) {
+int fs_watch::add(const std::filesystem::path& dir, wake_signal* w, const std::string& only) {
   if (!impl_->ensure_open()) return -1;
   int wd =
       ::inotify_add_watch(impl_->descriptor.native_handle(), dir.c_str(),
                           IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF | IN_CLOSE_WRITE);
   if (wd < 0) return -1;
-  auto& sub = impl_->subscribers[wd];
-  if (only.empty())
-    sub.any.add(w);
-  else
-    sub.named[std::move(only)].add(w);
+  impl_->subscribers[wd].add(w, only);
   impl_->start_reading();
   return wd;
 }
@@ -130,11 +110,7 @@ void fs_watch::remove(int wd, wake_signal* w) {
   if (wd < 0) return;
   auto it = impl_->subscribers.find(wd);
   if (it == impl_->subscribers.end()) return;
-  it->second.any.remove(w);
-  for (auto f = it->second.named.begin(); f != it->second.named.end();) {
-    f->second.remove(w);
-    f = f->second.empty() ? it->second.named.erase(f) : std::next(f);
-  }
+  it->second.remove(w);
   // The kernel returns the same wd for the same directory, so the watch stays
   // while anybody listens and goes with the last subscriber.
   if (it->second.empty()) {

@@ -41,7 +41,7 @@ class fs_watch {
   /// file: not every file a program writes in $TJOB_HOME, as tjob serve's
   /// log). Returns -1 when the directory cannot be watched (the caller still
   /// has its timeout).
-  int add(const std::filesystem::path& dir, wake_signal* w, std::string only = {});
+  int add(const std::filesystem::path& dir, wake_signal* w, const std::string& only = {});
   void remove(int wd, wake_signal* w);
   /// Stops reading; pending subscribers are woken.
   void close();

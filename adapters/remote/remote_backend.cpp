@@ -23,7 +23,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 namespace tjob::remote {
@@ -103,9 +102,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   std::optional<http::body_stream> feed;
   asio::steady_timer retry_timer;
   bool stopping = false;
-  detail::wake_list every;                          ///< waiters on any job
-  std::map<std::string, detail::wake_list> by_job;  ///< waiters on one job
-  detail::wake_list ready;                          ///< waiting for the stream to open
+  detail::named_wake_lists waiters;  ///< on one job (by its name), or on every job
+  detail::wake_list ready;           ///< waiting for the stream to open
 
   std::string where() const { return "tjob serve at " + http.where().url(); }
 
@@ -190,20 +188,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   // ------------------------------------------------------------------------
   // the watch stream
 
-  void wake(const std::string& job) {
-    every.notify_all();
-    if (auto it = by_job.find(job); it != by_job.end()) it->second.notify_all();
-  }
-  void wake_everyone() {
-    every.notify_all();
-    for (auto& [name, list] : by_job) list.notify_all();
-  }
-  bool anyone_waits() const {
-    if (!every.empty()) return true;
-    for (const auto& [name, list] : by_job)
-      if (!list.empty()) return true;
-    return false;
-  }
+  void wake_everyone() { waiters.notify_all(); }
+  bool anyone_waits() const { return !waiters.empty(); }
 
   /// Opens /v1/watch from `since` (nullopt: from now, by the list's seq).
   asio::awaitable<std::int64_t> open_feed(std::optional<std::int64_t> since) {
@@ -285,7 +271,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
             continue;
           }
           at = seq->as_int64();
-          wake(std::string(name->as_string()));
+          waiters.notify(name->as_string());
         }
         if (!anyone_waits()) break;
       }
@@ -329,54 +315,62 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
 namespace {
 
-// Wakes on any change of one job.
-class remote_job_watch final : public detail::job_watch {
+// One waiter on the watch stream: on one job (by its name), or on every job
+// (no name); registered for as long as it lives.
+class stream_waiter {
  public:
-  remote_job_watch(std::shared_ptr<backend::impl> b, std::string name)
-      : b_(std::move(b)),
-        name_(std::move(name)),
-        signal_(b_->ex),
-        reg_(std::in_place, b_->by_job[name_], &signal_) {}
-  ~remote_job_watch() override {
-    reg_.reset();
-    if (auto it = b_->by_job.find(name_); it != b_->by_job.end() && it->second.empty()) b_->by_job.erase(it);
+  stream_waiter(std::shared_ptr<backend::impl> b, const std::string& name)
+      : b_(std::move(b)), signal_(b_->ex) {
+    b_->waiters.add(&signal_, name);
   }
+  stream_waiter(const stream_waiter&) = delete;
+  stream_waiter& operator=(const stream_waiter&) = delete;
+  ~stream_waiter() { b_->waiters.remove(&signal_); }
 
-  asio::awaitable<std::optional<train_job>> current() override {
-    auto r = b_->make("GET", "/v1/jobs/" + name_);
-    auto v = co_await b_->call_json(std::move(r));
-    co_return job_from_json(v);
-  }
-  asio::awaitable<bool> changed(steady::time_point deadline) override {
+  backend::impl& server() const { return *b_; }
+  asio::awaitable<bool> changed(steady::time_point deadline) {
     if (!b_->feed_running && !b_->stopping) co_await b_->await_feed(stale_);  // it was lost: open it again
     co_return co_await signal_.wait_until(deadline);
   }
-  std::string trouble() const override { return b_->trouble(); }
 
  private:
   std::shared_ptr<backend::impl> b_;
   const bool stale_ = true;  ///< (a named value for co_await's argument)
-  std::string name_;
   detail::wake_signal signal_;
-  std::optional<detail::wake_registration> reg_;
+};
+
+// Wakes on any change of one job.
+class remote_job_watch final : public detail::job_watch {
+ public:
+  remote_job_watch(std::shared_ptr<backend::impl> b, std::string name)
+      : name_(std::move(name)), waiter_(std::move(b), name_) {}
+
+  asio::awaitable<std::optional<train_job>> current() override {
+    auto r = waiter_.server().make("GET", "/v1/jobs/" + name_);
+    auto v = co_await waiter_.server().call_json(std::move(r));
+    co_return job_from_json(v);
+  }
+  asio::awaitable<bool> changed(steady::time_point deadline) override {
+    co_return co_await waiter_.changed(deadline);
+  }
+  std::string trouble() const override { return waiter_.server().trouble(); }
+
+ private:
+  std::string name_;
+  stream_waiter waiter_;
 };
 
 // Wakes on any change of any job.
 class remote_change_watch final : public detail::change_watch {
  public:
-  explicit remote_change_watch(std::shared_ptr<backend::impl> b)
-      : b_(std::move(b)), signal_(b_->ex), reg_(b_->every, &signal_) {}
+  explicit remote_change_watch(std::shared_ptr<backend::impl> b) : waiter_(std::move(b), {}) {}
 
   asio::awaitable<bool> changed(steady::time_point deadline) override {
-    if (!b_->feed_running && !b_->stopping) co_await b_->await_feed(stale_);
-    co_return co_await signal_.wait_until(deadline);
+    co_return co_await waiter_.changed(deadline);
   }
 
  private:
-  std::shared_ptr<backend::impl> b_;
-  const bool stale_ = true;  ///< (a named value for co_await's argument)
-  detail::wake_signal signal_;
-  detail::wake_registration reg_;
+  stream_waiter waiter_;
 };
 
 // A step's log as the server streams it.
