@@ -4,6 +4,7 @@
 
 #include "serve/api.hpp"
 #include "serve/metrics.hpp"
+#include "serve/setup_reader.hpp"
 #include "serve/watch_hub.hpp"
 
 #include <fmt/format.h>
@@ -24,7 +25,6 @@
 #include <boost/beast/ssl.hpp>
 
 #include <array>
-#include <deque>
 #include <list>
 
 namespace tjob::serve {
@@ -89,6 +89,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   server_config cfg;
   metrics stats;
   watch_hub hub;
+  setup_reader setup;  // the setup phases of the jobs that end, for `stats`
   api routes;
   std::optional<asio::ssl::context> tls;
   std::vector<asio::local::stream_protocol::acceptor> unix_acceptors;
@@ -106,58 +107,18 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         cfg(std::move(c)),
         stats(cfg.backend),
         hub(e, cfg.watch_history),
+        setup(e, stats),
         routes(e, hub,
                api_config{cfg.idempotency_dir, cfg.idempotency_ttl,
                           [this]() -> asio::awaitable<std::string> {
-                            co_await setup_reads_done();  // every job the hub saw end is counted
+                            co_await setup.drained();  // every job the hub saw end is counted
                             co_return stats.scrape(hub.jobs());
                           }}),
         all_closed(e.get_executor()) {
     hub.on_change = [this](const train_job* before, const train_job* now) {
       stats.job_changed(before, now);
-      // A Python job (one with a runtime) that just ended: its setup phases, read once, for the metrics.
-      bool ended_now = now && is_terminal(now->status) && !(before && is_terminal(before->status));
-      if (ended_now && !now->runtime.empty() && ended_jobs.size() < 10'000) {
-        ended_jobs.push_back(now->name);
-        ended_wake.cancel();
-      }
+      if (now && is_terminal(now->status) && !(before && is_terminal(before->status))) setup.job_ended(*now);
     };
-  }
-
-  std::deque<std::string> ended_jobs;  // whose Setup events the metrics have not read yet
-  bool reading_setup = false;
-  asio::steady_timer ended_wake{eng.get_executor()};
-  asio::steady_timer setup_read{eng.get_executor(), asio::steady_timer::time_point::max()};  // cancel(): read
-
-  /// Returns once the queue of setup reads is empty (at once while draining).
-  asio::awaitable<void> setup_reads_done() {
-    while ((reading_setup || !ended_jobs.empty()) && !stopping) {
-      // (its expiry stays at the end of time: only the reader's cancel() wakes the waiters)
-      boost::system::error_code ec;
-      co_await setup_read.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    }
-  }
-
-  asio::awaitable<void> read_setup_times() {
-    for (;;) {
-      while (!ended_jobs.empty() && !stopping) {
-        auto name = std::move(ended_jobs.front());
-        ended_jobs.pop_front();
-        reading_setup = true;
-        try {
-          auto events = co_await eng.get_job_events(name);
-          stats.setup_events(events);
-        } catch (const error&) {
-          // deleted meanwhile: nothing to count
-        }
-        reading_setup = false;
-      }
-      setup_read.cancel();
-      if (stopping) co_return;
-      ended_wake.expires_at(asio::steady_timer::time_point::max());
-      boost::system::error_code ec;
-      co_await ended_wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    }
   }
 
   void log_request(const std::string& peer, const std::string& method, std::string_view target, int status,
@@ -700,7 +661,7 @@ asio::awaitable<void> server::run() {
   ++tasks;
   asio::co_spawn(ex, s->measure_lag(), done);
   ++tasks;
-  asio::co_spawn(ex, s->read_setup_times(), done);
+  asio::co_spawn(ex, s->setup.run(), done);
   boost::system::error_code ec;
   co_await tasks_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   // The listeners and the hub have ended (stop()); the connections, served
@@ -721,8 +682,7 @@ void server::stop() {
   for (auto& a : s.tcp_acceptors) a.close(ec);
   s.hub.stop();
   s.lag_stop.emit(asio::cancellation_type::terminal);
-  s.ended_wake.cancel();
-  s.setup_read.cancel();
+  s.setup.stop();
   for (auto& sig : s.signals) sig.emit(asio::cancellation_type::terminal);
   s.wake_if_drained();
 }
