@@ -97,7 +97,15 @@ void add_job_options(CLI::App* cmd, job_options& o) {
       "and N CPUs of CPU time where cgroups allow; "
       "M of memory for the node's processes together (a memory cgroup; where none can be made, an "
       "address-space limit per process, with a warning); G GPUs leased "
-      "from $TJOB_GPU_DEVICES as CUDA_VISIBLE_DEVICES, waiting while they are in use");
+      "from $TJOB_GPU_DEVICES as CUDA_VISIBLE_DEVICES. The job waits in the queue until they fit "
+      "in the budgets. For a command after `--`: cpu=N,memory=M are what it is admitted for "
+      "(default cpu=1), not limits");
+  cmd->add_option("--priority", o.priority,
+                  "Admission order: higher starts first, first submitted first within a priority "
+                  "(default 0; docs/scheduling.md)");
+  cmd->add_option("--deadline", o.deadline,
+                  "Stop the job this long after it starts running (3600, 90s, 10m, 2h): SIGTERM, SIGKILL "
+                  "after --grace; it ends Failed, reason DeadlineExceeded");
   cmd->add_option("command", o.command,
                   "FILE.py [ARGS...] to run Python training code in a venv (everything after FILE.py "
                   "is the script's own, as with `python FILE.py ARGS...`), or `-- CMD [ARGS...]` "
@@ -130,19 +138,37 @@ train_request make_request(const job_options& o, backend_kind backend) {
   if ((!o.labels.empty() || !o.annotations.empty()) && !in_cluster)
     throw usage_error("--label and --annotation are for the kubernetes backend; add --backend kubernetes");
   add_metadata(o, req);
+  req.priority = o.priority;
+  if (!o.deadline.empty()) req.active_deadline = parse_deadline(o.deadline);
   bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() || !o.args.empty() ||
-                        !o.python.empty() || o.system_site_packages || o.keep_venv || o.refresh ||
-                        !o.resources.empty();
+                        !o.python.empty() || o.system_site_packages || o.keep_venv || o.refresh;
   if (o.command_mode) {
     if (python_options)
       throw usage_error(
           "--package, --index-url, --func, --args, --python, --system-site-packages, "
-          "--keep-venv, --refresh and --resources are for Python jobs (FILE.py), not commands after `--`");
+          "--keep-venv and --refresh are for Python jobs (FILE.py), not commands after `--`");
     command_trainer t;
     t.command = o.command;
     t.env = parse_env(o.env);
     t.working_dir = workdir;
     t.image = o.image;
+    for (const auto& [key, value] : parse_resources(o.resources)) {
+      if (key != "cpu" && key != "memory")
+        throw usage_error("--resources " + key + "=" + value +
+                          ": a command after `--` takes cpu=N and memory=M (what it is admitted for); gpu= "
+                          "is for Python jobs");
+      // One rule for numbers and units: Kubeflow's resources_per_node.
+      python_trainer probe;
+      try {
+        set_resources_per_node(probe, {{key, value}}, "--resources");
+      } catch (const error& e) {
+        throw usage_error(e.what());
+      }
+      if (key == "cpu")
+        t.cpus = probe.procs_per_node;
+      else
+        t.memory = probe.memory_limit;
+    }
     req.job_trainer = std::move(t);
     return req;
   }
@@ -179,6 +205,30 @@ train_request make_request(const job_options& o, backend_kind backend) {
   }
   req.job_trainer = std::move(t);
   return req;
+}
+
+std::chrono::seconds parse_deadline(const std::string& value) {
+  auto refuse = [&] {
+    return usage_error("--deadline " + value +
+                       ": give whole seconds (3600) or a duration of whole units (90s, 10m, 2h, 1h30m)");
+  };
+  static const std::map<std::string, long long, std::less<>> unit_s = {{"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}};
+  long long total = 0;
+  std::size_t i = 0;
+  if (value.empty()) throw refuse();
+  while (i < value.size()) {
+    std::size_t start = i;
+    while (i < value.size() && std::isdigit(static_cast<unsigned char>(value[i]))) ++i;
+    std::size_t unit_at = i;
+    while (i < value.size() && std::isalpha(static_cast<unsigned char>(value[i]))) ++i;
+    auto unit = unit_s.find(std::string_view(value).substr(unit_at, i - unit_at));
+    if (unit_at == start || unit_at - start > 9 || unit == unit_s.end() || (unit->second == 1 && unit_at == i && i < value.size()))
+      throw refuse();
+    total += std::stoll(value.substr(start, unit_at - start)) * unit->second;
+  }
+  if (total < 1) throw refuse();
+  if (total > 366LL * 86400) throw usage_error("--deadline " + value + ": give at most a year (8784h)");
+  return std::chrono::seconds(total);
 }
 
 clock::time_point parse_since(const std::string& value, clock::time_point now) {

@@ -30,6 +30,8 @@ struct job_options {
   std::string func, args, python, resources, image;
   int num_nodes = 1;
   bool system_site_packages = false, keep_venv = false, refresh = false;
+  int priority = 0;
+  std::string deadline;  // --deadline: seconds, or 90s, 10m, 2h
   std::string stream_step;  // run: the one step to stream (default: every node)
 };
 
@@ -40,6 +42,10 @@ void add_job_options(CLI::App* cmd, job_options& o);
 /// labels and annotations are the cluster's). Throws usage_error naming the
 /// option and the fix.
 train_request make_request(const job_options& o, backend_kind backend);
+
+/// `--deadline`: whole seconds ("3600") or a duration of whole units ("90s",
+/// "10m", "2h", "1h30m"); at least one second. Throws usage_error.
+std::chrono::seconds parse_deadline(const std::string& value);
 
 /// `logs --since`: a duration back from `now` as kubectl and Docker take it
 /// ("90s", "10m", "1h30m", "1.5h"; units ns, us, ms, s, m, h) or a time in

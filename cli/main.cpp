@@ -78,6 +78,8 @@ struct common_options {
   bool no_venv_cache = false;
   std::optional<long long> venv_cache_ttl;  // seconds
   std::string server, token_file, server_ca;
+  std::optional<int> max_running, cpu_budget;  // admission budgets
+  std::string memory_budget;
 };
 
 // --server, else $TJOB_SERVER: a client of a running tjob serve.
@@ -107,12 +109,13 @@ engine_config remote_config(const common_options& o, const std::string& server) 
                          o.no_venv_cache || o.venv_cache_ttl || !o.container_runtime.empty() ||
                          !o.container_host.empty() || !o.pull_policy.empty() || !o.network.empty() ||
                          !o.volumes.empty() || o.keep_workdir || !o.kube_namespace.empty() ||
-                         !o.kube_context.empty() || !o.kubeconfig.empty();
+                         !o.kube_context.empty() || !o.kubeconfig.empty() || o.max_running ||
+                         o.cpu_budget || !o.memory_budget.empty();
   if (server_settings)
     throw usage_error("--server " + server +
                       ": the server's backend runs the jobs, with the server's settings; --backend, "
-                      "--runtime-dir, the venv cache's and the backends' options go to tjob serve (or "
-                      "leave out --server and unset TJOB_SERVER to run jobs here)");
+                      "--runtime-dir, the admission budgets, the venv cache's and the backends' options "
+                      "go to tjob serve (or leave out --server and unset TJOB_SERVER to run jobs here)");
   engine_config cfg;
   if (!o.home.empty()) cfg.home = o.home;
   if (o.grace_seconds < 0) throw usage_error("--grace must be 0 or more seconds");
@@ -150,6 +153,30 @@ engine_config make_config(const common_options& o) {
   if (const char* t = std::getenv("TJOB_STORE_BUSY_TIMEOUT_MS"); t && *t)
     cfg.store_busy_timeout = std::chrono::milliseconds(std::atoll(t));
   cfg.backend = backend_of(o);
+  if (o.max_running) {
+    if (*o.max_running < 0) throw usage_error("--max-running must be 0 (no limit) or more jobs");
+    cfg.admission.max_running = *o.max_running;
+  }
+  if (o.cpu_budget) {
+    if (*o.cpu_budget < 0) throw usage_error("--cpu-budget must be 0 (no limit) or more CPUs");
+    cfg.admission.cpus = *o.cpu_budget;
+  }
+  if (o.memory_budget == "0") {
+    cfg.admission.memory = 0;
+  } else if (!o.memory_budget.empty()) {
+    python_trainer probe;
+    try {
+      set_resources_per_node(probe, {{"memory", o.memory_budget}}, "--memory-budget");
+    } catch (const error& e) {
+      throw usage_error(e.what());
+    }
+    cfg.admission.memory = probe.memory_limit;
+  }
+  bool budgets = o.max_running || o.cpu_budget || !o.memory_budget.empty();
+  if (budgets && cfg.backend != backend_kind::local)
+    throw usage_error(
+        "--max-running, --cpu-budget and --memory-budget are the local backend's admission budgets; on "
+        "Kubernetes, Kueue's ClusterQueue sets them (docs/scheduling.md)");
   bool container_options = !o.container_runtime.empty() || !o.container_host.empty() ||
                            !o.pull_policy.empty() || !o.network.empty() || !o.volumes.empty() ||
                            o.keep_workdir;
@@ -256,7 +283,7 @@ struct commands {
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
            *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr, *runtimes = nullptr,
            *cache_list = nullptr, *cache_prune = nullptr, *version = nullptr, *completion = nullptr,
-           *serve = nullptr;
+           *serve = nullptr, *queue = nullptr;
   cli::serve_options serve_opts;
   std::string shell;
   CLI::Option *tail_opt = nullptr, *step_opt = nullptr;
@@ -299,6 +326,15 @@ void add_common_options(CLI::App& app, common_options& common) {
   app.add_option("--venv-cache-ttl", common.venv_cache_ttl,
                  "Local Python jobs: seconds a cached venv with unpinned packages is used before it is "
                  "rebuilt; 0: never ($TJOB_VENV_CACHE_TTL, default 86400)");
+  app.add_option("--max-running", common.max_running,
+                 "Admission: at most N local jobs run at once, the others wait in the queue (0: no limit; "
+                 "default: admission.max_running of $TJOB_HOME/config.yaml, else no limit)");
+  app.add_option("--cpu-budget", common.cpu_budget,
+                 "Admission: the CPUs local jobs hold together (0: no limit; default: config.yaml, else "
+                 "this machine's CPUs)");
+  app.add_option("--memory-budget", common.memory_budget,
+                 "Admission: the memory local jobs hold together, as 16Gi (0: no limit; default: "
+                 "config.yaml, else MemTotal)");
   app.add_option(
       "--server", common.server,
       "Be a client of a running tjob serve: unix:///path/tjob.sock, https://host:port or "
@@ -382,6 +418,10 @@ void add_query_commands(CLI::App& app, commands& c) {
       app.add_subcommand("cancel", "Cancel a running job (SIGTERM, SIGKILL after --grace); it stays, Failed");
   c.cancel->add_option("name", c.job_names, "Job names")->required();
   c.cancel->add_option("--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
+  c.queue = app.add_subcommand("queue",
+                               "List the jobs waiting for admission, next first: POSITION NAME PRIORITY "
+                               "WAITING NEEDS WAITS-FOR (docs/scheduling.md)");
+  c.queue->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   c.events = app.add_subcommand("events", "Show a job's event log");
   c.events->add_option("name", c.job_name, "Job name")->required();
   c.events->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
@@ -545,6 +585,8 @@ int run_query(commands& c) {
     }
   } else if (*c.events) {
     write_out(cli::render_events(client.get_job_events(name), fmt));
+  } else if (*c.queue) {
+    write_out(cli::render_queue(client.get_queue(), fmt));
   } else if (*c.runtimes) {
     write_out(cli::render_runtimes(client.list_runtimes(), fmt));
   } else if (*c.cache_list) {

@@ -52,6 +52,22 @@ std::string ran_for(const train_job& j, clock::time_point now) {
 
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
+// Bytes as Kubernetes writes them (4Gi, 512Mi), else plain.
+std::string bytes_text(std::uint64_t b) {
+  for (auto [unit, size] : {std::pair{"Ti", 1ULL << 40}, {"Gi", 1ULL << 30}, {"Mi", 1ULL << 20}, {"Ki", 1ULL << 10}})
+    if (b >= size && b % size == 0) return std::to_string(b / size) + unit;
+  return std::to_string(b);
+}
+
+// A job's status as a person reads it: "Created (Queued #3)" while it waits
+// for admission.
+std::string status_cell(const train_job& j) {
+  std::string s(to_string(j.status));
+  if (j.status == job_status::created && !j.reason.empty())
+    s += " (" + j.reason + (j.queue_position ? " #" + std::to_string(*j.queue_position) : "") + ")";
+  return s;
+}
+
 }  // namespace
 
 namespace {
@@ -162,7 +178,7 @@ std::string render_jobs(const std::vector<train_job>& jobs, output_format f) {
   for (const auto& j : jobs) {
     auto done =
         std::count_if(j.steps.begin(), j.steps.end(), [](const step& s) { return is_terminal(s.status); });
-    rows.push_back({j.name, std::string(to_string(j.status)), or_dash(j.runtime),
+    rows.push_back({j.name, status_cell(j), or_dash(j.runtime),
                     fmt::format("{}/{}", done, j.steps.size()), format_age(j.creation_timestamp, now)});
     if (wide)
       rows.back().insert(rows.back().end(),
@@ -178,7 +194,7 @@ std::string render_job(const train_job& job, output_format f) {
   if (f == output_format::name) return job.name + "\n";
   std::vector<std::vector<std::string>> head{
       {"NAME", "STATUS", "RUNTIME", "NODES", "CREATED"},
-      {job.name, std::string(to_string(job.status)), or_dash(job.runtime), std::to_string(job.num_nodes),
+      {job.name, status_cell(job), or_dash(job.runtime), std::to_string(job.num_nodes),
        format_time(job.creation_timestamp)}};
   if (f == output_format::wide) {
     head[0].insert(head[0].end(), {"STARTED", "ENDED", "DURATION"});
@@ -217,6 +233,20 @@ std::string render_runtimes(const std::vector<runtime>& runtimes, output_format 
     std::string pk;
     for (const auto& p : r.trainer.packages) pk += (pk.empty() ? "" : ",") + p;
     rows.push_back({r.name, r.trainer.framework, r.trainer.trainer_type, pk.empty() ? "-" : pk});
+  }
+  return table(rows);
+}
+
+std::string render_queue(const std::vector<queue_entry>& entries, output_format f) {
+  if (f != output_format::table && f != output_format::wide) return render_list(entries, f);
+  std::vector<std::vector<std::string>> rows{{"POSITION", "NAME", "PRIORITY", "WAITING", "NEEDS", "WAITS FOR"}};
+  auto now = clock::now();
+  for (const auto& e : entries) {
+    std::string needs = fmt::format("cpu={}", e.cpus);
+    if (e.memory) needs += ",memory=" + bytes_text(e.memory);
+    if (e.gpus) needs += fmt::format(",gpu={}", e.gpus);
+    rows.push_back({std::to_string(e.position), e.name, std::to_string(e.priority), format_age(e.since, now),
+                    needs, e.waits_for});
   }
   return table(rows);
 }

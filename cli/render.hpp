@@ -32,6 +32,7 @@ std::string render_job(const train_job& job, output_format f);
 std::string render_job_list(const std::vector<train_job>& jobs, output_format f);
 std::string render_events(const std::vector<event>& events, output_format f);
 std::string render_runtimes(const std::vector<runtime>& runtimes, output_format f);
+std::string render_queue(const std::vector<queue_entry>& entries, output_format f);
 std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, output_format f);
 
 /// JSON value as YAML (block style).

@@ -28,6 +28,16 @@ asio::awaitable<std::vector<venv_cache_entry>> backend::prune_venv_cache(std::ch
   co_return co_await list_venv_cache();
 }
 
+asio::awaitable<std::vector<queue_entry>> backend::queue() {
+  throw error(errc::invalid_argument,
+              "the " + std::string(to_string(traits().kind)) +
+                  " backend has no queue of tjob's: its jobs go to the " +
+                  (traits().kind == backend_kind::kubernetes ? "cluster, where Kueue queues them"
+                                                             : "daemon at once") +
+                  "; tjob's admission queue is the local backend's (docs/scheduling.md)");
+  co_return std::vector<queue_entry>{};
+}
+
 asio::awaitable<backend_kind> backend::job_backend() { co_return traits().kind; }
 
 }  // namespace detail

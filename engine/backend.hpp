@@ -110,6 +110,9 @@ class backend {
   virtual boost::asio::awaitable<std::vector<venv_cache_entry>> list_venv_cache();
   virtual boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(
       std::chrono::seconds unused_for);
+  /// The jobs waiting for admission, in queue order. Default: an error that
+  /// says the backend's jobs start at once (its peer schedules them).
+  virtual boost::asio::awaitable<std::vector<queue_entry>> queue();
   /// The backend that runs the jobs (engine::job_backend). Default: traits().kind.
   virtual boost::asio::awaitable<backend_kind> job_backend();
   /// Stops following jobs and awaits every coroutine the backend started.

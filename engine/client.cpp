@@ -147,6 +147,8 @@ void trainer_client::delete_job(const std::string& name) { impl_->call(impl_->en
 std::vector<event> trainer_client::get_job_events(const std::string& name) {
   return impl_->call(impl_->eng->get_job_events(name));
 }
+std::vector<queue_entry> trainer_client::get_queue() { return impl_->call(impl_->eng->get_queue()); }
+
 backend_kind trainer_client::job_backend() { return impl_->call(impl_->eng->job_backend()); }
 std::vector<runtime> trainer_client::list_runtimes() { return impl_->call(impl_->eng->list_runtimes()); }
 std::vector<std::string> trainer_client::runtime_problems() {

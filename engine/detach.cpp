@@ -34,7 +34,7 @@ namespace {
 
 // Both sides must read the same fields; an old supervisor refuses a new
 // submitter (and the reverse) by this number rather than by a missing field.
-constexpr std::int64_t protocol_version = 1;
+constexpr std::int64_t protocol_version = 2;  // 2: priority, active deadline, admission budgets
 
 json::value request_to_json(const train_request& req, const engine_config& cfg) {
   json::object o;
@@ -42,6 +42,8 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   o["name"] = req.name;
   o["runtime"] = req.runtime;
   o["num_nodes"] = req.num_nodes;
+  o["priority"] = req.priority;
+  o["active_deadline_s"] = req.active_deadline.count();
   o["trainer"] = json::parse(trainer_to_json(req.job_trainer));
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
@@ -55,6 +57,10 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   for (const auto& g : cfg.gpu_devices) gpus.emplace_back(g);
   o["runtime_dirs"] = std::move(dirs);
   o["gpu_devices"] = std::move(gpus);
+  // The supervisor admits the job against the budgets its submitter was given.
+  if (cfg.admission.max_running) o["max_running"] = *cfg.admission.max_running;
+  if (cfg.admission.cpus) o["cpus"] = *cfg.admission.cpus;
+  if (cfg.admission.memory) o["memory"] = *cfg.admission.memory;
   return o;
 }
 
@@ -78,6 +84,11 @@ void request_from_json(const json::object& o, train_request& req, engine_config&
     cfg.runtime_dirs.emplace_back(json::value_to<std::string>(d));
   for (const auto& g : o.at("gpu_devices").as_array())
     cfg.gpu_devices.push_back(json::value_to<std::string>(g));
+  req.priority = static_cast<int>(o.at("priority").to_number<std::int64_t>());
+  req.active_deadline = std::chrono::seconds(o.at("active_deadline_s").to_number<std::int64_t>());
+  if (auto* v = o.if_contains("max_running")) cfg.admission.max_running = static_cast<int>(v->to_number<std::int64_t>());
+  if (auto* v = o.if_contains("cpus")) cfg.admission.cpus = static_cast<int>(v->to_number<std::int64_t>());
+  if (auto* v = o.if_contains("memory")) cfg.admission.memory = v->to_number<std::uint64_t>();
 }
 
 bool executable(const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; }

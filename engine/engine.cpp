@@ -341,6 +341,8 @@ asio::awaitable<std::vector<venv_cache_entry>> engine::prune_venv_cache(std::chr
   co_return co_await impl_->backend->prune_venv_cache(unused_for);
 }
 
+asio::awaitable<std::vector<queue_entry>> engine::get_queue() { co_return co_await impl_->backend->queue(); }
+
 asio::awaitable<backend_kind> engine::job_backend() { co_return co_await impl_->backend->job_backend(); }
 
 asio::awaitable<void> engine::shutdown() {

@@ -43,6 +43,8 @@ json::object to_json(const command_trainer& t) {
   o["command"] = to_array(t.command);
   o["env"] = to_object(t.env);
   o["working_dir"] = t.working_dir;
+  o["cpus"] = t.cpus;
+  o["memory"] = t.memory;
   return o;
 }
 
@@ -101,6 +103,9 @@ trainer trainer_fields(const json::object& o) {
   t.command = strings(o.at("command"));
   t.env = string_map(o.at("env"));
   t.working_dir = json::value_to<std::string>(o.at("working_dir"));
+  // absent from the specs of stores made before admission
+  if (auto* c = o.if_contains("cpus")) t.cpus = static_cast<int>(c->to_number<std::int64_t>());
+  if (auto* m = o.if_contains("memory")) t.memory = m->to_number<std::uint64_t>();
   return t;
 }
 

@@ -54,6 +54,19 @@ const runtime& check_request(train_request& req, const runtime_catalog& catalog)
                                      " needs a torch runtime (the nodes meet through torchrun); "
                                      "runtime '" +
                                      rt->name + "' is framework " + rt->trainer.framework);
+  if (req.priority < -1'000'000 || req.priority > 1'000'000)
+    fail(errc::invalid_argument, me + ": priority=" + std::to_string(req.priority) +
+                                     " is out of range; give -1000000 to 1000000 (higher starts first)");
+  if (req.active_deadline.count() < 0 || req.active_deadline > std::chrono::hours(24 * 366))
+    fail(errc::invalid_argument, me + ": active_deadline=" + std::to_string(req.active_deadline.count()) +
+                                     "s is out of range; give 1 s to a year, or 0 for none");
+  if (const auto* ct = std::get_if<command_trainer>(&req.job_trainer)) {
+    if (ct->cpus < 0 || ct->cpus > 1024)
+      fail(errc::invalid_argument,
+           me + ": cpus=" + std::to_string(ct->cpus) + " is out of range; give 0 to 1024 CPUs to be admitted for");
+    if (ct->memory > (std::uint64_t(1) << 60))
+      fail(errc::invalid_argument, me + ": memory=" + std::to_string(ct->memory) + " is over 1Ei; give less");
+  }
   return *rt;
 }
 

@@ -118,6 +118,7 @@ json::object to_json(const train_job& job) {
   o["start_time"] = time_or_null(job.start_time);
   o["end_time"] = time_or_null(job.end_time);
   o["steps"] = std::move(steps);
+  if (job.queue_position) o["queue_position"] = *job.queue_position;
   return o;
 }
 
@@ -162,6 +163,35 @@ json::object to_json(const venv_cache_entry& e) {
   return o;
 }
 
+json::object to_json(const queue_entry& e) {
+  json::object o;
+  o["name"] = e.name;
+  o["position"] = e.position;
+  o["priority"] = e.priority;
+  o["waits_for"] = e.waits_for;
+  o["since"] = time_text(e.since);
+  o["cpus"] = e.cpus;
+  o["memory"] = e.memory;
+  o["gpus"] = e.gpus;
+  return o;
+}
+
+queue_entry queue_entry_from_json(const json::value& v) {
+  const std::string what = "queue entry";
+  const auto& o = object_of(v, what);
+  queue_entry e;
+  e.name = text_at(o, "name", what);
+  const std::string in = "queue entry " + e.name;
+  e.position = static_cast<int>(int_at(o, "position", in));
+  e.priority = static_cast<int>(int_at(o, "priority", in));
+  e.waits_for = text_at(o, "waits_for", in);
+  e.since = time_at(o, "since", in);
+  e.cpus = static_cast<int>(int_at(o, "cpus", in));
+  e.memory = static_cast<std::uint64_t>(int_at(o, "memory", in));
+  e.gpus = static_cast<int>(int_at(o, "gpus", in));
+  return e;
+}
+
 train_job job_from_json(const json::value& v) {
   const std::string what = "job";
   const auto& o = object_of(v, what);
@@ -175,6 +205,7 @@ train_job job_from_json(const json::value& v) {
   j.creation_timestamp = time_at(o, "creation_timestamp", in);
   j.start_time = optional_time_at(o, "start_time", in);
   j.end_time = optional_time_at(o, "end_time", in);
+  if (o.contains("queue_position")) j.queue_position = static_cast<int>(int_at(o, "queue_position", in));
   auto* steps = o.if_contains("steps");
   if (!steps || !steps->is_array()) malformed(in, "steps");
   for (const auto& sv : steps->get_array()) {
@@ -250,6 +281,8 @@ json::object to_json(const train_request& r) {
     t["env"] = to_object(c->env);
     t["working_dir"] = c->working_dir;
     t["image"] = c->image;
+    t["cpus"] = c->cpus;
+    t["memory"] = c->memory;
   } else {
     const auto& p = std::get<python_trainer>(r.job_trainer);
     t["kind"] = "python";
@@ -284,6 +317,8 @@ json::object to_json(const train_request& r) {
   o["num_nodes"] = r.num_nodes;
   o["labels"] = to_object(r.labels);
   o["annotations"] = to_object(r.annotations);
+  o["priority"] = r.priority;
+  o["active_deadline"] = r.active_deadline.count();
   o["trainer"] = std::move(t);
   return o;
 }
@@ -394,6 +429,8 @@ command_trainer command_from(spec_reader& r) {
   if (auto v = r.text_map("env")) t.env = std::move(*v);
   if (auto v = r.text("working_dir")) t.working_dir = std::move(*v);
   if (auto v = r.text("image")) t.image = std::move(*v);
+  if (auto v = r.number("cpus", 0, 1024)) t.cpus = static_cast<int>(*v);
+  if (auto v = r.number("memory", 0, std::int64_t(1) << 60)) t.memory = static_cast<std::uint64_t>(*v);
   r.finish();  // an unknown field first: a misspelt "comand" is named as such
   if (t.command.empty())
     r.refuse("command", "give the program and its arguments, as [\"python3\", \"train.py\"]");
@@ -455,6 +492,9 @@ train_request request_from_json(const json::value& v, bool allow_source_file) {
   if (auto n = r.number("num_nodes", 1, 1024)) req.num_nodes = static_cast<int>(*n);
   if (auto m = r.text_map("labels")) req.labels = std::move(*m);
   if (auto m = r.text_map("annotations")) req.annotations = std::move(*m);
+  if (auto n = r.number("priority", -1'000'000, 1'000'000)) req.priority = static_cast<int>(*n);
+  if (auto n = r.number("active_deadline", 0, std::int64_t(366) * 86400))
+    req.active_deadline = std::chrono::seconds(*n);
   auto* tv = r.get("trainer");
   r.finish();
   if (!tv)

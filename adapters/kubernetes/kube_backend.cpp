@@ -231,6 +231,13 @@ struct backend::impl : std::enable_shared_from_this<impl> {
           fail(errc::invalid_argument, me + ": " + (m == &r.labels ? "label" : "annotation") +
                                            " keys must not be empty and neither keys nor values "
                                            "may hold NUL");
+    if (r.priority != 0)
+      fail(errc::invalid_argument,
+           me + ": priority=" + std::to_string(r.priority) +
+               ": on Kubernetes, Kueue orders the queue by WorkloadPriorityClass; give the class as a label "
+               "(--label kueue.x-k8s.io/priority-class=NAME) with the queue (--label "
+               "kueue.x-k8s.io/queue-name=QUEUE), and leave priority 0 (docs/scheduling.md)");
+    t.active_deadline_seconds = r.active_deadline.count();
     auto body = trainjob_body(name, ns, rt, t, r.labels, r.annotations);
     auto made = co_await a->post(jobs_path, std::move(body));
     if (made) co_return name;

@@ -1,5 +1,6 @@
 #include "adapters/kubernetes/trainjob.hpp"
 
+#include "engine/job_state.hpp"
 #include "engine/json_fields.hpp"
 #include "engine/runtimes.hpp"
 #include "engine/times.hpp"
@@ -113,6 +114,7 @@ json::object trainjob_body(const std::string& name, const std::string& ns, const
   if (t.num_proc_per_node) trainer["numProcPerNode"] = *t.num_proc_per_node;
   json::object spec{{"runtimeRef", json::object{{"name", rt.name}, {"apiGroup", group}, {"kind", rt.kind}}},
                     {"trainer", std::move(trainer)}};
+  if (t.active_deadline_seconds > 0) spec["activeDeadlineSeconds"] = t.active_deadline_seconds;
   return json::object{{"apiVersion", api_version},
                       {"kind", "TrainJob"},
                       {"metadata", std::move(md)},
@@ -238,7 +240,8 @@ train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int
           decided = true;
         } else if (type == "Failed") {
           j.status = job_status::failed;
-          j.reason = str_of(&co, "reason") == "DeadlineExceeded" ? "deadline exceeded" : "";
+          // the controller's reason, as the local backend words it
+          j.reason = str_of(&co, "reason") == "DeadlineExceeded" ? "DeadlineExceeded" : "";
           for (const auto& s : j.steps)
             if (s.status == job_status::failed && j.reason.empty()) j.reason = s.reason;
           if (j.reason.empty()) j.reason = str_of(&co, "message");
@@ -247,7 +250,14 @@ train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int
         if (decided) break;
       }
   if (!decided) {
+    // Suspended (by Kueue until it admits the workload, or by hand): it waits,
+    // Created with reason Queued, as a local job waits for admission.
+    bool suspended = false;
+    if (auto* sp = obj_of(tj, "spec"); sp && sp->contains("suspend")) suspended = (*sp).at("suspend") == true;
     auto* md = obj_of(tj, "metadata");
+    const bool cancelled = md && !str_of(obj_of(*md, "annotations"), annotation_cancel).empty();
+    if (suspended && !cancelled && j.status == job_status::created)
+      j.reason = std::string(detail::queued_reason);
     if (md && !str_of(obj_of(*md, "annotations"), annotation_cancel).empty()) {
       bool live = false;
       for (const auto& s : j.steps) live = live || s.status == job_status::running;
@@ -289,6 +299,7 @@ detail::log_event log_event_of_reason(std::string_view reason) {
       {"FailedCreate", log_event::start_failed},
       {"FailedScheduling", log_event::queued},  // it waits for room on a node
       {"Suspended", log_event::queued},
+      {"Admitted", log_event::admitted},  // Kueue let the workload run
       {"Killing", log_event::cancel_requested},
       {"Evicted", log_event::lost},
       {"Preempted", log_event::lost},

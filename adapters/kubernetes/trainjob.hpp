@@ -40,6 +40,8 @@ struct trainer_spec {
   /// resourcesPerNode, after Kubeflow's aliases; requests == limits.
   std::map<std::string, std::string> resources;
   std::optional<int> num_proc_per_node;
+  /// The TrainJob's spec.activeDeadlineSeconds; 0: none.
+  std::int64_t active_deadline_seconds = 0;
 };
 
 /// Kubeflow's get_resources_per_node: standard keys lower-cased, `gpu` →

@@ -62,6 +62,12 @@ job_input job_input::cancel(bool forced, bool recorded) {
   return in;
 }
 
+job_input job_input::deadline_passed() {
+  job_input in{kind::cancel};
+  in.deadline = true;
+  return in;
+}
+
 job_fsm::job_fsm(job_shape shape) : shape_(std::move(shape)), steps_(shape_.steps.size()) {}
 
 std::vector<job_action> job_fsm::on(const job_input& in) {
@@ -174,7 +180,7 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
       steps_[in.step].running = false;
       if (cancelled_) {
         step_outcome out{
-            {event_kind::cancelled}, "cancelled; the process ended: " + in.how, "cancelled", in.exit_code};
+            {event_kind::cancelled}, stop_word() + "; the process ended: " + in.how, stop_reason(), in.exit_code};
         if (stage_ == stage::setup)
           setup_ended(std::move(out));
         else
@@ -234,7 +240,12 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
     case K::cancel:
       if (!cancelled_) {
         cancelled_ = true;
-        if (!in.recorded) emit({job_action::kind::record_cancel});
+        deadline_ = in.deadline;
+        if (!in.recorded) {
+          job_action rec{job_action::kind::record_cancel};
+          rec.deadline = deadline_;
+          emit(std::move(rec));
+        }
       } else if (!in.forced) {
         break;  // asked again: it is under way
       }
@@ -243,7 +254,7 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
           break;  // begin ends it
         case stage::leasing:
           emit({job_action::kind::abandon_lease});
-          finish_all("cancelled while waiting for GPUs");
+          finish_all(shape_.queued ? "cancelled while waiting in the queue" : "cancelled while waiting for GPUs");
           break;
         case stage::waiting_venv:
           emit({job_action::kind::abandon_venv_wait});
@@ -313,7 +324,7 @@ void job_fsm::setup_ended(step_outcome out) {
   for (std::size_t i = 1; i < steps_.size(); ++i) {
     auto& s = steps_[i];
     s.ended = true;
-    s.out = cancelled_ ? step_outcome{{event_kind::cancelled}, "cancelled before it started", "cancelled", {}}
+    s.out = cancelled_ ? step_outcome{{event_kind::cancelled}, stop_word() + " before it started", stop_reason(), {}}
                        : step_outcome{{event_kind::start_failed},
                                       "not started: node-0's setup did not succeed",
                                       "setup failed in node-0",
@@ -389,7 +400,7 @@ void job_fsm::finish() {
   for (auto& s : steps_) {
     // a step the cancel caught before its first process
     if (cancelled_ && !s.started && s.out.ev.kind != event_kind::cancelled)
-      s.out = {{event_kind::cancelled}, "cancelled before it started", "cancelled", {}};
+      s.out = {{event_kind::cancelled}, stop_word() + " before it started", stop_reason(), {}};
     a.outcomes.push_back(std::move(s.out));
   }
   emit(std::move(a));
@@ -399,9 +410,13 @@ void job_fsm::finish() {
 void job_fsm::finish_all(const std::string& message) {
   for (auto& s : steps_) {
     s.ended = true;
-    s.out = {{event_kind::cancelled}, s.started ? "cancelled after its setup" : message, "cancelled", {}};
+    s.out = {{event_kind::cancelled}, s.started ? stop_word() + " after its setup" : message, stop_reason(), {}};
   }
   finish();
 }
+
+std::string job_fsm::stop_word() const { return deadline_ ? "active deadline exceeded" : "cancelled"; }
+
+std::string job_fsm::stop_reason() const { return deadline_ ? "DeadlineExceeded" : "cancelled"; }
 
 }  // namespace tjob::local

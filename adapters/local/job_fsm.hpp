@@ -34,7 +34,8 @@ struct step_outcome {
 struct job_shape {
   std::vector<std::string> steps;  ///< node-0, node-1, ...
   std::size_t setup = 0;           ///< setup phases, run in node-0 before the nodes' code
-  bool lease = false;              ///< GPUs are leased first
+  bool lease = false;              ///< it waits for admission or GPUs first (request_lease)
+  bool queued = false;             ///< what it waits for is admission (a cancel's words say so)
   bool venv_cache = false;         ///< the venv comes from the cache
 };
 
@@ -57,7 +58,9 @@ struct job_input {
     spawned,         ///< `step`'s process runs
     spawn_failed,    ///< `step`, `what` (the phase), `how` (the error), `message`
     exited,          ///< `step`, `exit_code`, `how` (describe), `pid`, `what`, `seconds`
-    cancel,          ///< `forced`; `recorded`: somebody already logged the request
+    /// `forced`; `recorded`: somebody already logged the request; `deadline`:
+    /// the job's active deadline passed (it ends DeadlineExceeded, not cancelled)
+    cancel,
     timer_fired,     ///< the grace period after a graceful stop has passed
     /// A process of `step`'s code failed (a torch worker's uncaught exception,
     /// recorded by the hook tjob puts in the venv), `what` says how. The first
@@ -68,7 +71,7 @@ struct job_input {
   std::size_t step = 0;
   int exit_code = 0;
   venv_found found = venv_found::copied;
-  bool ok = false, forced = false, recorded = false;
+  bool ok = false, forced = false, recorded = false, deadline = false;
   std::string what, how, message;
   long pid = 0;
   double seconds = 0;
@@ -83,6 +86,7 @@ struct job_input {
   static job_input exited(std::size_t step, int code, std::string how, long pid, std::string what,
                           double seconds);
   static job_input cancel(bool forced = false, bool recorded = false);
+  static job_input deadline_passed();
   static job_input timer_fired() { return {kind::timer_fired}; }
   static job_input worker_failed(std::size_t step, std::string what);
 };
@@ -104,14 +108,14 @@ struct job_action {
     signal,          ///< stop the processes of `steps`: gracefully, or `forced`
     arm_timer,       ///< the grace period; timer_fired follows unless the job ends first
     note,            ///< `text` as a "[tjob] " line in `step`'s log; `setup_event`: also a Setup event
-    record_cancel,   ///< log the cancel request
+    record_cancel,   ///< log the cancel request (`deadline`: the active deadline's)
     finish,          ///< apply `outcomes`, one per step, `blamed`'s first; the job has ended
   };
   kind k;
   std::size_t step = 0;
   std::size_t phase = 0;
   std::size_t blamed = 0;  ///< finish: the step whose failure is the job's
-  bool first = false, forced = false, ok = false, setup_event = false;
+  bool first = false, forced = false, ok = false, setup_event = false, deadline = false;
   std::vector<std::size_t> steps;
   std::string text;
   std::vector<step_outcome> outcomes;
@@ -156,6 +160,9 @@ class job_fsm {
   void stop_running(std::optional<std::size_t> except, bool forced);
   void finish();
   void finish_all(const std::string& message);
+  /// How a stopped step's message and reason put it: cancelled, or DeadlineExceeded.
+  std::string stop_word() const;
+  std::string stop_reason() const;
   void emit(job_action a) { out_.push_back(std::move(a)); }
 
   job_shape shape_;
@@ -163,6 +170,7 @@ class job_fsm {
   std::size_t next_setup_ = 0;
   bool building_ = false;  ///< the setup phases build the cache entry: end_venv_build is owed
   bool cancelled_ = false;
+  bool deadline_ = false;  ///< the cancel is the active deadline's
   bool timer_armed_ = false;
   std::optional<std::size_t> failed_node_;
   /// The first worker failure recorded (worker_failed): the node to blame,

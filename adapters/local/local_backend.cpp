@@ -259,13 +259,37 @@ train_job view_of(const engine_state& e, detail::job_row row) {
 
 }  // namespace
 
+namespace {
+
+// The places of queued jobs in the queue (a job is Created with reason Queued
+// while it waits for admission).
+bool is_queued(const train_job& j) { return j.status == job_status::created && j.reason == detail::queued_reason; }
+
+void set_positions(engine_state& e, std::vector<train_job>& jobs) {
+  if (std::none_of(jobs.begin(), jobs.end(), is_queued)) return;
+  std::map<std::string, int> place;
+  for (const auto& q : e.queue_view()) place[q.name] = q.position;
+  for (auto& j : jobs)
+    if (auto it = place.find(j.name); it != place.end() && is_queued(j)) j.queue_position = it->second;
+}
+
+}  // namespace
+
 asio::awaitable<train_job> backend::get_job(std::string name) {
   auto& e = *impl_;
-  if (auto j = e.owned(name)) co_return e.snapshot(*j);
-  auto row = e.load_fresh(name);
-  if (!row) e.throw_not_found(name);
-  co_return view_of(e, std::move(*row));
+  std::vector<train_job> one;
+  if (auto j = e.owned(name)) {
+    one.push_back(e.snapshot(*j));
+  } else {
+    auto row = e.load_fresh(name);
+    if (!row) e.throw_not_found(name);
+    one.push_back(view_of(e, std::move(*row)));
+  }
+  set_positions(e, one);
+  co_return std::move(one.front());
 }
+
+asio::awaitable<std::vector<queue_entry>> backend::queue() { co_return impl_->queue_view(); }
 
 asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::string> runtime) {
   auto& e = *impl_;
@@ -280,6 +304,7 @@ asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::st
       if (auto fresh = e.db->load_job(row.name)) row = std::move(*fresh);
     out.push_back(view_of(e, std::move(row)));
   }
+  set_positions(e, out);
   co_return out;
 }
 
@@ -361,6 +386,7 @@ asio::awaitable<void> backend::shutdown() {
       for (auto& st : j->steps) st.stop->emit(asio::cancellation_type::terminal);
       j->watchers.notify_all();
     }
+    if (e.admitter_wake) e.admitter_wake->notify();
     e.watch.close();
     e.log_times.close();
   }

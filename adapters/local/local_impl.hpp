@@ -99,6 +99,12 @@ struct job_rec {
   int master_port = 0;
   int gpus_per_node = 0;
   std::vector<std::string> node_devices;  // CUDA_VISIBLE_DEVICES of each node, once leased
+  /// Its row of the admission queue (need, priority), until it is recorded.
+  std::unique_ptr<detail::queue_row> admission;
+  bool queued = false;             // it waits for admission (Created, reason Queued)
+  std::string queue_note;          // what it waits for, for its log when it joins the queue
+  std::chrono::seconds deadline{0};  // its active deadline, from Running; 0: none
+  std::unique_ptr<boost::asio::steady_timer> deadline_timer;  // armed when it starts running
   /// Set when the venv comes from the cache (engine_config::venv_cache):
   /// what it is built from; `python` is the interpreter as given until
   /// resolve_venv finds the real one.
@@ -173,6 +179,12 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   bool checkpoint_running = false;
   std::vector<std::string> gpu_devices;
   detail::wake_list device_waiters;  // woken when this engine releases devices
+  /// The budgets of admission (engine_config::admission, config.yaml, the machine).
+  detail::admission_budget budget;
+  /// This engine's jobs that wait for admission, in the order they came.
+  std::vector<std::shared_ptr<job_rec>> admission_waiting;
+  /// The admitter's wake-up while it runs (it runs while jobs wait).
+  detail::wake_signal* admitter_wake = nullptr;
   // Woken after each commit of this engine's writes: watch_all's waiters see
   // its own jobs' changes at once (other processes' commits reach them by inotify).
   detail::wake_list committed;
@@ -188,8 +200,12 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   void queue_write(std::function<void(detail::store&)> w, std::function<void()> after = {},
                    std::function<void(std::exception_ptr)> failed = {});
   /// Records a new job (and its Created event) in the next group commit;
-  /// false when the name is taken.
-  boost::asio::awaitable<bool> insert_job(detail::job_row row, std::string created_message);
+  /// false when the name is taken. With `admission`, the job also joins the
+  /// queue in that transaction: admitted at once when it fits, else it is
+  /// Queued (reason and event), and `waiting` says for what and its place.
+  boost::asio::awaitable<bool> insert_job(detail::job_row row, std::string created_message,
+                                          const detail::queue_row* admission = nullptr,
+                                          std::string* waiting = nullptr);
   void flush();
   /// A passive checkpoint of the store on checkpoint_thread, unless one runs.
   void start_checkpoint();
@@ -235,6 +251,18 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// Waits (Created, without polling) until the job's GPUs are free and leases them.
   boost::asio::awaitable<void> lease_gpus(std::shared_ptr<job_rec> j);
   void release_gpus(job_rec& j);
+  /// Admission (local_admission.cpp): a queued job waits in
+  /// admission_waiting until the admitter lets it start.
+  void join_queue(const std::shared_ptr<job_rec>& j);
+  void leave_queue(const job_rec& j);
+  boost::asio::awaitable<void> run_admitter();
+  void admit_round();
+  /// The job may start: its GPUs next, if it needs any, else lease_granted.
+  void after_admission(const std::shared_ptr<job_rec>& j);
+  /// The jobs waiting for admission, in queue order (the store's, all processes').
+  std::vector<queue_entry> queue_view();
+  /// Arms the active deadline of a job that has started running.
+  void arm_deadline(const std::shared_ptr<job_rec>& j);
   boost::asio::awaitable<std::string> train(detail::checked_request c);
   void plan_job(job_rec& j, const std::string& name, train_request& req, const runtime& rt);
   void plan_command(job_rec& j, const std::string& who, command_trainer& ct);

@@ -120,6 +120,7 @@ engine_state::engine_state(const detail::backend_context& ctx)
           gpu_devices.push_back(std::to_string(n));
     }
   }
+  budget = detail::home_budget(cfg.admission, home, static_cast<int>(gpu_devices.size()));
   self_pid = ::getpid();
   self_start = process::start_time(self_pid).value_or(0);
   reconcile_all();
@@ -136,18 +137,42 @@ void engine_state::queue_write(std::function<void(detail::store&)> w, std::funct
   }
 }
 
-asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string created_message) {
+asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string created_message,
+                                               const detail::queue_row* admission, std::string* waiting) {
   struct outcome {
     explicit outcome(const asio::any_io_executor& ex) : done(ex) {}
     bool inserted = false;
+    std::string waiting;  // its place and what it waits for, when it is queued
     std::exception_ptr error;
     detail::wake_signal done;
   };
   auto st = std::make_shared<outcome>(ex);
+  std::optional<detail::queue_row> adm;
+  if (admission) adm = *admission;
   queue_write(
-      [st, row = std::move(row), message = std::move(created_message)](detail::store& db) {
+      [st, row = std::move(row), message = std::move(created_message), adm = std::move(adm),
+       budget = budget](detail::store& db) mutable {
         st->inserted = db.insert_job(row);
-        if (st->inserted) db.append_event(row.name, "", row.created_ms, log_event::created, message);
+        if (!st->inserted) return;
+        db.append_event(row.name, "", row.created_ms, log_event::created, message);
+        if (!adm) return;
+        // Admitted now when it fits and nobody waits ahead of it.
+        adm->job = row.name;
+        adm->since_ms = row.created_ms;
+        std::vector<detail::queue_row> rows;
+        for (auto& q : db.load_queue()) {
+          adm->seq = std::max(adm->seq, q.row.seq + 1);  // last of its priority (as enqueue numbers it)
+          rows.push_back(std::move(q.row));
+        }
+        rows.push_back(*adm);
+        auto plan = detail::plan_admission(std::move(rows), budget);
+        adm->admitted = std::find(plan.admit.begin(), plan.admit.end(), row.name) != plan.admit.end();
+        db.enqueue(*adm);
+        if (adm->admitted) return;
+        db.update_job_status(row.name, job_status::created, std::string(detail::queued_reason));
+        for (const auto& w : plan.queue)
+          if (w.job == row.name) st->waiting = w.waits_for + " (position " + std::to_string(w.position) + ")";
+        db.append_event(row.name, "", row.created_ms, log_event::queued, "waiting for " + st->waiting);
       },
       [st] { st->done.notify(); },
       [st](std::exception_ptr x) {
@@ -156,6 +181,7 @@ asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string 
       });
   co_await st->done.wait_until(steady::time_point::max());
   if (st->error) std::rethrow_exception(st->error);
+  if (waiting) *waiting = std::move(st->waiting);
   co_return st->inserted;
 }
 
@@ -282,6 +308,7 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
   std::vector<job_status> statuses;
   for (const auto& st : j.steps) statuses.push_back(st.row.status);
   j.row.status = detail::aggregate(statuses);
+  if (j.row.reason == detail::queued_reason) j.row.reason.clear();  // any transition ends the wait
   if (j.row.status == job_status::failed && j.row.reason.empty()) j.row.reason = s.row.reason;
 
   queue_write(

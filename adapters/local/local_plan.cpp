@@ -224,10 +224,27 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
   j.dir = (jobs_dir / name).string();
   j.row.name = name;
   auto who = detail::who(name);
-  if (auto* ct = std::get_if<command_trainer>(&req.job_trainer))
+  detail::admission_need need;
+  if (auto* ct = std::get_if<command_trainer>(&req.job_trainer)) {
     plan_command(j, who, *ct);
-  else
-    plan_python(j, who, std::get<python_trainer>(req.job_trainer), rt, req.num_nodes);
+    need.cpus = ct->cpus;
+    need.memory = ct->memory;
+  } else {
+    auto& pt = std::get<python_trainer>(req.job_trainer);
+    plan_python(j, who, pt, rt, req.num_nodes);
+    need.cpus = pt.procs_per_node * req.num_nodes;
+    need.memory = pt.memory_limit * static_cast<std::uint64_t>(req.num_nodes);
+    need.gpus = pt.gpus * req.num_nodes;
+  }
+  if (auto why = detail::never_fits(need, budget); !why.empty())
+    fail(errc::invalid_argument,
+         who + " " + why + ", so it could never start; ask for less (--resources), or raise the budget "
+                           "(--cpu-budget/--memory-budget, admission: in " +
+             (home / "config.yaml").string() + ")");
+  j.admission = std::make_unique<detail::queue_row>();
+  j.admission->priority = req.priority;
+  j.admission->need = need;
+  j.deadline = req.active_deadline;
 }
 
 // Records the job, Created, in the store. A generated name that is taken is
@@ -255,8 +272,11 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
     std::string created =
         "created by process " + std::to_string(self_pid) + ": " + join_argv(j->node_phases[0].argv);
     detail::job_row row = j->row;
-    bool inserted = co_await insert_job(std::move(row), std::move(created));
+    bool inserted = co_await insert_job(std::move(row), std::move(created), j->admission.get(), &j->queue_note);
     if (inserted) {
+      j->queued = !j->queue_note.empty();
+      if (j->queued) j->row.reason = detail::queued_reason;
+      j->admission.reset();
       // The request is in the store now; a running job does not keep a copy.
       std::string().swap(j->spec);
       std::string().swap(j->row.spec);

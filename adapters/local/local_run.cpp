@@ -29,7 +29,8 @@ job_shape shape_of(const job_rec& j) {
   job_shape s;
   for (const auto& st : j.steps) s.steps.push_back(st.row.name);
   s.setup = j.phases.size();
-  s.lease = j.gpus_per_node > 0;
+  s.lease = j.gpus_per_node > 0 || j.queued;
+  s.queued = j.queued;
   s.venv_cache = j.venv_inputs != nullptr;
   return s;
 }
@@ -138,9 +139,17 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
   using A = job_action::kind;
   switch (a.k) {
     case A::request_lease:
-      start_op(j, lease_gpus(j), "waiting for GPUs");
+      if (j->queued) {
+        log_progress(*j, j->steps[0], "[tjob] waiting for " + std::exchange(j->queue_note, {}) + "\n");
+        join_queue(j);
+      } else {
+        start_op(j, lease_gpus(j), "waiting for GPUs");
+      }
       break;
     case A::abandon_lease:
+      leave_queue(*j);
+      j->op_stop.emit(asio::cancellation_type::terminal);
+      break;
     case A::abandon_venv_wait:
       j->op_stop.emit(asio::cancellation_type::terminal);
       break;
@@ -158,6 +167,7 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
       break;
     case A::spawn:
       now.push_back(spawn_phase(j, a.step, a.phase, a.first));
+      if (a.first && now.back().k == job_input::kind::spawned) arm_deadline(j);
       break;
     case A::signal:
       for (auto i : a.steps) {
@@ -183,13 +193,18 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
           db.append_event(name, step, t, log_event::setup, text);
         });
       break;
-    case A::record_cancel:
-      queue_write([name = j->row.name, t = now_ms(), grace = cfg.grace_period.count()](detail::store& db) {
-        db.append_event(
-            name, "", t, log_event::cancel_requested,
-            "cancel requested: SIGTERM to the process group, SIGKILL after " + std::to_string(grace) + " ms");
+    case A::record_cancel: {
+      std::string why = a.deadline ? "the active deadline of " + std::to_string(j->deadline.count()) +
+                                         " s passed (DeadlineExceeded)"
+                                   : "cancel requested";
+      if (a.deadline) log_progress(*j, j->steps[0], "[tjob] " + why + "; stopping the job\n");
+      queue_write([name = j->row.name, t = now_ms(), grace = cfg.grace_period.count(),
+                   why = std::move(why)](detail::store& db) {
+        db.append_event(name, "", t, log_event::cancel_requested,
+                        why + ": SIGTERM to the process group, SIGKILL after " + std::to_string(grace) + " ms");
       });
       break;
+    }
     case A::finish:
       break;  // run_job's
   }
@@ -219,6 +234,7 @@ void engine_state::start_op(const std::shared_ptr<job_rec>& j, asio::awaitable<v
 // whoever waits for the end finds them gone.
 asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes,
                                                std::size_t blamed) {
+  if (j->deadline_timer) j->deadline_timer->cancel();
   if (j->gpus_per_node > 0) release_gpus(*j);
   if (!j->venv.empty()) {
     if (j->remove_venv) {
@@ -270,8 +286,10 @@ asio::awaitable<void> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
       log_progress(*j, j->steps[0],
                    "[tjob] waiting for " + std::to_string(need) + " GPU(s); the engine's " +
                        std::to_string(gpu_devices.size()) + " are in use\n");
+      j->row.reason = detail::queued_reason;
       queue_write([name = j->row.name, t = now_ms(), need](detail::store& db) {
         db.append_event(name, "", t, log_event::queued, "waiting for " + std::to_string(need) + " GPU(s)");
+        db.update_job_status(name, job_status::created, std::string(detail::queued_reason));
       });
     }
     co_await w.wait_until(steady::time_point::max());
@@ -287,8 +305,11 @@ asio::awaitable<void> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
     summary += (i ? "; " : "") + j->steps[i].row.name + ": " + ids;
   }
   log_progress(*j, j->steps[0], "[tjob] GPUs (CUDA_VISIBLE_DEVICES) " + summary + "\n");
-  queue_write([name = j->row.name, t = now_ms(), summary](detail::store& db) {
+  const bool was_queued = j->row.reason == detail::queued_reason;
+  if (was_queued) j->row.reason.clear();
+  queue_write([name = j->row.name, t = now_ms(), summary, was_queued](detail::store& db) {
     db.append_event(name, "", t, log_event::devices_leased, "CUDA_VISIBLE_DEVICES " + summary);
+    if (was_queued) db.update_job_status(name, job_status::created, "");
   });
   j->post(job_input::lease_granted());
 }

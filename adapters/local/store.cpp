@@ -19,7 +19,24 @@ namespace {
 constexpr int application_id = 0x746a6f62;  // "tjob"
 // Version 2: events carry the step's exit code and reason (`detail`), so the
 // status columns can be folded from the log (migrate_v1_to_v2).
-constexpr int schema_version = 2;
+// Version 3: the admission queue (`admissions`: the jobs waiting or admitted
+// and not ended).
+constexpr int schema_version = 3;
+
+constexpr const char* admissions_sql = R"sql(
+CREATE TABLE admissions(
+  job         TEXT PRIMARY KEY REFERENCES jobs(name) ON DELETE CASCADE,
+  priority    INTEGER NOT NULL,
+  seq         INTEGER NOT NULL,
+  cpus        INTEGER NOT NULL,
+  memory      INTEGER NOT NULL,
+  gpus        INTEGER NOT NULL,
+  grp         TEXT NOT NULL DEFAULT '',
+  grp_limit   INTEGER NOT NULL DEFAULT 0,
+  admitted    INTEGER NOT NULL,
+  since_ms    INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
 
 constexpr const char* schema_sql = R"sql(
 CREATE TABLE jobs(
@@ -212,6 +229,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
                                                " is not a tjob store (it holds other data); " +
                                                fix_for(errc::store_corrupt, path_));
         exec(schema_sql);
+        exec(admissions_sql);
         exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
         exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
       }
@@ -231,8 +249,12 @@ void store::open(std::chrono::milliseconds busy_timeout) {
       if (version == 1) {
         exec(migrate_v1_to_v2_sql().c_str());
         version = 2;
-        exec(("PRAGMA user_version=" + std::to_string(version)).c_str());
       }
+      if (version == 2) {
+        exec(admissions_sql);
+        version = 3;
+      }
+      exec(("PRAGMA user_version=" + std::to_string(version)).c_str());
       commit();
     } catch (...) {
       rollback();
@@ -418,6 +440,14 @@ void store::update_job_status(const std::string& job, job_status status, const s
   bind_text(s, 3, job);
   int rc = sqlite3_step(s);
   if (rc != SQLITE_DONE) fail(rc, "cannot update a job");
+  if (is_terminal(status)) {
+    // An ended job holds nothing: its place in the queue goes with its end.
+    auto* d = prepare("DELETE FROM admissions WHERE job=?");
+    reset_guard dg{d};
+    bind_text(d, 1, job);
+    rc = sqlite3_step(d);
+    if (rc != SQLITE_DONE) fail(rc, "cannot release the job's admission");
+  }
 }
 
 void store::append_event(const std::string& job, const std::string& step, std::int64_t time_ms,
@@ -642,6 +672,59 @@ void store::release_devices(const std::string& job) {
   bind_text(s, 1, job);
   int rc = sqlite3_step(s);
   if (rc != SQLITE_DONE) fail(rc, "cannot release devices");
+}
+
+void store::enqueue(const queue_row& row) {
+  auto* s = prepare(
+      "INSERT INTO admissions(job, priority, seq, cpus, memory, gpus, grp, grp_limit, admitted, since_ms) "
+      "VALUES(?, ?, (SELECT coalesce(max(seq), 0) + 1 FROM admissions), ?, ?, ?, ?, ?, ?, ?)");
+  reset_guard g{s};
+  bind_text(s, 1, row.job);
+  sqlite3_bind_int(s, 2, row.priority);
+  sqlite3_bind_int(s, 3, row.need.cpus);
+  sqlite3_bind_int64(s, 4, static_cast<std::int64_t>(row.need.memory));
+  sqlite3_bind_int(s, 5, row.need.gpus);
+  bind_text(s, 6, row.group);
+  sqlite3_bind_int(s, 7, row.group_limit);
+  sqlite3_bind_int(s, 8, row.admitted ? 1 : 0);
+  sqlite3_bind_int64(s, 9, row.since_ms);
+  int rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE) fail(rc, "cannot queue the job");
+}
+
+std::vector<queued_job> store::load_queue() {
+  auto* s = prepare(
+      "SELECT a.job, a.priority, a.seq, a.cpus, a.memory, a.gpus, a.grp, a.grp_limit, a.admitted, "
+      "a.since_ms, j.owner_pid, j.owner_start FROM admissions a JOIN jobs j ON j.name = a.job");
+  reset_guard g{s};
+  std::vector<queued_job> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    queued_job q;
+    q.row.job = text_of(s, 0);
+    q.row.priority = sqlite3_column_int(s, 1);
+    q.row.seq = sqlite3_column_int64(s, 2);
+    q.row.need.cpus = sqlite3_column_int(s, 3);
+    q.row.need.memory = static_cast<std::uint64_t>(sqlite3_column_int64(s, 4));
+    q.row.need.gpus = sqlite3_column_int(s, 5);
+    q.row.group = text_of(s, 6);
+    q.row.group_limit = sqlite3_column_int(s, 7);
+    q.row.admitted = sqlite3_column_int(s, 8) != 0;
+    q.row.since_ms = sqlite3_column_int64(s, 9);
+    q.owner_pid = sqlite3_column_int64(s, 10);
+    q.owner_start = static_cast<std::uint64_t>(sqlite3_column_int64(s, 11));
+    out.push_back(std::move(q));
+  }
+  if (rc != SQLITE_DONE) fail(rc, "cannot read the admission queue");
+  return out;
+}
+
+void store::admit(const std::string& job) {
+  auto* s = prepare("UPDATE admissions SET admitted=1 WHERE job=?");
+  reset_guard g{s};
+  bind_text(s, 1, job);
+  int rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE) fail(rc, "cannot admit the job");
 }
 
 }  // namespace tjob::detail

@@ -10,6 +10,7 @@
 
 #include <tjob/status.hpp>
 
+#include "engine/admission.hpp"
 #include "engine/job_state.hpp"
 
 #include <chrono>
@@ -59,6 +60,13 @@ struct event_row {
   std::string message;
   std::optional<int> exit_code;  ///< the step's, when its process ended
   std::string detail;            ///< the step's reason, on the event that failed it
+};
+
+/// A row of the admission queue with its job's owner (whose death frees it).
+struct queued_job {
+  queue_row row;
+  std::int64_t owner_pid = 0;
+  std::uint64_t owner_start = 0;
 };
 
 class store {
@@ -119,6 +127,14 @@ class store {
                                                         const std::vector<std::string>& devices,
                                                         std::size_t n);
   void release_devices(const std::string& job);
+
+  /// Puts the job in the admission queue (admitted, or waiting), last among
+  /// its priority. It leaves the queue when its status ends (update_job_status)
+  /// or it is deleted.
+  void enqueue(const queue_row& row);
+  /// Every job in the queue, waiting or admitted.
+  std::vector<queued_job> load_queue();
+  void admit(const std::string& job);
 
  private:
   struct stmt;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -31,6 +32,19 @@ std::optional<pull_policy> parse_pull_policy(std::string_view s) noexcept;
 enum class container_network { job, host, none };
 std::string_view to_string(container_network n) noexcept;
 std::optional<container_network> parse_container_network(std::string_view s) noexcept;
+
+/// The budgets of admission (docs/scheduling.md): a job waits, Created with
+/// reason Queued, until what it needs fits beside the jobs that run. Every
+/// engine on one $TJOB_HOME shares the queue and checks it against these.
+/// Unset: $TJOB_HOME/config.yaml's `admission:` entry, else the machine's
+/// (its CPUs, its MemTotal, no limit on jobs at once). 0: no limit. GPUs are
+/// limited by the device list (engine_config::gpu_devices). The local backend
+/// admits; on Kubernetes admission is Kueue's.
+struct admission_config {
+  std::optional<int> max_running;       ///< jobs running at once
+  std::optional<int> cpus;              ///< CPUs the running jobs hold together
+  std::optional<std::uint64_t> memory;  ///< bytes the running jobs hold together
+};
 
 /// Docker or Podman through the Docker Engine API.
 struct container_backend_config {

@@ -78,6 +78,8 @@ class trainer_client {
   void cancel_job(const std::string& name, cancel_options options = {});
   void delete_job(const std::string& name);
   std::vector<event> get_job_events(const std::string& name);
+  /// See engine::get_queue.
+  std::vector<queue_entry> get_queue();
   /// See engine::job_backend: the backend that runs the jobs (for the
   /// remote backend, the server's).
   backend_kind job_backend();

@@ -69,6 +69,8 @@ struct engine_config {
   /// /dev/nvidiaN. Leases are kept in the store, so every engine on the same
   /// $TJOB_HOME shares the one list.
   std::vector<std::string> gpu_devices;
+  /// What jobs wait for before they start (see admission_config).
+  admission_config admission;
   /// Log lines per failed step quoted in a wait_for_job_status failure.
   std::size_t failure_log_lines = 10;
   /// The program train_detached starts to own a detached job: a tjob binary
@@ -179,6 +181,9 @@ class engine {
   /// when zero), broken ones and abandoned builds; an entry being built or
   /// copied is left alone. Returns what was removed.
   boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(std::chrono::seconds unused_for);
+
+  /// The jobs waiting for admission (engine_config::admission), next first.
+  boost::asio::awaitable<std::vector<queue_entry>> get_queue();
 
   /// The backend that runs the jobs: the configured one, or for `remote`
   /// the server's (asked once).

@@ -27,6 +27,10 @@ struct command_trainer {
   std::map<std::string, std::string> env;  ///< laid over the engine's environment
   std::string working_dir;  ///< empty: the job's own `jobs/<name>/work/` (in a container: /workspace)
   std::string image;        ///< container backend: the image; empty: the config's, else the runtime's
+  /// What the job is admitted for (engine_config::admission): CPUs and bytes
+  /// of memory it holds while it runs. A reservation, not a limit.
+  int cpus = 1;
+  std::uint64_t memory = 0;
 };
 
 /// Runs Python training code in a virtual environment of its own, as
@@ -89,6 +93,14 @@ struct train_request {
   /// Labels and Annotations options); the other backends refuse them.
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
+  /// Admission order (docs/scheduling.md): higher first, first submitted
+  /// first within a priority. On Kubernetes, Kueue's priority class
+  /// `tjob-priority-<n>` (the cluster must have it).
+  int priority = 0;
+  /// Seconds the job may run, counted from Running; past it, it is stopped
+  /// (gracefully, then forced) and ends Failed, reason DeadlineExceeded. On
+  /// Kubernetes: the TrainJob's activeDeadlineSeconds. 0: none.
+  std::chrono::seconds active_deadline{0};
 };
 
 /// The trainer part of a runtime, as Kubeflow's `RuntimeTrainer`.
@@ -130,7 +142,21 @@ struct train_job {
   /// (the latest end so far while a failed job's other steps are stopping).
   std::optional<clock::time_point> end_time;
   job_status status = job_status::created;
-  std::string reason;  ///< for Failed: the failing step's reason
+  std::string reason;  ///< for Failed: the failing step's reason; Queued while it waits for admission
+  /// While it waits for admission (Created, reason Queued): its place, 1 = next.
+  std::optional<int> queue_position;
+};
+
+/// A job that waits for admission (engine::get_queue, `tjob queue`).
+struct queue_entry {
+  std::string name;
+  int position = 0;  ///< 1: the next to start
+  int priority = 0;
+  std::string waits_for;  ///< what it waits for: "2 CPUs (2 of 2 in use)", "job x ahead of it"
+  clock::time_point since;
+  int cpus = 0;  ///< what it needs, all its nodes together
+  std::uint64_t memory = 0;
+  int gpus = 0;
 };
 
 /// Whether `a` and `b` are one job in one state as a watcher sees it: name,

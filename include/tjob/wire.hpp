@@ -20,8 +20,9 @@
 namespace tjob {
 
 /// {"name","status","reason","runtime","num_nodes","creation_timestamp",
-///  "start_time","end_time","steps":[{"name","status","exit_code","reason"}]};
-/// times are RFC 3339 in UTC with milliseconds, null when not yet known.
+///  "start_time","end_time","steps":[{"name","status","exit_code","reason"}]},
+/// and "queue_position" while it waits for admission; times are RFC 3339 in
+/// UTC with milliseconds, null when not yet known.
 boost::json::object to_json(const train_job& job);
 /// {"seq","time","step","reason","message"}
 boost::json::object to_json(const event& ev);
@@ -32,7 +33,11 @@ boost::json::object to_json(const runtime& rt);
 ///  "system_site_packages","bytes","created","last_used","problem"}
 boost::json::object to_json(const venv_cache_entry& e);
 
+/// {"name","position","priority","waits_for","since","cpus","memory","gpus"}
+boost::json::object to_json(const queue_entry& e);
+
 train_job job_from_json(const boost::json::value& v);
+queue_entry queue_entry_from_json(const boost::json::value& v);
 event event_from_json(const boost::json::value& v);
 runtime runtime_from_json(const boost::json::value& v);
 venv_cache_entry venv_cache_entry_from_json(const boost::json::value& v);

@@ -16,7 +16,13 @@
 //   sleep MS               sleep MS milliseconds, exit 0
 //   read-fifo PATH         wait until the test writes to the FIFO at PATH (and closes it)
 //   stderr TEXT            write TEXT to stderr
+//   enter FILE             count this process in: under a lock of FILE, its
+//                          "<now> <most>" counter goes up by one (<most>: the
+//                          highest <now> ever seen)
+//   leave FILE             count this process out (<now> down by one)
+//   append FILE TEXT       append TEXT and a newline to FILE (one write)
 // Commands run one after another: `lines 3 exit 2`.
+#include <sys/file.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <chrono>
@@ -40,6 +46,22 @@ void write_all(int fd, const char* p, size_t n) {
 
 void out(const std::string& s) { write_all(1, s.data(), s.size()); }
 
+// The "<now> <most>" counter in `path`, changed by `delta` under flock.
+void count(const std::string& path, int delta) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0 || ::flock(fd, LOCK_EX) != 0) std::exit(90);
+  char buf[64] = {};
+  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  long now = 0, most = 0;
+  if (n > 0) std::sscanf(buf, "%ld %ld", &now, &most);
+  now += delta;
+  if (now > most) most = now;
+  std::string text = std::to_string(now) + " " + std::to_string(most) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+    std::exit(91);
+  ::close(fd);  // releases the lock
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,6 +73,16 @@ int main(int argc, char** argv) {
       std::string prefix = cmd == "lines" ? "line " : arg(2);
       for (long k = 1; k <= n; ++k) out(prefix + std::to_string(k) + "\n");
       i += cmd == "lines" ? 1 : 2;
+    } else if (cmd == "enter" || cmd == "leave") {
+      count(arg(1), cmd == "enter" ? 1 : -1);
+      i += 1;
+    } else if (cmd == "append") {
+      int fd = ::open(arg(1).c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+      std::string line = arg(2) + "\n";
+      if (fd < 0) return 92;
+      write_all(fd, line.data(), line.size());
+      ::close(fd);
+      i += 2;
     } else if (cmd == "exit") {
       return std::atoi(arg(1).c_str());
     } else if (cmd == "allbytes") {

@@ -32,6 +32,7 @@ using steady = std::chrono::steady_clock;
 std::string tjob_bin() { return TJOB_TEST_TJOB_BIN; }
 std::string helper_bin() { return TJOB_TEST_HELPER_BIN; }
 std::string stress_bin() { return TJOB_TEST_STRESS_BIN; }
+std::string submit_bin() { return TJOB_TEST_SUBMIT_BIN; }
 std::string source_dir() { return TJOB_TEST_SOURCE_DIR; }
 
 temp_dir::temp_dir() {

@@ -40,6 +40,8 @@ constexpr bool under_sanitizer() {
 
 /// The built tjob-stress (tests/support/stress.cpp).
 std::string stress_bin();
+/// tests/support/submit.cpp: submits jobs to a shared queue from a process of its own.
+std::string submit_bin();
 /// The source tree (for the README's examples).
 std::string source_dir();
 

@@ -433,3 +433,50 @@ TEST_CASE("inputs that do not fit the state change nothing") {
   CHECK_FALSE(m.done());
   finished(m.on(exit_of(1, 0)));
 }
+
+TEST_CASE("the active deadline stops the nodes gracefully, then by force, and they end DeadlineExceeded") {
+  job_fsm m(shape(2));
+  start_nodes(m, 2);
+  auto as = m.on(job_input::deadline_passed());
+  REQUIRE(find(as, A::record_cancel));
+  CHECK(find(as, A::record_cancel)->deadline);
+  auto* sig = find(as, A::signal);
+  REQUIRE(sig);
+  CHECK_FALSE(sig->forced);
+  CHECK(sig->steps == std::vector<std::size_t>{0, 1});
+  REQUIRE(find(as, A::arm_timer));
+  as = m.on(job_input::timer_fired());
+  REQUIRE(find(as, A::signal));
+  CHECK(find(as, A::signal)->forced);
+  CHECK(m.on(exit_of(0, 137)).empty());
+  auto out = finished(m.on(exit_of(1, 137)));
+  for (const auto& o : out) {
+    CHECK(o.ev.kind == event_kind::cancelled);
+    CHECK(o.reason == "DeadlineExceeded");
+    CHECK(o.message.find("active deadline exceeded; the process ended") == 0);
+  }
+  // A user's cancel after it changes nothing of the words.
+  CHECK(m.on(job_input::cancel()).empty());
+}
+
+TEST_CASE("a cancel before the deadline keeps the words of a cancel") {
+  job_fsm m(shape(1));
+  start_nodes(m, 1);
+  auto as = m.on(job_input::cancel());
+  CHECK_FALSE(find(as, A::record_cancel)->deadline);
+  m.on(job_input::deadline_passed());  // the timer fired meanwhile: a cancel is under way already
+  auto out = finished(m.on(exit_of(0, 143)));
+  CHECK(out[0].reason == "cancelled");
+}
+
+TEST_CASE("a queued job cancelled before admission never starts, and says it waited in the queue") {
+  auto s = shape(1, 0, true);
+  s.queued = true;
+  job_fsm m(s);
+  CHECK(kinds(m.on(job_input::begin())) == std::vector<A>{A::request_lease});
+  auto as = m.on(job_input::cancel());
+  REQUIRE(find(as, A::abandon_lease));
+  auto out = finished(as);
+  CHECK(out[0].reason == "cancelled");
+  CHECK(out[0].message == "cancelled while waiting in the queue");
+}

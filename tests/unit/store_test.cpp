@@ -302,3 +302,73 @@ INSERT INTO events(job,step,time_ms,reason,message) VALUES('running','',1,'Creat
   store again(path, std::chrono::milliseconds(1000));
   CHECK(again.fold_log(*again.load_job("cancelled")).steps[0].exit_code == -1);
 }
+
+TEST_CASE("a version-2 store gets the admission queue, and its jobs are kept as they were") {
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  {
+    // What tjob wrote before admission: version 2, no admissions table.
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+    const char* v2 = R"sql(
+CREATE TABLE jobs(name TEXT PRIMARY KEY, runtime TEXT NOT NULL, num_nodes INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL, spec TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
+  owner_pid INTEGER NOT NULL, owner_start INTEGER NOT NULL);
+CREATE TABLE steps(job TEXT NOT NULL REFERENCES jobs(name) ON DELETE CASCADE, name TEXT NOT NULL,
+  status TEXT NOT NULL, exit_code INTEGER, reason TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0,
+  pid_start INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(job, name));
+CREATE TABLE events(seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  job TEXT NOT NULL REFERENCES jobs(name) ON DELETE CASCADE, step TEXT NOT NULL, time_ms INTEGER NOT NULL,
+  reason TEXT NOT NULL, message TEXT NOT NULL, exit_code INTEGER, detail TEXT NOT NULL DEFAULT '');
+CREATE INDEX events_by_job ON events(job, seq);
+CREATE TABLE device_leases(device TEXT PRIMARY KEY, job TEXT NOT NULL);
+CREATE INDEX jobs_by_status ON jobs(status);
+PRAGMA application_id=1953132386;
+PRAGMA user_version=2;
+INSERT INTO jobs VALUES('old','r',1,1,'{}','Complete','',1,2);
+INSERT INTO steps VALUES('old','node-0','Complete',0,'',10,11);
+INSERT INTO events(job,step,time_ms,reason,message,exit_code) VALUES('old','',1,'Created','m',NULL),
+  ('old','node-0',2,'Started','m',NULL),('old','node-0',4,'Exited','m',0);
+)sql";
+    char* err = nullptr;
+    int rc = sqlite3_exec(raw, v2, nullptr, nullptr, &err);
+    INFO((err ? err : ""));
+    REQUIRE(rc == SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  store db(path, std::chrono::milliseconds(1000));
+  auto old = db.load_job("old");
+  REQUIRE(old);
+  CHECK(old->status == job_status::complete);
+  CHECK(db.load_events("old").size() == 3);
+  CHECK(db.load_queue().empty());
+  // The queue works: a job joins it, is admitted, and leaves it when it ends.
+  job_row j;
+  j.name = "new";
+  j.runtime = "r";
+  j.created_ms = 5;
+  j.spec = "{}";
+  j.steps.push_back({"node-0"});
+  db.begin();
+  REQUIRE(db.insert_job(j));
+  queue_row q;
+  q.job = "new";
+  q.priority = 3;
+  q.need = {2, 1024, 0};
+  db.enqueue(q);
+  db.commit();
+  auto rows = db.load_queue();
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].row.priority == 3);
+  CHECK(rows[0].row.need.cpus == 2);
+  CHECK(rows[0].row.need.memory == 1024);
+  CHECK_FALSE(rows[0].row.admitted);
+  db.begin();
+  db.admit("new");
+  db.commit();
+  CHECK(db.load_queue()[0].row.admitted);
+  db.begin();
+  db.update_job_status("new", job_status::failed, "cancelled");
+  db.commit();
+  CHECK(db.load_queue().empty());
+}

@@ -1,0 +1,155 @@
+// Admission of local jobs (docs/scheduling.md): the queue is a table of the
+// store, so every engine on one $TJOB_HOME shares it and its budgets. A new
+// job joins it in the transaction that records it, and starts at once when it
+// fits (insert_job). One that does not waits, Created with reason Queued, in
+// its owner's admission_waiting. The owner's admitter looks again after each
+// commit on the store (any process's, by inotify), and every second for
+// owners that died without a commit: their jobs are reconciled (Failed, lost),
+// which frees what they held.
+#include "adapters/local/local_impl.hpp"
+
+#include "adapters/process/proc_info.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace tjob::local {
+
+void engine_state::join_queue(const std::shared_ptr<job_rec>& j) {
+  admission_waiting.push_back(j);
+  if (admitter_wake)
+    admitter_wake->notify();
+  else
+    spawn_internal(run_admitter(), "admission");
+}
+
+void engine_state::leave_queue(const job_rec& j) {
+  std::erase_if(admission_waiting, [&](const auto& w) { return w.get() == &j; });
+}
+
+asio::awaitable<void> engine_state::run_admitter() {
+  auto self = shared_from_this();
+  detail::wake_signal w(ex);
+  detail::wake_registration ours(committed, &w);
+  struct unwatch {
+    engine_state& e;
+    detail::wake_signal* w;
+    int wd;
+    ~unwatch() {
+      e.admitter_wake = nullptr;
+      e.watch.remove(wd, w);
+    }
+  } watching{*this, &w, watch.add(home, &w, store_wake_file)};
+  admitter_wake = &w;
+  while (!admission_waiting.empty() && !stopping) {
+    try {
+      admit_round();
+    } catch (const std::exception& e) {
+      // The store is busy or failing: the next commit or second tries again.
+      log->warn("admission: {}", e.what());
+    }
+    if (admission_waiting.empty() || stopping) break;
+    // A crashed owner writes nothing: the second is for those.
+    co_await w.wait_until(steady::now() + std::chrono::seconds(1));
+  }
+}
+
+void engine_state::admit_round() {
+  flush();
+  // Another process's cancel of a waiting job is in its log; no process of
+  // the job runs to be signalled, so the owner acts on it here.
+  for (const auto& j : std::vector(admission_waiting))
+    if (db->has_event(j->row.name, log_event::cancel_requested)) j->post(job_input::cancel(false, true));
+  auto rows = db->load_queue();
+  bool reconciled = false;
+  for (const auto& q : rows)
+    if (!owned(q.row.job) && !process::is_same_process(static_cast<pid_t>(q.owner_pid), q.owner_start))
+      if (auto row = db->load_job(q.row.job)) reconciled |= reconcile_row(*row);
+  if (reconciled) rows = db->load_queue();
+  auto waiting_here = [&](const std::string& name) {
+    return std::any_of(admission_waiting.begin(), admission_waiting.end(),
+                       [&](const auto& j) { return j->row.name == name; });
+  };
+  {
+    std::vector<detail::queue_row> plain;
+    for (auto& q : rows) plain.push_back(std::move(q.row));
+    auto plan = detail::plan_admission(std::move(plain), budget);
+    if (std::none_of(plan.admit.begin(), plan.admit.end(), waiting_here)) return;
+  }
+  // Decided again under the write lock: another process may have admitted
+  // its own jobs since the read.
+  const auto t = now_ms();
+  auto admitted = transact([&](detail::store& s) {
+    std::vector<detail::queue_row> plain;
+    for (auto& q : s.load_queue()) plain.push_back(std::move(q.row));
+    std::map<std::string, std::int64_t> since;
+    for (const auto& r : plain) since[r.job] = r.since_ms;
+    auto plan = detail::plan_admission(std::move(plain), budget);
+    std::vector<std::string> mine;
+    for (const auto& name : plan.admit) {
+      if (!waiting_here(name)) continue;
+      s.admit(name);
+      s.update_job_status(name, job_status::created, "");
+      s.append_event(name, "", t, log_event::admitted,
+                     fmt::format("admitted after {:.1f} s in the queue", (t - since[name]) / 1000.0));
+      mine.push_back(name);
+    }
+    return mine;
+  });
+  for (const auto& name : admitted) {
+    auto it = std::find_if(admission_waiting.begin(), admission_waiting.end(),
+                           [&](const auto& j) { return j->row.name == name; });
+    if (it == admission_waiting.end()) continue;
+    auto j = *it;
+    admission_waiting.erase(it);
+    after_admission(j);
+  }
+}
+
+void engine_state::after_admission(const std::shared_ptr<job_rec>& j) {
+  j->queued = false;
+  j->row.reason.clear();
+  j->watchers.notify_all();
+  if (j->gpus_per_node > 0)
+    start_op(j, lease_gpus(j), "waiting for GPUs");
+  else
+    j->post(job_input::lease_granted());
+}
+
+std::vector<queue_entry> engine_state::queue_view() {
+  flush();
+  auto rows = db->load_queue();
+  std::map<std::string, detail::queue_row> by_name;
+  std::vector<detail::queue_row> plain;
+  for (const auto& q : rows) {
+    by_name[q.row.job] = q.row;
+    plain.push_back(q.row);
+  }
+  auto plan = detail::plan_admission(std::move(plain), budget);
+  std::vector<queue_entry> out;
+  for (const auto& w : plan.queue) {
+    const auto& r = by_name[w.job];
+    queue_entry e;
+    e.name = w.job;
+    e.position = w.position;
+    e.priority = r.priority;
+    e.waits_for = w.waits_for.empty() ? "nothing: it fits, and starts when its owner next looks" : w.waits_for;
+    e.since = from_ms(r.since_ms);
+    e.cpus = r.need.cpus;
+    e.memory = r.need.memory;
+    e.gpus = r.need.gpus;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+void engine_state::arm_deadline(const std::shared_ptr<job_rec>& j) {
+  if (j->deadline.count() <= 0 || j->deadline_timer) return;
+  j->deadline_timer = std::make_unique<asio::steady_timer>(ex, j->deadline);
+  j->deadline_timer->async_wait([w = std::weak_ptr<job_rec>(j)](error_code ec) {
+    if (auto jr = w.lock(); jr && !ec) jr->post(job_input::deadline_passed());
+  });
+}
+
+}  // namespace tjob::local

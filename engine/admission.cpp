@@ -1,0 +1,219 @@
+#include "engine/admission.hpp"
+
+#include "engine/yaml_guard.hpp"
+
+#include <tjob/error.hpp>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <sched.h>
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <unistd.h>
+
+namespace tjob::detail {
+
+bool queue_before(const queue_row& a, const queue_row& b) {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  return a.seq < b.seq;
+}
+
+namespace {
+
+std::string plural(long n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+struct usage {
+  int running = 0, cpus = 0, gpus = 0;
+  std::uint64_t memory = 0;
+  void add(const admission_need& n) {
+    ++running;
+    cpus += n.cpus;
+    memory += n.memory;
+    gpus += n.gpus;
+  }
+};
+
+// What keeps `n` out under `b` with `u` in use; empty when it fits.
+std::string shortfall(const admission_need& n, const admission_budget& b, const usage& u) {
+  std::vector<std::string> why;
+  if (b.max_running > 0 && u.running + 1 > b.max_running)
+    why.push_back(fmt::format("a running slot ({} of max_running {} in use)", u.running, b.max_running));
+  if (b.cpus > 0 && u.cpus + n.cpus > b.cpus)
+    why.push_back(fmt::format("{} ({} of {} in use)", plural(n.cpus, "CPU", "CPUs"), u.cpus, b.cpus));
+  if (b.memory > 0 && n.memory > 0 && u.memory + n.memory > b.memory)
+    why.push_back(fmt::format("{} of memory ({} of {} in use)", format_bytes(n.memory), format_bytes(u.memory),
+                              format_bytes(b.memory)));
+  if (n.gpus > 0 && u.gpus + n.gpus > b.gpus)
+    why.push_back(fmt::format("{} GPU(s) ({} of {} in use)", n.gpus, u.gpus, b.gpus));
+  std::string out;
+  for (const auto& w : why) out += (out.empty() ? "" : ", ") + w;
+  return out;
+}
+
+}  // namespace
+
+admission_plan plan_admission(std::vector<queue_row> rows, const admission_budget& budget) {
+  std::sort(rows.begin(), rows.end(), queue_before);
+  usage used;
+  std::map<std::string, int> group_running;
+  for (const auto& r : rows)
+    if (r.admitted) {
+      used.add(r.need);
+      if (!r.group.empty()) ++group_running[r.group];
+    }
+  admission_plan plan;
+  std::string blocker;
+  for (const auto& r : rows) {
+    if (r.admitted) continue;
+    if (r.group_limit > 0 && group_running[r.group] >= r.group_limit) {
+      plan.queue.push_back({r.job, 0,
+                            fmt::format("its array {}: {} of {} running", r.group, group_running[r.group],
+                                        r.group_limit)});
+      continue;
+    }
+    if (!blocker.empty()) {
+      plan.queue.push_back({r.job, 0, "job " + blocker + " ahead of it"});
+      continue;
+    }
+    auto why = shortfall(r.need, budget, used);
+    if (why.empty()) {
+      plan.admit.push_back(r.job);
+      plan.queue.push_back({r.job, 0, {}});
+      used.add(r.need);
+      if (!r.group.empty()) ++group_running[r.group];
+      continue;
+    }
+    blocker = r.job;
+    plan.queue.push_back({r.job, 0, why});
+  }
+  for (std::size_t i = 0; i < plan.queue.size(); ++i) plan.queue[i].position = static_cast<int>(i + 1);
+  return plan;
+}
+
+std::string never_fits(const admission_need& need, const admission_budget& b) {
+  std::vector<std::string> why;
+  if (b.cpus > 0 && need.cpus > b.cpus)
+    why.push_back(fmt::format("needs {}; the CPU budget is {}", plural(need.cpus, "CPU", "CPUs"), b.cpus));
+  if (b.memory > 0 && need.memory > b.memory)
+    why.push_back(fmt::format("needs {} of memory; the memory budget is {}", format_bytes(need.memory),
+                              format_bytes(b.memory)));
+  if (need.gpus > b.gpus)
+    why.push_back(fmt::format("needs {} GPU(s); the engine has {}", need.gpus, b.gpus));
+  std::string out;
+  for (const auto& w : why) out += (out.empty() ? "" : "; ") + w;
+  return out;
+}
+
+admission_budget machine_budget(int gpus) {
+  admission_budget b;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0)
+    b.cpus = CPU_COUNT(&set);
+  else
+    b.cpus = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  while (in >> key) {
+    if (key == "MemTotal:" && in >> kib) {
+      b.memory = kib * 1024;
+      break;
+    }
+    in.ignore(4096, '\n');
+  }
+  b.gpus = gpus;
+  return b;
+}
+
+namespace {
+
+[[noreturn]] void bad_config(const std::filesystem::path& file, const std::string& what) {
+  throw error(errc::invalid_argument, file.string() + ": " + what);
+}
+
+// $TJOB_HOME/config.yaml's admission budgets, where set.
+admission_config read_config(const std::filesystem::path& file) {
+  admission_config out;
+  std::ifstream in(file);
+  if (!in) return out;
+  std::stringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > 65536) bad_config(file, "is over 64 KiB; it holds a few settings");
+  if (text.str().find_first_not_of(" \t\r\n") == std::string::npos) return out;
+  if (auto problem = yaml_mapping_problem(text.str())) bad_config(file, *problem);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text.str());
+  } catch (const YAML::Exception& e) {
+    bad_config(file, std::string("is not YAML: ") + e.what());
+  }
+  auto adm = root["admission"];
+  if (!adm) return out;
+  if (!adm.IsMap()) bad_config(file, "admission: give a mapping of max_running, cpus and memory");
+  for (const auto& kv : adm) {
+    auto key = kv.first.as<std::string>("");
+    auto value = kv.second.IsScalar() ? kv.second.as<std::string>() : std::string();
+    auto field = "admission." + key + " " + value;
+    if (key == "max_running" || key == "cpus") {
+      char* rest = nullptr;
+      long n = std::strtol(value.c_str(), &rest, 10);
+      if (value.empty() || *rest || n < 0 || n > 1'000'000)
+        bad_config(file, field + ": give a whole number, 0 for no limit");
+      (key == "cpus" ? out.cpus : out.max_running) = static_cast<int>(n);
+    } else if (key == "memory") {
+      if (value == "0") {
+        out.memory = 0;
+      } else {
+        python_trainer probe;
+        try {
+          set_resources_per_node(probe, {{"memory", value}}, "admission");
+        } catch (const error&) {
+          bad_config(file, field + ": give bytes with an optional unit (16Gi, 512Mi), 0 for no limit");
+        }
+        out.memory = probe.memory_limit;
+      }
+    } else {
+      bad_config(file, "admission." + key + ": unknown setting; the settings are max_running, cpus, memory");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+admission_budget home_budget(const admission_config& cfg, const std::filesystem::path& home, int gpus) {
+  auto b = machine_budget(gpus);
+  auto file = read_config(home / "config.yaml");
+  if (file.max_running) b.max_running = *file.max_running;
+  if (file.cpus) b.cpus = *file.cpus;
+  if (file.memory) b.memory = *file.memory;
+  if (cfg.max_running) b.max_running = *cfg.max_running;
+  if (cfg.cpus) b.cpus = *cfg.cpus;
+  if (cfg.memory) b.memory = *cfg.memory;
+  return b;
+}
+
+std::string describe_need(const admission_need& need) {
+  std::string out;
+  auto add = [&](const std::string& s) { out += (out.empty() ? "" : ", ") + s; };
+  if (need.cpus) add(plural(need.cpus, "CPU", "CPUs"));
+  if (need.memory) add(format_bytes(need.memory));
+  if (need.gpus) add(plural(need.gpus, "GPU", "GPUs"));
+  return out.empty() ? "nothing" : out;
+}
+
+std::string format_bytes(std::uint64_t bytes) {
+  static constexpr std::pair<const char*, std::uint64_t> units[] = {
+      {"Ti", 1ULL << 40}, {"Gi", 1ULL << 30}, {"Mi", 1ULL << 20}, {"Ki", 1ULL << 10}};
+  for (const auto& [unit, size] : units)
+    if (bytes >= size && bytes % size == 0) return std::to_string(bytes / size) + unit;
+  return std::to_string(bytes);
+}
+
+}  // namespace tjob::detail

@@ -1,0 +1,90 @@
+// Admission: which waiting jobs may start, under the budgets of one
+// $TJOB_HOME (CPUs, memory, GPUs, jobs running at once), in priority order.
+// Pure: the backend that keeps the shared queue (the local store) reads its
+// rows, asks plan_admission, and writes the answer in the same transaction.
+// docs/scheduling.md has the rules.
+//
+// Threading: pure functions, except machine_budget and home_budget (they read
+// /proc and $TJOB_HOME/config.yaml).
+#pragma once
+
+#include <tjob/engine.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace tjob::detail {
+
+/// What a job holds while it runs, all its nodes together.
+struct admission_need {
+  int cpus = 1;
+  std::uint64_t memory = 0;
+  int gpus = 0;
+};
+
+/// The budgets jobs share; 0 for max_running, cpus or memory: no limit.
+/// GPUs are always limited, by the device list.
+struct admission_budget {
+  int max_running = 0;
+  int cpus = 0;
+  std::uint64_t memory = 0;
+  int gpus = 0;
+};
+
+/// One job of the shared queue, waiting or admitted (running).
+struct queue_row {
+  std::string job;
+  int priority = 0;
+  std::int64_t seq = 0;  ///< submission order within the queue
+  admission_need need;
+  std::string group;    ///< a job array: its jobs share `group_limit`
+  int group_limit = 0;  ///< 0: none
+  bool admitted = false;
+  std::int64_t since_ms = 0;  ///< when it was queued
+};
+
+struct admission_plan {
+  /// Waiting jobs that may start now, in queue order.
+  std::vector<std::string> admit;
+  struct waiting {
+    std::string job;
+    int position = 0;  ///< 1: the next to start
+    /// "2 CPUs (2 of 2 in use)", "its array a: 8 of 8 running", "job x ahead
+    /// of it"; empty for a job in `admit`.
+    std::string waits_for;
+  };
+  /// Every waiting job (those in `admit` too), in queue order.
+  std::vector<waiting> queue;
+};
+
+/// The queue order: higher priority first, then first submitted first.
+bool queue_before(const queue_row& a, const queue_row& b);
+
+/// Who starts now. Jobs are taken in queue order; the first that does not fit
+/// stops everyone behind it (no job passes a waiting one for lack of
+/// resources, so a big job is never starved by small ones). A job held back
+/// only by its array's own limit does not stop the others.
+admission_plan plan_admission(std::vector<queue_row> rows, const admission_budget& budget);
+
+/// Why `need` can never fit in `budget` ("needs 8 CPUs; the budget is 2"),
+/// empty when it can.
+std::string never_fits(const admission_need& need, const admission_budget& budget);
+
+/// The machine's own: its CPUs (sched_getaffinity) and MemTotal; no limit on
+/// the jobs at once; `gpus` devices.
+admission_budget machine_budget(int gpus);
+
+/// The budgets of `home`: each field of `cfg` that is set, else
+/// $TJOB_HOME/config.yaml's `admission:` (max_running, cpus, memory), else
+/// the machine's. Throws tjob::error (invalid_argument) naming the file and
+/// the field for a config.yaml that cannot be used.
+admission_budget home_budget(const admission_config& cfg, const std::filesystem::path& home, int gpus);
+
+/// "2 CPUs, 512Mi, 1 GPU" (only what is not zero; "nothing" when all are).
+std::string describe_need(const admission_need& need);
+/// Bytes as Kubernetes writes them: 512Mi, 4Gi, 1500000.
+std::string format_bytes(std::uint64_t bytes);
+
+}  // namespace tjob::detail

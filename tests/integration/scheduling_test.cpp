@@ -1,0 +1,304 @@
+// Admission (budgets, priorities, the shared queue) and active deadlines of
+// local jobs, with real processes; docs/scheduling.md has the rules.
+#include "tests/support/fold_check.hpp"
+#include "tests/support/test_support.hpp"
+
+#include <tjob/client.hpp>
+
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
+
+using namespace tjob;
+using namespace std::chrono_literals;
+using tjob::test::gate;
+using tjob::test::helper_bin;
+using tjob::test::helper_job;
+using tjob::test::message_of;
+
+namespace {
+
+using fixture = tjob::test::folded_home;
+
+// An engine whose only budget is `max_running` jobs at once.
+engine_config slots(engine_config cfg, int max_running) {
+  cfg.admission.max_running = max_running;
+  cfg.admission.cpus = 0;
+  cfg.admission.memory = 0;
+  return cfg;
+}
+
+train_request with_priority(train_request r, int priority) {
+  r.priority = priority;
+  return r;
+}
+
+train_request needing(train_request r, int cpus, std::uint64_t memory = 0) {
+  auto& t = std::get<command_trainer>(r.job_trainer);
+  t.cpus = cpus;
+  t.memory = memory;
+  return r;
+}
+
+std::vector<std::string> reasons_of(trainer_client& c, const std::string& name) {
+  std::vector<std::string> out;
+  for (const auto& e : c.get_job_events(name)) out.push_back(e.reason);
+  return out;
+}
+
+std::vector<std::string> lines_of(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// Waits (woken by the store's commits) until `name` has left the queue.
+void wait_started(trainer_client& c, const std::string& name) {
+  auto job = c.get_job(name);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (job.status == job_status::created && std::chrono::steady_clock::now() < deadline)
+    job = c.wait_for_job_change(name, job, 30s);
+  REQUIRE(job.status != job_status::created);
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "a job that does not fit waits Created, Queued, with its place, until room is freed") {
+  trainer_client c(slots(config(), 1));
+  gate g;
+  auto a = c.train(helper_job({"read-fifo", g.path()}, "holder"));
+  auto b = c.train(helper_job({"print", "b ran\n"}, "waiter"));
+  auto job = c.get_job(b);
+  CHECK(job.status == job_status::created);
+  CHECK(job.reason == "Queued");
+  CHECK(job.queue_position == 1);
+  CHECK(c.get_job(a).status == job_status::running);
+  CHECK_FALSE(c.get_job(a).queue_position);
+  auto q = c.get_queue();
+  REQUIRE(q.size() == 1);
+  CHECK(q[0].name == "waiter");
+  CHECK(q[0].position == 1);
+  CHECK(q[0].cpus == 1);
+  CHECK(q[0].waits_for.find("a running slot (1 of max_running 1 in use)") != std::string::npos);
+  auto first = c.get_job_logs(b, {.follow = true}).next();
+  REQUIRE(first);
+  CHECK(first->find("[tjob] waiting for a running slot") == 0);
+  g.release();
+  job = c.wait_for_job_status(b, {job_status::complete}, 30s);
+  CHECK(job.reason.empty());
+  CHECK_FALSE(job.queue_position);
+  CHECK(reasons_of(c, b) == std::vector<std::string>{"Created", "Queued", "Admitted", "Started", "Exited"});
+  CHECK(c.get_queue().empty());
+}
+
+TEST_CASE_FIXTURE(fixture, "200 jobs with max_running 4 from three processes never run more than 4 at once") {
+  // Each job counts itself in and out of a shared counter under a file lock;
+  // the counter keeps the most that were ever in at once.
+  auto counter = dir.path() / "counter";
+  std::vector<std::unique_ptr<tjob::test::background>> procs;
+  const int per[] = {67, 67, 66};
+  int first = 0;
+  for (int p = 0; p < 3; ++p) {
+    procs.push_back(std::make_unique<tjob::test::background>(
+        std::vector<std::string>{tjob::test::submit_bin(), home(), "p" + std::to_string(p), std::to_string(first),
+                                 std::to_string(per[p]), "4", "0", "--", helper_bin(), "enter", counter.string(),
+                                 "sleep", "20", "leave", counter.string()}));
+    first += per[p];
+  }
+  for (int p = 0; p < 3; ++p) {
+    CHECK(procs[p]->wait_for_stdout("ended " + std::to_string(per[p]) + " 0", 600s));
+    CHECK(procs[p]->wait(60s) == 0);
+    INFO(procs[p]->err());
+  }
+  std::istringstream in(tjob::test::read_file(counter));
+  int now = -1, most = -1;
+  in >> now >> most;
+  CHECK(now == 0);
+  CHECK(most <= 4);  // never more than the budget ...
+  CHECK(most >= 2);  // ... and the processes' jobs did run side by side
+  trainer_client c(config());
+  auto jobs = c.list_jobs();
+  CHECK(jobs.size() == 200);
+  for (const auto& j : jobs) CHECK(j.status == job_status::complete);
+}
+
+TEST_CASE_FIXTURE(fixture, "higher priority goes first, first submitted first within a priority") {
+  trainer_client c(slots(config(), 1));
+  gate g;
+  auto order = dir.path() / "order";
+  c.train(helper_job({"read-fifo", g.path()}, "blocker"));
+  for (auto [name, prio] : {std::pair{"low-a", 0}, {"high", 5}, {"low-b", 0}, {"mid", 2}, {"neg", -1}})
+    c.train(with_priority(helper_job({"append", order.string(), name}, name), prio));
+  std::vector<std::string> queued;
+  for (const auto& e : c.get_queue()) queued.push_back(std::to_string(e.position) + " " + e.name);
+  CHECK(queued == std::vector<std::string>{"1 high", "2 mid", "3 low-a", "4 low-b", "5 neg"});
+  CHECK(c.get_queue()[1].waits_for == "job high ahead of it");
+  g.release();
+  c.wait_for_job_status("neg", {job_status::complete}, 60s);
+  CHECK(lines_of(order) == std::vector<std::string>{"high", "mid", "low-a", "low-b", "neg"});
+}
+
+TEST_CASE_FIXTURE(fixture, "CPU and memory budgets hold jobs back, and a job that can never fit is refused") {
+  auto cfg = config();
+  cfg.admission.cpus = 2;
+  cfg.admission.memory = 1ULL << 30;
+  trainer_client c(cfg);
+  gate g1, g2;
+  c.train(needing(helper_job({"read-fifo", g1.path()}, "wide"), 2));
+  c.train(needing(helper_job({"print", "x"}, "narrow"), 1));
+  auto q = c.get_queue();
+  REQUIRE(q.size() == 1);
+  CHECK(q[0].waits_for == "1 CPU (2 of 2 in use)");
+  g1.release();
+  c.wait_for_job_status("narrow", {job_status::complete}, 30s);
+
+  c.train(needing(helper_job({"read-fifo", g2.path()}, "big-memory"), 1, 768ULL << 20));
+  c.train(needing(helper_job({"print", "x"}, "more-memory"), 1, 512ULL << 20));
+  q = c.get_queue();
+  REQUIRE(q.size() == 1);
+  CHECK(q[0].waits_for == "512Mi of memory (768Mi of 1Gi in use)");
+  CHECK(q[0].memory == 512ULL << 20);
+  g2.release();
+  c.wait_for_job_status("more-memory", {job_status::complete}, 30s);
+
+  auto msg = message_of([&] { c.train(needing(helper_job({"print", "x"}, "huge"), 3)); });
+  CHECK(msg.find("TrainJob 'huge' needs 3 CPUs; the CPU budget is 2") != std::string::npos);
+  CHECK(msg.find("config.yaml") != std::string::npos);
+  CHECK(tjob::test::code_of([&] { c.get_job("huge"); }) == errc::job_not_found);  // nothing was recorded
+}
+
+TEST_CASE_FIXTURE(fixture, "a big job at the head is not passed by small ones that would fit") {
+  auto cfg = config();
+  cfg.admission.cpus = 2;
+  trainer_client c(cfg);
+  gate g;
+  auto order = dir.path() / "order";
+  c.train(needing(helper_job({"read-fifo", g.path()}, "small-running"), 1));
+  c.train(needing(helper_job({"append", order.string(), "big"}, "big"), 2));
+  c.train(needing(helper_job({"append", order.string(), "small"}, "small"), 1));
+  // One CPU is free and "small" needs one, but "big" came first.
+  CHECK(c.get_job("small").status == job_status::created);
+  auto q = c.get_queue();
+  REQUIRE(q.size() == 2);
+  CHECK(q[0].waits_for == "2 CPUs (1 of 2 in use)");
+  CHECK(q[1].waits_for == "job big ahead of it");
+  g.release();
+  c.wait_for_job_status("small", {job_status::complete}, 30s);
+  CHECK(lines_of(order) == std::vector<std::string>{"big", "small"});
+}
+
+TEST_CASE_FIXTURE(fixture, "the queue is one for every process on the store, and survives its submitter") {
+  // The budget every process reads: $TJOB_HOME/config.yaml. tjob train's
+  // supervisors own the jobs; the submitting shells are gone.
+  std::filesystem::create_directories(home());
+  std::filesystem::permissions(home(), std::filesystem::perms::owner_all);
+  std::ofstream(std::filesystem::path(home()) / "config.yaml") << "admission:\n  max_running: 1\n  cpus: 0\n";
+  gate g;
+  auto order = dir.path() / "order";
+  auto held = tjob::test::run(
+      {tjob::test::tjob_bin(), "train", "--name", "first", "--", helper_bin(), "read-fifo", g.path()}, env());
+  REQUIRE(held.exit_code == 0);
+  for (auto name : {"second", "third"}) {
+    auto r = tjob::test::run(
+        {tjob::test::tjob_bin(), "train", "--name", name, "--", helper_bin(), "append", order.string(), name},
+        env());
+    REQUIRE(r.exit_code == 0);
+  }
+  auto listed = tjob::test::run({tjob::test::tjob_bin(), "queue"}, env());
+  CHECK(listed.exit_code == 0);
+  CHECK(listed.out.find("1          second") != std::string::npos);
+  CHECK(listed.out.find("2          third") != std::string::npos);
+  CHECK(listed.out.find("job second ahead of it") != std::string::npos);
+  trainer_client c(config());
+  CHECK(c.get_job("first").status == job_status::running);
+  g.release();
+  c.wait_for_job_status("third", {job_status::complete}, 60s);
+  CHECK(lines_of(order) == std::vector<std::string>{"second", "third"});
+}
+
+TEST_CASE_FIXTURE(fixture, "a crashed owner frees the queue: its jobs end lost and the next job starts") {
+  gate g;
+  // Another process owns a running job that holds the only slot.
+  tjob::test::background owner({tjob::test::submit_bin(), home(), "held", "0", "1", "1", "0", "--", helper_bin(),
+                                "read-fifo", g.path()});
+  REQUIRE(owner.wait_for_stdout("submitted"));
+  trainer_client c(slots(config(), 1));
+  wait_started(c, "held-0");
+  auto next = c.train(helper_job({"print", "next ran\n"}, "next"));
+  CHECK(c.get_job(next).reason == "Queued");
+  owner.signal(SIGKILL);
+  owner.wait();
+  // Nobody writes the store when the owner dies; this engine's admitter
+  // finds it gone, records its job lost, and lets its own job in.
+  auto job = c.wait_for_job_status(next, {job_status::complete}, 60s);
+  CHECK(c.get_job("held-0").reason == "lost");
+  CHECK(c.get_job_logs(next).read_all().find("next ran\n") != std::string::npos);
+  CHECK(c.get_queue().empty());
+}
+
+TEST_CASE_FIXTURE(fixture, "a queued job whose owner crashed is Failed lost, never Queued forever") {
+  gate g;
+  tjob::test::background owner({tjob::test::submit_bin(), home(), "q", "0", "2", "1", "0", "--", helper_bin(),
+                                "read-fifo", g.path()});
+  REQUIRE(owner.wait_for_stdout("submitted"));
+  owner.signal(SIGKILL);
+  owner.wait();
+  trainer_client c(slots(config(), 1));
+  for (auto name : {"q-0", "q-1"}) {
+    auto job = c.get_job(name);
+    CHECK(job.status == job_status::failed);
+    CHECK(job.reason == "lost");
+  }
+  CHECK(c.get_queue().empty());
+  c.wait_for_job_status(c.train(helper_job({"print", "x"})), {job_status::complete}, 30s);
+}
+
+TEST_CASE_FIXTURE(fixture, "a queued job cancelled by another process ends cancelled and never starts") {
+  trainer_client c(slots(config(), 1));
+  gate g;
+  c.train(helper_job({"read-fifo", g.path()}, "holder"));
+  auto waiting = c.train(helper_job({"print", "never\n"}, "waiting"));
+  auto r = tjob::test::run({tjob::test::tjob_bin(), "cancel", waiting}, env());
+  CHECK(r.exit_code == 0);
+  auto job = c.wait_for_job_status(waiting, {job_status::failed}, 30s);
+  CHECK(job.reason == "cancelled");
+  CHECK(job.steps[0].pid == 0);
+  CHECK(c.get_job_logs(waiting).read_all().find("never") == std::string::npos);
+  g.release();
+}
+
+TEST_CASE_FIXTURE(fixture, "an active deadline stops the job and its process group: Failed, DeadlineExceeded") {
+  trainer_client c(config(300ms));
+  auto pidfile = dir.path() / "pids";
+  auto r = helper_job({"ignore-term", pidfile.string()}, "slow");
+  r.active_deadline = 1s;
+  auto name = c.train(r);
+  auto reader = c.get_job_logs(name, {.follow = true});
+  REQUIRE(reader.next() == std::optional<std::string>("ready\n"));
+  pid_t child = 0, grandchild = 0;
+  std::ifstream(pidfile) >> child >> grandchild;
+  REQUIRE(grandchild > 0);
+  auto job = c.wait_for_job_status(name, {job_status::failed}, 30s);
+  CHECK(job.reason == "DeadlineExceeded");
+  CHECK(job.steps[0].reason == "DeadlineExceeded");
+  REQUIRE(job.start_time);
+  REQUIRE(job.end_time);
+  CHECK(*job.end_time - *job.start_time >= 1s);
+  CHECK(tjob::test::wait_gone(child, 10s));
+  CHECK(tjob::test::wait_gone(grandchild, 10s));  // SIGKILL reached the whole group
+  bool said = false;
+  for (const auto& e : c.get_job_events(name))
+    said = said || (e.reason == "CancelRequested" && e.message.find("the active deadline of 1 s passed") == 0);
+  CHECK(said);
+  CHECK(c.get_job_logs(name).read_all().find("[tjob] the active deadline of 1 s passed") != std::string::npos);
+
+  auto quick = helper_job({"print", "in time\n"}, "quick");
+  quick.active_deadline = 60s;
+  CHECK(c.wait_for_job_status(c.train(quick), {job_status::complete}, 30s).reason.empty());
+  auto bad = helper_job({"print", "x"}, "bad");
+  bad.active_deadline = -5s;
+  CHECK(message_of([&] { c.train(bad); }).find("active_deadline=-5s is out of range") != std::string::npos);
+}

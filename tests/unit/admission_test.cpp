@@ -1,0 +1,145 @@
+// The rules of admission (engine/admission.hpp), without a store: who starts
+// in which order, what each waiting job is told it waits for, and the budgets
+// of $TJOB_HOME/config.yaml.
+#include "engine/admission.hpp"
+#include "engine/job_state.hpp"
+#include "tests/support/test_support.hpp"
+
+#include <tjob/error.hpp>
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+using namespace tjob;
+using namespace tjob::detail;
+
+namespace {
+
+queue_row row(std::string job, std::int64_t seq, int cpus = 1, int priority = 0, bool admitted = false) {
+  queue_row r;
+  r.job = std::move(job);
+  r.seq = seq;
+  r.need.cpus = cpus;
+  r.priority = priority;
+  r.admitted = admitted;
+  return r;
+}
+
+admission_budget cpus(int n) {
+  admission_budget b;
+  b.cpus = n;
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("admission: jobs start in queue order while they fit, the rest wait with their place") {
+  auto plan = plan_admission({row("c", 3), row("a", 1), row("b", 2), row("d", 4)}, cpus(2));
+  CHECK(plan.admit == std::vector<std::string>{"a", "b"});
+  REQUIRE(plan.queue.size() == 4);
+  CHECK(plan.queue[2].job == "c");
+  CHECK(plan.queue[2].position == 3);
+  CHECK(plan.queue[2].waits_for == "1 CPU (2 of 2 in use)");
+  CHECK(plan.queue[3].waits_for == "job c ahead of it");
+  CHECK(plan.queue[0].waits_for.empty());
+}
+
+TEST_CASE("admission: higher priority first, and within one, first submitted first") {
+  auto plan = plan_admission({row("old-low", 1, 1, 0), row("new-high", 9, 1, 7), row("mid", 5, 1, 3),
+                              row("old-high", 2, 1, 7)},
+                             cpus(1));
+  std::vector<std::string> order;
+  for (const auto& w : plan.queue) order.push_back(w.job);
+  CHECK(order == std::vector<std::string>{"old-high", "new-high", "mid", "old-low"});
+  CHECK(plan.admit == std::vector<std::string>{"old-high"});
+}
+
+TEST_CASE("admission: a job that does not fit stops those behind it, so a big job is never starved") {
+  // 3 of 4 CPUs in use: the big job (2) waits, and the small one (1) must not pass it.
+  auto plan = plan_admission({row("running", 0, 3, 0, true), row("big", 1, 2), row("small", 2, 1)}, cpus(4));
+  CHECK(plan.admit.empty());
+  CHECK(plan.queue[0].waits_for == "2 CPUs (3 of 4 in use)");
+  CHECK(plan.queue[1].waits_for == "job big ahead of it");
+}
+
+TEST_CASE("admission: an array at its own limit waits without holding up the others") {
+  auto a1 = row("arr-1", 1), a2 = row("arr-2", 2);
+  for (auto* r : {&a1, &a2}) {
+    r->group = "arr";
+    r->group_limit = 1;
+  }
+  a1.admitted = true;
+  auto plan = plan_admission({a1, a2, row("other", 3)}, cpus(8));
+  CHECK(plan.admit == std::vector<std::string>{"other"});
+  CHECK(plan.queue[0].waits_for == "its array arr: 1 of 1 running");
+}
+
+TEST_CASE("admission: every budget can hold a job back, and each says so") {
+  admission_budget b;
+  b.max_running = 1;
+  b.memory = 1ULL << 30;
+  b.gpus = 2;
+  auto running = row("r", 0, 1, 0, true);
+  running.need.memory = 768ULL << 20;
+  running.need.gpus = 2;
+  auto next = row("n", 1);
+  next.need.memory = 512ULL << 20;
+  next.need.gpus = 1;
+  auto plan = plan_admission({running, next}, b);
+  CHECK(plan.queue[0].waits_for ==
+        "a running slot (1 of max_running 1 in use), 512Mi of memory (768Mi of 1Gi in use), 1 GPU(s) (2 of 2 "
+        "in use)");
+  CHECK(never_fits(next.need, b).empty());
+  next.need.gpus = 3;
+  next.need.memory = 2ULL << 30;
+  CHECK(never_fits(next.need, b) == "needs 2Gi of memory; the memory budget is 1Gi; needs 3 GPU(s); the engine has 2");
+  CHECK(plan_admission({row("x", 1, 500)}, admission_budget{}).admit.size() == 1);  // 0: no limit
+}
+
+TEST_CASE("admission: the budgets come from the config, then config.yaml, then the machine") {
+  tjob::test::temp_dir d;
+  auto machine = machine_budget(0);
+  CHECK(machine.cpus >= 1);
+  CHECK(machine.memory > 0);
+  CHECK(machine.max_running == 0);
+  admission_config none;
+  auto b = home_budget(none, d.path(), 1);
+  CHECK(b.cpus == machine.cpus);
+  CHECK(b.gpus == 1);
+  std::ofstream(d.path() / "config.yaml") << "admission:\n  max_running: 4\n  memory: 16Gi\n";
+  b = home_budget(none, d.path(), 0);
+  CHECK(b.max_running == 4);
+  CHECK(b.memory == 16ULL << 30);
+  CHECK(b.cpus == machine.cpus);
+  admission_config set;
+  set.max_running = 2;
+  set.cpus = 0;
+  b = home_budget(set, d.path(), 0);
+  CHECK(b.max_running == 2);
+  CHECK(b.cpus == 0);
+  CHECK(b.memory == 16ULL << 30);
+  auto refused = [&](const std::string& text) {
+    std::ofstream(d.path() / "config.yaml") << text;
+    return tjob::test::message_of([&] { home_budget(none, d.path(), 0); });
+  };
+  CHECK(refused("admission:\n  max_running: many\n").find("config.yaml: admission.max_running many: give a whole number") !=
+        std::string::npos);
+  CHECK(refused("admission:\n  memory: lots\n").find("admission.memory lots: give bytes") != std::string::npos);
+  CHECK(refused("admission:\n  gpus: 2\n").find("admission.gpus: unknown setting") != std::string::npos);
+  CHECK(refused(",").find("config.yaml") != std::string::npos);
+  CHECK(refused("").empty());
+}
+
+TEST_CASE("fold: Queued is the reason of a waiting job until it is admitted or anything happens to it") {
+  auto state = initial_state(std::vector<std::string>{"node-0"});
+  fold_event(state, {"", log_event::created, {}, {}});
+  fold_event(state, {"", log_event::queued, {}, {}});
+  CHECK(state.reason == "Queued");
+  auto cancelled = state;
+  fold_event(state, {"", log_event::admitted, {}, {}});
+  CHECK(state.reason.empty());
+  fold_event(cancelled, {"node-0", log_event::cancelled, {}, "cancelled"});
+  CHECK(cancelled.status == job_status::failed);
+  CHECK(cancelled.reason == "cancelled");
+}
