@@ -140,7 +140,10 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
   switch (a.k) {
     case A::request_lease:
       if (j->queued) {
-        log_progress(*j, j->steps[0], "[tjob] waiting for " + std::exchange(j->queue_note, {}) + "\n");
+        // A Python job's log carries tjob's progress lines (venv, pip); a
+        // command's is its program's bytes alone: the Queued event says it.
+        auto note = std::exchange(j->queue_note, {});
+        if (!j->venv.empty()) log_progress(*j, j->steps[0], "[tjob] waiting for " + note + "\n");
         join_queue(j);
       } else {
         start_op(j, lease_gpus(j), "waiting for GPUs");

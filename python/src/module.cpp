@@ -129,6 +129,10 @@ tjob::train_request request_of(const py::dict& d) {
   take(d, "num_nodes", r.num_nodes);
   take(d, "labels", r.labels);
   take(d, "annotations", r.annotations);
+  take(d, "priority", r.priority);
+  long long deadline = 0;
+  take(d, "active_deadline", deadline);
+  r.active_deadline = std::chrono::seconds(deadline);
   auto t = d["trainer"].cast<py::dict>();
   if (t["kind"].cast<std::string>() == "command") {
     tjob::command_trainer c;
@@ -183,6 +187,10 @@ tjob::engine_config config_of(const py::dict& d) {
   take(d, "runtime_dirs", dirs);
   for (auto& x : dirs) c.runtime_dirs.emplace_back(x);
   take(d, "gpu_devices", c.gpu_devices);
+  if (d.contains("max_running") && !d["max_running"].is_none()) c.admission.max_running = d["max_running"].cast<int>();
+  if (d.contains("cpu_budget") && !d["cpu_budget"].is_none()) c.admission.cpus = d["cpu_budget"].cast<int>();
+  if (d.contains("memory_budget") && !d["memory_budget"].is_none())
+    c.admission.memory = d["memory_budget"].cast<std::uint64_t>();
   take(d, "failure_log_lines", c.failure_log_lines);
   std::string pull = "IfNotPresent", network = "job";
   take(d, "container_runtime", c.container.container_runtime);

@@ -189,7 +189,9 @@ def test_bad_input_is_a_value_error_naming_the_field_before_anything_is_created(
             (dict(trainer=BuiltinTrainer()), "BuiltinTrainer"),
             (dict(trainer=CommandTrainer([HELPER]), initializer=Initializer()), "initializer"),
             (dict(trainer=None), "trainer"),
-            (dict(trainer=CommandTrainer([HELPER]), options=[tjob.ActiveDeadlineSeconds(60)]), "deadlines"),
+            (dict(trainer=CommandTrainer([HELPER]), options=[tjob.ActiveDeadlineSeconds(0)]), "1 or more"),
+            (dict(trainer=CommandTrainer([HELPER]), options=[tjob.ActiveDeadlineSeconds(1.5)]), "whole number"),
+            (dict(trainer=CommandTrainer([HELPER]), options=[tjob.Priority("high")]), "Priority('high')"),
             (dict(trainer=CommandTrainer([HELPER]), options=[tjob.RuntimePatch()]), "RuntimePatch"),
             (dict(trainer=CommandTrainer([HELPER]), runtime="no-such-runtime"), "no-such-runtime"),
         ]
@@ -397,3 +399,27 @@ def test_a_thousand_async_jobs_submitted_and_awaited_together(home):
     names, jobs = asyncio.run(main())
     assert len(set(names)) == 1000
     assert all(j.status == "Complete" for j in jobs)
+
+
+def test_a_deadline_stops_the_job_and_the_queue_orders_by_priority(home, gate, tmp_path):
+    """ActiveDeadlineSeconds is enforced (Kubeflow's local backends refuse it); Priority orders the queue."""
+    order = tmp_path / "order"
+    with TrainerClient(backend_config=LocalProcessBackendConfig(max_running=1, cpu_budget=0,
+                                                                 memory_budget="1Gi")) as client:
+        slow = client.train(trainer=CommandTrainer([HELPER, "sleep", "60000"]),
+                            options=[tjob.ActiveDeadlineSeconds(1), Name("slow")])
+        job = client.wait_for_job_status(slow, status={"Failed"}, timeout=60)
+        assert job.steps[0].status == "Failed"
+        reasons = [e.reason for e in client.get_job_events(slow)]
+        assert "CancelRequested" in reasons
+        blocker = client.train(trainer=CommandTrainer([HELPER, "read-fifo", gate.path]))
+        for name, prio in (("low", 0), ("high", 9)):
+            client.train(trainer=CommandTrainer([HELPER, "append", str(order), name]),
+                         options=[Name(name), tjob.Priority(prio)])
+        assert client.get_job("low").status == "Created"
+        gate.release()
+        client.wait_for_job_status("low", timeout=60)
+        assert order.read_text() == "high\nlow\n"
+        client.wait_for_job_status(blocker, timeout=60)
+    with pytest.raises(ValueError, match="memory_budget"):
+        TrainerClient(backend_config=LocalProcessBackendConfig(memory_budget="lots"))

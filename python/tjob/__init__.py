@@ -20,6 +20,7 @@ from .types import (
     Labels,
     LocalProcessBackendConfig,
     Name,
+    Priority,
     Runtime,
     RuntimeKind,
     RuntimePatch,
@@ -34,6 +35,6 @@ from .types import (
 __all__ = [
     "ActiveDeadlineSeconds", "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
     "CustomTrainerContainer", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
-    "LocalProcessBackendConfig", "Name", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "Step",
+    "LocalProcessBackendConfig", "Name", "Priority", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "Step",
     "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient",
 ]

@@ -35,6 +35,7 @@ from .types import (
     Labels,
     LocalProcessBackendConfig,
     Name,
+    Priority,
     Runtime,
     RuntimeKind,
     RuntimePatch,
@@ -173,14 +174,20 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
         elif isinstance(opt, TrainerArgs):
             args = list(opt.args)
         elif isinstance(opt, ActiveDeadlineSeconds):
-            raise ValueError("ActiveDeadlineSeconds: tjob does not enforce deadlines yet; stop the job with "
-                             "cancel_job, or wait with a timeout")
+            # Kubeflow's rule: an int of at least 1
+            if not isinstance(opt.seconds, int) or isinstance(opt.seconds, bool) or opt.seconds < 1:
+                raise ValueError(f"ActiveDeadlineSeconds({opt.seconds!r}): give a whole number of seconds, 1 or more")
+            req["active_deadline"] = opt.seconds
+        elif isinstance(opt, Priority):
+            if not isinstance(opt.priority, int) or isinstance(opt.priority, bool):
+                raise ValueError(f"Priority({opt.priority!r}): give a whole number (higher starts first)")
+            req["priority"] = opt.priority
         elif isinstance(opt, RuntimePatch):
             raise ValueError("RuntimePatch: tjob does not patch runtimes; give a runtime that is as you need it "
                              "(a ClusterTrainingRuntime manifest in a runtime directory)")
         else:
             raise ValueError(f"options: {opt!r} is not an option tjob knows (Name, Labels, Annotations, "
-                             "TrainerCommand, TrainerArgs)")
+                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, Priority)")
     if (command or args) and not isinstance(trainer, CustomTrainerContainer):
         raise ValueError("TrainerCommand and TrainerArgs can only be used with CustomTrainerContainer")
     if isinstance(trainer, CustomTrainer):
@@ -232,6 +239,23 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
     return req
 
 
+def _bytes(value):
+    """LocalProcessBackendConfig.memory_budget: bytes, or Kubernetes' quantity ("16Gi", "512Mi", "10G")."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    units = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
+             "Ti": 2**40}
+    text = str(value)
+    number = text.rstrip("KMGTi")
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = -1
+    if amount < 0 or text[len(number):] not in units:
+        raise ValueError(f"memory_budget={value!r}: give bytes, or a quantity such as 16Gi or 512Mi (0: no limit)")
+    return int(amount * units[text[len(number):]])
+
+
 def _config(backend_config) -> (str, Dict, Dict):
     """The engine's config, and what the backend puts in every Python trainer."""
     if backend_config is None or isinstance(backend_config, LocalProcessBackendConfig):
@@ -240,7 +264,8 @@ def _config(backend_config) -> (str, Dict, Dict):
         python = c.python or ""
         ssp = bool(c.system_site_packages)
         cfg = {"backend": "local", "home": c.home, "cleanup_venv": c.cleanup_venv, "venv_cache": c.venv_cache,
-               "grace_period": c.grace_period}
+               "grace_period": c.grace_period, "max_running": c.max_running, "cpu_budget": c.cpu_budget,
+               "memory_budget": _bytes(c.memory_budget)}
         return "local", cfg, {"python": python, "system_site_packages": ssp}
     if isinstance(backend_config, ContainerBackendConfig):
         c = backend_config

@@ -8,7 +8,7 @@ import datetime
 import os
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Union
 
 
 def _default_pip_index_urls() -> List[str]:
@@ -182,9 +182,19 @@ class TrainerArgs:
 
 @dataclass
 class ActiveDeadlineSeconds:
-    """Kubeflow's deadline option: tjob does not take it yet (train raises ValueError)."""
+    """Kubeflow's deadline option: the job may run this many seconds (from Running), then it is stopped and
+    ends Failed, reason DeadlineExceeded. Local: the engine enforces it; Kubernetes: the TrainJob's
+    activeDeadlineSeconds; container: refused (ValueError). Kubeflow's own local backends refuse it."""
 
     seconds: int
+
+
+@dataclass
+class Priority:
+    """tjob's option: the job's place in the admission queue (higher first; default 0). Local backend only;
+    on Kubernetes give Kueue's priority-class label instead (docs/scheduling.md)."""
+
+    priority: int
 
 
 @dataclass
@@ -212,6 +222,10 @@ class LocalProcessBackendConfig:
     system_site_packages: bool = False
     venv_cache: bool = True
     grace_period: Optional[float] = None
+    # Admission budgets (docs/scheduling.md): None takes $TJOB_HOME/config.yaml, else the machine's; 0: no limit.
+    max_running: Optional[int] = None
+    cpu_budget: Optional[int] = None
+    memory_budget: Optional[Union[int, str]] = None  # bytes, or "16Gi"
 
 
 @dataclass

@@ -379,7 +379,9 @@ TEST_CASE_FIXTURE(fixture, "cancel ends a job Failed with reason cancelled and k
 }
 
 TEST_CASE_FIXTURE(fixture, "a running job holds one descriptor of the engine (its pidfd)") {
-  trainer_client c(config(1s));
+  auto cfg = config(1s);
+  cfg.admission.cpus = 0;  // the 100 jobs run at once
+  trainer_client c(cfg);
   auto before = tjob::test::open_fds();
   std::vector<std::string> names;
   for (int i = 0; i < 100; ++i) names.push_back(c.train(helper_job({"sleep", "60000"})));

@@ -213,7 +213,9 @@ TEST_CASE_FIXTURE(fixture, "keep_venv keeps the venv and says where it is") {
 
 TEST_CASE_FIXTURE(fixture, "a torch job runs two processes under torchrun with gloo all_reduce") {
   if (!tjob::test::system_python_has("torch.distributed")) return;
-  trainer_client c(config());
+  auto cfg = config();
+  cfg.admission.cpus = 0;  // two jobs of two processes each, at once, on any machine
+  trainer_client c(cfg);
   python_trainer t;
   t.source =
       "def allreduce():\n"
@@ -244,7 +246,9 @@ TEST_CASE_FIXTURE(fixture, "a torch job runs two processes under torchrun with g
 TEST_CASE_FIXTURE(fixture,
                   "a 2-node torch job runs steps node-0 and node-1 with WORLD_SIZE the sum of processes") {
   if (!tjob::test::system_python_has("torch.distributed")) return;
-  trainer_client c(config());
+  auto cfg = config();
+  cfg.admission.cpus = 0;  // 2 nodes x 2 processes, on a machine of any size
+  trainer_client c(cfg);
   python_trainer t;
   t.source =
       "def allreduce():\n"

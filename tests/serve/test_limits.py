@@ -43,9 +43,9 @@ def test_malformed_json(busy):
 
 @pytest.mark.parametrize("spec,field,message", [
     ({"trainer": {"kind": "command", "comand": ["x"]}}, "trainer.comand",
-     "job spec: trainer.comand: unknown field; a command trainer has command, env, image, kind, working_dir"),
+     "job spec: trainer.comand: unknown field; a command trainer has command, cpus, env, image, kind, memory, working_dir"),
     ({"trainer": COMMAND, "nmae": "x"}, "nmae",
-     "job spec: nmae: unknown field; a job spec has annotations, labels, name, num_nodes, runtime, trainer"),
+     "job spec: nmae: unknown field; a job spec has active_deadline, annotations, labels, name, num_nodes, priority, runtime, trainer"),
     ({"name": "x"}, "trainer", "job spec: trainer: missing; give {\"kind\": \"command\", \"command\": [...]} or "
                                "{\"kind\": \"python\", \"source\": ...}"),
     ({"trainer": {"kind": "shell"}}, "trainer.kind",
