@@ -19,7 +19,7 @@ def cpu_seconds():
 
 
 async def main(home, n, k, argv):
-    async with AsyncTrainerClient(LocalProcessBackendConfig(home=home)) as client:
+    async with AsyncTrainerClient(LocalProcessBackendConfig(home=home, cpu_budget=0)) as client:
         left = n
 
         async def worker():

@@ -22,7 +22,7 @@ import time
 
 def start(tjob, home):
     env = dict(os.environ, TJOB_HOME=home)
-    out = subprocess.run([tjob, "serve", "--detach", "--max-connections", "4096"], env=env, capture_output=True,
+    out = subprocess.run([tjob, "--cpu-budget", "0", "serve", "--detach", "--max-connections", "4096"], env=env, capture_output=True,
                          text=True, check=True)
     sock = out.stdout.split()[0][len("unix://"):]
     pid = int(open(os.path.join(home, "serve.pid")).read())

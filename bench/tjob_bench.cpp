@@ -274,6 +274,10 @@ int main(int argc, char** argv) {
   std::string mode = argv[2];
   tjob::engine_config cfg;
   cfg.home = argv[1];
+  // Every job of a case is let in at once, as the floors start theirs: the
+  // rows measure the engine's own cost per job (the admission queue's writes
+  // included), not the default CPU budget's holding jobs back.
+  cfg.admission.cpus = 0;
   std::vector<std::string> args(argv + 3, argv + argc);
   if (mode == "container") {
     in_container = true;
