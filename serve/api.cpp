@@ -403,6 +403,15 @@ asio::awaitable<answer> api::handle(request req) {
     json::object o{{"items", std::move(items)}};
     co_return json_reply(200, o);
   }
+  if (seg.size() == 2 && seg[1] == "queue") {
+    if (m != "GET") co_return not_allowed("GET");
+    only(q, {});
+    auto queue = co_await engine_.get_queue();
+    json::array items;
+    for (const auto& e : queue) items.push_back(to_json(e));
+    json::object o{{"items", std::move(items)}};
+    co_return json_reply(200, o);
+  }
   if (seg.size() == 3 && seg[1] == "runtimes") {
     if (m != "GET") co_return not_allowed("GET");
     only(q, {});

@@ -548,6 +548,14 @@ asio::awaitable<std::vector<venv_cache_entry>> backend::prune_venv_cache(std::ch
   co_return out;
 }
 
+asio::awaitable<std::vector<queue_entry>> backend::queue() {
+  auto r = impl_->make("GET", "/v1/queue");
+  auto v = co_await impl_->call_json(std::move(r));
+  std::vector<queue_entry> out;
+  for (const auto& item : impl::items_of(v, "GET /v1/queue")) out.push_back(queue_entry_from_json(item));
+  co_return out;
+}
+
 asio::awaitable<backend_kind> backend::job_backend() {
   if (!impl_->server_kind) {
     auto r = impl_->make("GET", "/healthz");

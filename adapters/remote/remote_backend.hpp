@@ -44,6 +44,7 @@ class backend final : public detail::backend {
   boost::asio::awaitable<std::vector<venv_cache_entry>> list_venv_cache() override;
   boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(
       std::chrono::seconds unused_for) override;
+  boost::asio::awaitable<std::vector<queue_entry>> queue() override;
   boost::asio::awaitable<backend_kind> job_backend() override;
   boost::asio::awaitable<void> shutdown() override;
 

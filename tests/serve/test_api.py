@@ -267,3 +267,29 @@ def test_several_jobs_in_one_server_and_the_cli_see_one_store(server):
     assert os.path.exists(os.path.join(server.home, "tjob.sock"))
     assert oct(os.stat(os.path.join(server.home, "tjob.sock")).st_mode & 0o777) == "0o600"
     assert isinstance(http.client.HTTPConnection, type)
+
+
+def test_the_queue_priority_and_deadline_over_the_api(make_server, home, gate, tmp_path):
+    server = make_server(["--max-running", "1", "--cpu-budget", "0"])
+    order = tmp_path / "order"
+    server.submit([HELPER, "read-fifo", gate.path], name="holder")
+    server.submit([HELPER, "append", str(order), "low"], name="low")
+    server.submit([HELPER, "append", str(order), "high"], name="high", priority=5)
+    job = server.get("/v1/jobs/low").json()
+    assert (job["status"], job["reason"], job["queue_position"]) == ("Created", "Queued", 2)
+    items = server.get("/v1/queue").json()["items"]
+    assert [(q["position"], q["name"], q["priority"]) for q in items] == [(1, "high", 5), (2, "low", 0)]
+    assert items[0]["waits_for"] == "a running slot (1 of max_running 1 in use)"
+    # the CLI through the server reads the same queue
+    listed = tjob_cli(home, "--server", "unix://" + os.path.join(home, "tjob.sock"), "queue", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [q["name"] for q in json.loads(listed.stdout)] == ["high", "low"]
+    gate.release()
+    server.wait("low")
+    assert order.read_text() == "high\nlow\n"
+    assert server.get("/v1/queue").json()["items"] == []
+    server.submit([HELPER, "sleep", "60000"], name="slow", active_deadline=1)
+    ended = server.wait("slow", status="Failed")
+    assert ended["reason"] == "DeadlineExceeded"
+    r = server.post("/v1/jobs", {"trainer": {"kind": "command", "command": [HELPER]}, "priority": "high"})
+    assert (r.status, r.json()["field"]) == (400, "priority")

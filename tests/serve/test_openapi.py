@@ -105,7 +105,7 @@ def test_every_operation_answers_as_the_document_says(server):
                 body = {"name": "doc2", "trainer": {"kind": "command", "command": [HELPER, "exit", "0"]}}
             calls.append((method, path, url, body, op))
     calls.sort(key=lambda c: c[0] == "delete")
-    assert len(calls) == 16, [c[:2] for c in calls]
+    assert len(calls) == 17, [c[:2] for c in calls]
     for method, path, url, body, op in calls:
         if path == "/v1/watch":
             c = server.conn()
