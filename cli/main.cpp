@@ -175,8 +175,8 @@ engine_config make_config(const common_options& o) {
   bool budgets = o.max_running || o.cpu_budget || !o.memory_budget.empty();
   if (budgets && cfg.backend != backend_kind::local)
     throw usage_error(
-        "--max-running, --cpu-budget and --memory-budget are the local backend's admission budgets; on "
-        "Kubernetes, Kueue's ClusterQueue sets them (docs/scheduling.md)");
+        "--max-running, --cpu-budget and --memory-budget are the local backend's admission budgets (container "
+        "jobs go to the daemon at once; on Kubernetes, Kueue's ClusterQueue sets them; docs/scheduling.md)");
   bool container_options = !o.container_runtime.empty() || !o.container_host.empty() ||
                            !o.pull_policy.empty() || !o.network.empty() || !o.volumes.empty() ||
                            o.keep_workdir;

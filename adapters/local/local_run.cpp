@@ -200,7 +200,8 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
       std::string why = a.deadline ? "the active deadline of " + std::to_string(j->deadline.count()) +
                                          " s passed (DeadlineExceeded)"
                                    : "cancel requested";
-      if (a.deadline) log_progress(*j, j->steps[0], "[tjob] " + why + "; stopping the job\n");
+      if (a.deadline && !j->venv.empty())  // (a command's log stays its own bytes)
+        log_progress(*j, j->steps[0], "[tjob] " + why + "; stopping the job\n");
       queue_write([name = j->row.name, t = now_ms(), grace = cfg.grace_period.count(),
                    why = std::move(why)](detail::store& db) {
         db.append_event(name, "", t, log_event::cancel_requested,

@@ -1071,3 +1071,43 @@ TEST_CASE_FIXTURE(fixture, "the venv cache's options are checked by name before 
   CHECK(bad.err.find("TJOB_VENV_CACHE_TTL=a day: give whole seconds") != std::string::npos);
   CHECK(tjob({"list"}).exit_code == 0);  // nothing was made of them
 }
+
+TEST_CASE_FIXTURE(fixture, "tjob run --deadline stops the job Failed, DeadlineExceeded") {
+  auto r = tjob({"run", "--name", "late", "--deadline", "1", "--grace", "0.2", "--", helper_bin(), "print",
+                 "ready\n", "sleep", "60000"});
+  CHECK(r.exit_code == 128 + SIGTERM);  // the step's exit: SIGTERM ended it
+  CHECK(r.out == "ready\n");
+  CHECK(r.err.find("tjob: job late Failed in") != std::string::npos);
+  CHECK(r.err.find(": DeadlineExceeded\n") != std::string::npos);
+  CHECK(tjob({"get", "late", "-o", "json"}).out.find("\"reason\":\"DeadlineExceeded\"") != std::string::npos);
+  auto bad = tjob({"run", "--deadline", "soon", "--", helper_bin(), "exit", "0"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--deadline soon: give whole seconds") != std::string::npos);
+  auto empty = tjob({"queue"});
+  CHECK(empty.exit_code == 0);
+  CHECK(empty.out == "POSITION   NAME   PRIORITY   WAITING   NEEDS   WAITS FOR\n");
+}
+
+TEST_CASE_FIXTURE(fixture, "tjob queue lists the jobs that wait for the budget, by priority, then in order") {
+  if (!local_only("the budgets are the server's own settings")) return;
+  tjob::test::gate g;
+  auto budget = std::vector<std::string>{"--max-running", "1", "--cpu-budget", "0"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), budget.begin(), budget.end());
+    return tjob(args);
+  };
+  REQUIRE(with({"train", "--name", "holder", "--", helper_bin(), "read-fifo", g.path()}).exit_code == 0);
+  REQUIRE(with({"train", "--name", "low", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  REQUIRE(with({"train", "--name", "high", "--priority", "7", "--resources", "cpu=2,memory=1Gi", "--", helper_bin(),
+                "exit", "0"})
+              .exit_code == 0);
+  auto q = with({"queue"}).out;
+  CHECK(q.find("1          high   7          ") != std::string::npos);
+  CHECK(q.find("cpu=2,memory=1Gi   a running slot (1 of max_running 1 in use)") != std::string::npos);
+  CHECK(q.find("2          low    0          ") != std::string::npos);
+  CHECK(q.find("job high ahead of it") != std::string::npos);
+  CHECK(tjob({"list"}).out.find("low      Created (Queued #2)") != std::string::npos);
+  g.release();
+  CHECK(tjob({"wait", "low"}).exit_code == 0);
+  CHECK(tjob({"queue", "-o", "json"}).out == "[]\n");
+}
