@@ -106,6 +106,19 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--deadline", o.deadline,
                   "Stop the job this long after it starts running (3600, 90s, 10m, 2h): SIGTERM, SIGKILL "
                   "after --grace; it ends Failed, reason DeadlineExceeded");
+  cmd->add_option("--after-ok", o.after_ok,
+                  "Start only after this job has ended Complete (repeatable, or comma-separated); if it "
+                  "fails, this job ends Failed, reason DependencyNeverSatisfied")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  cmd->add_option("--after-any", o.after_any, "Start only after this job has ended, however it ended (repeatable)")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  cmd->add_option("--after-not-ok", o.after_not_ok,
+                  "Start only after this job has ended Failed (repeatable); if it completes, this job ends "
+                  "Failed, reason DependencyNeverSatisfied")
+      ->delimiter(',')
+      ->allow_extra_args(false);
   cmd->add_option("command", o.command,
                   "FILE.py [ARGS...] to run Python training code in a venv (everything after FILE.py "
                   "is the script's own, as with `python FILE.py ARGS...`), or `-- CMD [ARGS...]` "
@@ -139,6 +152,9 @@ train_request make_request(const job_options& o, backend_kind backend) {
     throw usage_error("--label and --annotation are for the kubernetes backend; add --backend kubernetes");
   add_metadata(o, req);
   req.priority = o.priority;
+  req.after_ok = o.after_ok;
+  req.after_any = o.after_any;
+  req.after_not_ok = o.after_not_ok;
   if (!o.deadline.empty()) req.active_deadline = parse_deadline(o.deadline);
   bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() || !o.args.empty() ||
                         !o.python.empty() || o.system_site_packages || o.keep_venv || o.refresh;

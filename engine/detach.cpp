@@ -34,7 +34,7 @@ namespace {
 
 // Both sides must read the same fields; an old supervisor refuses a new
 // submitter (and the reverse) by this number rather than by a missing field.
-constexpr std::int64_t protocol_version = 2;  // 2: priority, active deadline, admission budgets
+constexpr std::int64_t protocol_version = 2;  // 2: priority, active deadline, dependencies, admission budgets
 
 json::value request_to_json(const train_request& req, const engine_config& cfg) {
   json::object o;
@@ -44,6 +44,12 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   o["num_nodes"] = req.num_nodes;
   o["priority"] = req.priority;
   o["active_deadline_s"] = req.active_deadline.count();
+  for (const auto& [key, list] : {std::pair{"after_ok", &req.after_ok}, {"after_any", &req.after_any},
+                                  {"after_not_ok", &req.after_not_ok}}) {
+    json::array a;
+    for (const auto& n : *list) a.emplace_back(n);
+    o[key] = std::move(a);
+  }
   o["trainer"] = json::parse(trainer_to_json(req.job_trainer));
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
@@ -86,6 +92,9 @@ void request_from_json(const json::object& o, train_request& req, engine_config&
     cfg.gpu_devices.push_back(json::value_to<std::string>(g));
   req.priority = static_cast<int>(o.at("priority").to_number<std::int64_t>());
   req.active_deadline = std::chrono::seconds(o.at("active_deadline_s").to_number<std::int64_t>());
+  for (const auto& [key, list] : {std::pair{"after_ok", &req.after_ok}, {"after_any", &req.after_any},
+                                  {"after_not_ok", &req.after_not_ok}})
+    for (const auto& n : o.at(key).as_array()) list->push_back(json::value_to<std::string>(n));
   if (auto* v = o.if_contains("max_running")) cfg.admission.max_running = static_cast<int>(v->to_number<std::int64_t>());
   if (auto* v = o.if_contains("cpus")) cfg.admission.cpus = static_cast<int>(v->to_number<std::int64_t>());
   if (auto* v = o.if_contains("memory")) cfg.admission.memory = v->to_number<std::uint64_t>();

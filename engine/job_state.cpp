@@ -81,6 +81,8 @@ std::string_view to_string(log_event e) noexcept {
       return "CancelRequested";
     case log_event::admitted:
       return "Admitted";
+    case log_event::waiting:
+      return "Waiting";
   }
   return "Created";
 }
@@ -124,11 +126,14 @@ void fold_event(folded_job& j, const logged_event& e) {
   if (e.what == log_event::cancel_requested) j.cancel_requested = true;
   // Queued is the reason of a job that waits (for admission, for GPUs) until
   // it is let go or anything else happens to it.
-  if (e.what == log_event::queued && e.step.empty() && j.status == job_status::created && j.reason.empty())
-    j.reason = std::string(queued_reason);
   auto kind = transition_of(e.what);
-  if (j.reason == queued_reason && (kind || e.what == log_event::admitted || e.what == log_event::devices_leased))
+  const bool waits = j.reason == queued_reason || j.reason == waiting_reason;
+  if (waits && (kind || e.what == log_event::queued || e.what == log_event::waiting ||
+                e.what == log_event::admitted || e.what == log_event::devices_leased))
     j.reason.clear();
+  if ((e.what == log_event::queued || e.what == log_event::waiting) && e.step.empty() &&
+      j.status == job_status::created && j.reason.empty())
+    j.reason = std::string(e.what == log_event::queued ? queued_reason : waiting_reason);
   if (!kind) return;
   folded_step* s = nullptr;
   for (auto& st : j.steps)

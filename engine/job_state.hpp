@@ -55,11 +55,12 @@ enum class log_event : std::uint8_t {
   devices_leased,    ///< "DevicesLeased": its GPUs, node by node
   cancel_requested,  ///< "CancelRequested": a cancel was asked for (changes no status)
   admitted,          ///< "Admitted": a queued job may start (Kueue's word)
+  waiting,           ///< "Waiting": the job waits for its dependencies to end
 };
 inline constexpr log_event all_log_events[] = {
     log_event::created, log_event::started,        log_event::exited,           log_event::start_failed,
     log_event::cancelled, log_event::lost,         log_event::setup,            log_event::queued,
-    log_event::devices_leased, log_event::cancel_requested, log_event::admitted};
+    log_event::devices_leased, log_event::cancel_requested, log_event::admitted, log_event::waiting};
 
 std::string_view to_string(log_event e) noexcept;
 std::optional<log_event> parse_log_event(std::string_view s) noexcept;
@@ -69,6 +70,9 @@ log_event log_event_of(event_kind k) noexcept;
 /// The reason of a Created job while it waits for admission or GPUs (a
 /// Queued event; Admitted, DevicesLeased or any transition ends it).
 inline constexpr std::string_view queued_reason = "Queued";
+/// The reason of a Created job while it waits for its dependencies (a
+/// Waiting event; a Queued or Admitted event or any transition ends it).
+inline constexpr std::string_view waiting_reason = "Waiting";
 
 /// One stored event as the fold reads it.
 struct logged_event {

@@ -319,6 +319,9 @@ json::object to_json(const train_request& r) {
   o["annotations"] = to_object(r.annotations);
   o["priority"] = r.priority;
   o["active_deadline"] = r.active_deadline.count();
+  o["after_ok"] = to_array(r.after_ok);
+  o["after_any"] = to_array(r.after_any);
+  o["after_not_ok"] = to_array(r.after_not_ok);
   o["trainer"] = std::move(t);
   return o;
 }
@@ -495,6 +498,9 @@ train_request request_from_json(const json::value& v, bool allow_source_file) {
   if (auto n = r.number("priority", -1'000'000, 1'000'000)) req.priority = static_cast<int>(*n);
   if (auto n = r.number("active_deadline", 0, std::int64_t(366) * 86400))
     req.active_deadline = std::chrono::seconds(*n);
+  if (auto v = r.texts("after_ok")) req.after_ok = std::move(*v);
+  if (auto v = r.texts("after_any")) req.after_any = std::move(*v);
+  if (auto v = r.texts("after_not_ok")) req.after_not_ok = std::move(*v);
   auto* tv = r.get("trainer");
   r.finish();
   if (!tv)

@@ -68,6 +68,14 @@ job_input job_input::deadline_passed() {
   return in;
 }
 
+job_input job_input::dependency_never_satisfied(std::string message) {
+  job_input in{kind::cancel};
+  in.never = true;
+  in.recorded = true;  // its Cancelled events say why; nobody asked for a cancel
+  in.message = std::move(message);
+  return in;
+}
+
 job_fsm::job_fsm(job_shape shape) : shape_(std::move(shape)), steps_(shape_.steps.size()) {}
 
 std::vector<job_action> job_fsm::on(const job_input& in) {
@@ -241,6 +249,8 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
       if (!cancelled_) {
         cancelled_ = true;
         deadline_ = in.deadline;
+        never_ = in.never;
+        never_how_ = in.message;
         if (!in.recorded) {
           job_action rec{job_action::kind::record_cancel};
           rec.deadline = deadline_;
@@ -254,7 +264,9 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
           break;  // begin ends it
         case stage::leasing:
           emit({job_action::kind::abandon_lease});
-          finish_all(shape_.queued ? "cancelled while waiting in the queue" : "cancelled while waiting for GPUs");
+          finish_all(never_          ? never_how_
+                     : shape_.queued ? "cancelled while waiting in the queue"
+                                     : "cancelled while waiting for GPUs");
           break;
         case stage::waiting_venv:
           emit({job_action::kind::abandon_venv_wait});
@@ -415,8 +427,12 @@ void job_fsm::finish_all(const std::string& message) {
   finish();
 }
 
-std::string job_fsm::stop_word() const { return deadline_ ? "active deadline exceeded" : "cancelled"; }
+std::string job_fsm::stop_word() const {
+  return deadline_ ? "active deadline exceeded" : never_ ? "dependency never satisfied" : "cancelled";
+}
 
-std::string job_fsm::stop_reason() const { return deadline_ ? "DeadlineExceeded" : "cancelled"; }
+std::string job_fsm::stop_reason() const {
+  return deadline_ ? "DeadlineExceeded" : never_ ? "DependencyNeverSatisfied" : "cancelled";
+}
 
 }  // namespace tjob::local

@@ -59,7 +59,9 @@ struct job_input {
     spawn_failed,    ///< `step`, `what` (the phase), `how` (the error), `message`
     exited,          ///< `step`, `exit_code`, `how` (describe), `pid`, `what`, `seconds`
     /// `forced`; `recorded`: somebody already logged the request; `deadline`:
-    /// the job's active deadline passed (it ends DeadlineExceeded, not cancelled)
+    /// the job's active deadline passed (it ends DeadlineExceeded, not
+    /// cancelled); `never`: a dependency can never be satisfied, `message`
+    /// says which (it ends DependencyNeverSatisfied)
     cancel,
     timer_fired,     ///< the grace period after a graceful stop has passed
     /// A process of `step`'s code failed (a torch worker's uncaught exception,
@@ -71,7 +73,7 @@ struct job_input {
   std::size_t step = 0;
   int exit_code = 0;
   venv_found found = venv_found::copied;
-  bool ok = false, forced = false, recorded = false, deadline = false;
+  bool ok = false, forced = false, recorded = false, deadline = false, never = false;
   std::string what, how, message;
   long pid = 0;
   double seconds = 0;
@@ -87,6 +89,7 @@ struct job_input {
                           double seconds);
   static job_input cancel(bool forced = false, bool recorded = false);
   static job_input deadline_passed();
+  static job_input dependency_never_satisfied(std::string message);
   static job_input timer_fired() { return {kind::timer_fired}; }
   static job_input worker_failed(std::size_t step, std::string what);
 };
@@ -171,6 +174,8 @@ class job_fsm {
   bool building_ = false;  ///< the setup phases build the cache entry: end_venv_build is owed
   bool cancelled_ = false;
   bool deadline_ = false;  ///< the cancel is the active deadline's
+  bool never_ = false;     ///< the cancel is a dependency's that can never be satisfied
+  std::string never_how_;  ///< which, and how it ended
   bool timer_armed_ = false;
   std::optional<std::size_t> failed_node_;
   /// The first worker failure recorded (worker_failed): the node to blame,

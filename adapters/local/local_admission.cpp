@@ -24,8 +24,83 @@ void engine_state::join_queue(const std::shared_ptr<job_rec>& j) {
     spawn_internal(run_admitter(), "admission");
 }
 
+void engine_state::wait_dependencies(const std::shared_ptr<job_rec>& j) {
+  dependency_waiting.push_back(j);
+  if (admitter_wake)
+    admitter_wake->notify();
+  else
+    spawn_internal(run_admitter(), "admission");
+}
+
 void engine_state::leave_queue(const job_rec& j) {
   std::erase_if(admission_waiting, [&](const auto& w) { return w.get() == &j; });
+  std::erase_if(dependency_waiting, [&](const auto& w) { return w.get() == &j; });
+}
+
+std::string engine_state::dependency_state(const job_rec::dependency& dep, bool& met) {
+  met = false;
+  std::optional<job_status> status;
+  if (auto o = owned(dep.job)) {
+    status = o->row.status;
+  } else if (auto row = load_fresh(dep.job)) {  // (a dead owner's job is recorded lost first)
+    status = row->status;
+  } else {
+    return "job " + dep.job + " was deleted before it ended (" + dep.kind + ")";
+  }
+  if (!is_terminal(*status)) return {};
+  const std::string_view kind = dep.kind;
+  const bool ok = *status == job_status::complete;
+  met = kind == "after_any" || (kind == "after_ok" && ok) || (kind == "after_not_ok" && !ok);
+  if (met) return {};
+  return "job " + dep.job + " ended " + std::string(to_string(*status)) + "; " + std::string(kind) + " needs it " +
+         (kind == "after_ok" ? "Complete" : "Failed");
+}
+
+void engine_state::dependency_round() {
+  for (const auto& j : std::vector(dependency_waiting)) {
+    std::string never;
+    bool all_met = true;
+    for (const auto& d : j->deps) {
+      bool met = false;
+      auto why = dependency_state(d, met);
+      if (!why.empty()) {
+        never = why;
+        break;
+      }
+      all_met = all_met && met;
+    }
+    if (!never.empty()) {
+      leave_queue(*j);
+      j->post(job_input::dependency_never_satisfied("dependency never satisfied: " + never));
+      continue;
+    }
+    if (!all_met) continue;
+    // Met: it joins the admission queue now, behind whoever is there.
+    auto adm = *j->admission;
+    adm.job = j->row.name;
+    const auto t = now_ms();
+    adm.since_ms = t;
+    auto waiting = transact([&](detail::store& s) {
+      auto w = join_admission_queue(s, adm, budget, t);  // Queued, with its place, when it does not fit
+      if (w.empty()) {
+        s.update_job_status(adm.job, job_status::created, "");
+        s.append_event(adm.job, "", t, log_event::admitted, "its dependencies are met, and it fits");
+      }
+      return w;
+    });
+    leave_queue(*j);
+    j->admission.reset();
+    j->deps.clear();
+    j->row.reason.clear();
+    if (waiting.empty()) {
+      after_admission(j);
+    } else {
+      j->queued = true;
+      j->row.reason = detail::queued_reason;
+      admission_waiting.push_back(j);
+    }
+    j->watchers.notify_all();
+  }
 }
 
 asio::awaitable<void> engine_state::run_admitter() {
@@ -42,14 +117,15 @@ asio::awaitable<void> engine_state::run_admitter() {
     }
   } watching{*this, &w, watch.add(home, &w, store_wake_file)};
   admitter_wake = &w;
-  while (!admission_waiting.empty() && !stopping) {
+  while ((!admission_waiting.empty() || !dependency_waiting.empty()) && !stopping) {
     try {
+      dependency_round();
       admit_round();
     } catch (const std::exception& e) {
       // The store is busy or failing: the next commit or second tries again.
       log->warn("admission: {}", e.what());
     }
-    if (admission_waiting.empty() || stopping) break;
+    if ((admission_waiting.empty() && dependency_waiting.empty()) || stopping) break;
     // A crashed owner writes nothing: the second is for those.
     co_await w.wait_until(steady::now() + std::chrono::seconds(1));
   }
@@ -59,8 +135,9 @@ void engine_state::admit_round() {
   flush();
   // Another process's cancel of a waiting job is in its log; no process of
   // the job runs to be signalled, so the owner acts on it here.
-  for (const auto& j : std::vector(admission_waiting))
-    if (db->has_event(j->row.name, log_event::cancel_requested)) j->post(job_input::cancel(false, true));
+  for (const auto* list : {&admission_waiting, &dependency_waiting})
+    for (const auto& j : std::vector(*list))
+      if (db->has_event(j->row.name, log_event::cancel_requested)) j->post(job_input::cancel(false, true));
   auto rows = db->load_queue();
   bool reconciled = false;
   for (const auto& q : rows)

@@ -99,8 +99,14 @@ struct job_rec {
   int master_port = 0;
   int gpus_per_node = 0;
   std::vector<std::string> node_devices;  // CUDA_VISIBLE_DEVICES of each node, once leased
-  /// Its row of the admission queue (need, priority), until it is recorded.
+  /// Its row of the admission queue (need, priority), until it joins the queue.
   std::unique_ptr<detail::queue_row> admission;
+  /// Its dependencies (train_request::after_*), while it waits for them.
+  struct dependency {
+    std::string job;
+    const char* kind;  // "after_ok", "after_any", "after_not_ok"
+  };
+  std::vector<dependency> deps;
   bool queued = false;             // it waits for admission (Created, reason Queued)
   std::string queue_note;          // what it waits for, for its log when it joins the queue
   std::chrono::seconds deadline{0};  // its active deadline, from Running; 0: none
@@ -183,6 +189,8 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   detail::admission_budget budget;
   /// This engine's jobs that wait for admission, in the order they came.
   std::vector<std::shared_ptr<job_rec>> admission_waiting;
+  /// This engine's jobs that wait for their dependencies (then they join the queue).
+  std::vector<std::shared_ptr<job_rec>> dependency_waiting;
   /// The admitter's wake-up while it runs (it runs while jobs wait).
   detail::wake_signal* admitter_wake = nullptr;
   // Woken after each commit of this engine's writes: watch_all's waiters see
@@ -205,7 +213,7 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// Queued (reason and event), and `waiting` says for what and its place.
   boost::asio::awaitable<bool> insert_job(detail::job_row row, std::string created_message,
                                           const detail::queue_row* admission = nullptr,
-                                          std::string* waiting = nullptr);
+                                          std::string* waiting = nullptr, std::string dependencies = {});
   void flush();
   /// A passive checkpoint of the store on checkpoint_thread, unless one runs.
   void start_checkpoint();
@@ -254,6 +262,13 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// Admission (local_admission.cpp): a queued job waits in
   /// admission_waiting until the admitter lets it start.
   void join_queue(const std::shared_ptr<job_rec>& j);
+  void wait_dependencies(const std::shared_ptr<job_rec>& j);
+  /// The dependencies of the waiting jobs, looked at again: a job whose
+  /// dependencies are met joins the queue; one that can never be met ends.
+  void dependency_round();
+  /// Why `dep` of a job can never be satisfied (empty: it may yet be, or is);
+  /// `met` is set when it is.
+  std::string dependency_state(const job_rec::dependency& dep, bool& met);
   void leave_queue(const job_rec& j);
   boost::asio::awaitable<void> run_admitter();
   void admit_round();
@@ -343,5 +358,9 @@ std::string join_argv(const std::vector<std::string>& argv);
 /// mkdir -p with mode 0700 for every directory it creates.
 void make_private_dirs(const std::filesystem::path& p);
 using detail::fail;
+/// The job joins the admission queue in the caller's transaction; empty when
+/// admitted at once, else what it waits for and its place (Queued).
+std::string join_admission_queue(detail::store& db, detail::queue_row adm, const detail::admission_budget& budget,
+                                 std::int64_t t);
 
 }  // namespace tjob::local

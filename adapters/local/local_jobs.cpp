@@ -137,8 +137,32 @@ void engine_state::queue_write(std::function<void(detail::store&)> w, std::funct
   }
 }
 
+// The job joins the admission queue (in the caller's transaction): admitted
+// now when it fits and nobody waits ahead of it, else Queued. Empty when
+// admitted; else what it waits for and its place.
+std::string join_admission_queue(detail::store& db, detail::queue_row adm,
+                                 const detail::admission_budget& budget, std::int64_t t) {
+  std::vector<detail::queue_row> rows;
+  for (auto& q : db.load_queue()) {
+    adm.seq = std::max(adm.seq, q.row.seq + 1);  // last of its priority (as enqueue numbers it)
+    rows.push_back(std::move(q.row));
+  }
+  rows.push_back(adm);
+  auto plan = detail::plan_admission(std::move(rows), budget);
+  adm.admitted = std::find(plan.admit.begin(), plan.admit.end(), adm.job) != plan.admit.end();
+  db.enqueue(adm);
+  if (adm.admitted) return {};
+  std::string waiting;
+  for (const auto& w : plan.queue)
+    if (w.job == adm.job) waiting = w.waits_for + " (position " + std::to_string(w.position) + ")";
+  db.update_job_status(adm.job, job_status::created, std::string(detail::queued_reason));
+  db.append_event(adm.job, "", t, log_event::queued, "waiting for " + waiting);
+  return waiting;
+}
+
 asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string created_message,
-                                               const detail::queue_row* admission, std::string* waiting) {
+                                               const detail::queue_row* admission, std::string* waiting,
+                                               std::string dependencies) {
   struct outcome {
     explicit outcome(const asio::any_io_executor& ex) : done(ex) {}
     bool inserted = false;
@@ -150,29 +174,20 @@ asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string 
   std::optional<detail::queue_row> adm;
   if (admission) adm = *admission;
   queue_write(
-      [st, row = std::move(row), message = std::move(created_message), adm = std::move(adm),
-       budget = budget](detail::store& db) mutable {
+      [st, row = std::move(row), message = std::move(created_message), adm = std::move(adm), budget = budget,
+       deps = std::move(dependencies)](detail::store& db) mutable {
         st->inserted = db.insert_job(row);
         if (!st->inserted) return;
         db.append_event(row.name, "", row.created_ms, log_event::created, message);
+        if (!deps.empty()) {  // it joins the queue once they have ended as it needs
+          db.update_job_status(row.name, job_status::created, std::string(detail::waiting_reason));
+          db.append_event(row.name, "", row.created_ms, log_event::waiting, "waiting for " + deps);
+          return;
+        }
         if (!adm) return;
-        // Admitted now when it fits and nobody waits ahead of it.
         adm->job = row.name;
         adm->since_ms = row.created_ms;
-        std::vector<detail::queue_row> rows;
-        for (auto& q : db.load_queue()) {
-          adm->seq = std::max(adm->seq, q.row.seq + 1);  // last of its priority (as enqueue numbers it)
-          rows.push_back(std::move(q.row));
-        }
-        rows.push_back(*adm);
-        auto plan = detail::plan_admission(std::move(rows), budget);
-        adm->admitted = std::find(plan.admit.begin(), plan.admit.end(), row.name) != plan.admit.end();
-        db.enqueue(*adm);
-        if (adm->admitted) return;
-        db.update_job_status(row.name, job_status::created, std::string(detail::queued_reason));
-        for (const auto& w : plan.queue)
-          if (w.job == row.name) st->waiting = w.waits_for + " (position " + std::to_string(w.position) + ")";
-        db.append_event(row.name, "", row.created_ms, log_event::queued, "waiting for " + st->waiting);
+        st->waiting = join_admission_queue(db, *adm, budget, row.created_ms);
       },
       [st] { st->done.notify(); },
       [st](std::exception_ptr x) {
@@ -308,7 +323,8 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
   std::vector<job_status> statuses;
   for (const auto& st : j.steps) statuses.push_back(st.row.status);
   j.row.status = detail::aggregate(statuses);
-  if (j.row.reason == detail::queued_reason) j.row.reason.clear();  // any transition ends the wait
+  if (j.row.reason == detail::queued_reason || j.row.reason == detail::waiting_reason)
+    j.row.reason.clear();  // any transition ends the wait
   if (j.row.status == job_status::failed && j.row.reason.empty()) j.row.reason = s.row.reason;
 
   queue_write(

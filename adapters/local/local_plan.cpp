@@ -245,6 +245,18 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
   j.admission->priority = req.priority;
   j.admission->need = need;
   j.deadline = req.active_deadline;
+  j.deps.clear();
+  for (const auto& [list, kind] : {std::pair{&req.after_ok, "after_ok"}, {&req.after_any, "after_any"},
+                                   {&req.after_not_ok, "after_not_ok"}})
+    for (const auto& d : *list) {
+      if (d == name)
+        fail(errc::invalid_argument, who + ": " + kind + " names the job itself; a job cannot wait for its own end");
+      if (!owned(d) && !db->load_job(d))
+        fail(errc::invalid_argument, who + ": " + kind + " " + quote(d) +
+                                         ": no such job in " + home.string() +
+                                         "; name a job that exists (tjob list), submitted before this one");
+      j.deps.push_back({d, kind});
+    }
 }
 
 // Records the job, Created, in the store. A generated name that is taken is
@@ -272,11 +284,15 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
     std::string created =
         "created by process " + std::to_string(self_pid) + ": " + join_argv(j->node_phases[0].argv);
     detail::job_row row = j->row;
-    bool inserted = co_await insert_job(std::move(row), std::move(created), j->admission.get(), &j->queue_note);
+    std::string deps;
+    for (const auto& d : j->deps) deps += (deps.empty() ? "" : ", ") + std::string(d.kind) + " " + d.job;
+    bool inserted =
+        co_await insert_job(std::move(row), std::move(created), j->admission.get(), &j->queue_note, deps);
     if (inserted) {
       j->queued = !j->queue_note.empty();
       if (j->queued) j->row.reason = detail::queued_reason;
-      j->admission.reset();
+      if (!j->deps.empty()) j->row.reason = detail::waiting_reason;
+      if (j->deps.empty()) j->admission.reset();  // else it joins the queue later
       // The request is in the store now; a running job does not keep a copy.
       std::string().swap(j->spec);
       std::string().swap(j->row.spec);

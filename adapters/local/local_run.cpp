@@ -29,8 +29,8 @@ job_shape shape_of(const job_rec& j) {
   job_shape s;
   for (const auto& st : j.steps) s.steps.push_back(st.row.name);
   s.setup = j.phases.size();
-  s.lease = j.gpus_per_node > 0 || j.queued;
-  s.queued = j.queued;
+  s.lease = j.gpus_per_node > 0 || j.queued || !j.deps.empty();
+  s.queued = j.queued || !j.deps.empty();
   s.venv_cache = j.venv_inputs != nullptr;
   return s;
 }
@@ -139,7 +139,9 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
   using A = job_action::kind;
   switch (a.k) {
     case A::request_lease:
-      if (j->queued) {
+      if (!j->deps.empty()) {
+        wait_dependencies(j);
+      } else if (j->queued) {
         // A Python job's log carries tjob's progress lines (venv, pip); a
         // command's is its program's bytes alone: the Queued event says it.
         auto note = std::exchange(j->queue_note, {});

@@ -101,6 +101,14 @@ struct train_request {
   /// (gracefully, then forced) and ends Failed, reason DeadlineExceeded. On
   /// Kubernetes: the TrainJob's activeDeadlineSeconds. 0: none.
   std::chrono::seconds active_deadline{0};
+  /// Dependencies, as Slurm's --dependency (docs/scheduling.md): the job
+  /// waits, Created with reason Waiting, until each named job has ended
+  /// Complete (after_ok), ended at all (after_any) or ended Failed
+  /// (after_not_ok); then it joins the admission queue. When one ends in a
+  /// way that can never satisfy it, or is deleted first, the job ends Failed,
+  /// reason DependencyNeverSatisfied. Each must name an existing job. Local
+  /// backend only.
+  std::vector<std::string> after_ok, after_any, after_not_ok;
 };
 
 /// The trainer part of a runtime, as Kubeflow's `RuntimeTrainer`.

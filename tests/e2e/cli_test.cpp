@@ -1111,3 +1111,23 @@ TEST_CASE_FIXTURE(fixture, "tjob queue lists the jobs that wait for the budget, 
   CHECK(tjob({"wait", "low"}).exit_code == 0);
   CHECK(tjob({"queue", "-o", "json"}).out == "[]\n");
 }
+
+TEST_CASE_FIXTURE(fixture, "tjob train --after-ok chains jobs across processes, and a broken link fails its dependent") {
+  tjob::test::gate g;
+  REQUIRE(tjob({"train", "--name", "prep", "--", helper_bin(), "read-fifo", g.path()}).exit_code == 0);
+  REQUIRE(tjob({"train", "--name", "fit", "--after-ok", "prep", "--", helper_bin(), "print", "fitting\n"}).exit_code ==
+          0);
+  REQUIRE(tjob({"train", "--name", "alarm", "--after-not-ok", "prep", "--", helper_bin(), "exit", "0"}).exit_code ==
+          0);
+  CHECK(tjob({"list"}).out.find("fit     Created (Waiting)") != std::string::npos);
+  auto unknown = tjob({"train", "--after-ok", "nope", "--", helper_bin(), "exit", "0"});
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.err.find("after_ok 'nope': no such job") != std::string::npos);
+  g.release();
+  CHECK(tjob({"wait", "fit"}).exit_code == 0);
+  CHECK(tjob({"logs", "fit"}).out == "fitting\n");
+  auto w = tjob({"wait", "alarm", "--status", "Failed"});
+  CHECK(w.exit_code == 0);
+  CHECK(tjob({"get", "alarm", "-o", "json"}).out.find("\"reason\":\"DependencyNeverSatisfied\"") !=
+        std::string::npos);
+}

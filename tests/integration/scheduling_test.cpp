@@ -305,3 +305,96 @@ TEST_CASE_FIXTURE(fixture, "an active deadline stops the job and its process gro
   bad.active_deadline = -5s;
   CHECK(message_of([&] { c.train(bad); }).find("active_deadline=-5s is out of range") != std::string::npos);
 }
+
+TEST_CASE_FIXTURE(fixture, "a dependency chain runs in order, each job Waiting until the one before has ended") {
+  trainer_client c(config());
+  gate g;
+  auto order = dir.path() / "order";
+  c.train(helper_job({"read-fifo", g.path(), "append", order.string(), "a"}, "a"));
+  auto b = helper_job({"append", order.string(), "b"}, "b");
+  b.after_ok = {"a"};
+  c.train(b);
+  auto cj = helper_job({"append", order.string(), "c"}, "c");
+  cj.after_ok = {"b"};
+  cj.after_any = {"a"};
+  c.train(cj);
+  for (auto name : {"b", "c"}) {
+    auto job = c.get_job(name);
+    CHECK(job.status == job_status::created);
+    CHECK(job.reason == "Waiting");
+  }
+  CHECK(c.get_job_events("c")[1].message == "waiting for after_ok b, after_any a");
+  CHECK(c.get_queue().empty());  // waiting for dependencies is not waiting in the queue
+  g.release();
+  c.wait_for_job_status("c", {job_status::complete}, 60s);
+  CHECK(lines_of(order) == std::vector<std::string>{"a", "b", "c"});
+  CHECK(reasons_of(c, "b") ==
+        std::vector<std::string>{"Created", "Waiting", "Admitted", "Started", "Exited"});
+}
+
+TEST_CASE_FIXTURE(fixture, "a broken chain fails its dependents with DependencyNeverSatisfied, naming the job") {
+  trainer_client c(config());
+  gate g;
+  c.train(helper_job({"read-fifo", g.path(), "exit", "3"}, "first"));
+  auto second = helper_job({"print", "never\n"}, "second");
+  second.after_ok = {"first"};
+  c.train(second);
+  auto third = helper_job({"print", "never\n"}, "third");
+  third.after_ok = {"second"};
+  c.train(third);
+  auto cleanup = helper_job({"print", "cleaning up\n"}, "cleanup");
+  cleanup.after_not_ok = {"first"};
+  c.train(cleanup);
+  g.release();
+  auto job = c.wait_for_job_status("third", {job_status::failed}, 60s);
+  CHECK(job.reason == "DependencyNeverSatisfied");
+  CHECK(job.steps[0].pid == 0);  // it never ran
+  job = c.get_job("second");
+  CHECK(job.reason == "DependencyNeverSatisfied");
+  auto events = c.get_job_events("second");
+  CHECK(events.back().message ==
+        "dependency never satisfied: job first ended Failed; after_ok needs it Complete");
+  CHECK(c.get_job_events("third").back().message.find("job second ended Failed") != std::string::npos);
+  CHECK(c.wait_for_job_status("cleanup", {job_status::complete}, 60s).reason.empty());
+  CHECK(c.get_job_logs("second").read_all().empty());
+}
+
+TEST_CASE_FIXTURE(fixture, "dependencies are checked at submit: unknown names, the job itself, and ended jobs") {
+  trainer_client c(config());
+  auto r = helper_job({"print", "x"}, "lonely");
+  r.after_ok = {"ghost"};
+  auto msg = message_of([&] { c.train(r); });
+  CHECK(msg.find("TrainJob 'lonely': after_ok 'ghost': no such job in") != std::string::npos);
+  CHECK(tjob::test::code_of([&] { c.get_job("lonely"); }) == errc::job_not_found);
+  r.after_ok = {};
+  r.after_any = {"lonely"};
+  CHECK(message_of([&] { c.train(r); }).find("after_any names the job itself") != std::string::npos);
+  // A dependency that has already ended decides at once.
+  c.wait_for_job_status(c.train(helper_job({"exit", "0"}, "done")), {job_status::complete}, 30s);
+  auto ok = helper_job({"print", "after done\n"}, "ok");
+  ok.after_ok = {"done"};
+  CHECK(c.wait_for_job_status(c.train(ok), {job_status::complete}, 30s).reason.empty());
+  auto not_ok = helper_job({"print", "x"}, "not-ok");
+  not_ok.after_not_ok = {"done"};
+  CHECK(c.wait_for_job_status(c.train(not_ok), {job_status::failed}, 30s).reason == "DependencyNeverSatisfied");
+}
+
+TEST_CASE_FIXTURE(fixture, "a dependency deleted before it ends fails its dependents, and a dependent can be cancelled") {
+  trainer_client c(config(300ms));
+  gate g;
+  c.train(helper_job({"read-fifo", g.path()}, "doomed"));
+  auto waits = helper_job({"print", "x"}, "waits");
+  waits.after_any = {"doomed"};
+  c.train(waits);
+  auto other = helper_job({"print", "x"}, "other");
+  other.after_ok = {"waits"};
+  c.train(other);
+  c.cancel_job("other");
+  CHECK(c.get_job("other").reason == "cancelled");
+  c.delete_job("doomed");
+  auto job = c.wait_for_job_status("waits", {job_status::failed}, 30s);
+  // after_any is met by any end, but a job deleted before it ended never ended.
+  CHECK(job.reason == "DependencyNeverSatisfied");
+  CHECK(c.get_job_events("waits").back().message.find("job doomed was deleted before it ended (after_any)") !=
+        std::string::npos);
+}

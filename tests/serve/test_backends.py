@@ -35,7 +35,7 @@ def run_a_job(server, name, expect_line):
     assert name in [j["name"] for j in server.get("/v1/jobs").json()["items"]]
     reasons = [e["reason"] for e in server.get("/v1/jobs/%s/events" % name).json()["items"]]
     assert reasons and set(reasons) <= {"Created", "Started", "Exited", "StartFailed", "Cancelled", "Lost", "Setup",
-                                        "Queued", "DevicesLeased", "CancelRequested", "Admitted"}, reasons
+                                        "Queued", "DevicesLeased", "CancelRequested", "Admitted", "Waiting"}, reasons
     assert server.request("DELETE", "/v1/jobs/" + name).status == 200
     assert server.get("/v1/jobs/" + name).status == 404
 
