@@ -32,6 +32,7 @@ struct job_options {
   bool system_site_packages = false, keep_venv = false, refresh = false;
   int priority = 0;
   std::vector<std::string> after_ok, after_any, after_not_ok;
+  std::string array;  // train --array: 0-99%8
   std::string deadline;  // --deadline: seconds, or 90s, 10m, 2h
   std::string stream_step;  // run: the one step to stream (default: every node)
 };
@@ -43,6 +44,15 @@ void add_job_options(CLI::App* cmd, job_options& o);
 /// labels and annotations are the cluster's). Throws usage_error naming the
 /// option and the fix.
 train_request make_request(const job_options& o, backend_kind backend);
+
+/// A job array's members (`--array 0-99%8`, as Slurm's: ranges, lists,
+/// steps `0-15:4`, and `%N` for the most at once): the indices and the limit
+/// (0: none). Throws usage_error.
+std::pair<std::vector<int>, int> parse_array(const std::string& spec);
+
+/// The requests of `req` as the members of array `spec`: NAME-<i>, each with
+/// TJOB_ARRAY_INDEX=<i> in its environment. Throws usage_error.
+std::vector<train_request> array_requests(const train_request& req, const std::string& spec);
 
 /// `--deadline`: whole seconds ("3600") or a duration of whole units ("90s",
 /// "10m", "2h", "1h30m"); at least one second. Throws usage_error.

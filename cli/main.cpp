@@ -257,15 +257,16 @@ int cmd_run(const common_options& common, const job_options& jo) {
 
 int cmd_train(const common_options& common, const job_options& jo) {
   auto cfg = make_config(common);
-  if (cfg.backend == backend_kind::remote) {  // the server owns the job
-    trainer_client client(cfg);
-    auto req = cli::make_request(jo, client.job_backend());
-    write_out(client.train(req) + "\n");
-    return exit_ok;
-  }
-  auto req = cli::make_request(jo, cfg.backend);
+  std::optional<trainer_client> remote;
+  if (cfg.backend == backend_kind::remote) remote.emplace(cfg);  // the server owns the jobs
+  auto req = cli::make_request(jo, remote ? remote->job_backend() : cfg.backend);
+  std::vector<train_request> reqs;
+  if (jo.array.empty())
+    reqs.push_back(std::move(req));
+  else
+    reqs = cli::array_requests(req, jo.array);
   cfg.supervisor = cli::self_exe();  // this very binary supervises the job
-  write_out(tjob::train_detached(req, cfg) + "\n");
+  for (const auto& r : reqs) write_out((remote ? remote->train(r) : tjob::train_detached(r, cfg)) + "\n");
   return exit_ok;
 }
 
@@ -368,6 +369,10 @@ void add_job_commands(CLI::App& app, commands& c) {
       "ends. If that process is killed, the job is marked Failed (reason lost) and its "
       "processes are stopped by the next tjob that opens the store.");
   cli::add_job_options(c.train, c.train_opts);
+  c.train->add_option("--array", c.train_opts.array,
+                      "Submit a job array, as Slurm's --array: 0-99 (or 1,3,5, or 0-15:4) makes jobs NAME-0 ... "
+                      "NAME-99, each with $TJOB_ARRAY_INDEX; %N runs at most N of them at once (0-99%8). "
+                      "wait, cancel, delete and get take NAME for them all");
   c.train->add_option("--grace", c.common.grace_seconds,
                       "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
 }
@@ -539,6 +544,27 @@ int run_query(commands& c) {
   }
   trainer_client client(make_config(c.common));
   const auto& name = c.job_name;
+  // A name that is no job but a job array's stands for its members (get,
+  // wait, cancel, delete); one that is neither is the job's not-found error.
+  auto members = [&](const std::string& n) -> std::vector<std::string> {
+    try {
+      client.get_job(n);
+      return {n};
+    } catch (const tjob::error& e) {
+      if (e.code() != errc::job_not_found) throw;
+      std::vector<std::string> out;
+      for (const auto& j : client.list_jobs())
+        if (j.array == n) out.push_back(j.name);
+      if (out.empty()) throw;
+      return out;
+    }
+  };
+  auto expand = [&](const std::vector<std::string>& names) {
+    std::vector<std::string> out;
+    for (const auto& n : names)
+      for (auto& m : members(n)) out.push_back(std::move(m));
+    return out;
+  };
   // The jobs of `list` and `delete --all`, in the statuses asked for.
   auto jobs_listed = [&] {
     auto all = client.list_jobs(c.list_runtime.empty() ? std::nullopt : std::optional(c.list_runtime));
@@ -551,7 +577,7 @@ int run_query(commands& c) {
     write_out(cli::render_jobs(jobs_listed(), fmt));
   } else if (*c.get) {
     std::vector<train_job> jobs;
-    for (const auto& n : c.job_names) jobs.push_back(client.get_job(n));
+    for (const auto& n : expand(c.job_names)) jobs.push_back(client.get_job(n));
     write_out(cli::render_job_list(jobs, fmt));
   } else if (*c.logs) {
     log_options lo{.step = c.step, .follow = c.follow, .timestamps = c.timestamps};
@@ -567,11 +593,17 @@ int run_query(commands& c) {
       while (auto chunk = reader.read_some()) write_out(*chunk);
     }
   } else if (*c.wait) {
-    auto job = client.wait_for_job_status(
-        name, wanted, std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000)));
-    write_out(std::string(to_string(job.status)) + "\n");
+    // An array: each member in turn, within the one timeout.
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000));
+    auto names = members(name);
+    for (const auto& n : names) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      auto job = client.wait_for_job_status(n, wanted, std::max(left, std::chrono::milliseconds(1)));
+      write_out((names.size() > 1 ? n + " " : std::string()) + std::string(to_string(job.status)) + "\n");
+    }
   } else if (*c.del) {
-    auto names = c.job_names;
+    auto names = expand(c.job_names);
     if (c.delete_all)
       for (const auto& j : jobs_listed()) names.push_back(j.name);
     for (const auto& n : names) {
@@ -579,7 +611,7 @@ int run_query(commands& c) {
       write_out("deleted " + n + "\n");
     }
   } else if (*c.cancel) {
-    for (const auto& n : c.job_names) {
+    for (const auto& n : expand(c.job_names)) {
       client.cancel_job(n);
       write_out(fmt::format("{} {}\n", n, to_string(client.get_job(n).status)));
     }

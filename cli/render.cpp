@@ -173,7 +173,7 @@ std::string render_jobs(const std::vector<train_job>& jobs, output_format f) {
   bool wide = f == output_format::wide;
   if (f != output_format::table && !wide) return render_list(jobs, f);
   std::vector<std::vector<std::string>> rows{{"NAME", "STATUS", "RUNTIME", "STEPS", "AGE"}};
-  if (wide) rows[0].insert(rows[0].end(), {"NODES", "STARTED", "DURATION", "REASON"});
+  if (wide) rows[0].insert(rows[0].end(), {"NODES", "STARTED", "DURATION", "REASON", "ARRAY"});
   auto now = clock::now();
   for (const auto& j : jobs) {
     auto done =
@@ -183,7 +183,7 @@ std::string render_jobs(const std::vector<train_job>& jobs, output_format f) {
     if (wide)
       rows.back().insert(rows.back().end(),
                          {std::to_string(j.num_nodes), j.start_time ? format_time(*j.start_time) : "-",
-                          ran_for(j, now), or_dash(j.reason)});
+                          ran_for(j, now), or_dash(j.reason), or_dash(j.array)});
   }
   return table(rows);
 }

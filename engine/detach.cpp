@@ -44,6 +44,8 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   o["num_nodes"] = req.num_nodes;
   o["priority"] = req.priority;
   o["active_deadline_s"] = req.active_deadline.count();
+  o["array"] = req.array;
+  o["array_limit"] = req.array_limit;
   for (const auto& [key, list] : {std::pair{"after_ok", &req.after_ok}, {"after_any", &req.after_any},
                                   {"after_not_ok", &req.after_not_ok}}) {
     json::array a;
@@ -92,6 +94,8 @@ void request_from_json(const json::object& o, train_request& req, engine_config&
     cfg.gpu_devices.push_back(json::value_to<std::string>(g));
   req.priority = static_cast<int>(o.at("priority").to_number<std::int64_t>());
   req.active_deadline = std::chrono::seconds(o.at("active_deadline_s").to_number<std::int64_t>());
+  req.array = json::value_to<std::string>(o.at("array"));
+  req.array_limit = static_cast<int>(o.at("array_limit").to_number<std::int64_t>());
   for (const auto& [key, list] : {std::pair{"after_ok", &req.after_ok}, {"after_any", &req.after_any},
                                   {"after_not_ok", &req.after_not_ok}})
     for (const auto& n : o.at(key).as_array()) list->push_back(json::value_to<std::string>(n));

@@ -60,6 +60,13 @@ const runtime& check_request(train_request& req, const runtime_catalog& catalog)
   if (req.active_deadline.count() < 0 || req.active_deadline > std::chrono::hours(24 * 366))
     fail(errc::invalid_argument, me + ": active_deadline=" + std::to_string(req.active_deadline.count()) +
                                      "s is out of range; give 1 s to a year, or 0 for none");
+  if (!req.array.empty()) {
+    if (auto problem = name_problem(req.array))
+      fail(errc::invalid_argument, me + ": array " + quote(req.array) + ": " + *problem);
+  }
+  if (req.array_limit < 0 || (req.array_limit > 0 && req.array.empty()))
+    fail(errc::invalid_argument, me + ": array_limit=" + std::to_string(req.array_limit) +
+                                     ": give 0 or more, with the array's name (array)");
   if (const auto* ct = std::get_if<command_trainer>(&req.job_trainer)) {
     if (ct->cpus < 0 || ct->cpus > 1024)
       fail(errc::invalid_argument,

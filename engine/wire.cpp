@@ -119,6 +119,7 @@ json::object to_json(const train_job& job) {
   o["end_time"] = time_or_null(job.end_time);
   o["steps"] = std::move(steps);
   if (job.queue_position) o["queue_position"] = *job.queue_position;
+  if (!job.array.empty()) o["array"] = job.array;
   return o;
 }
 
@@ -206,6 +207,7 @@ train_job job_from_json(const json::value& v) {
   j.start_time = optional_time_at(o, "start_time", in);
   j.end_time = optional_time_at(o, "end_time", in);
   if (o.contains("queue_position")) j.queue_position = static_cast<int>(int_at(o, "queue_position", in));
+  if (o.contains("array")) j.array = text_at(o, "array", in);
   auto* steps = o.if_contains("steps");
   if (!steps || !steps->is_array()) malformed(in, "steps");
   for (const auto& sv : steps->get_array()) {
@@ -322,6 +324,8 @@ json::object to_json(const train_request& r) {
   o["after_ok"] = to_array(r.after_ok);
   o["after_any"] = to_array(r.after_any);
   o["after_not_ok"] = to_array(r.after_not_ok);
+  o["array"] = r.array;
+  o["array_limit"] = r.array_limit;
   o["trainer"] = std::move(t);
   return o;
 }
@@ -501,6 +505,8 @@ train_request request_from_json(const json::value& v, bool allow_source_file) {
   if (auto v = r.texts("after_ok")) req.after_ok = std::move(*v);
   if (auto v = r.texts("after_any")) req.after_any = std::move(*v);
   if (auto v = r.texts("after_not_ok")) req.after_not_ok = std::move(*v);
+  if (auto v = r.text("array")) req.array = std::move(*v);
+  if (auto n = r.number("array_limit", 0, 100'000)) req.array_limit = static_cast<int>(*n);
   auto* tv = r.get("trainer");
   r.finish();
   if (!tv)

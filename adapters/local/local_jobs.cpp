@@ -52,6 +52,7 @@ train_job to_job(const detail::job_row& row) {
   if (row.ended_ms && is_terminal(row.status)) j.end_time = from_ms(row.ended_ms);
   j.status = row.status;
   j.reason = row.reason;
+  j.array = row.array;
   for (const auto& s : row.steps) j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid});
   return j;
 }

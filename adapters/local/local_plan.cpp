@@ -244,6 +244,8 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
   j.admission = std::make_unique<detail::queue_row>();
   j.admission->priority = req.priority;
   j.admission->need = need;
+  j.admission->group = req.array;
+  j.admission->group_limit = req.array_limit;
   j.deadline = req.active_deadline;
   j.deps.clear();
   for (const auto& [list, kind] : {std::pair{&req.after_ok, "after_ok"}, {&req.after_any, "after_any"},
@@ -276,6 +278,7 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
     j->row.status = job_status::created;
     j->row.owner_pid = self_pid;
     j->row.owner_start = self_start;
+    j->row.array = req.array;
     for (int node = 0; node < req.num_nodes; ++node) {
       detail::step_row st;
       st.name = "node-" + std::to_string(node);

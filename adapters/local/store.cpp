@@ -20,7 +20,7 @@ constexpr int application_id = 0x746a6f62;  // "tjob"
 // Version 2: events carry the step's exit code and reason (`detail`), so the
 // status columns can be folded from the log (migrate_v1_to_v2).
 // Version 3: the admission queue (`admissions`: the jobs waiting or admitted
-// and not ended).
+// and not ended), and each job's array (`jobs.array`).
 constexpr int schema_version = 3;
 
 constexpr const char* admissions_sql = R"sql(
@@ -36,6 +36,7 @@ CREATE TABLE admissions(
   admitted    INTEGER NOT NULL,
   since_ms    INTEGER NOT NULL
 ) WITHOUT ROWID;
+ALTER TABLE jobs ADD COLUMN array TEXT NOT NULL DEFAULT '';
 )sql";
 
 constexpr const char* schema_sql = R"sql(
@@ -383,7 +384,7 @@ void store::rollback() noexcept { sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr
 bool store::insert_job(const job_row& job) {
   auto* s = prepare(
       "INSERT INTO jobs(name, runtime, num_nodes, created_ms, spec, status, reason, owner_pid, "
-      "owner_start) VALUES(?,?,?,?,?,?,?,?,?)");
+      "owner_start, array) VALUES(?,?,?,?,?,?,?,?,?,?)");
   {
     reset_guard g{s};
     bind_text(s, 1, job.name);
@@ -395,6 +396,7 @@ bool store::insert_job(const job_row& job) {
     bind_text(s, 7, job.reason);
     sqlite3_bind_int64(s, 8, job.owner_pid);
     sqlite3_bind_int64(s, 9, static_cast<std::int64_t>(job.owner_start));
+    bind_text(s, 10, job.array);
     int rc = sqlite3_step(s);
     if (rc == SQLITE_CONSTRAINT_PRIMARYKEY) return false;
     if (rc != SQLITE_DONE) fail(rc, "cannot record the job");
@@ -525,7 +527,7 @@ std::vector<job_row> store::load_where(const char* where_sql, const std::string*
   static const std::string times = times_sql();
   // (a list leaves each job's spec, its whole request, unread: nothing listed needs it)
   std::string sql = std::string("SELECT name, runtime, num_nodes, created_ms, ") + (arg ? "spec" : "''") +
-                    ", status, reason, owner_pid, owner_start" + times + "FROM jobs ";
+                    ", status, reason, owner_pid, owner_start, array" + times + "FROM jobs ";
   sql += where_sql;
   sql += " ORDER BY created_ms, name";
   auto* s = prepare(sql);
@@ -545,8 +547,9 @@ std::vector<job_row> store::load_where(const char* where_sql, const std::string*
       j.reason = text_of(s, 6);
       j.owner_pid = sqlite3_column_int64(s, 7);
       j.owner_start = static_cast<std::uint64_t>(sqlite3_column_int64(s, 8));
-      j.started_ms = sqlite3_column_int64(s, 9);  // NULL reads as 0
-      j.ended_ms = sqlite3_column_int64(s, 10);
+      j.array = text_of(s, 9);
+      j.started_ms = sqlite3_column_int64(s, 10);  // NULL reads as 0
+      j.ended_ms = sqlite3_column_int64(s, 11);
       out.push_back(std::move(j));
     }
     if (rc != SQLITE_DONE) fail(rc, "cannot read jobs");

@@ -109,6 +109,11 @@ struct train_request {
   /// reason DependencyNeverSatisfied. Each must name an existing job. Local
   /// backend only.
   std::vector<std::string> after_ok, after_any, after_not_ok;
+  /// A member of a job array (Slurm's --array; docs/scheduling.md): the
+  /// array's name, shown with the job, and the most of its members that run
+  /// at once (0: no limit of its own). Local backend only.
+  std::string array;
+  int array_limit = 0;
 };
 
 /// The trainer part of a runtime, as Kubeflow's `RuntimeTrainer`.
@@ -153,6 +158,8 @@ struct train_job {
   std::string reason;  ///< for Failed: the failing step's reason; Queued while it waits for admission
   /// While it waits for admission (Created, reason Queued): its place, 1 = next.
   std::optional<int> queue_position;
+  /// The job array it belongs to (train_request::array); empty: none.
+  std::string array;
 };
 
 /// A job that waits for admission (engine::get_queue, `tjob queue`).

@@ -1131,3 +1131,28 @@ TEST_CASE_FIXTURE(fixture, "tjob train --after-ok chains jobs across processes, 
   CHECK(tjob({"get", "alarm", "-o", "json"}).out.find("\"reason\":\"DependencyNeverSatisfied\"") !=
         std::string::npos);
 }
+
+TEST_CASE_FIXTURE(fixture, "tjob train --array submits NAME-i with TJOB_ARRAY_INDEX, and NAME addresses them all") {
+  auto r = tjob({"train", "--name", "sweep", "--array", "0-4:2,7%2", "--", helper_bin(), "env", "TJOB_ARRAY_INDEX"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == "sweep-0\nsweep-2\nsweep-4\nsweep-7\n");
+  auto w = tjob({"wait", "sweep"});
+  CHECK(w.exit_code == 0);
+  CHECK(w.out == "sweep-0 Complete\nsweep-2 Complete\nsweep-4 Complete\nsweep-7 Complete\n");
+  CHECK(tjob({"logs", "sweep-4"}).out == "4\n");
+  CHECK(tjob({"get", "sweep", "-o", "name"}).out == "sweep-0\nsweep-2\nsweep-4\nsweep-7\n");
+  CHECK(tjob({"get", "sweep-2", "-o", "json"}).out.find("\"array\":\"sweep\"") != std::string::npos);
+  CHECK(tjob({"list", "-o", "wide"}).out.find("ARRAY") != std::string::npos);
+  for (auto [spec, why] : {std::pair{"9-1", "runs backwards"}, {"0-3%0", "must be 1 or more"},
+                           {"1,1", "given twice"}, {"x", "not an index"}}) {
+    auto bad = tjob({"train", "--name", "bad", "--array", spec, "--", helper_bin(), "exit", "0"});
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.err.find(why) != std::string::npos);
+  }
+  CHECK(tjob({"train", "--array", "0-1", "--", helper_bin(), "exit", "0"}).err.find("--array needs --name") !=
+        std::string::npos);
+  auto del = tjob({"delete", "sweep"});
+  CHECK(del.exit_code == 0);
+  CHECK(del.out == "deleted sweep-0\ndeleted sweep-2\ndeleted sweep-4\ndeleted sweep-7\n");
+  CHECK(tjob({"get", "sweep"}).exit_code == 2);
+}

@@ -398,3 +398,29 @@ TEST_CASE_FIXTURE(fixture, "a dependency deleted before it ends fails its depend
   CHECK(c.get_job_events("waits").back().message.find("job doomed was deleted before it ended (after_any)") !=
         std::string::npos);
 }
+
+TEST_CASE_FIXTURE(fixture, "an array of 100 jobs runs with at most 8 at once, and its limit holds up no other job") {
+  auto cfg = config();
+  cfg.admission.cpus = 0;
+  trainer_client c(cfg);
+  auto counter = dir.path() / "counter";
+  for (int i = 0; i < 100; ++i) {
+    auto r = helper_job({"enter", counter.string(), "sleep", "20", "leave", counter.string()},
+                        "sweep-" + std::to_string(i), {{"TJOB_ARRAY_INDEX", std::to_string(i)}});
+    r.array = "sweep";
+    r.array_limit = 8;
+    c.train(r);
+  }
+  // Another job behind 92 waiting members is not held up by the array's own limit.
+  auto other = c.train(helper_job({"print", "other\n"}, "other"));
+  c.wait_for_job_status(other, {job_status::complete}, 60s);
+  for (int i = 0; i < 100; ++i)
+    CHECK(c.wait_for_job_status("sweep-" + std::to_string(i), {job_status::complete}, 120s).array == "sweep");
+  std::istringstream in(tjob::test::read_file(counter));
+  int now = -1, most = -1;
+  in >> now >> most;
+  CHECK(now == 0);
+  CHECK(most <= 8);
+  CHECK(most >= 2);
+  CHECK(c.get_job("other").array.empty());
+}
