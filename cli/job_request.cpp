@@ -111,7 +111,8 @@ void add_job_options(CLI::App* cmd, job_options& o) {
                   "fails, this job ends Failed, reason DependencyNeverSatisfied")
       ->delimiter(',')
       ->allow_extra_args(false);
-  cmd->add_option("--after-any", o.after_any, "Start only after this job has ended, however it ended (repeatable)")
+  cmd->add_option("--after-any", o.after_any,
+                  "Start only after this job has ended, however it ended (repeatable)")
       ->delimiter(',')
       ->allow_extra_args(false);
   cmd->add_option("--after-not-ok", o.after_not_ok,
@@ -225,9 +226,10 @@ train_request make_request(const job_options& o, backend_kind backend) {
 
 std::pair<std::vector<int>, int> parse_array(const std::string& spec) {
   auto refuse = [&](const std::string& why) {
-    return usage_error("--array " + spec + ": " + why +
-                       "; give indices as 0-99, 1,3,5, 0-15:4 (every 4th), and %N for the most running at once "
-                       "(0-99%8)");
+    return usage_error(
+        "--array " + spec + ": " + why +
+        "; give indices as 0-99, 1,3,5, 0-15:4 (every 4th), and %N for the most running at once "
+        "(0-99%8)");
   };
   auto number = [&](const std::string& t) {
     if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos)
@@ -254,7 +256,8 @@ std::pair<std::vector<int>, int> parse_array(const std::string& spec) {
       item.resize(colon);
     }
     auto dash = item.find('-');
-    int lo = number(item.substr(0, dash)), hi = dash == std::string::npos ? lo : number(item.substr(dash + 1));
+    int lo = number(item.substr(0, dash)),
+        hi = dash == std::string::npos ? lo : number(item.substr(dash + 1));
     if (hi < lo) throw refuse(item + " runs backwards");
     for (int i = lo; i <= hi; i += step) {
       if (out.size() >= 10000) throw refuse("more than 10000 members");
@@ -269,7 +272,8 @@ std::pair<std::vector<int>, int> parse_array(const std::string& spec) {
 
 std::vector<train_request> array_requests(const train_request& req, const std::string& spec) {
   if (req.name.empty())
-    throw usage_error("--array needs --name: the members are NAME-0, NAME-1, ... and NAME addresses them all");
+    throw usage_error(
+        "--array needs --name: the members are NAME-0, NAME-1, ... and NAME addresses them all");
   auto [indices, limit] = parse_array(spec);
   std::vector<train_request> out;
   for (int i : indices) {
@@ -288,7 +292,8 @@ std::chrono::seconds parse_deadline(const std::string& value) {
     return usage_error("--deadline " + value +
                        ": give whole seconds (3600) or a duration of whole units (90s, 10m, 2h, 1h30m)");
   };
-  static const std::map<std::string, long long, std::less<>> unit_s = {{"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}};
+  static const std::map<std::string, long long, std::less<>> unit_s = {
+      {"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}};
   long long total = 0;
   std::size_t i = 0;
   if (value.empty()) throw refuse();
@@ -298,7 +303,8 @@ std::chrono::seconds parse_deadline(const std::string& value) {
     std::size_t unit_at = i;
     while (i < value.size() && std::isalpha(static_cast<unsigned char>(value[i]))) ++i;
     auto unit = unit_s.find(std::string_view(value).substr(unit_at, i - unit_at));
-    if (unit_at == start || unit_at - start > 9 || unit == unit_s.end() || (unit->second == 1 && unit_at == i && i < value.size()))
+    if (unit_at == start || unit_at - start > 9 || unit == unit_s.end() ||
+        (unit->second == 1 && unit_at == i && i < value.size()))
       throw refuse();
     total += std::stoll(value.substr(start, unit_at - start)) * unit->second;
   }

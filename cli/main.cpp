@@ -109,8 +109,8 @@ engine_config remote_config(const common_options& o, const std::string& server) 
                          o.no_venv_cache || o.venv_cache_ttl || !o.container_runtime.empty() ||
                          !o.container_host.empty() || !o.pull_policy.empty() || !o.network.empty() ||
                          !o.volumes.empty() || o.keep_workdir || !o.kube_namespace.empty() ||
-                         !o.kube_context.empty() || !o.kubeconfig.empty() || o.max_running ||
-                         o.cpu_budget || !o.memory_budget.empty();
+                         !o.kube_context.empty() || !o.kubeconfig.empty() || o.max_running || o.cpu_budget ||
+                         !o.memory_budget.empty();
   if (server_settings)
     throw usage_error("--server " + server +
                       ": the server's backend runs the jobs, with the server's settings; --backend, "
@@ -175,7 +175,8 @@ engine_config make_config(const common_options& o) {
   bool budgets = o.max_running || o.cpu_budget || !o.memory_budget.empty();
   if (budgets && cfg.backend != backend_kind::local)
     throw usage_error(
-        "--max-running, --cpu-budget and --memory-budget are the local backend's admission budgets (container "
+        "--max-running, --cpu-budget and --memory-budget are the local backend's admission budgets "
+        "(container "
         "jobs go to the daemon at once; on Kubernetes, Kueue's ClusterQueue sets them; docs/scheduling.md)");
   bool container_options = !o.container_runtime.empty() || !o.container_host.empty() ||
                            !o.pull_policy.empty() || !o.network.empty() || !o.volumes.empty() ||
@@ -369,10 +370,11 @@ void add_job_commands(CLI::App& app, commands& c) {
       "ends. If that process is killed, the job is marked Failed (reason lost) and its "
       "processes are stopped by the next tjob that opens the store.");
   cli::add_job_options(c.train, c.train_opts);
-  c.train->add_option("--array", c.train_opts.array,
-                      "Submit a job array, as Slurm's --array: 0-99 (or 1,3,5, or 0-15:4) makes jobs NAME-0 ... "
-                      "NAME-99, each with $TJOB_ARRAY_INDEX; %N runs at most N of them at once (0-99%8). "
-                      "wait, cancel, delete and get take NAME for them all");
+  c.train->add_option(
+      "--array", c.train_opts.array,
+      "Submit a job array, as Slurm's --array: 0-99 (or 1,3,5, or 0-15:4) makes jobs NAME-0 ... "
+      "NAME-99, each with $TJOB_ARRAY_INDEX; %N runs at most N of them at once (0-99%8). "
+      "wait, cancel, delete and get take NAME for them all");
   c.train->add_option("--grace", c.common.grace_seconds,
                       "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
 }
@@ -594,11 +596,12 @@ int run_query(commands& c) {
     }
   } else if (*c.wait) {
     // An array: each member in turn, within the one timeout.
-    const auto until =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000));
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000));
     auto names = members(name);
     for (const auto& n : names) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
       auto job = client.wait_for_job_status(n, wanted, std::max(left, std::chrono::milliseconds(1)));
       write_out((names.size() > 1 ? n + " " : std::string()) + std::string(to_string(job.status)) + "\n");
     }

@@ -54,7 +54,8 @@ std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
 // Bytes as Kubernetes writes them (4Gi, 512Mi), else plain.
 std::string bytes_text(std::uint64_t b) {
-  for (auto [unit, size] : {std::pair{"Ti", 1ULL << 40}, {"Gi", 1ULL << 30}, {"Mi", 1ULL << 20}, {"Ki", 1ULL << 10}})
+  for (auto [unit, size] :
+       {std::pair{"Ti", 1ULL << 40}, {"Gi", 1ULL << 30}, {"Mi", 1ULL << 20}, {"Ki", 1ULL << 10}})
     if (b >= size && b % size == 0) return std::to_string(b / size) + unit;
   return std::to_string(b);
 }
@@ -178,8 +179,8 @@ std::string render_jobs(const std::vector<train_job>& jobs, output_format f) {
   for (const auto& j : jobs) {
     auto done =
         std::count_if(j.steps.begin(), j.steps.end(), [](const step& s) { return is_terminal(s.status); });
-    rows.push_back({j.name, status_cell(j), or_dash(j.runtime),
-                    fmt::format("{}/{}", done, j.steps.size()), format_age(j.creation_timestamp, now)});
+    rows.push_back({j.name, status_cell(j), or_dash(j.runtime), fmt::format("{}/{}", done, j.steps.size()),
+                    format_age(j.creation_timestamp, now)});
     if (wide)
       rows.back().insert(rows.back().end(),
                          {std::to_string(j.num_nodes), j.start_time ? format_time(*j.start_time) : "-",
@@ -239,7 +240,8 @@ std::string render_runtimes(const std::vector<runtime>& runtimes, output_format 
 
 std::string render_queue(const std::vector<queue_entry>& entries, output_format f) {
   if (f != output_format::table && f != output_format::wide) return render_list(entries, f);
-  std::vector<std::vector<std::string>> rows{{"POSITION", "NAME", "PRIORITY", "WAITING", "NEEDS", "WAITS FOR"}};
+  std::vector<std::vector<std::string>> rows{
+      {"POSITION", "NAME", "PRIORITY", "WAITING", "NEEDS", "WAITS FOR"}};
   auto now = clock::now();
   for (const auto& e : entries) {
     std::string needs = fmt::format("cpu={}", e.cpus);

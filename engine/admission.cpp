@@ -8,11 +8,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <sched.h>
+#include <unistd.h>
 #include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <unistd.h>
 
 namespace tjob::detail {
 
@@ -46,8 +46,8 @@ std::string shortfall(const admission_need& n, const admission_budget& b, const 
   if (b.cpus > 0 && u.cpus + n.cpus > b.cpus)
     why.push_back(fmt::format("{} ({} of {} in use)", plural(n.cpus, "CPU", "CPUs"), u.cpus, b.cpus));
   if (b.memory > 0 && n.memory > 0 && u.memory + n.memory > b.memory)
-    why.push_back(fmt::format("{} of memory ({} of {} in use)", format_bytes(n.memory), format_bytes(u.memory),
-                              format_bytes(b.memory)));
+    why.push_back(fmt::format("{} of memory ({} of {} in use)", format_bytes(n.memory),
+                              format_bytes(u.memory), format_bytes(b.memory)));
   if (n.gpus > 0 && u.gpus + n.gpus > b.gpus)
     why.push_back(fmt::format("{} GPU(s) ({} of {} in use)", n.gpus, u.gpus, b.gpus));
   std::string out;
@@ -71,9 +71,9 @@ admission_plan plan_admission(std::vector<queue_row> rows, const admission_budge
   for (const auto& r : rows) {
     if (r.admitted) continue;
     if (r.group_limit > 0 && group_running[r.group] >= r.group_limit) {
-      plan.queue.push_back({r.job, 0,
-                            fmt::format("its array {}: {} of {} running", r.group, group_running[r.group],
-                                        r.group_limit)});
+      plan.queue.push_back(
+          {r.job, 0,
+           fmt::format("its array {}: {} of {} running", r.group, group_running[r.group], r.group_limit)});
       continue;
     }
     if (!blocker.empty()) {
@@ -102,8 +102,7 @@ std::string never_fits(const admission_need& need, const admission_budget& b) {
   if (b.memory > 0 && need.memory > b.memory)
     why.push_back(fmt::format("needs {} of memory; the memory budget is {}", format_bytes(need.memory),
                               format_bytes(b.memory)));
-  if (need.gpus > b.gpus)
-    why.push_back(fmt::format("needs {} GPU(s); the engine has {}", need.gpus, b.gpus));
+  if (need.gpus > b.gpus) why.push_back(fmt::format("needs {} GPU(s); the engine has {}", need.gpus, b.gpus));
   std::string out;
   for (const auto& w : why) out += (out.empty() ? "" : "; ") + w;
   return out;

@@ -46,7 +46,8 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   o["active_deadline_s"] = req.active_deadline.count();
   o["array"] = req.array;
   o["array_limit"] = req.array_limit;
-  for (const auto& [key, list] : {std::pair{"after_ok", &req.after_ok}, {"after_any", &req.after_any},
+  for (const auto& [key, list] : {std::pair{"after_ok", &req.after_ok},
+                                  {"after_any", &req.after_any},
                                   {"after_not_ok", &req.after_not_ok}}) {
     json::array a;
     for (const auto& n : *list) a.emplace_back(n);
@@ -96,10 +97,12 @@ void request_from_json(const json::object& o, train_request& req, engine_config&
   req.active_deadline = std::chrono::seconds(o.at("active_deadline_s").to_number<std::int64_t>());
   req.array = json::value_to<std::string>(o.at("array"));
   req.array_limit = static_cast<int>(o.at("array_limit").to_number<std::int64_t>());
-  for (const auto& [key, list] : {std::pair{"after_ok", &req.after_ok}, {"after_any", &req.after_any},
+  for (const auto& [key, list] : {std::pair{"after_ok", &req.after_ok},
+                                  {"after_any", &req.after_any},
                                   {"after_not_ok", &req.after_not_ok}})
     for (const auto& n : o.at(key).as_array()) list->push_back(json::value_to<std::string>(n));
-  if (auto* v = o.if_contains("max_running")) cfg.admission.max_running = static_cast<int>(v->to_number<std::int64_t>());
+  if (auto* v = o.if_contains("max_running"))
+    cfg.admission.max_running = static_cast<int>(v->to_number<std::int64_t>());
   if (auto* v = o.if_contains("cpus")) cfg.admission.cpus = static_cast<int>(v->to_number<std::int64_t>());
   if (auto* v = o.if_contains("memory")) cfg.admission.memory = v->to_number<std::uint64_t>();
 }

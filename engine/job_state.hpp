@@ -57,10 +57,12 @@ enum class log_event : std::uint8_t {
   admitted,          ///< "Admitted": a queued job may start (Kueue's word)
   waiting,           ///< "Waiting": the job waits for its dependencies to end
 };
-inline constexpr log_event all_log_events[] = {
-    log_event::created, log_event::started,        log_event::exited,           log_event::start_failed,
-    log_event::cancelled, log_event::lost,         log_event::setup,            log_event::queued,
-    log_event::devices_leased, log_event::cancel_requested, log_event::admitted, log_event::waiting};
+inline constexpr log_event all_log_events[] = {log_event::created,        log_event::started,
+                                               log_event::exited,         log_event::start_failed,
+                                               log_event::cancelled,      log_event::lost,
+                                               log_event::setup,          log_event::queued,
+                                               log_event::devices_leased, log_event::cancel_requested,
+                                               log_event::admitted,       log_event::waiting};
 
 std::string_view to_string(log_event e) noexcept;
 std::optional<log_event> parse_log_event(std::string_view s) noexcept;

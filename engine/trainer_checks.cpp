@@ -69,8 +69,8 @@ const runtime& check_request(train_request& req, const runtime_catalog& catalog)
                                      ": give 0 or more, with the array's name (array)");
   if (const auto* ct = std::get_if<command_trainer>(&req.job_trainer)) {
     if (ct->cpus < 0 || ct->cpus > 1024)
-      fail(errc::invalid_argument,
-           me + ": cpus=" + std::to_string(ct->cpus) + " is out of range; give 0 to 1024 CPUs to be admitted for");
+      fail(errc::invalid_argument, me + ": cpus=" + std::to_string(ct->cpus) +
+                                       " is out of range; give 0 to 1024 CPUs to be admitted for");
     if (ct->memory > (std::uint64_t(1) << 60))
       fail(errc::invalid_argument, me + ": memory=" + std::to_string(ct->memory) + " is over 1Ei; give less");
   }

@@ -211,12 +211,17 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   auto me = who(name);
   // Admission and deadlines of container jobs are not built yet: refused by
   // name rather than ignored (docs/scheduling.md).
-  const bool deps = !r.after_ok.empty() || !r.after_any.empty() || !r.after_not_ok.empty() || !r.array.empty();
+  const bool deps =
+      !r.after_ok.empty() || !r.after_any.empty() || !r.after_not_ok.empty() || !r.array.empty();
   if (r.priority != 0 || r.active_deadline.count() > 0 || deps)
-    fail(errc::invalid_argument,
-         me + ": " + (r.priority != 0 ? "priority" : deps ? "after_ok/after_any/after_not_ok/array" : "active_deadline") +
-             " is not yet supported on the container backend (its jobs go to the daemon at once); run the job "
-             "on the local backend, or leave it out (docs/scheduling.md)");
+    fail(
+        errc::invalid_argument,
+        me + ": " +
+            (r.priority != 0 ? "priority"
+             : deps          ? "after_ok/after_any/after_not_ok/array"
+                             : "active_deadline") +
+            " is not yet supported on the container backend (its jobs go to the daemon at once); run the job "
+            "on the local backend, or leave it out (docs/scheduling.md)");
   for (const auto& v : cfg.volumes) check_volume(v);
   auto program = program_of(me, r, c.rt);
 

@@ -238,12 +238,16 @@ struct backend::impl : std::enable_shared_from_this<impl> {
                "(--label kueue.x-k8s.io/priority-class=NAME) with the queue (--label "
                "kueue.x-k8s.io/queue-name=QUEUE), and leave priority 0 (docs/scheduling.md)");
     if (!r.after_ok.empty() || !r.after_any.empty() || !r.after_not_ok.empty())
-      fail(errc::invalid_argument,
-           me + ": after_ok/after_any/after_not_ok: a TrainJob has no dependencies; chain jobs with a workflow "
-                "engine (Argo, Kubeflow Pipelines), or run the chain on the local backend (docs/scheduling.md)");
+      fail(
+          errc::invalid_argument,
+          me +
+              ": after_ok/after_any/after_not_ok: a TrainJob has no dependencies; chain jobs with a workflow "
+              "engine (Argo, Kubeflow Pipelines), or run the chain on the local backend "
+              "(docs/scheduling.md)");
     if (!r.array.empty())
-      fail(errc::invalid_argument, me + ": array: job arrays are the local backend's (on a cluster, submit the "
-                                        "jobs and let Kueue's quota bound them; docs/scheduling.md)");
+      fail(errc::invalid_argument,
+           me + ": array: job arrays are the local backend's (on a cluster, submit the "
+                "jobs and let Kueue's quota bound them; docs/scheduling.md)");
     t.active_deadline_seconds = r.active_deadline.count();
     auto body = trainjob_body(name, ns, rt, t, r.labels, r.annotations);
     auto made = co_await a->post(jobs_path, std::move(body));

@@ -187,8 +187,10 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
       if (in.step >= steps_.size() || !steps_[in.step].running) break;
       steps_[in.step].running = false;
       if (cancelled_) {
-        step_outcome out{
-            {event_kind::cancelled}, stop_word() + "; the process ended: " + in.how, stop_reason(), in.exit_code};
+        step_outcome out{{event_kind::cancelled},
+                         stop_word() + "; the process ended: " + in.how,
+                         stop_reason(),
+                         in.exit_code};
         if (stage_ == stage::setup)
           setup_ended(std::move(out));
         else
@@ -336,11 +338,12 @@ void job_fsm::setup_ended(step_outcome out) {
   for (std::size_t i = 1; i < steps_.size(); ++i) {
     auto& s = steps_[i];
     s.ended = true;
-    s.out = cancelled_ ? step_outcome{{event_kind::cancelled}, stop_word() + " before it started", stop_reason(), {}}
-                       : step_outcome{{event_kind::start_failed},
-                                      "not started: node-0's setup did not succeed",
-                                      "setup failed in node-0",
-                                      {}};
+    s.out = cancelled_
+                ? step_outcome{{event_kind::cancelled}, stop_word() + " before it started", stop_reason(), {}}
+                : step_outcome{{event_kind::start_failed},
+                               "not started: node-0's setup did not succeed",
+                               "setup failed in node-0",
+                               {}};
   }
   finish();
 }
@@ -422,7 +425,8 @@ void job_fsm::finish() {
 void job_fsm::finish_all(const std::string& message) {
   for (auto& s : steps_) {
     s.ended = true;
-    s.out = {{event_kind::cancelled}, s.started ? stop_word() + " after its setup" : message, stop_reason(), {}};
+    s.out = {
+        {event_kind::cancelled}, s.started ? stop_word() + " after its setup" : message, stop_reason(), {}};
   }
   finish();
 }

@@ -63,7 +63,7 @@ struct job_input {
     /// cancelled); `never`: a dependency can never be satisfied, `message`
     /// says which (it ends DependencyNeverSatisfied)
     cancel,
-    timer_fired,     ///< the grace period after a graceful stop has passed
+    timer_fired,  ///< the grace period after a graceful stop has passed
     /// A process of `step`'s code failed (a torch worker's uncaught exception,
     /// recorded by the hook tjob puts in the venv), `what` says how. The first
     /// one is the job's root cause, whichever node's torchrun ends first.

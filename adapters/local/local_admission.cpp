@@ -52,8 +52,8 @@ std::string engine_state::dependency_state(const job_rec::dependency& dep, bool&
   const bool ok = *status == job_status::complete;
   met = kind == "after_any" || (kind == "after_ok" && ok) || (kind == "after_not_ok" && !ok);
   if (met) return {};
-  return "job " + dep.job + " ended " + std::string(to_string(*status)) + "; " + std::string(kind) + " needs it " +
-         (kind == "after_ok" ? "Complete" : "Failed");
+  return "job " + dep.job + " ended " + std::string(to_string(*status)) + "; " + std::string(kind) +
+         " needs it " + (kind == "after_ok" ? "Complete" : "Failed");
 }
 
 void engine_state::dependency_round() {
@@ -211,7 +211,8 @@ std::vector<queue_entry> engine_state::queue_view() {
     e.name = w.job;
     e.position = w.position;
     e.priority = r.priority;
-    e.waits_for = w.waits_for.empty() ? "nothing: it fits, and starts when its owner next looks" : w.waits_for;
+    e.waits_for =
+        w.waits_for.empty() ? "nothing: it fits, and starts when its owner next looks" : w.waits_for;
     e.since = from_ms(r.since_ms);
     e.cpus = r.need.cpus;
     e.memory = r.need.memory;

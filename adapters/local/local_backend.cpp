@@ -263,7 +263,9 @@ namespace {
 
 // The places of queued jobs in the queue (a job is Created with reason Queued
 // while it waits for admission).
-bool is_queued(const train_job& j) { return j.status == job_status::created && j.reason == detail::queued_reason; }
+bool is_queued(const train_job& j) {
+  return j.status == job_status::created && j.reason == detail::queued_reason;
+}
 
 void set_positions(engine_state& e, std::vector<train_job>& jobs) {
   if (std::none_of(jobs.begin(), jobs.end(), is_queued)) return;

@@ -107,8 +107,8 @@ struct job_rec {
     const char* kind;  // "after_ok", "after_any", "after_not_ok"
   };
   std::vector<dependency> deps;
-  bool queued = false;             // it waits for admission (Created, reason Queued)
-  std::string queue_note;          // what it waits for, for its log when it joins the queue
+  bool queued = false;               // it waits for admission (Created, reason Queued)
+  std::string queue_note;            // what it waits for, for its log when it joins the queue
   std::chrono::seconds deadline{0};  // its active deadline, from Running; 0: none
   std::unique_ptr<boost::asio::steady_timer> deadline_timer;  // armed when it starts running
   /// Set when the venv comes from the cache (engine_config::venv_cache):
@@ -360,7 +360,7 @@ void make_private_dirs(const std::filesystem::path& p);
 using detail::fail;
 /// The job joins the admission queue in the caller's transaction; empty when
 /// admitted at once, else what it waits for and its place (Queued).
-std::string join_admission_queue(detail::store& db, detail::queue_row adm, const detail::admission_budget& budget,
-                                 std::int64_t t);
+std::string join_admission_queue(detail::store& db, detail::queue_row adm,
+                                 const detail::admission_budget& budget, std::int64_t t);
 
 }  // namespace tjob::local

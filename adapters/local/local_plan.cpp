@@ -238,8 +238,9 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
   }
   if (auto why = detail::never_fits(need, budget); !why.empty())
     fail(errc::invalid_argument,
-         who + " " + why + ", so it could never start; ask for less (--resources), or raise the budget "
-                           "(--cpu-budget/--memory-budget, admission: in " +
+         who + " " + why +
+             ", so it could never start; ask for less (--resources), or raise the budget "
+             "(--cpu-budget/--memory-budget, admission: in " +
              (home / "config.yaml").string() + ")");
   j.admission = std::make_unique<detail::queue_row>();
   j.admission->priority = req.priority;
@@ -248,14 +249,16 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
   j.admission->group_limit = req.array_limit;
   j.deadline = req.active_deadline;
   j.deps.clear();
-  for (const auto& [list, kind] : {std::pair{&req.after_ok, "after_ok"}, {&req.after_any, "after_any"},
+  for (const auto& [list, kind] : {std::pair{&req.after_ok, "after_ok"},
+                                   {&req.after_any, "after_any"},
                                    {&req.after_not_ok, "after_not_ok"}})
     for (const auto& d : *list) {
       if (d == name)
-        fail(errc::invalid_argument, who + ": " + kind + " names the job itself; a job cannot wait for its own end");
+        fail(errc::invalid_argument,
+             who + ": " + kind + " names the job itself; a job cannot wait for its own end");
       if (!owned(d) && !db->load_job(d))
-        fail(errc::invalid_argument, who + ": " + kind + " " + quote(d) +
-                                         ": no such job in " + home.string() +
+        fail(errc::invalid_argument, who + ": " + kind + " " + quote(d) + ": no such job in " +
+                                         home.string() +
                                          "; name a job that exists (tjob list), submitted before this one");
       j.deps.push_back({d, kind});
     }

@@ -206,8 +206,9 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
         log_progress(*j, j->steps[0], "[tjob] " + why + "; stopping the job\n");
       queue_write([name = j->row.name, t = now_ms(), grace = cfg.grace_period.count(),
                    why = std::move(why)](detail::store& db) {
-        db.append_event(name, "", t, log_event::cancel_requested,
-                        why + ": SIGTERM to the process group, SIGKILL after " + std::to_string(grace) + " ms");
+        db.append_event(
+            name, "", t, log_event::cancel_requested,
+            why + ": SIGTERM to the process group, SIGKILL after " + std::to_string(grace) + " ms");
       });
       break;
     }

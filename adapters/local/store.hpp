@@ -41,7 +41,7 @@ struct job_row {
   std::string runtime;
   int num_nodes = 1;
   std::int64_t created_ms = 0;
-  std::string spec;  ///< the request as JSON
+  std::string spec;   ///< the request as JSON
   std::string array;  ///< the job array it belongs to; empty: none
   job_status status = job_status::created;
   std::string reason;

@@ -187,7 +187,8 @@ tjob::engine_config config_of(const py::dict& d) {
   take(d, "runtime_dirs", dirs);
   for (auto& x : dirs) c.runtime_dirs.emplace_back(x);
   take(d, "gpu_devices", c.gpu_devices);
-  if (d.contains("max_running") && !d["max_running"].is_none()) c.admission.max_running = d["max_running"].cast<int>();
+  if (d.contains("max_running") && !d["max_running"].is_none())
+    c.admission.max_running = d["max_running"].cast<int>();
   if (d.contains("cpu_budget") && !d["cpu_budget"].is_none()) c.admission.cpus = d["cpu_budget"].cast<int>();
   if (d.contains("memory_budget") && !d["memory_budget"].is_none())
     c.admission.memory = d["memory_budget"].cast<std::uint64_t>();

@@ -1098,8 +1098,8 @@ TEST_CASE_FIXTURE(fixture, "tjob queue lists the jobs that wait for the budget, 
   };
   REQUIRE(with({"train", "--name", "holder", "--", helper_bin(), "read-fifo", g.path()}).exit_code == 0);
   REQUIRE(with({"train", "--name", "low", "--", helper_bin(), "exit", "0"}).exit_code == 0);
-  REQUIRE(with({"train", "--name", "high", "--priority", "7", "--resources", "cpu=2,memory=1Gi", "--", helper_bin(),
-                "exit", "0"})
+  REQUIRE(with({"train", "--name", "high", "--priority", "7", "--resources", "cpu=2,memory=1Gi", "--",
+                helper_bin(), "exit", "0"})
               .exit_code == 0);
   auto q = with({"queue"}).out;
   CHECK(q.find("1          high   7          ") != std::string::npos);
@@ -1112,13 +1112,14 @@ TEST_CASE_FIXTURE(fixture, "tjob queue lists the jobs that wait for the budget, 
   CHECK(tjob({"queue", "-o", "json"}).out == "[]\n");
 }
 
-TEST_CASE_FIXTURE(fixture, "tjob train --after-ok chains jobs across processes, and a broken link fails its dependent") {
+TEST_CASE_FIXTURE(
+    fixture, "tjob train --after-ok chains jobs across processes, and a broken link fails its dependent") {
   tjob::test::gate g;
   REQUIRE(tjob({"train", "--name", "prep", "--", helper_bin(), "read-fifo", g.path()}).exit_code == 0);
-  REQUIRE(tjob({"train", "--name", "fit", "--after-ok", "prep", "--", helper_bin(), "print", "fitting\n"}).exit_code ==
-          0);
-  REQUIRE(tjob({"train", "--name", "alarm", "--after-not-ok", "prep", "--", helper_bin(), "exit", "0"}).exit_code ==
-          0);
+  REQUIRE(tjob({"train", "--name", "fit", "--after-ok", "prep", "--", helper_bin(), "print", "fitting\n"})
+              .exit_code == 0);
+  REQUIRE(tjob({"train", "--name", "alarm", "--after-not-ok", "prep", "--", helper_bin(), "exit", "0"})
+              .exit_code == 0);
   CHECK(tjob({"list"}).out.find("fit     Created (Waiting)") != std::string::npos);
   auto unknown = tjob({"train", "--after-ok", "nope", "--", helper_bin(), "exit", "0"});
   CHECK(unknown.exit_code == 2);
@@ -1132,8 +1133,10 @@ TEST_CASE_FIXTURE(fixture, "tjob train --after-ok chains jobs across processes, 
         std::string::npos);
 }
 
-TEST_CASE_FIXTURE(fixture, "tjob train --array submits NAME-i with TJOB_ARRAY_INDEX, and NAME addresses them all") {
-  auto r = tjob({"train", "--name", "sweep", "--array", "0-4:2,7%2", "--", helper_bin(), "env", "TJOB_ARRAY_INDEX"});
+TEST_CASE_FIXTURE(fixture,
+                  "tjob train --array submits NAME-i with TJOB_ARRAY_INDEX, and NAME addresses them all") {
+  auto r = tjob(
+      {"train", "--name", "sweep", "--array", "0-4:2,7%2", "--", helper_bin(), "env", "TJOB_ARRAY_INDEX"});
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == "sweep-0\nsweep-2\nsweep-4\nsweep-7\n");
   auto w = tjob({"wait", "sweep"});
@@ -1143,8 +1146,10 @@ TEST_CASE_FIXTURE(fixture, "tjob train --array submits NAME-i with TJOB_ARRAY_IN
   CHECK(tjob({"get", "sweep", "-o", "name"}).out == "sweep-0\nsweep-2\nsweep-4\nsweep-7\n");
   CHECK(tjob({"get", "sweep-2", "-o", "json"}).out.find("\"array\":\"sweep\"") != std::string::npos);
   CHECK(tjob({"list", "-o", "wide"}).out.find("ARRAY") != std::string::npos);
-  for (auto [spec, why] : {std::pair{"9-1", "runs backwards"}, {"0-3%0", "must be 1 or more"},
-                           {"1,1", "given twice"}, {"x", "not an index"}}) {
+  for (auto [spec, why] : {std::pair{"9-1", "runs backwards"},
+                           {"0-3%0", "must be 1 or more"},
+                           {"1,1", "given twice"},
+                           {"x", "not an index"}}) {
     auto bad = tjob({"train", "--name", "bad", "--array", spec, "--", helper_bin(), "exit", "0"});
     CHECK(bad.exit_code == 2);
     CHECK(bad.err.find(why) != std::string::npos);

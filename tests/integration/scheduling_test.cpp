@@ -66,7 +66,8 @@ void wait_started(trainer_client& c, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(fixture, "a job that does not fit waits Created, Queued, with its place, until room is freed") {
+TEST_CASE_FIXTURE(fixture,
+                  "a job that does not fit waits Created, Queued, with its place, until room is freed") {
   trainer_client c(slots(config(), 1));
   gate g;
   auto a = c.train(helper_job({"read-fifo", g.path()}, "holder"));
@@ -85,8 +86,9 @@ TEST_CASE_FIXTURE(fixture, "a job that does not fit waits Created, Queued, with 
   CHECK(q[0].waits_for.find("a running slot (1 of max_running 1 in use)") != std::string::npos);
   bool said = false;
   for (const auto& e : c.get_job_events(b))
-    said = said || (e.reason == "Queued" && e.message == "waiting for a running slot (1 of max_running 1 in use) "
-                                                         "(position 1)");
+    said = said || (e.reason == "Queued" && e.message ==
+                                                "waiting for a running slot (1 of max_running 1 in use) "
+                                                "(position 1)");
   CHECK(said);
   g.release();
   job = c.wait_for_job_status(b, {job_status::complete}, 30s);
@@ -106,9 +108,9 @@ TEST_CASE_FIXTURE(fixture, "200 jobs with max_running 4 from three processes nev
   int first = 0;
   for (int p = 0; p < 3; ++p) {
     procs.push_back(std::make_unique<tjob::test::background>(
-        std::vector<std::string>{tjob::test::submit_bin(), home(), "p" + std::to_string(p), std::to_string(first),
-                                 std::to_string(per[p]), "4", "0", "--", helper_bin(), "enter", counter.string(),
-                                 "sleep", "20", "leave", counter.string()}));
+        std::vector<std::string>{tjob::test::submit_bin(), home(), "p" + std::to_string(p),
+                                 std::to_string(first), std::to_string(per[p]), "4", "0", "--", helper_bin(),
+                                 "enter", counter.string(), "sleep", "20", "leave", counter.string()}));
     first += per[p];
   }
   for (int p = 0; p < 3; ++p) {
@@ -225,8 +227,8 @@ TEST_CASE_FIXTURE(fixture, "the queue is one for every process on the store, and
 TEST_CASE_FIXTURE(fixture, "a crashed owner frees the queue: its jobs end lost and the next job starts") {
   gate g;
   // Another process owns a running job that holds the only slot.
-  tjob::test::background owner({tjob::test::submit_bin(), home(), "held", "0", "1", "1", "0", "--", helper_bin(),
-                                "read-fifo", g.path()});
+  tjob::test::background owner({tjob::test::submit_bin(), home(), "held", "0", "1", "1", "0", "--",
+                                helper_bin(), "read-fifo", g.path()});
   REQUIRE(owner.wait_for_stdout("submitted"));
   trainer_client c(slots(config(), 1));
   wait_started(c, "held-0");
@@ -244,8 +246,8 @@ TEST_CASE_FIXTURE(fixture, "a crashed owner frees the queue: its jobs end lost a
 
 TEST_CASE_FIXTURE(fixture, "a queued job whose owner crashed is Failed lost, never Queued forever") {
   gate g;
-  tjob::test::background owner({tjob::test::submit_bin(), home(), "q", "0", "2", "1", "0", "--", helper_bin(),
-                                "read-fifo", g.path()});
+  tjob::test::background owner(
+      {tjob::test::submit_bin(), home(), "q", "0", "2", "1", "0", "--", helper_bin(), "read-fifo", g.path()});
   REQUIRE(owner.wait_for_stdout("submitted"));
   owner.signal(SIGKILL);
   owner.wait();
@@ -273,7 +275,8 @@ TEST_CASE_FIXTURE(fixture, "a queued job cancelled by another process ends cance
   g.release();
 }
 
-TEST_CASE_FIXTURE(fixture, "an active deadline stops the job and its process group: Failed, DeadlineExceeded") {
+TEST_CASE_FIXTURE(fixture,
+                  "an active deadline stops the job and its process group: Failed, DeadlineExceeded") {
   trainer_client c(config(300ms));
   auto pidfile = dir.path() / "pids";
   auto r = helper_job({"ignore-term", pidfile.string()}, "slow");
@@ -294,7 +297,8 @@ TEST_CASE_FIXTURE(fixture, "an active deadline stops the job and its process gro
   CHECK(tjob::test::wait_gone(grandchild, 10s));  // SIGKILL reached the whole group
   bool said = false;
   for (const auto& e : c.get_job_events(name))
-    said = said || (e.reason == "CancelRequested" && e.message.find("the active deadline of 1 s passed") == 0);
+    said =
+        said || (e.reason == "CancelRequested" && e.message.find("the active deadline of 1 s passed") == 0);
   CHECK(said);
   CHECK(c.get_job_logs(name).read_all() == "ready\n");  // a command's log is its own bytes: the event says it
 
@@ -306,7 +310,8 @@ TEST_CASE_FIXTURE(fixture, "an active deadline stops the job and its process gro
   CHECK(message_of([&] { c.train(bad); }).find("active_deadline=-5s is out of range") != std::string::npos);
 }
 
-TEST_CASE_FIXTURE(fixture, "a dependency chain runs in order, each job Waiting until the one before has ended") {
+TEST_CASE_FIXTURE(fixture,
+                  "a dependency chain runs in order, each job Waiting until the one before has ended") {
   trainer_client c(config());
   gate g;
   auto order = dir.path() / "order";
@@ -332,7 +337,8 @@ TEST_CASE_FIXTURE(fixture, "a dependency chain runs in order, each job Waiting u
         std::vector<std::string>{"Created", "Waiting", "Admitted", "Started", "Exited"});
 }
 
-TEST_CASE_FIXTURE(fixture, "a broken chain fails its dependents with DependencyNeverSatisfied, naming the job") {
+TEST_CASE_FIXTURE(fixture,
+                  "a broken chain fails its dependents with DependencyNeverSatisfied, naming the job") {
   trainer_client c(config());
   gate g;
   c.train(helper_job({"read-fifo", g.path(), "exit", "3"}, "first"));
@@ -359,7 +365,8 @@ TEST_CASE_FIXTURE(fixture, "a broken chain fails its dependents with DependencyN
   CHECK(c.get_job_logs("second").read_all().empty());
 }
 
-TEST_CASE_FIXTURE(fixture, "dependencies are checked at submit: unknown names, the job itself, and ended jobs") {
+TEST_CASE_FIXTURE(fixture,
+                  "dependencies are checked at submit: unknown names, the job itself, and ended jobs") {
   trainer_client c(config());
   auto r = helper_job({"print", "x"}, "lonely");
   r.after_ok = {"ghost"};
@@ -376,10 +383,12 @@ TEST_CASE_FIXTURE(fixture, "dependencies are checked at submit: unknown names, t
   CHECK(c.wait_for_job_status(c.train(ok), {job_status::complete}, 30s).reason.empty());
   auto not_ok = helper_job({"print", "x"}, "not-ok");
   not_ok.after_not_ok = {"done"};
-  CHECK(c.wait_for_job_status(c.train(not_ok), {job_status::failed}, 30s).reason == "DependencyNeverSatisfied");
+  CHECK(c.wait_for_job_status(c.train(not_ok), {job_status::failed}, 30s).reason ==
+        "DependencyNeverSatisfied");
 }
 
-TEST_CASE_FIXTURE(fixture, "a dependency deleted before it ends fails its dependents, and a dependent can be cancelled") {
+TEST_CASE_FIXTURE(
+    fixture, "a dependency deleted before it ends fails its dependents, and a dependent can be cancelled") {
   trainer_client c(config(300ms));
   gate g;
   c.train(helper_job({"read-fifo", g.path()}, "doomed"));
@@ -399,7 +408,8 @@ TEST_CASE_FIXTURE(fixture, "a dependency deleted before it ends fails its depend
         std::string::npos);
 }
 
-TEST_CASE_FIXTURE(fixture, "an array of 100 jobs runs with at most 8 at once, and its limit holds up no other job") {
+TEST_CASE_FIXTURE(fixture,
+                  "an array of 100 jobs runs with at most 8 at once, and its limit holds up no other job") {
   auto cfg = config();
   cfg.admission.cpus = 0;
   trainer_client c(cfg);

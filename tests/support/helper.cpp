@@ -22,8 +22,8 @@
 //   leave FILE             count this process out (<now> down by one)
 //   append FILE TEXT       append TEXT and a newline to FILE (one write)
 // Commands run one after another: `lines 3 exit 2`.
-#include <sys/file.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <chrono>
 #include <csignal>
@@ -57,7 +57,8 @@ void count(const std::string& path, int delta) {
   now += delta;
   if (now > most) most = now;
   std::string text = std::to_string(now) + " " + std::to_string(most) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
     std::exit(91);
   ::close(fd);  // releases the lock
 }

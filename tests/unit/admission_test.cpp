@@ -46,9 +46,9 @@ TEST_CASE("admission: jobs start in queue order while they fit, the rest wait wi
 }
 
 TEST_CASE("admission: higher priority first, and within one, first submitted first") {
-  auto plan = plan_admission({row("old-low", 1, 1, 0), row("new-high", 9, 1, 7), row("mid", 5, 1, 3),
-                              row("old-high", 2, 1, 7)},
-                             cpus(1));
+  auto plan = plan_admission(
+      {row("old-low", 1, 1, 0), row("new-high", 9, 1, 7), row("mid", 5, 1, 3), row("old-high", 2, 1, 7)},
+      cpus(1));
   std::vector<std::string> order;
   for (const auto& w : plan.queue) order.push_back(w.job);
   CHECK(order == std::vector<std::string>{"old-high", "new-high", "mid", "old-low"});
@@ -93,7 +93,8 @@ TEST_CASE("admission: every budget can hold a job back, and each says so") {
   CHECK(never_fits(next.need, b).empty());
   next.need.gpus = 3;
   next.need.memory = 2ULL << 30;
-  CHECK(never_fits(next.need, b) == "needs 2Gi of memory; the memory budget is 1Gi; needs 3 GPU(s); the engine has 2");
+  CHECK(never_fits(next.need, b) ==
+        "needs 2Gi of memory; the memory budget is 1Gi; needs 3 GPU(s); the engine has 2");
   CHECK(plan_admission({row("x", 1, 500)}, admission_budget{}).admit.size() == 1);  // 0: no limit
 }
 
@@ -123,9 +124,10 @@ TEST_CASE("admission: the budgets come from the config, then config.yaml, then t
     std::ofstream(d.path() / "config.yaml") << text;
     return tjob::test::message_of([&] { home_budget(none, d.path(), 0); });
   };
-  CHECK(refused("admission:\n  max_running: many\n").find("config.yaml: admission.max_running many: give a whole number") !=
+  CHECK(refused("admission:\n  max_running: many\n")
+            .find("config.yaml: admission.max_running many: give a whole number") != std::string::npos);
+  CHECK(refused("admission:\n  memory: lots\n").find("admission.memory lots: give bytes") !=
         std::string::npos);
-  CHECK(refused("admission:\n  memory: lots\n").find("admission.memory lots: give bytes") != std::string::npos);
   CHECK(refused("admission:\n  gpus: 2\n").find("admission.gpus: unknown setting") != std::string::npos);
   CHECK(refused(",").find("config.yaml") != std::string::npos);
   CHECK(refused("").empty());
