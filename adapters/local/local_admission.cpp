@@ -16,20 +16,24 @@
 
 namespace tjob::local {
 
-void engine_state::join_queue(const std::shared_ptr<job_rec>& j) {
-  admission_waiting.push_back(j);
-  if (admitter_wake)
-    admitter_wake->notify();
+namespace {
+
+// A job joins one of the admitter's lists: the admitter looks now, and is
+// started when it is not running.
+void enlist(engine_state& e, std::vector<std::shared_ptr<job_rec>>& list, const std::shared_ptr<job_rec>& j) {
+  list.push_back(j);
+  if (e.admitter_wake)
+    e.admitter_wake->notify();
   else
-    spawn_internal(run_admitter(), "admission");
+    e.spawn_internal(e.run_admitter(), "admission");
 }
 
+}  // namespace
+
+void engine_state::join_queue(const std::shared_ptr<job_rec>& j) { enlist(*this, admission_waiting, j); }
+
 void engine_state::wait_dependencies(const std::shared_ptr<job_rec>& j) {
-  dependency_waiting.push_back(j);
-  if (admitter_wake)
-    admitter_wake->notify();
-  else
-    spawn_internal(run_admitter(), "admission");
+  enlist(*this, dependency_waiting, j);
 }
 
 void engine_state::leave_queue(const job_rec& j) {
