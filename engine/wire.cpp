@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
+#include <limits>
 #include <set>
 
 namespace tjob {
@@ -59,7 +60,11 @@ std::string text_at(const json::object& o, const char* key, const std::string& w
 
 std::int64_t int_at(const json::object& o, const char* key, const std::string& what) {
   auto* v = o.if_contains(key);
-  if (!v || !(v->is_int64() || v->is_uint64())) malformed(what, key);
+  // (a uint64 past int64's range is malformed too: to_number would throw Boost's own error)
+  if (!v || !(v->is_int64() ||
+              (v->is_uint64() &&
+               v->get_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))))
+    malformed(what, key);
   return v->to_number<std::int64_t>();
 }
 
