@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -547,25 +548,20 @@ int run_query(commands& c) {
   trainer_client client(make_config(c.common));
   const auto& name = c.job_name;
   // A name that is no job but a job array's stands for its members (get,
-  // wait, cancel, delete); one that is neither is the job's not-found error.
-  auto members = [&](const std::string& n) -> std::vector<std::string> {
+  // wait, cancel, delete): `each` does `f` to the job, and when there is no
+  // such job, to each member of the array of that name; with neither, the
+  // job's not-found error stands.
+  auto each = [&](const std::string& n, const std::function<void(const std::string&)>& f) {
     try {
-      client.get_job(n);
-      return {n};
+      f(n);
     } catch (const tjob::error& e) {
       if (e.code() != errc::job_not_found) throw;
-      std::vector<std::string> out;
+      std::vector<std::string> members;
       for (const auto& j : client.list_jobs())
-        if (j.array == n) out.push_back(j.name);
-      if (out.empty()) throw;
-      return out;
+        if (j.array == n) members.push_back(j.name);
+      if (members.empty()) throw;
+      for (const auto& m : members) f(m);
     }
-  };
-  auto expand = [&](const std::vector<std::string>& names) {
-    std::vector<std::string> out;
-    for (const auto& n : names)
-      for (auto& m : members(n)) out.push_back(std::move(m));
-    return out;
   };
   // The jobs of `list` and `delete --all`, in the statuses asked for.
   auto jobs_listed = [&] {
@@ -579,7 +575,8 @@ int run_query(commands& c) {
     write_out(cli::render_jobs(jobs_listed(), fmt));
   } else if (*c.get) {
     std::vector<train_job> jobs;
-    for (const auto& n : expand(c.job_names)) jobs.push_back(client.get_job(n));
+    for (const auto& n : c.job_names)
+      each(n, [&](const std::string& m) { jobs.push_back(client.get_job(m)); });
     write_out(cli::render_job_list(jobs, fmt));
   } else if (*c.logs) {
     log_options lo{.step = c.step, .follow = c.follow, .timestamps = c.timestamps};
@@ -598,26 +595,27 @@ int run_query(commands& c) {
     // An array: each member in turn, within the one timeout.
     const auto until = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000));
-    auto names = members(name);
-    for (const auto& n : names) {
+    each(name, [&](const std::string& n) {
       auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
       auto job = client.wait_for_job_status(n, wanted, std::max(left, std::chrono::milliseconds(1)));
-      write_out((names.size() > 1 ? n + " " : std::string()) + std::string(to_string(job.status)) + "\n");
-    }
+      write_out((n != name ? n + " " : std::string()) + std::string(to_string(job.status)) + "\n");
+    });
   } else if (*c.del) {
-    auto names = expand(c.job_names);
+    auto names = c.job_names;
     if (c.delete_all)
       for (const auto& j : jobs_listed()) names.push_back(j.name);
-    for (const auto& n : names) {
-      client.delete_job(n);
-      write_out("deleted " + n + "\n");
-    }
+    for (const auto& n : names)
+      each(n, [&](const std::string& m) {
+        client.delete_job(m);
+        write_out("deleted " + m + "\n");
+      });
   } else if (*c.cancel) {
-    for (const auto& n : expand(c.job_names)) {
-      client.cancel_job(n);
-      write_out(fmt::format("{} {}\n", n, to_string(client.get_job(n).status)));
-    }
+    for (const auto& n : c.job_names)
+      each(n, [&](const std::string& m) {
+        client.cancel_job(m);
+        write_out(fmt::format("{} {}\n", m, to_string(client.get_job(m).status)));
+      });
   } else if (*c.events) {
     write_out(cli::render_events(client.get_job_events(name), fmt));
   } else if (*c.queue) {

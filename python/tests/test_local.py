@@ -333,8 +333,10 @@ def test_ctrl_c_in_a_wait_raises_keyboard_interrupt_and_leaves_the_job_running(h
         name = c.train(trainer=CommandTrainer({command!r}),
                        options=[Name("waited")], detach=True)
         try:
-            # the callback runs inside the wait: the signal comes while it waits
-            c.wait_for_job_status(name, timeout=600, callbacks=[lambda j: print("waiting", flush=True)])
+            # the callback runs inside the wait: the signal comes while it waits, once the job runs
+            # (on a loaded machine its first state seen may still be Created)
+            c.wait_for_job_status(name, timeout=600,
+                                  callbacks=[lambda j: j.status == "Running" and print("waiting", flush=True)])
             print("not interrupted")
         except KeyboardInterrupt:
             print("interrupted", c.get_job(name).status, flush=True)
