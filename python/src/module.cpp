@@ -130,6 +130,9 @@ tjob::train_request request_of(const py::dict& d) {
   take(d, "labels", r.labels);
   take(d, "annotations", r.annotations);
   take(d, "priority", r.priority);
+  take(d, "after_ok", r.after_ok);
+  take(d, "after_any", r.after_any);
+  take(d, "after_not_ok", r.after_not_ok);
   long long deadline = 0;
   take(d, "active_deadline", deadline);
   r.active_deadline = std::chrono::seconds(deadline);

@@ -425,3 +425,23 @@ def test_a_deadline_stops_the_job_and_the_queue_orders_by_priority(home, gate, t
         client.wait_for_job_status(blocker, timeout=60)
     with pytest.raises(ValueError, match="memory_budget"):
         TrainerClient(backend_config=LocalProcessBackendConfig(memory_budget="lots"))
+
+
+def test_dependencies_chain_jobs_and_a_broken_link_fails_its_dependent(home, gate, tmp_path):
+    order = tmp_path / "order"
+    with TrainerClient() as client:
+        client.train(trainer=CommandTrainer([HELPER, "read-fifo", gate.path, "append", str(order), "prep"]),
+                     options=[Name("prep")])
+        client.train(trainer=CommandTrainer([HELPER, "append", str(order), "fit"]),
+                     options=[Name("fit"), tjob.Dependencies(after_ok=["prep"])])
+        client.train(trainer=CommandTrainer([HELPER, "append", str(order), "alarm"]),
+                     options=[Name("alarm"), tjob.Dependencies(after_not_ok=["prep"])])
+        assert client.get_job("fit").status == "Created"
+        gate.release()
+        assert client.wait_for_job_status("fit", timeout=60).status == "Complete"
+        assert client.wait_for_job_status("alarm", status={"Failed"}, timeout=60).status == "Failed"
+        assert order.read_text() == "prep\nfit\n"
+        with pytest.raises(ValueError, match="no such job"):
+            client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Dependencies(after_ok=["ghost"])])
+        with pytest.raises(ValueError, match="a list of job names"):
+            client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Dependencies(after_ok="prep")])

@@ -14,6 +14,7 @@ from .types import (
     ContainerBackendConfig,
     CustomTrainer,
     CustomTrainerContainer,
+    Dependencies,
     Event,
     Initializer,
     KubernetesBackendConfig,
@@ -34,7 +35,7 @@ from .types import (
 
 __all__ = [
     "ActiveDeadlineSeconds", "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
-    "CustomTrainerContainer", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
+    "CustomTrainerContainer", "Dependencies", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
     "LocalProcessBackendConfig", "Name", "Priority", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "Step",
     "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient",
 ]

@@ -35,6 +35,7 @@ from .types import (
     Labels,
     LocalProcessBackendConfig,
     Name,
+    Dependencies,
     Priority,
     Runtime,
     RuntimeKind,
@@ -178,6 +179,12 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
             if not isinstance(opt.seconds, int) or isinstance(opt.seconds, bool) or opt.seconds < 1:
                 raise ValueError(f"ActiveDeadlineSeconds({opt.seconds!r}): give a whole number of seconds, 1 or more")
             req["active_deadline"] = opt.seconds
+        elif isinstance(opt, Dependencies):
+            for key in ("after_ok", "after_any", "after_not_ok"):
+                names = getattr(opt, key)
+                if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+                    raise ValueError(f"Dependencies.{key}={names!r}: give a list of job names")
+                req[key] = req.get(key, []) + list(names)
         elif isinstance(opt, Priority):
             if not isinstance(opt.priority, int) or isinstance(opt.priority, bool):
                 raise ValueError(f"Priority({opt.priority!r}): give a whole number (higher starts first)")
@@ -187,7 +194,7 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
                              "(a ClusterTrainingRuntime manifest in a runtime directory)")
         else:
             raise ValueError(f"options: {opt!r} is not an option tjob knows (Name, Labels, Annotations, "
-                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, Priority)")
+                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, Priority, Dependencies)")
     if (command or args) and not isinstance(trainer, CustomTrainerContainer):
         raise ValueError("TrainerCommand and TrainerArgs can only be used with CustomTrainerContainer")
     if isinstance(trainer, CustomTrainer):

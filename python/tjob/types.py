@@ -190,6 +190,17 @@ class ActiveDeadlineSeconds:
 
 
 @dataclass
+class Dependencies:
+    """tjob's option, as Slurm's --dependency: start only after each job of after_ok has ended Complete, each of
+    after_any has ended, each of after_not_ok has ended Failed; when one cannot be met, the job ends Failed,
+    reason DependencyNeverSatisfied. Local backend only (docs/scheduling.md)."""
+
+    after_ok: List[str] = field(default_factory=list)
+    after_any: List[str] = field(default_factory=list)
+    after_not_ok: List[str] = field(default_factory=list)
+
+
+@dataclass
 class Priority:
     """tjob's option: the job's place in the admission queue (higher first; default 0). Local backend only;
     on Kubernetes give Kueue's priority-class label instead (docs/scheduling.md)."""
