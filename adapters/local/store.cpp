@@ -1,5 +1,7 @@
 #include "adapters/local/store.hpp"
 
+#include "adapters/local/store_schema.hpp"
+
 #include <tjob/error.hpp>
 
 #include <fmt/format.h>
@@ -15,102 +17,6 @@
 
 namespace tjob::detail {
 namespace {
-
-constexpr int application_id = 0x746a6f62;  // "tjob"
-// Version 2: events carry the step's exit code and reason (`detail`), so the
-// status columns can be folded from the log (migrate_v1_to_v2).
-// Version 3: the admission queue (`admissions`: the jobs waiting or admitted
-// and not ended), and each job's array (`jobs.array`).
-constexpr int schema_version = 3;
-
-constexpr const char* admissions_sql = R"sql(
-CREATE TABLE admissions(
-  job         TEXT PRIMARY KEY REFERENCES jobs(name) ON DELETE CASCADE,
-  priority    INTEGER NOT NULL,
-  seq         INTEGER NOT NULL,
-  cpus        INTEGER NOT NULL,
-  memory      INTEGER NOT NULL,
-  gpus        INTEGER NOT NULL,
-  grp         TEXT NOT NULL DEFAULT '',
-  grp_limit   INTEGER NOT NULL DEFAULT 0,
-  admitted    INTEGER NOT NULL,
-  since_ms    INTEGER NOT NULL
-) WITHOUT ROWID;
-ALTER TABLE jobs ADD COLUMN array TEXT NOT NULL DEFAULT '';
-)sql";
-
-constexpr const char* schema_sql = R"sql(
-CREATE TABLE jobs(
-  name        TEXT PRIMARY KEY,
-  runtime     TEXT NOT NULL,
-  num_nodes   INTEGER NOT NULL,
-  created_ms  INTEGER NOT NULL,
-  spec        TEXT NOT NULL,
-  status      TEXT NOT NULL,
-  reason      TEXT NOT NULL DEFAULT '',
-  owner_pid   INTEGER NOT NULL,
-  owner_start INTEGER NOT NULL
-);
-CREATE TABLE steps(
-  job       TEXT NOT NULL REFERENCES jobs(name) ON DELETE CASCADE,
-  name      TEXT NOT NULL,
-  status    TEXT NOT NULL,
-  exit_code INTEGER,
-  reason    TEXT NOT NULL DEFAULT '',
-  pid       INTEGER NOT NULL DEFAULT 0,
-  pid_start INTEGER NOT NULL DEFAULT 0,
-  PRIMARY KEY(job, name)
-);
-CREATE TABLE events(
-  seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-  job     TEXT NOT NULL REFERENCES jobs(name) ON DELETE CASCADE,
-  step    TEXT NOT NULL,
-  time_ms INTEGER NOT NULL,
-  reason  TEXT NOT NULL,
-  message TEXT NOT NULL,
-  exit_code INTEGER,
-  detail  TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX events_by_job ON events(job, seq);
-CREATE TABLE device_leases(
-  device TEXT PRIMARY KEY,
-  job    TEXT NOT NULL
-);
-CREATE INDEX jobs_by_status ON jobs(status);
-)sql";
-
-// The event names that are step transitions, as an SQL list ('Started',
-// 'Exited', ...): all of them, or only those that end a step. They come from
-// the vocabulary (job_state), as everywhere.
-std::string transitions_sql(bool endings_only) {
-  std::string list;
-  for (auto e : all_log_events) {
-    auto kind = transition_of(e);
-    if (!kind || (endings_only && *kind == event_kind::started)) continue;
-    list += std::string(list.empty() ? "" : ", ") + "'" + std::string(to_string(e)) + "'";
-  }
-  return list;
-}
-
-// A version-1 store: each step's last transition gets the exit code and
-// reason its step row holds, which is what the fold of the log then gives.
-std::string migrate_v1_to_v2_sql() {
-  const std::string transitions = transitions_sql(false), endings = transitions_sql(true);
-  return R"sql(
-ALTER TABLE events ADD COLUMN exit_code INTEGER;
-ALTER TABLE events ADD COLUMN detail TEXT NOT NULL DEFAULT '';
-UPDATE events SET
-  exit_code = (SELECT s.exit_code FROM steps s WHERE s.job = events.job AND s.name = events.step),
-  detail = (SELECT s.reason FROM steps s WHERE s.job = events.job AND s.name = events.step)
-WHERE step <> '' AND seq = (
-  SELECT max(e.seq) FROM events e
-  WHERE e.job = events.job AND e.step = events.step AND e.reason IN ()sql" +
-         transitions + R"sql())
-  AND reason IN ()sql" +
-         endings + R"sql()
-  AND EXISTS (SELECT 1 FROM steps s WHERE s.job = events.job AND s.name = events.step);
-)sql";
-}
 
 errc classify(int rc) {
   switch (rc & 0xff) {
@@ -229,8 +135,8 @@ void store::open(std::chrono::milliseconds busy_timeout) {
           throw error(errc::store_corrupt, "store " + path_.string() +
                                                " is not a tjob store (it holds other data); " +
                                                fix_for(errc::store_corrupt, path_));
-        exec(schema_sql);
-        exec(admissions_sql);
+        exec(schema_sql());
+        exec(admissions_sql());
         exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
         exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
       }
@@ -252,7 +158,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
         version = 2;
       }
       if (version == 2) {
-        exec(admissions_sql);
+        exec(admissions_sql());
         version = 3;
       }
       exec(("PRAGMA user_version=" + std::to_string(version)).c_str());

@@ -193,8 +193,21 @@ tjob::engine_config config_of(const py::dict& d) {
   if (d.contains("max_running") && !d["max_running"].is_none())
     c.admission.max_running = d["max_running"].cast<int>();
   if (d.contains("cpu_budget") && !d["cpu_budget"].is_none()) c.admission.cpus = d["cpu_budget"].cast<int>();
-  if (d.contains("memory_budget") && !d["memory_budget"].is_none())
-    c.admission.memory = d["memory_budget"].cast<std::uint64_t>();
+  if (d.contains("memory_budget") && !d["memory_budget"].is_none()) {
+    // bytes, or a quantity ("16Gi") read by the one rule of resources_per_node; 0: no limit
+    auto v = py::str(d["memory_budget"]).cast<std::string>();
+    if (v == "0") {
+      c.admission.memory = 0;
+    } else {
+      tjob::python_trainer probe;
+      try {
+        tjob::set_resources_per_node(probe, {{"memory", v}}, "memory_budget");
+      } catch (const tjob::error& e) {
+        throw py::value_error(e.what());
+      }
+      c.admission.memory = probe.memory_limit;
+    }
+  }
   take(d, "failure_log_lines", c.failure_log_lines);
   std::string pull = "IfNotPresent", network = "job";
   take(d, "container_runtime", c.container.container_runtime);

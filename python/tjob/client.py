@@ -246,23 +246,6 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
     return req
 
 
-def _bytes(value):
-    """LocalProcessBackendConfig.memory_budget: bytes, or Kubernetes' quantity ("16Gi", "512Mi", "10G")."""
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        return value
-    units = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
-             "Ti": 2**40}
-    text = str(value)
-    number = text.rstrip("KMGTi")
-    try:
-        amount = float(number)
-    except ValueError:
-        amount = -1
-    if amount < 0 or text[len(number):] not in units:
-        raise ValueError(f"memory_budget={value!r}: give bytes, or a quantity such as 16Gi or 512Mi (0: no limit)")
-    return int(amount * units[text[len(number):]])
-
-
 def _config(backend_config) -> (str, Dict, Dict):
     """The engine's config, and what the backend puts in every Python trainer."""
     if backend_config is None or isinstance(backend_config, LocalProcessBackendConfig):
@@ -272,7 +255,7 @@ def _config(backend_config) -> (str, Dict, Dict):
         ssp = bool(c.system_site_packages)
         cfg = {"backend": "local", "home": c.home, "cleanup_venv": c.cleanup_venv, "venv_cache": c.venv_cache,
                "grace_period": c.grace_period, "max_running": c.max_running, "cpu_budget": c.cpu_budget,
-               "memory_budget": _bytes(c.memory_budget)}
+               "memory_budget": c.memory_budget}
         return "local", cfg, {"python": python, "system_site_packages": ssp}
     if isinstance(backend_config, ContainerBackendConfig):
         c = backend_config

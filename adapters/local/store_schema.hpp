@@ -1,0 +1,26 @@
+// The schema of the local store (store.cpp): its tables, its version and
+// the migrations from older versions.
+#pragma once
+
+#include <string>
+
+namespace tjob::detail {
+
+inline constexpr int application_id = 0x746a6f62;  // "tjob"
+// Version 2: events carry the step's exit code and reason (`detail`), so the
+// status columns can be folded from the log (migrate_v1_to_v2).
+// Version 3: the admission queue (`admissions`: the jobs waiting or admitted
+// and not ended), and each job's array (`jobs.array`).
+inline constexpr int schema_version = 3;
+
+/// The tables of a version-1 store (what migrations start from).
+const char* schema_sql();
+/// What version 3 adds: the admission queue and each job's array.
+const char* admissions_sql();
+/// The event names that are step transitions, as an SQL list ('Started',
+/// 'Exited', ...): all of them, or only those that end a step.
+std::string transitions_sql(bool endings_only);
+/// A version-1 store's events get the exit code and reason of their step.
+std::string migrate_v1_to_v2_sql();
+
+}  // namespace tjob::detail
