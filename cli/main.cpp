@@ -166,13 +166,11 @@ engine_config make_config(const common_options& o) {
   if (o.memory_budget == "0") {
     cfg.admission.memory = 0;
   } else if (!o.memory_budget.empty()) {
-    python_trainer probe;
     try {
-      set_resources_per_node(probe, {{"memory", o.memory_budget}}, "--memory-budget");
+      cfg.admission.memory = parse_memory(o.memory_budget, "--memory-budget");
     } catch (const error& e) {
       throw usage_error(e.what());
     }
-    cfg.admission.memory = probe.memory_limit;
   }
   bool budgets = o.max_running || o.cpu_budget || !o.memory_budget.empty();
   if (budgets && cfg.backend != backend_kind::local)

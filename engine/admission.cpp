@@ -169,13 +169,11 @@ admission_config read_config(const std::filesystem::path& file) {
       if (value == "0") {
         out.memory = 0;
       } else {
-        python_trainer probe;
         try {
-          set_resources_per_node(probe, {{"memory", value}}, "admission");
+          out.memory = parse_memory(value, "admission");
         } catch (const error&) {
           bad_config(file, field + ": give bytes with an optional unit (16Gi, 512Mi), 0 for no limit");
         }
-        out.memory = probe.memory_limit;
       }
     } else {
       bad_config(file, "admission." + key + ": unknown setting; the settings are max_running, cpus, memory");

@@ -45,6 +45,10 @@ std::uint64_t bytes_of(const std::string& what, const std::string& value) {
 
 }  // namespace
 
+std::uint64_t parse_memory(const std::string& value, const std::string& what) {
+  return bytes_of(what, value);
+}
+
 void set_resources_per_node(python_trainer& t, const std::map<std::string, std::string>& resources,
                             const std::string& what) {
   for (const auto& [key, value] : resources) {

@@ -75,6 +75,11 @@ struct python_trainer {
 void set_resources_per_node(python_trainer& t, const std::map<std::string, std::string>& resources,
                             const std::string& what = "resources_per_node");
 
+/// Bytes with an optional unit, as resources_per_node's memory takes them
+/// (512Mi, 4Gi, 10G). Throws tjob::error (invalid_argument) naming `what`,
+/// the value and the fix, as set_resources_per_node words it.
+std::uint64_t parse_memory(const std::string& value, const std::string& what);
+
 /// The kinds of trainer a job can have; the engine dispatches on it.
 using trainer = std::variant<command_trainer, python_trainer>;
 

@@ -199,13 +199,11 @@ tjob::engine_config config_of(const py::dict& d) {
     if (v == "0") {
       c.admission.memory = 0;
     } else {
-      tjob::python_trainer probe;
       try {
-        tjob::set_resources_per_node(probe, {{"memory", v}}, "memory_budget");
+        c.admission.memory = tjob::parse_memory(v, "memory_budget");
       } catch (const tjob::error& e) {
         throw py::value_error(e.what());
       }
-      c.admission.memory = probe.memory_limit;
     }
   }
   take(d, "failure_log_lines", c.failure_log_lines);
