@@ -26,6 +26,7 @@
 
 #include <array>
 #include <list>
+#include <memory>
 
 namespace tjob::serve {
 
@@ -287,8 +288,13 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     boost::system::error_code ec;
     socket.shutdown(asio::socket_base::shutdown_send, ec);
     asio::steady_timer limit(socket.get_executor(), most);
-    limit.async_wait([&socket](boost::system::error_code e) {
-      if (!e) {
+    // The timer's handler can already be queued when the read ends (both
+    // completed in one turn): limit.cancel() is then too late, and the
+    // socket is gone when the handler runs. It touches the socket only while
+    // this frame still reads (`reading`), so a late handler does nothing.
+    auto reading = std::make_shared<bool>(true);
+    limit.async_wait([&socket, reading](boost::system::error_code e) {
+      if (!e && *reading) {
         boost::system::error_code ignored;
         socket.cancel(ignored);
       }
@@ -299,6 +305,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       dropped +=
           co_await socket.async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
     }
+    *reading = false;
     limit.cancel();
     socket.close(ec);
   }

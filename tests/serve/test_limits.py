@@ -336,7 +336,8 @@ def test_ten_thousand_connections_at_once(make_server, tmp_path):
         try:
             probe = socket.create_connection((host, port), timeout=DEADLINE)
         except ConnectionRefusedError:
-            assert time.monotonic() < deadline, "the server still refuses connections"
+            assert time.monotonic() < deadline, "the server still refuses connections (exit %r); its log:\n%s" % (
+                s.proc.poll(), s.log()[-4000:])
             continue
         try:
             probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
