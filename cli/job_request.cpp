@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <system_error>
+#include <utility>
 
 namespace tjob::cli {
 
@@ -106,6 +107,22 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--deadline", o.deadline,
                   "Stop the job this long after it starts running (3600, 90s, 10m, 2h): SIGTERM, SIGKILL "
                   "after --grace; it ends Failed, reason DeadlineExceeded");
+  cmd->add_option("--retries", o.retries,
+                  "Restart the job up to this many times when its code fails (exits non-zero or is killed "
+                  "by a signal), after a backoff (--retry-backoff); each attempt is in the job's events and "
+                  "its log (logs --attempt N). Local backend (default 0)");
+  cmd->add_option("--retry-on", o.retry_on,
+                  "Retry only these exit codes (comma-separated; a signal's is 128 + its number); default: "
+                  "every failure")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  cmd->add_option("--no-retry-on", o.no_retry_on,
+                  "Never retry these exit codes (comma-separated), whatever --retry-on says")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  cmd->add_option("--retry-backoff", o.retry_backoff,
+                  "The wait before each restart: INITIAL[,FACTOR[,MAX]], as 1s,2,60s (the default): 1 s, "
+                  "then twice the last, at most 60 s");
   cmd->add_option("--after-ok", o.after_ok,
                   "Start only after this job has ended Complete (repeatable, or comma-separated); if it "
                   "fails, this job ends Failed, reason DependencyNeverSatisfied")
@@ -157,6 +174,12 @@ train_request make_request(const job_options& o, backend_kind backend) {
   req.after_any = o.after_any;
   req.after_not_ok = o.after_not_ok;
   if (!o.deadline.empty()) req.active_deadline = parse_deadline(o.deadline);
+  if ((!o.retry_on.empty() || !o.no_retry_on.empty() || !o.retry_backoff.empty()) && o.retries <= 0)
+    throw usage_error("--retry-on, --no-retry-on and --retry-backoff need --retries N (how many restarts)");
+  req.retry.max_restarts = o.retries;
+  req.retry.retry_on = o.retry_on;
+  req.retry.never_retry = o.no_retry_on;
+  if (!o.retry_backoff.empty()) parse_retry_backoff(o.retry_backoff, req.retry);
   bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() || !o.args.empty() ||
                         !o.python.empty() || o.system_site_packages || o.keep_venv || o.refresh;
   if (o.command_mode) {
@@ -311,6 +334,52 @@ std::chrono::seconds parse_deadline(const std::string& value) {
   if (total < 1) throw refuse();
   if (total > 366LL * 86400) throw usage_error("--deadline " + value + ": give at most a year (8784h)");
   return std::chrono::seconds(total);
+}
+
+void parse_retry_backoff(const std::string& value, retry_policy& p) {
+  auto refuse = [&] {
+    return usage_error("--retry-backoff " + value +
+                       ": give INITIAL[,FACTOR[,MAX]] as 1s,2,60s: durations in ms, s, m or h (or plain "
+                       "seconds), and a factor of 1 to 100");
+  };
+  auto duration = [&](const std::string& text) {
+    static const std::map<std::string, double, std::less<>> unit_ms = {
+        {"", 1000}, {"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}};
+    std::size_t i = 0;
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+    auto unit = unit_ms.find(std::string_view(text).substr(i));
+    if (i == 0 || i > 12 || unit == unit_ms.end()) throw refuse();
+    double number = 0;
+    try {
+      number = std::stod(text.substr(0, i));
+    } catch (const std::exception&) {
+      throw refuse();
+    }
+    return std::chrono::milliseconds(static_cast<std::int64_t>(number * unit->second));
+  };
+  std::vector<std::string> parts;
+  std::string part;
+  for (char c : value + ",") {
+    if (c != ',') {
+      part += c;
+      continue;
+    }
+    parts.push_back(std::exchange(part, {}));
+  }
+  if (parts.empty() || parts.size() > 3) throw refuse();
+  p.backoff = duration(parts[0]);
+  if (parts.size() > 1) {
+    try {
+      std::size_t used = 0;
+      p.backoff_factor = std::stod(parts[1], &used);
+      if (used != parts[1].size()) throw refuse();
+    } catch (const std::invalid_argument&) {
+      throw refuse();
+    } catch (const std::out_of_range&) {
+      throw refuse();
+    }
+  }
+  if (parts.size() > 2) p.max_backoff = duration(parts[2]);
 }
 
 clock::time_point parse_since(const std::string& value, clock::time_point now) {

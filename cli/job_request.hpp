@@ -34,6 +34,9 @@ struct job_options {
   std::vector<std::string> after_ok, after_any, after_not_ok;
   std::string array;        // train --array: 0-99%8
   std::string deadline;     // --deadline: seconds, or 90s, 10m, 2h
+  int retries = 0;                         // --retries: max_restarts
+  std::vector<int> retry_on, no_retry_on;  // --retry-on, --no-retry-on: exit codes
+  std::string retry_backoff;               // --retry-backoff: INITIAL[,FACTOR[,MAX]]
   std::string stream_step;  // run: the one step to stream (default: every node)
 };
 
@@ -57,6 +60,10 @@ std::vector<train_request> array_requests(const train_request& req, const std::s
 /// `--deadline`: whole seconds ("3600") or a duration of whole units ("90s",
 /// "10m", "2h", "1h30m"); at least one second. Throws usage_error.
 std::chrono::seconds parse_deadline(const std::string& value);
+
+/// `--retry-backoff INITIAL[,FACTOR[,MAX]]` onto `p`: durations as 500ms,
+/// 2s, 1m or plain seconds (1.5), the factor a number (2). Throws usage_error.
+void parse_retry_backoff(const std::string& value, retry_policy& p);
 
 /// `logs --since`: a duration back from `now` as kubectl and Docker take it
 /// ("90s", "10m", "1h30m", "1.5h"; units ns, us, ms, s, m, h) or a time in

@@ -281,6 +281,7 @@ struct commands {
        timestamps = false;
   std::string since;
   long long tail = -1;
+  int attempt = 0;
   double timeout = 600, unused_days = 7;
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
            *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr, *runtimes = nullptr,
@@ -288,7 +289,7 @@ struct commands {
            *serve = nullptr, *queue = nullptr;
   cli::serve_options serve_opts;
   std::string shell;
-  CLI::Option *tail_opt = nullptr, *step_opt = nullptr;
+  CLI::Option *tail_opt = nullptr, *step_opt = nullptr, *attempt_opt = nullptr;
 };
 
 // The options every command takes: the store, the backend and its settings.
@@ -405,6 +406,9 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.logs->add_flag("--timestamps", c.timestamps,
                    "Begin each line with the time it was written (RFC 3339, UTC, nanoseconds; local jobs: "
                    "to about 50 ms)");
+  c.attempt_opt = c.logs->add_option("--attempt", c.attempt,
+                     "Only what this attempt of a restarted job wrote (1 = the first; tjob get shows the "
+                     "attempt); default: every attempt's output, one after another");
   c.logs->add_option("--since", c.since,
                      "Only lines written since a time (2026-12-03T19:00:00Z) or for a duration back "
                      "from now (30s, 10m, 1h30m)");
@@ -531,6 +535,7 @@ int run_query(commands& c) {
     log_options lo{.step = c.step, .follow = c.follow, .timestamps = c.timestamps};
     if (tail_given) lo.tail = static_cast<std::size_t>(c.tail);
     if (!c.since.empty()) lo.since = cli::parse_since(c.since, clock::now());
+    if (c.attempt_opt->count() > 0) lo.attempt = c.attempt;
     if (c.all_steps) {
       if (c.step_opt->count() > 0) throw usage_error("logs: give --step or --all-steps, not both");
       std::vector<std::string> steps;

@@ -204,10 +204,16 @@ std::string render_job(const train_job& job, output_format f) {
                     job.end_time ? format_time(*job.end_time) : "-", ran_for(job, clock::now())});
   }
   std::string out = table(head);
+  // ATTEMPT only for a job that has restarted (train_request::retry)
+  const bool restarted =
+      std::any_of(job.steps.begin(), job.steps.end(), [](const step& s) { return s.attempt > 1; });
   std::vector<std::vector<std::string>> rows{{"STEP", "STATUS", "EXIT CODE", "REASON"}};
-  for (const auto& s : job.steps)
+  if (restarted) rows[0].insert(rows[0].begin() + 2, "ATTEMPT");
+  for (const auto& s : job.steps) {
     rows.push_back({s.name, std::string(to_string(s.status)),
                     s.exit_code ? std::to_string(*s.exit_code) : "-", s.reason});
+    if (restarted) rows.back().insert(rows.back().begin() + 2, std::to_string(s.attempt));
+  }
   return out + "\n" + table(rows);
 }
 

@@ -34,7 +34,8 @@ namespace {
 
 // Both sides must read the same fields; an old supervisor refuses a new
 // submitter (and the reverse) by this number rather than by a missing field.
-constexpr std::int64_t protocol_version = 2;  // 2: priority, active deadline, dependencies, admission budgets
+// 2: priority, active deadline, dependencies, admission budgets; 3: the retry policy
+constexpr std::int64_t protocol_version = 3;
 
 json::value request_to_json(const train_request& req, const engine_config& cfg) {
   json::object o;
@@ -53,6 +54,17 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
     for (const auto& n : *list) a.emplace_back(n);
     o[key] = std::move(a);
   }
+  json::object retry;
+  retry["max_restarts"] = req.retry.max_restarts;
+  retry["backoff_ms"] = req.retry.backoff.count();
+  retry["backoff_factor"] = req.retry.backoff_factor;
+  retry["max_backoff_ms"] = req.retry.max_backoff.count();
+  for (const auto& [key, codes] : {std::pair{"retry_on", &req.retry.retry_on}, {"never_retry", &req.retry.never_retry}}) {
+    json::array a;
+    for (int c : *codes) a.emplace_back(c);
+    retry[key] = std::move(a);
+  }
+  o["retry"] = std::move(retry);
   o["trainer"] = json::parse(trainer_to_json(req.job_trainer));
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
@@ -101,6 +113,13 @@ void request_from_json(const json::object& o, train_request& req, engine_config&
                                   {"after_any", &req.after_any},
                                   {"after_not_ok", &req.after_not_ok}})
     for (const auto& n : o.at(key).as_array()) list->push_back(json::value_to<std::string>(n));
+  const auto& retry = o.at("retry").as_object();
+  req.retry.max_restarts = static_cast<int>(retry.at("max_restarts").to_number<std::int64_t>());
+  req.retry.backoff = std::chrono::milliseconds(retry.at("backoff_ms").to_number<std::int64_t>());
+  req.retry.backoff_factor = retry.at("backoff_factor").to_number<double>();
+  req.retry.max_backoff = std::chrono::milliseconds(retry.at("max_backoff_ms").to_number<std::int64_t>());
+  for (const auto& [key, codes] : {std::pair{"retry_on", &req.retry.retry_on}, {"never_retry", &req.retry.never_retry}})
+    for (const auto& c : retry.at(key).as_array()) codes->push_back(static_cast<int>(c.to_number<std::int64_t>()));
   if (auto* v = o.if_contains("max_running"))
     cfg.admission.max_running = static_cast<int>(v->to_number<std::int64_t>());
   if (auto* v = o.if_contains("cpus")) cfg.admission.cpus = static_cast<int>(v->to_number<std::int64_t>());

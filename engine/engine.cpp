@@ -240,6 +240,20 @@ asio::awaitable<std::vector<train_job>> engine::wait_for_jobs_change(std::vector
 }
 
 asio::awaitable<log_stream> engine::get_job_logs(std::string name, log_options options) {
+  if (options.attempt) {
+    if (*options.attempt < 1)
+      fail(errc::invalid_argument, "the log of TrainJob " + quote(name) + ": attempt=" +
+                                       std::to_string(*options.attempt) + "; attempts are counted from 1");
+    // Retries are the local backend's (and a server's, through remote): a
+    // container or a TrainJob has one attempt.
+    const auto kind = impl_->backend->traits().kind;
+    if (*options.attempt > 1 && (kind == backend_kind::container || kind == backend_kind::kubernetes))
+      fail(errc::invalid_argument, "TrainJob " + quote(name) + " has no attempt " + std::to_string(*options.attempt) +
+                                ": jobs on the " + std::string(to_string(kind)) +
+                                " backend are not restarted by tjob, so each has one (docs/scheduling.md)");
+    if (*options.attempt == 1 && (kind == backend_kind::container || kind == backend_kind::kubernetes))
+      options.attempt.reset();
+  }
   co_return co_await impl_->backend->get_job_logs(std::move(name), std::move(options));
 }
 

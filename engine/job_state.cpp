@@ -12,6 +12,8 @@ std::optional<job_status> next(job_status from, const job_event& ev) noexcept {
         case event_kind::cancelled:
         case event_kind::lost:
           return job_status::failed;
+        case event_kind::restarting:
+          return job_status::created;  // a step the failed attempt never started
         case event_kind::exited:
           return std::nullopt;  // never started
       }
@@ -23,6 +25,8 @@ std::optional<job_status> next(job_status from, const job_event& ev) noexcept {
         case event_kind::cancelled:
         case event_kind::lost:
           return job_status::failed;
+        case event_kind::restarting:
+          return job_status::created;
         case event_kind::started:
         case event_kind::start_failed:
           return std::nullopt;  // already started
@@ -47,6 +51,8 @@ std::string_view event_reason(event_kind k) noexcept {
       return "Cancelled";
     case event_kind::lost:
       return "Lost";
+    case event_kind::restarting:
+      return "Restarting";
   }
   return "Unknown";
 }
@@ -83,6 +89,8 @@ std::string_view to_string(log_event e) noexcept {
       return "Admitted";
     case log_event::waiting:
       return "Waiting";
+    case log_event::restarting:
+      return event_reason(event_kind::restarting);
   }
   return "Created";
 }
@@ -105,6 +113,8 @@ log_event log_event_of(event_kind k) noexcept {
       return log_event::cancelled;
     case event_kind::lost:
       return log_event::lost;
+    case event_kind::restarting:
+      return log_event::restarting;
   }
   return log_event::lost;
 }
@@ -127,7 +137,7 @@ void fold_event(folded_job& j, const logged_event& e) {
   // Queued is the reason of a job that waits (for admission, for GPUs) until
   // it is let go or anything else happens to it.
   auto kind = transition_of(e.what);
-  const bool waits = j.reason == queued_reason || j.reason == waiting_reason;
+  const bool waits = j.reason == queued_reason || j.reason == waiting_reason || j.reason == restarting_reason;
   if (waits && (kind || e.what == log_event::queued || e.what == log_event::waiting ||
                 e.what == log_event::admitted || e.what == log_event::devices_leased))
     j.reason.clear();
@@ -142,13 +152,21 @@ void fold_event(folded_job& j, const logged_event& e) {
   auto to = next(s->status, job_event{*kind, e.exit_code.value_or(0)});
   if (!to) return;
   s->status = *to;
-  if (e.exit_code) s->exit_code = e.exit_code;
+  if (*kind == event_kind::restarting) {
+    // the next attempt starts afresh: what the failed one ended with is in its event
+    ++s->attempt;
+    s->exit_code.reset();
+    s->reason.clear();
+  } else if (e.exit_code) {
+    s->exit_code = e.exit_code;
+  }
   if (*to == job_status::failed) s->reason = e.detail;
   std::vector<job_status> statuses;
   statuses.reserve(j.steps.size());
   for (const auto& st : j.steps) statuses.push_back(st.status);
   j.status = aggregate(statuses);
   if (j.status == job_status::failed && j.reason.empty()) j.reason = s->reason;
+  if (*kind == event_kind::restarting && j.status == job_status::created) j.reason = restarting_reason;
 }
 
 folded_job fold(folded_job state, std::span<const logged_event> events) {

@@ -19,11 +19,14 @@ enum class event_kind : std::uint8_t {
   start_failed,  ///< the process could not be started
   cancelled,     ///< the user cancelled (or deleted) the job
   lost,          ///< the owning engine died; nobody saw the end
+  /// The attempt failed and the job is tried again (train_request::retry):
+  /// the step is Created until the next attempt's process starts.
+  restarting,
 };
 
-inline constexpr event_kind all_event_kinds[] = {event_kind::started, event_kind::exited,
+inline constexpr event_kind all_event_kinds[] = {event_kind::started,   event_kind::exited,
                                                  event_kind::start_failed, event_kind::cancelled,
-                                                 event_kind::lost};
+                                                 event_kind::lost,      event_kind::restarting};
 inline constexpr job_status all_statuses[] = {job_status::created, job_status::running, job_status::complete,
                                               job_status::failed};
 
@@ -56,13 +59,15 @@ enum class log_event : std::uint8_t {
   cancel_requested,  ///< "CancelRequested": a cancel was asked for (changes no status)
   admitted,          ///< "Admitted": a queued job may start (Kueue's word)
   waiting,           ///< "Waiting": the job waits for its dependencies to end
+  restarting,        ///< "Restarting": a step's attempt failed and the job is tried again
 };
 inline constexpr log_event all_log_events[] = {log_event::created,        log_event::started,
                                                log_event::exited,         log_event::start_failed,
                                                log_event::cancelled,      log_event::lost,
                                                log_event::setup,          log_event::queued,
                                                log_event::devices_leased, log_event::cancel_requested,
-                                               log_event::admitted,       log_event::waiting};
+                                               log_event::admitted,       log_event::waiting,
+                                               log_event::restarting};
 
 std::string_view to_string(log_event e) noexcept;
 std::optional<log_event> parse_log_event(std::string_view s) noexcept;
@@ -75,6 +80,9 @@ inline constexpr std::string_view queued_reason = "Queued";
 /// The reason of a Created job while it waits for its dependencies (a
 /// Waiting event; a Queued or Admitted event or any transition ends it).
 inline constexpr std::string_view waiting_reason = "Waiting";
+/// The reason of a Created job between a failed attempt and the next
+/// (Restarting events; the next Started ends it).
+inline constexpr std::string_view restarting_reason = "Restarting";
 
 /// One stored event as the fold reads it.
 struct logged_event {
@@ -89,6 +97,7 @@ struct folded_step {
   job_status status = job_status::created;
   std::optional<int> exit_code;
   std::string reason;
+  int attempt = 1;  ///< 1 + the step's Restarting events
   bool operator==(const folded_step&) const = default;
 };
 

@@ -29,7 +29,8 @@ std::optional<job_status> parse_job_status(std::string_view s) noexcept {
 
 bool same_state(const train_job& a, const train_job& b) {
   auto same_step = [](const step& x, const step& y) {
-    return x.name == y.name && x.status == y.status && x.exit_code == y.exit_code && x.reason == y.reason;
+    return x.name == y.name && x.status == y.status && x.exit_code == y.exit_code && x.reason == y.reason &&
+           x.attempt == y.attempt;
   };
   return a.name == b.name && a.status == b.status && a.reason == b.reason && a.start_time == b.start_time &&
          a.end_time == b.end_time &&

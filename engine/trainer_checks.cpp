@@ -2,6 +2,7 @@
 
 #include "engine/fail.hpp"
 #include "engine/names.hpp"
+#include "engine/retry.hpp"
 
 #include <tjob/error.hpp>
 
@@ -60,6 +61,7 @@ const runtime& check_request(train_request& req, const runtime_catalog& catalog)
   if (req.active_deadline.count() < 0 || req.active_deadline > std::chrono::hours(24 * 366))
     fail(errc::invalid_argument, me + ": active_deadline=" + std::to_string(req.active_deadline.count()) +
                                      "s is out of range; give 1 s to a year, or 0 for none");
+  check_retry(me, req.retry);
   if (!req.array.empty()) {
     if (auto problem = name_problem(req.array))
       fail(errc::invalid_argument, me + ": array " + quote(req.array) + ": " + *problem);

@@ -111,6 +111,7 @@ json::object to_json(const train_job& job) {
     else
       o["exit_code"] = nullptr;
     o["reason"] = s.reason;
+    if (s.attempt > 1) o["attempt"] = s.attempt;  // (a job without restarts looks as it did)
     steps.push_back(std::move(o));
   }
   json::object o;
@@ -223,6 +224,7 @@ train_job job_from_json(const json::value& v) {
     if (auto* ec = so.if_contains("exit_code"); ec && !ec->is_null())
       s.exit_code = static_cast<int>(int_at(so, "exit_code", in));
     s.reason = text_at(so, "reason", in + " step " + s.name);
+    if (so.contains("attempt")) s.attempt = static_cast<int>(int_at(so, "attempt", in + " step " + s.name));
     j.steps.push_back(std::move(s));
   }
   return j;
@@ -331,6 +333,19 @@ json::object to_json(const train_request& r) {
   o["after_not_ok"] = to_array(r.after_not_ok);
   o["array"] = r.array;
   o["array_limit"] = r.array_limit;
+  if (r.retry.max_restarts > 0) {
+    json::object rp;
+    rp["max_restarts"] = r.retry.max_restarts;
+    rp["backoff_ms"] = r.retry.backoff.count();
+    rp["backoff_factor"] = r.retry.backoff_factor;
+    rp["max_backoff_ms"] = r.retry.max_backoff.count();
+    json::array on, never;
+    for (int c : r.retry.retry_on) on.push_back(c);
+    for (int c : r.retry.never_retry) never.push_back(c);
+    rp["retry_on"] = std::move(on);
+    rp["never_retry"] = std::move(never);
+    o["retry"] = std::move(rp);
+  }
   o["trainer"] = std::move(t);
   return o;
 }
@@ -398,6 +413,28 @@ class spec_reader {
     for (const auto& e : v->get_array()) {
       if (!e.is_string()) refuse(key, fmt::format("item {} must be a string", out.size()));
       out.emplace_back(e.get_string());
+    }
+    return out;
+  }
+
+  std::optional<double> real(const char* key, double lo, double hi) {
+    auto* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) refuse(key, fmt::format("must be a number from {} to {}", lo, hi));
+    double d = v->to_number<double>();
+    if (!(d >= lo && d <= hi)) refuse(key, fmt::format("{} is out of range; give {} to {}", d, lo, hi));
+    return d;
+  }
+
+  std::optional<std::vector<int>> codes(const char* key) {
+    auto* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_array()) refuse(key, "must be an array of exit codes (1 to 255)");
+    std::vector<int> out;
+    for (const auto& e : v->get_array()) {
+      if (!e.is_int64() || e.get_int64() < 1 || e.get_int64() > 255)
+        refuse(key, fmt::format("item {} must be an exit code from 1 to 255", out.size()));
+      out.push_back(static_cast<int>(e.get_int64()));
     }
     return out;
   }
@@ -512,6 +549,17 @@ train_request request_from_json(const json::value& v, bool allow_source_file) {
   if (auto v = r.texts("after_not_ok")) req.after_not_ok = std::move(*v);
   if (auto v = r.text("array")) req.array = std::move(*v);
   if (auto n = r.number("array_limit", 0, 100'000)) req.array_limit = static_cast<int>(*n);
+  if (auto* rv = r.get("retry")) {
+    spec_reader rr(*rv, "retry", "a retry policy");
+    constexpr std::int64_t day_ms = 86'400'000;
+    if (auto n = rr.number("max_restarts", 0, 1000)) req.retry.max_restarts = static_cast<int>(*n);
+    if (auto n = rr.number("backoff_ms", 0, day_ms)) req.retry.backoff = std::chrono::milliseconds(*n);
+    if (auto d = rr.real("backoff_factor", 1, 100)) req.retry.backoff_factor = *d;
+    if (auto n = rr.number("max_backoff_ms", 0, day_ms)) req.retry.max_backoff = std::chrono::milliseconds(*n);
+    if (auto c = rr.codes("retry_on")) req.retry.retry_on = std::move(*c);
+    if (auto c = rr.codes("never_retry")) req.retry.never_retry = std::move(*c);
+    rr.finish();
+  }
   auto* tv = r.get("trainer");
   r.finish();
   if (!tv)

@@ -533,9 +533,10 @@ asio::awaitable<answer> api::list(const query_map& q) {
 }
 
 asio::awaitable<answer> api::logs(std::string name, const query_map& q) {
-  only(q, {"step", "tail", "follow", "timestamps", "since"});
+  only(q, {"step", "tail", "follow", "timestamps", "since", "attempt"});
   log_options opts;
   if (auto s = param(q, "step")) opts.step = *s;
+  if (auto n = int_param(q, "attempt", 1, 1001)) opts.attempt = static_cast<int>(*n);
   if (auto t = int_param(q, "tail", 0, std::int64_t(1) << 40)) opts.tail = static_cast<std::size_t>(*t);
   opts.follow = flag_param(q, "follow");
   opts.timestamps = flag_param(q, "timestamps");

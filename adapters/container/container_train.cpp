@@ -209,17 +209,18 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   auto& r = c.request;
   const auto name = r.name;
   auto me = who(name);
-  // Admission and deadlines of container jobs are not built yet: refused by
+  // Admission, deadlines and retries of container jobs are not built yet: refused by
   // name rather than ignored (docs/scheduling.md).
   const bool deps =
       !r.after_ok.empty() || !r.after_any.empty() || !r.after_not_ok.empty() || !r.array.empty();
-  if (r.priority != 0 || r.active_deadline.count() > 0 || deps)
+  if (r.priority != 0 || r.active_deadline.count() > 0 || deps || r.retry.max_restarts > 0)
     fail(
         errc::invalid_argument,
         me + ": " +
-            (r.priority != 0 ? "priority"
-             : deps          ? "after_ok/after_any/after_not_ok/array"
-                             : "active_deadline") +
+            (r.priority != 0               ? "priority"
+             : deps                        ? "after_ok/after_any/after_not_ok/array"
+             : r.retry.max_restarts > 0    ? "retry"
+                                           : "active_deadline") +
             " is not yet supported on the container backend (its jobs go to the daemon at once); run the job "
             "on the local backend, or leave it out (docs/scheduling.md)");
   for (const auto& v : cfg.volumes) check_volume(v);

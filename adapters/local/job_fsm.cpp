@@ -1,5 +1,7 @@
 #include "adapters/local/job_fsm.hpp"
 
+#include "engine/retry.hpp"
+
 #include <fmt/format.h>
 
 namespace tjob::local {
@@ -280,6 +282,9 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
         case stage::running:
           stop_running(std::nullopt, in.forced);
           break;
+        case stage::backoff:
+          finish_all(stop_word() + " while waiting to restart");
+          break;
         case stage::done:
           break;
       }
@@ -289,6 +294,12 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
       if (!timer_armed_) break;
       timer_armed_ = false;
       stop_running(std::nullopt, true);
+      break;
+
+    case K::backoff_elapsed:
+      if (stage_ != stage::backoff) break;
+      ++attempt_;
+      start_nodes();  // the venv and its packages are there: no setup again
       break;
   }
   return std::move(out_);
@@ -393,7 +404,6 @@ void job_fsm::stop_running(std::optional<std::size_t> except, bool forced) {
 }
 
 void job_fsm::finish() {
-  stage_ = stage::done;
   job_action a{job_action::kind::finish};
   // The blame: the first worker failure recorded, else the first node to end
   // failed. Its reason says what failed; the others', that they went with it.
@@ -411,7 +421,9 @@ void job_fsm::finish() {
       else if (root_)
         s.out.reason = s.how + " after " + name + " failed";
     }
+    if (restart(*blamed)) return;
   }
+  stage_ = stage::done;
   for (auto& s : steps_) {
     // a step the cancel caught before its first process
     if (cancelled_ && !s.started && s.out.ev.kind != event_kind::cancelled)
@@ -419,6 +431,43 @@ void job_fsm::finish() {
     a.outcomes.push_back(std::move(s.out));
   }
   emit(std::move(a));
+}
+
+// The attempt failed because `blamed`'s code did; the retry policy decides
+// whether it is tried again. Only the code's failure is: a step that could
+// not start or set up would fail the same way again. Every node restarts, as
+// JobSet restarts a whole job: the nodes of a torch job meet again.
+bool job_fsm::restart(std::size_t blamed) {
+  if (!shape_.retry || shape_.retry->max_restarts <= 0) return false;
+  auto& b = steps_[blamed];
+  if (b.how.empty() || b.out.ev.kind != event_kind::exited || b.out.ev.exit_code == 0) return false;
+  auto d = detail::decide_retry(*shape_.retry, attempt_, b.out.ev.exit_code);
+  if (!d.delay) {
+    b.out.message += "; not restarted: " + d.why_not;
+    return false;
+  }
+  job_action a{job_action::kind::restart};
+  a.blamed = blamed;
+  a.delay = *d.delay;
+  a.attempt = attempt_ + 1;
+  const int attempts = shape_.retry->max_restarts + 1;
+  for (auto& s : steps_) {
+    step_outcome o;
+    o.ev = {event_kind::restarting, s.out.ev.exit_code};
+    o.exit_code = s.out.ev.exit_code;
+    o.reason = s.out.reason;
+    o.message = fmt::format("attempt {} of {} failed ({}): {}; attempt {} starts in {:g} s", attempt_, attempts,
+                            s.out.reason.empty() ? "it went with the others" : s.out.reason, s.out.message,
+                            attempt_ + 1, static_cast<double>(a.delay.count()) / 1000);
+    a.outcomes.push_back(std::move(o));
+    s = step_state{};
+  }
+  failed_node_.reset();
+  root_.reset();
+  timer_armed_ = false;
+  stage_ = stage::backoff;
+  emit(std::move(a));
+  return true;
 }
 
 // Every step ends cancelled with `message` (nothing of the job ran).

@@ -15,6 +15,9 @@
 
 #include "engine/job_state.hpp"
 
+#include <tjob/types.hpp>
+
+#include <chrono>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -37,6 +40,9 @@ struct job_shape {
   bool lease = false;              ///< it waits for admission or GPUs first (request_lease)
   bool queued = false;             ///< what it waits for is admission (a cancel's words say so)
   bool venv_cache = false;         ///< the venv comes from the cache
+  /// Restarts when its code fails (train_request::retry); null: none. It
+  /// outlives the machine (the job's record holds it).
+  const retry_policy* retry = nullptr;
 };
 
 /// What looking the venv up in the cache found.
@@ -68,6 +74,7 @@ struct job_input {
     /// recorded by the hook tjob puts in the venv), `what` says how. The first
     /// one is the job's root cause, whichever node's torchrun ends first.
     worker_failed,
+    backoff_elapsed,  ///< the wait before the next attempt (restart) has passed
   };
   kind k = kind::begin;
   std::size_t step = 0;
@@ -92,6 +99,7 @@ struct job_input {
   static job_input dependency_never_satisfied(std::string message);
   static job_input timer_fired() { return {kind::timer_fired}; }
   static job_input worker_failed(std::size_t step, std::string what);
+  static job_input backoff_elapsed() { return {kind::backoff_elapsed}; }
 };
 
 /// The index of a node's code among a step's phases (the setup phases are 0..).
@@ -113,6 +121,10 @@ struct job_action {
     note,            ///< `text` as a "[tjob] " line in `step`'s log; `setup_event`: also a Setup event
     record_cancel,   ///< log the cancel request (`deadline`: the active deadline's)
     finish,          ///< apply `outcomes`, one per step, `blamed`'s first; the job has ended
+    /// The attempt failed and is tried again: apply `outcomes` (Restarting,
+    /// one per step), then wait `delay`; backoff_elapsed follows, and attempt
+    /// `attempt` starts. A cancel meanwhile ends the job (finish).
+    restart,
   };
   kind k;
   std::size_t step = 0;
@@ -122,6 +134,8 @@ struct job_action {
   std::vector<std::size_t> steps;
   std::string text;
   std::vector<step_outcome> outcomes;
+  std::chrono::milliseconds delay{0};  ///< restart
+  int attempt = 1;                     ///< restart: the attempt that follows
 };
 
 class job_fsm {
@@ -133,6 +147,7 @@ class job_fsm {
 
   bool done() const noexcept { return stage_ == stage::done; }
   bool cancelled() const noexcept { return cancelled_; }
+  int attempt() const noexcept { return attempt_; }
 
  private:
   enum class stage : std::uint8_t {
@@ -143,6 +158,7 @@ class job_fsm {
     setup,
     finalizing,
     running,
+    backoff,  ///< between a failed attempt and the next
     done
   };
   struct step_state {
@@ -162,6 +178,8 @@ class job_fsm {
   void node_ended(std::size_t i, step_outcome out, bool failed);
   void stop_running(std::optional<std::size_t> except, bool forced);
   void finish();
+  /// Whether the blamed failure is retried; if so, emits restart and returns true.
+  bool restart(std::size_t blamed);
   void finish_all(const std::string& message);
   /// How a stopped step's message and reason put it: cancelled, or DeadlineExceeded.
   std::string stop_word() const;
@@ -182,6 +200,7 @@ class job_fsm {
   /// even when another node's torchrun ended first.
   std::optional<std::pair<std::size_t, std::string>> root_;
   std::vector<step_state> steps_;
+  int attempt_ = 1;
   std::vector<job_action> out_;
 };
 

@@ -41,6 +41,12 @@ void engine_state::leave_queue(const job_rec& j) {
   std::erase_if(dependency_waiting, [&](const auto& w) { return w.get() == &j; });
 }
 
+void engine_state::end_backoff(const job_rec& j) {
+  std::erase_if(backoff_waiting, [&](const auto& w) { return w.get() == &j; });
+}
+
+void engine_state::wait_backoff(const std::shared_ptr<job_rec>& j) { enlist(*this, backoff_waiting, j); }
+
 std::string engine_state::dependency_state(const job_rec::dependency& dep, bool& met) {
   met = false;
   std::optional<job_status> status;
@@ -121,7 +127,8 @@ asio::awaitable<void> engine_state::run_admitter() {
     }
   } watching{*this, &w, watch.add(home, &w, store_wake_file)};
   admitter_wake = &w;
-  while ((!admission_waiting.empty() || !dependency_waiting.empty()) && !stopping) {
+  auto idle = [&] { return admission_waiting.empty() && dependency_waiting.empty() && backoff_waiting.empty(); };
+  while (!idle() && !stopping) {
     try {
       dependency_round();
       admit_round();
@@ -129,7 +136,7 @@ asio::awaitable<void> engine_state::run_admitter() {
       // The store is busy or failing: the next commit or second tries again.
       log->warn("admission: {}", e.what());
     }
-    if ((admission_waiting.empty() && dependency_waiting.empty()) || stopping) break;
+    if (idle() || stopping) break;
     // A crashed owner writes nothing: the second is for those.
     co_await w.wait_until(steady::now() + std::chrono::seconds(1));
   }
@@ -139,7 +146,7 @@ void engine_state::admit_round() {
   flush();
   // Another process's cancel of a waiting job is in its log; no process of
   // the job runs to be signalled, so the owner acts on it here.
-  for (const auto* list : {&admission_waiting, &dependency_waiting})
+  for (const auto* list : {&admission_waiting, &dependency_waiting, &backoff_waiting})
     for (const auto& j : std::vector(*list))
       if (db->has_event(j->row.name, log_event::cancel_requested)) j->post(job_input::cancel(false, true));
   auto rows = db->load_queue();

@@ -114,6 +114,9 @@ struct local_log final : log_stream::impl {
   bool show_times = false;
   std::optional<clock::time_point> since;
   std::uint64_t handed = 0;  // offset past the last byte handed out
+  // An earlier attempt's part of the log ends here (log_options::attempt)
+  std::uint64_t limit = std::numeric_limits<std::uint64_t>::max();
+  std::optional<int> attempt;  // the attempt followed, when one was asked for
 
   local_log(std::shared_ptr<engine_state> eng, std::string j, const log_options& o,
             std::filesystem::path path, std::uint64_t offset)
@@ -124,7 +127,8 @@ struct local_log final : log_stream::impl {
         cursor(path, offset),
         show_times(o.timestamps),
         since(o.since),
-        handed(offset) {
+        handed(offset),
+        attempt(o.attempt) {
     if (o.timestamps || o.since) times.emplace(detail::times_path_of(path));
   }
 
@@ -133,13 +137,22 @@ struct local_log final : log_stream::impl {
   bool step_ended() {
     if (owned) {
       for (const auto& s : owned->steps)
-        if (s.row.name == step) return is_terminal(s.row.status);
+        if (s.row.name == step) return attempt_ended(s.row.attempt) || is_terminal(s.row.status);
       return true;
     }
     auto row = e->load_fresh(job);
     if (!row) return true;
     for (const auto& s : row->steps)
-      if (s.name == step) return is_terminal(s.status);
+      if (s.name == step) return attempt_ended(s.attempt) || is_terminal(s.status);
+    return true;
+  }
+
+  // Following one attempt (log_options::attempt) that the job has since
+  // restarted from: its part of the log ends where the next begins.
+  bool attempt_ended(int now) {
+    if (!attempt || now <= *attempt) return false;
+    auto starts = detail::attempt_starts(e->attempts_path(job, step));
+    if (auto it = starts.find(*attempt + 1); it != starts.end()) limit = it->second;
     return true;
   }
 
@@ -173,7 +186,12 @@ struct local_log final : log_stream::impl {
   // Reads what was appended; the engine that runs the step records its times
   // first, so what is handed out has its final time.
   std::size_t read_more() {
-    std::size_t n = cursor.read_more(buf.bytes());
+    if (cursor.offset() >= limit) {
+      ending = true;  // an earlier attempt: all there will be
+      return 0;
+    }
+    std::size_t n = cursor.read_more(buf.bytes(), static_cast<std::size_t>(std::min<std::uint64_t>(
+                                                      std::uint64_t(1) << 16, limit - cursor.offset())));
     if (n > 0 && times) mark_times(owned, step);
     return n;
   }
@@ -244,7 +262,7 @@ namespace {
 train_job view_of(const engine_state& e, detail::job_row row) {
   if (!e.read_only.empty() && !is_terminal(row.status) && !e.owner_alive(row)) {
     detail::folded_job state{row.status, row.reason, {}};
-    for (const auto& s : row.steps) state.steps.push_back({s.name, s.status, s.exit_code, s.reason});
+    for (const auto& s : row.steps) state.steps.push_back({s.name, s.status, s.exit_code, s.reason, s.attempt});
     for (const auto& s : row.steps)
       if (!is_terminal(s.status)) detail::fold_event(state, {s.name, log_event::lost, std::nullopt, "lost"});
     row.status = state.status;
@@ -401,18 +419,38 @@ asio::awaitable<void> backend::shutdown() {
 asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options options) {
   auto& e = *impl_;
   std::vector<std::string> steps;
+  int attempts = 1;  // the step's attempts so far
   auto j = e.owned(name);
   if (j) {
-    for (const auto& s : j->steps) steps.push_back(s.row.name);
+    for (const auto& s : j->steps) {
+      steps.push_back(s.row.name);
+      if (s.row.name == options.step) attempts = s.row.attempt;
+    }
   } else {
     auto row = e.load_fresh(name);
     if (!row) e.throw_not_found(name);
-    for (const auto& s : row->steps) steps.push_back(s.name);
+    for (const auto& s : row->steps) {
+      steps.push_back(s.name);
+      if (s.name == options.step) attempts = s.attempt;
+    }
   }
   if (std::find(steps.begin(), steps.end(), options.step) == steps.end())
     detail::throw_step_not_found(name, options.step, steps);
   auto path = e.jobs_dir / name / "logs" / (options.step + ".log");
-  std::uint64_t offset = options.tail ? detail::tail_offset(path, *options.tail) : 0;
+  // One log holds every attempt, one after another; an attempt is its part.
+  std::uint64_t start = 0, limit = std::numeric_limits<std::uint64_t>::max();
+  if (options.attempt) {
+    if (*options.attempt > attempts)
+      fail(errc::invalid_argument,
+           "TrainJob " + quote(name) + " step " + quote(options.step) + " has no attempt " +
+               std::to_string(*options.attempt) + "; it has had " + std::to_string(attempts) +
+               (attempts == 1 ? " (it was never restarted)" : "; give 1 to " + std::to_string(attempts)));
+    auto starts = detail::attempt_starts(e.attempts_path(name, options.step));
+    if (auto it = starts.find(*options.attempt); it != starts.end()) start = it->second;
+    if (auto it = starts.find(*options.attempt + 1); it != starts.end()) limit = it->second;
+  }
+  std::uint64_t offset =
+      std::max(start, options.tail ? detail::tail_offset(path, *options.tail, limit) : std::uint64_t(0));
   if (options.since) {
     // Lines up to the last record older than `since` are older; the line
     // that record ends inside may not be (each line is checked again).
@@ -422,6 +460,7 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
   }
   auto p = std::make_unique<local_log>(impl_, name, options, path, offset);
   p->owned = j;
+  p->limit = limit;
   co_return log_stream(std::move(p));
 }
 

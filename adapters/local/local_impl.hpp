@@ -111,6 +111,10 @@ struct job_rec {
   std::string queue_note;            // what it waits for, for its log when it joins the queue
   std::chrono::seconds deadline{0};  // its active deadline, from Running; 0: none
   std::unique_ptr<boost::asio::steady_timer> deadline_timer;  // armed when it starts running
+  /// Its retry policy (train_request::retry) when it has restarts; and the
+  /// wait before its next attempt, while it waits.
+  std::unique_ptr<retry_policy> retry;
+  std::unique_ptr<boost::asio::steady_timer> backoff_timer;
   /// Set when the venv comes from the cache (engine_config::venv_cache):
   /// what it is built from; `python` is the interpreter as given until
   /// resolve_venv finds the real one.
@@ -191,6 +195,9 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::vector<std::shared_ptr<job_rec>> admission_waiting;
   /// This engine's jobs that wait for their dependencies (then they join the queue).
   std::vector<std::shared_ptr<job_rec>> dependency_waiting;
+  /// This engine's jobs between a failed attempt and the next (restart_attempt):
+  /// the admitter hears another process's cancel of them, as of the others.
+  std::vector<std::shared_ptr<job_rec>> backoff_waiting;
   /// The admitter's wake-up while it runs (it runs while jobs wait).
   detail::wake_signal* admitter_wake = nullptr;
   // Woken after each commit of this engine's writes: watch_all's waiters see
@@ -278,6 +285,13 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::vector<queue_entry> queue_view();
   /// Arms the active deadline of a job that has started running.
   void arm_deadline(const std::shared_ptr<job_rec>& j);
+  /// A failed attempt is tried again (job_action::restart): its steps are
+  /// Restarting, their logs mark where the next attempt begins, and the
+  /// backoff timer posts backoff_elapsed.
+  void restart_attempt(const std::shared_ptr<job_rec>& j, job_action& a);
+  /// The job waits between attempts: backoff_waiting, until end_backoff.
+  void wait_backoff(const std::shared_ptr<job_rec>& j);
+  void end_backoff(const job_rec& j);
   boost::asio::awaitable<std::string> train(detail::checked_request c);
   void plan_job(job_rec& j, const std::string& name, train_request& req, const runtime& rt);
   void plan_command(job_rec& j, const std::string& who, command_trainer& ct);
@@ -307,6 +321,11 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   void start_failure_watch(const std::shared_ptr<job_rec>& j);
   /// Where the hook writes a job's worker failures ($TJOB_FAILURE_DIR).
   std::filesystem::path failures_dir(const job_rec& j) const { return jobs_dir / j.row.name / "failures"; }
+  /// `jobs/<name>/log-attempts/<step>`: where each attempt after the first
+  /// begins in the step's log (log_attempts).
+  std::filesystem::path attempts_path(const std::string& job, const std::string& step) const {
+    return jobs_dir / job / "log-attempts" / step;
+  }
   boost::asio::awaitable<void> watch_worker_failures(std::shared_ptr<job_rec> j);
   boost::asio::awaitable<void> finalize_venv(std::shared_ptr<job_rec> j);
   void end_venv_build(const std::shared_ptr<job_rec>& j, bool ok);

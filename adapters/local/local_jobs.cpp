@@ -53,7 +53,7 @@ train_job to_job(const detail::job_row& row) {
   j.status = row.status;
   j.reason = row.reason;
   j.array = row.array;
-  for (const auto& s : row.steps) j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid});
+  for (const auto& s : row.steps) j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid, s.attempt});
   return j;
 }
 
@@ -319,21 +319,35 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
   const auto t = now_ms();
   if (ev.kind == event_kind::started && j.row.started_ms == 0) j.row.started_ms = t;
   if (is_terminal(*to)) j.row.ended_ms = t;
-  if (ev.kind == event_kind::exited) s.row.exit_code = ev.exit_code;
-  if (*to == job_status::failed) s.row.reason = std::move(reason);
+  // A restart's event carries how the failed attempt ended; the step starts
+  // its next attempt afresh (as the fold of the log does).
+  std::optional<int> event_code = s.row.exit_code;
+  std::string event_detail;
+  if (ev.kind == event_kind::restarting) {
+    event_code = ev.exit_code;
+    event_detail = reason;
+    ++s.row.attempt;
+    s.row.exit_code.reset();
+    s.row.reason.clear();
+  } else if (ev.kind == event_kind::exited) {
+    s.row.exit_code = event_code = ev.exit_code;
+  }
+  if (*to == job_status::failed) s.row.reason = event_detail = std::move(reason);
   std::vector<job_status> statuses;
   for (const auto& st : j.steps) statuses.push_back(st.row.status);
   j.row.status = detail::aggregate(statuses);
-  if (j.row.reason == detail::queued_reason || j.row.reason == detail::waiting_reason)
+  if (j.row.reason == detail::queued_reason || j.row.reason == detail::waiting_reason ||
+      j.row.reason == detail::restarting_reason)
     j.row.reason.clear();  // any transition ends the wait
   if (j.row.status == job_status::failed && j.row.reason.empty()) j.row.reason = s.row.reason;
+  if (ev.kind == event_kind::restarting && j.row.status == job_status::created)
+    j.row.reason = detail::restarting_reason;
 
   queue_write(
       [name = j.row.name, step = s.row, status = j.row.status, jreason = j.row.reason, t,
-       what = detail::log_event_of(ev.kind), message = std::move(message)](detail::store& db) {
-        db.append_event(
-            name, step.name, t, what, message, step.exit_code,
-            step.status == job_status::failed ? std::string_view(step.reason) : std::string_view());
+       what = detail::log_event_of(ev.kind), message = std::move(message), event_code,
+       event_detail = std::move(event_detail)](detail::store& db) {
+        db.append_event(name, step.name, t, what, message, event_code, event_detail);
         db.update_step(name, step);
         db.update_job_status(name, status, jreason);
       },

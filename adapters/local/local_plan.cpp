@@ -248,6 +248,8 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
   j.admission->group = req.array;
   j.admission->group_limit = req.array_limit;
   j.deadline = req.active_deadline;
+  j.retry.reset();
+  if (req.retry.max_restarts > 0) j.retry = std::make_unique<retry_policy>(req.retry);
   j.deps.clear();
   for (const auto& [list, kind] : {std::pair{&req.after_ok, "after_ok"},
                                    {&req.after_any, "after_any"},

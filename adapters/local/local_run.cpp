@@ -32,6 +32,7 @@ job_shape shape_of(const job_rec& j) {
   s.lease = j.gpus_per_node > 0 || j.queued || !j.deps.empty();
   s.queued = j.queued || !j.deps.empty();
   s.venv_cache = j.venv_inputs != nullptr;
+  s.retry = j.retry.get();
   return s;
 }
 
@@ -171,6 +172,7 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
       end_venv_build(j, a.ok);
       break;
     case A::spawn:
+      if (j->backoff_timer && a.step == 0) end_backoff(*j);  // a restarted job's next attempt
       now.push_back(spawn_phase(j, a.step, a.phase, a.first));
       if (a.first && now.back().k == job_input::kind::spawned) arm_deadline(j);
       break;
@@ -212,9 +214,49 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
       });
       break;
     }
+    case A::restart:
+      if (grace) grace->cancel();
+      restart_attempt(j, a);
+      break;
     case A::finish:
       break;  // run_job's
   }
+}
+
+void engine_state::restart_attempt(const std::shared_ptr<job_rec>& j, job_action& a) {
+  for (std::size_t i = 0; i < j->steps.size() && i < a.outcomes.size(); ++i) {
+    auto& s = j->steps[i];
+    auto& o = a.outcomes[i];
+    // A Python job's log says so; a command's stays its program's bytes (the
+    // Restarting event says it).
+    if (!j->venv.empty()) log_progress(*j, s, "[tjob] " + o.message + "\n");
+    // Where attempt N begins: "N OFFSET" lines, for logs --attempt. The
+    // processes of the failed attempt have ended, so the log is whole.
+    std::error_code ec;
+    auto size = std::filesystem::exists(s.log_path) ? std::filesystem::file_size(s.log_path, ec) : 0;
+    auto path = attempts_path(j->row.name, s.row.name);
+    std::filesystem::create_directories(path.parent_path(), ec);
+    if (auto wec = detail::append_file(path, fmt::format("{} {}\n", a.attempt, ec ? 0 : size)))
+      log->warn("job {}: cannot write {}: {}", j->row.name, path.string(), wec.message());
+    s.row.pid = 0;
+    s.row.pid_start = 0;
+    apply(*j, s, o.ev, o.message, o.reason);
+  }
+  // The next attempt's torch nodes meet on a fresh port, and its worker
+  // failures are its own.
+  if (j->torch_port) j->master_port = detail::free_port();
+  if (j->failure_watch) {
+    j->failure_watch = false;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(failures_dir(*j), ec))
+      std::filesystem::remove(e.path(), ec);
+  }
+  if (!j->backoff_timer) j->backoff_timer = std::make_unique<asio::steady_timer>(ex);
+  j->backoff_timer->expires_after(a.delay);
+  j->backoff_timer->async_wait([w = std::weak_ptr<job_rec>(j)](error_code ec) {
+    if (auto jr = w.lock(); jr && !ec) jr->post(job_input::backoff_elapsed());
+  });
+  wait_backoff(j);
 }
 
 // A child operation of the job (a lease wait, a venv cache step): it posts
@@ -242,6 +284,10 @@ void engine_state::start_op(const std::shared_ptr<job_rec>& j, asio::awaitable<v
 asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes,
                                                std::size_t blamed) {
   if (j->deadline_timer) j->deadline_timer->cancel();
+  if (j->backoff_timer) {
+    j->backoff_timer->cancel();
+    end_backoff(*j);
+  }
   if (j->gpus_per_node > 0) release_gpus(*j);
   if (!j->venv.empty()) {
     if (j->remove_venv) {
@@ -426,8 +472,8 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   // one node lets go of its whole plan once its code runs).
   std::string name = ph.name;
   const bool final = ph.final;
-  ph.release_plan();
-  if (final && j->steps.size() == 1) {
+  if (!j->retry) ph.release_plan();  // (a job with restarts keeps it: the next attempt starts from it)
+  if (final && j->steps.size() == 1 && !j->retry) {
     std::vector<phase>().swap(j->phases);
     std::vector<phase>().swap(j->node_phases);
   }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
+#include <fstream>
 #include <vector>
 
 namespace tjob::detail {
@@ -26,16 +27,16 @@ boost::system::error_code append_file(const std::filesystem::path& path, std::st
   return {};
 }
 
-std::uint64_t tail_offset(const std::filesystem::path& path, std::size_t lines) {
+std::uint64_t tail_offset(const std::filesystem::path& path, std::size_t lines, std::uint64_t limit) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   struct stat st {};
   if (::fstat(fd, &st) != 0 || st.st_size == 0 || lines == 0) {
-    std::uint64_t end = lines == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+    std::uint64_t end = lines == 0 ? std::min(static_cast<std::uint64_t>(st.st_size), limit) : 0;
     ::close(fd);
     return end;
   }
-  std::uint64_t end = static_cast<std::uint64_t>(st.st_size);
+  std::uint64_t end = std::min(static_cast<std::uint64_t>(st.st_size), limit);
   std::vector<char> buf(1 << 16);
   std::uint64_t pos = end;
   std::size_t newlines = 0;
@@ -62,6 +63,15 @@ std::uint64_t tail_offset(const std::filesystem::path& path, std::size_t lines) 
   }
   ::close(fd);
   return 0;
+}
+
+std::map<int, std::uint64_t> attempt_starts(const std::filesystem::path& attempts_file) {
+  std::map<int, std::uint64_t> out;
+  std::ifstream in(attempts_file);
+  int attempt = 0;
+  std::uint64_t offset = 0;
+  while (in >> attempt >> offset) out[attempt] = offset;
+  return out;
 }
 
 std::uint64_t line_start(const std::filesystem::path& path, std::uint64_t offset) {

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,8 +22,15 @@ namespace tjob::detail {
 boost::system::error_code append_file(const std::filesystem::path& path, std::string_view data);
 
 /// The offset at which the last `lines` lines of the file begin (0 when it has
-/// fewer). A final line without '\n' counts as a line.
-std::uint64_t tail_offset(const std::filesystem::path& path, std::size_t lines);
+/// fewer). A final line without '\n' counts as a line. `limit`: the file as if
+/// it ended there (an earlier attempt's part of a log).
+std::uint64_t tail_offset(const std::filesystem::path& path, std::size_t lines,
+                          std::uint64_t limit = std::numeric_limits<std::uint64_t>::max());
+
+/// Where each attempt after the first begins in a step's log: the lines
+/// "N OFFSET" of `jobs/<name>/log-attempts/<step>` (written at each restart),
+/// as attempt → offset. Missing or unreadable: none.
+std::map<int, std::uint64_t> attempt_starts(const std::filesystem::path& attempts_file);
 
 /// Where the line that holds byte `offset` begins (`offset` itself when the
 /// byte before it is a '\n'; 0 when no '\n' precedes it).

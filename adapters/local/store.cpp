@@ -137,6 +137,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
                                                fix_for(errc::store_corrupt, path_));
         exec(schema_sql());
         exec(admissions_sql());
+        exec(attempts_sql());
         exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
         exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
       }
@@ -160,6 +161,10 @@ void store::open(std::chrono::milliseconds busy_timeout) {
       if (version == 2) {
         exec(admissions_sql());
         version = 3;
+      }
+      if (version == 3) {
+        exec(attempts_sql());
+        version = 4;
       }
       exec(("PRAGMA user_version=" + std::to_string(version)).c_str());
       commit();
@@ -308,8 +313,8 @@ bool store::insert_job(const job_row& job) {
     if (rc != SQLITE_DONE) fail(rc, "cannot record the job");
   }
   auto* st = prepare(
-      "INSERT INTO steps(job, name, status, exit_code, reason, pid, pid_start) "
-      "VALUES(?,?,?,?,?,?,?)");
+      "INSERT INTO steps(job, name, status, exit_code, reason, pid, pid_start, attempt) "
+      "VALUES(?,?,?,?,?,?,?,?)");
   for (const auto& step : job.steps) {
     reset_guard g{st};
     bind_text(st, 1, job.name);
@@ -319,6 +324,7 @@ bool store::insert_job(const job_row& job) {
     bind_text(st, 5, step.reason);
     sqlite3_bind_int64(st, 6, step.pid);
     sqlite3_bind_int64(st, 7, static_cast<std::int64_t>(step.pid_start));
+    sqlite3_bind_int(st, 8, step.attempt);
     int rc = sqlite3_step(st);
     if (rc != SQLITE_DONE) fail(rc, "cannot record the job's steps");
   }
@@ -327,15 +333,17 @@ bool store::insert_job(const job_row& job) {
 
 void store::update_step(const std::string& job, const step_row& step) {
   auto* s =
-      prepare("UPDATE steps SET status=?, exit_code=?, reason=?, pid=?, pid_start=? WHERE job=? AND name=?");
+      prepare("UPDATE steps SET status=?, exit_code=?, reason=?, pid=?, pid_start=?, attempt=? WHERE job=? AND "
+              "name=?");
   reset_guard g{s};
   bind_text(s, 1, to_string(step.status));
   if (step.exit_code) sqlite3_bind_int(s, 2, *step.exit_code);
   bind_text(s, 3, step.reason);
   sqlite3_bind_int64(s, 4, step.pid);
   sqlite3_bind_int64(s, 5, static_cast<std::int64_t>(step.pid_start));
-  bind_text(s, 6, job);
-  bind_text(s, 7, step.name);
+  sqlite3_bind_int(s, 6, step.attempt);
+  bind_text(s, 7, job);
+  bind_text(s, 8, step.name);
   int rc = sqlite3_step(s);
   if (rc != SQLITE_DONE) fail(rc, "cannot update a step");
 }
@@ -389,7 +397,7 @@ void store::delete_job(const std::string& job) {
 
 namespace {
 
-// A step from the columns name, status, exit_code, reason, pid, pid_start at `first`.
+// A step from the columns name, status, exit_code, reason, pid, pid_start, attempt at `first`.
 step_row step_of(sqlite3_stmt* s, int first) {
   step_row st;
   st.name = text_of(s, first);
@@ -398,6 +406,7 @@ step_row step_of(sqlite3_stmt* s, int first) {
   st.reason = text_of(s, first + 3);
   st.pid = sqlite3_column_int64(s, first + 4);
   st.pid_start = static_cast<std::uint64_t>(sqlite3_column_int64(s, first + 5));
+  st.attempt = sqlite3_column_int(s, first + 6);
   return st;
 }
 
@@ -405,7 +414,7 @@ step_row step_of(sqlite3_stmt* s, int first) {
 
 void store::load_steps(job_row& job) {
   auto* s = prepare(
-      "SELECT name, status, exit_code, reason, pid, pid_start FROM steps WHERE job=? ORDER BY "
+      "SELECT name, status, exit_code, reason, pid, pid_start, attempt FROM steps WHERE job=? ORDER BY "
       "length(name), name");
   reset_guard g{s};
   bind_text(s, 1, job.name);
@@ -470,7 +479,7 @@ std::vector<job_row> store::load_where(const char* where_sql, const std::string*
   for (auto& j : out) by_name.emplace(j.name, &j);
   auto* st = prepare(
       std::string(
-          "SELECT job, name, status, exit_code, reason, pid, pid_start FROM steps WHERE job IN (SELECT "
+          "SELECT job, name, status, exit_code, reason, pid, pid_start, attempt FROM steps WHERE job IN (SELECT "
           "name FROM jobs ") +
       where_sql + ") ORDER BY job, length(name), name");
   reset_guard g{st};

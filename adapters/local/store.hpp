@@ -34,6 +34,7 @@ struct step_row {
   std::string reason;
   std::int64_t pid = 0;
   std::uint64_t pid_start = 0;
+  int attempt = 1;  ///< 1 + the step's Restarting events (train_request::retry)
 };
 
 struct job_row {

@@ -24,6 +24,10 @@ ALTER TABLE jobs ADD COLUMN array TEXT NOT NULL DEFAULT '';
 )sql";
 }
 
+const char* attempts_sql() {
+  return "ALTER TABLE steps ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;";
+}
+
 const char* schema_sql() {
   return R"sql(
 CREATE TABLE jobs(
@@ -73,7 +77,7 @@ std::string transitions_sql(bool endings_only) {
   std::string list;
   for (auto e : all_log_events) {
     auto kind = transition_of(e);
-    if (!kind || (endings_only && *kind == event_kind::started)) continue;
+    if (!kind || (endings_only && (*kind == event_kind::started || *kind == event_kind::restarting))) continue;
     list += std::string(list.empty() ? "" : ", ") + "'" + std::string(to_string(e)) + "'";
   }
   return list;

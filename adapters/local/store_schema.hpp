@@ -11,12 +11,15 @@ inline constexpr int application_id = 0x746a6f62;  // "tjob"
 // status columns can be folded from the log (migrate_v1_to_v2).
 // Version 3: the admission queue (`admissions`: the jobs waiting or admitted
 // and not ended), and each job's array (`jobs.array`).
-inline constexpr int schema_version = 3;
+// Version 4: each step's attempt (`steps.attempt`; retries).
+inline constexpr int schema_version = 4;
 
 /// The tables of a version-1 store (what migrations start from).
 const char* schema_sql();
 /// What version 3 adds: the admission queue and each job's array.
 const char* admissions_sql();
+/// What version 4 adds: each step's attempt.
+const char* attempts_sql();
 /// The event names that are step transitions, as an SQL list ('Started',
 /// 'Exited', ...): all of them, or only those that end a step.
 std::string transitions_sql(bool endings_only);

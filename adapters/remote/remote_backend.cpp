@@ -474,6 +474,7 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
   if (options.follow) params.emplace_back("follow", "1");
   if (options.timestamps) params.emplace_back("timestamps", "1");
   if (options.since) params.emplace_back("since", format_time(*options.since));
+  if (options.attempt) params.emplace_back("attempt", std::to_string(*options.attempt));
   auto r = impl_->make("GET", "/v1/jobs/" + name + "/logs" + query_of(params));
   auto stream = co_await impl_->open(std::move(r));
   co_return log_stream(std::make_unique<remote_log>(std::move(stream)));

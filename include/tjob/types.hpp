@@ -83,6 +83,23 @@ std::uint64_t parse_memory(const std::string& value, const std::string& what);
 /// The kinds of trainer a job can have; the engine dispatches on it.
 using trainer = std::variant<command_trainer, python_trainer>;
 
+/// Restarts of a job whose code fails (docs/scheduling.md): Nomad's restart
+/// block, Slurm's --requeue. An attempt whose node's process exits non-zero
+/// (or is killed by a signal: 128 + its number) is retried, up to
+/// `max_restarts` times, after a backoff of `backoff`, then `backoff_factor`
+/// times the last, at most `max_backoff`. A job that cannot start or set up,
+/// is cancelled, is lost or passes its deadline is not retried. Local
+/// backend only.
+struct retry_policy {
+  int max_restarts = 0;  ///< 0: none (the default); at most 1000
+  std::chrono::milliseconds backoff{1000};
+  double backoff_factor = 2;  ///< 1 to 100
+  std::chrono::milliseconds max_backoff{60000};
+  std::vector<int> retry_on;     ///< only these exit codes are retried; empty: every failure
+  std::vector<int> never_retry;  ///< these exit codes never are (they win over retry_on)
+  bool operator==(const retry_policy&) const = default;
+};
+
 /// Everything `train` needs. The runtime defaults to Kubeflow's
 /// `torch-distributed` when empty.
 struct train_request {
@@ -119,6 +136,9 @@ struct train_request {
   /// at once (0: no limit of its own). Local backend only.
   std::string array;
   int array_limit = 0;
+  /// Restarts when its code fails (retry_policy). Local backend only; on
+  /// Kubernetes a restart policy is the runtime's (JobSet failurePolicy).
+  retry_policy retry;
 };
 
 /// The trainer part of a runtime, as Kubeflow's `RuntimeTrainer`.
@@ -146,6 +166,9 @@ struct step {
   std::optional<int> exit_code;
   std::string reason;    ///< why it failed: "exit code 3", "cancelled", "lost", …
   std::int64_t pid = 0;  ///< the process while it runs; 0 before it starts
+  /// Which attempt of the job this is (retry_policy): 1, then one more for
+  /// each restart. Its earlier attempts' logs: log_options::attempt.
+  int attempt = 1;
 };
 
 /// A job as the engine knows it. `status` is derived from the event log.
@@ -180,8 +203,8 @@ struct queue_entry {
 };
 
 /// Whether `a` and `b` are one job in one state as a watcher sees it: name,
-/// status, reason, start and end, and each step's name, status, exit code
-/// and reason (pids and the creation time aside). wait_for_jobs_change
+/// status, reason, start and end, and each step's name, status, exit code,
+/// reason and attempt (pids and the creation time aside). wait_for_jobs_change
 /// returns once this no longer holds for some job.
 bool same_state(const train_job& a, const train_job& b);
 
@@ -247,6 +270,9 @@ struct log_options {
   bool timestamps = false;
   /// Only lines written at or after this time (then `tail` of those).
   std::optional<clock::time_point> since;
+  /// Only what this attempt of the job wrote (step::attempt; 1 = the first).
+  /// Empty: every attempt's output, one after another.
+  std::optional<int> attempt;
 };
 
 /// Why `name` cannot be a job's name (an RFC 1035 label of at most 63

@@ -21,6 +21,9 @@
 //                          highest <now> ever seen)
 //   leave FILE             count this process out (<now> down by one)
 //   append FILE TEXT       append TEXT and a newline to FILE (one write)
+//   fail-until FILE N CODE this is attempt K = 1 + the lines of FILE: append
+//                          "K <realtime ns>" to it, print "attempt K"; exit
+//                          CODE while K < N, else go on
 // Commands run one after another: `lines 3 exit 2`.
 #include <fcntl.h>
 #include <sys/file.h>
@@ -84,6 +87,27 @@ int main(int argc, char** argv) {
       write_all(fd, line.data(), line.size());
       ::close(fd);
       i += 2;
+    } else if (cmd == "fail-until") {
+      int fd = ::open(arg(1).c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+      if (fd < 0 || ::flock(fd, LOCK_EX) != 0) return 93;
+      char buf[4096];
+      long lines = 0;
+      ssize_t n;
+      off_t at = 0;
+      while ((n = ::pread(fd, buf, sizeof buf, at)) > 0) {
+        for (ssize_t k = 0; k < n; ++k) lines += buf[k] == '\n';
+        at += n;
+      }
+      long attempt = lines + 1;
+      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+      std::string line = std::to_string(attempt) + " " + std::to_string(ns) + "\n";
+      write_all(fd, line.data(), line.size());
+      ::close(fd);
+      out("attempt " + std::to_string(attempt) + "\n");
+      if (attempt < std::atol(arg(2).c_str())) return std::atoi(arg(3).c_str());
+      i += 3;
     } else if (cmd == "exit") {
       return std::atoi(arg(1).c_str());
     } else if (cmd == "allbytes") {
