@@ -133,6 +133,7 @@ std::size_t engine_state::reconcile_rows(const std::vector<detail::job_row>& row
         s.status = state.steps[i].status;
         s.exit_code = state.steps[i].exit_code;
         s.reason = state.steps[i].reason;
+        s.attempt = state.steps[i].attempt;
         db.update_step(cur->name, s);
       }
       db.update_job_status(cur->name, state.status, state.reason);

@@ -434,3 +434,133 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(most >= 2);
   CHECK(c.get_job("other").array.empty());
 }
+
+// --- retries ---------------------------------------------------------------
+
+namespace {
+
+// The realtime start of each attempt, as the helper's fail-until recorded it.
+std::vector<std::chrono::nanoseconds> attempt_starts(const std::filesystem::path& counter) {
+  std::vector<std::chrono::nanoseconds> out;
+  for (const auto& l : lines_of(counter)) {
+    std::istringstream in(l);
+    long attempt = 0;
+    long long ns = 0;
+    in >> attempt >> ns;
+    out.emplace_back(ns);
+  }
+  return out;
+}
+
+train_request flaky(const std::filesystem::path& counter, int passes_at, int code, std::string name) {
+  return helper_job({"fail-until", counter.string(), std::to_string(passes_at), std::to_string(code), "print",
+                     "passed\n"},
+                    std::move(name));
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture,
+                  "a job that fails twice and then passes ends Complete after 3 attempts, each backoff as "
+                  "long as configured at least") {
+  trainer_client c(config());
+  auto counter = dir.path() / "attempts";
+  auto r = flaky(counter, 3, 75, "flaky");
+  r.retry.max_restarts = 4;
+  r.retry.backoff = 300ms;
+  r.retry.backoff_factor = 2;
+  r.retry.max_backoff = 10s;
+  auto name = c.train(r);
+  // A follower opened now reads every attempt, one after another, to the end.
+  auto follower = c.get_job_logs(name, {.follow = true});
+  auto job = c.wait_for_job_status(name, {job_status::complete}, 60s);
+  CHECK(follower.read_all() == "attempt 1\nattempt 2\nattempt 3\npassed\n");
+  REQUIRE(job.steps.size() == 1);
+  CHECK(job.steps[0].attempt == 3);
+  CHECK(job.steps[0].exit_code == 0);
+  CHECK(job.reason.empty());
+  auto starts = attempt_starts(counter);
+  REQUIRE(starts.size() == 3);
+  CHECK(starts[1] - starts[0] >= 300ms);  // the first backoff, then twice it
+  CHECK(starts[2] - starts[1] >= 600ms);
+  CHECK(reasons_of(c, name) == std::vector<std::string>{"Created", "Started", "Restarting", "Started",
+                                                         "Restarting", "Started", "Exited"});
+  auto events = c.get_job_events(name);
+  CHECK(events[2].message.find("attempt 1 of 5 failed (exit code 75): process ") == 0);
+  CHECK(events[2].message.find("attempt 2 starts in 0.3 s") != std::string::npos);
+  CHECK(events[4].message.find("attempt 3 starts in 0.6 s") != std::string::npos);
+  // Each attempt's log stays readable on its own.
+  CHECK(c.get_job_logs(name, {.attempt = 1}).read_all() == "attempt 1\n");
+  CHECK(c.get_job_logs(name, {.attempt = 2}).read_all() == "attempt 2\n");
+  CHECK(c.get_job_logs(name, {.attempt = 3}).read_all() == "attempt 3\npassed\n");
+  CHECK(c.get_job_logs(name, {.tail = 1, .attempt = 2}).read_all() == "attempt 2\n");
+  CHECK(c.get_job_logs(name, {.tail = 1}).read_all() == "passed\n");
+  CHECK(message_of([&] { c.get_job_logs(name, {.attempt = 4}).read_all(); }) ==
+        "TrainJob 'flaky' step 'node-0' has no attempt 4; it has had 3; give 1 to 3");
+  CHECK(tjob::test::code_of([&] { c.get_job_logs(name, {.attempt = 0}); }) == errc::invalid_argument);
+}
+
+TEST_CASE_FIXTURE(fixture, "an exit code that is never retried is not, and a job out of restarts fails") {
+  trainer_client c(config());
+  auto once = dir.path() / "once";
+  auto r = flaky(once, 3, 3, "never");
+  r.retry.max_restarts = 5;
+  r.retry.backoff = 0ms;
+  r.retry.never_retry = {3};
+  auto job = c.wait_for_job_status(c.train(r), {job_status::failed}, 30s);
+  CHECK(job.steps[0].attempt == 1);
+  CHECK(job.steps[0].exit_code == 3);
+  CHECK(job.reason == "exit code 3");
+  CHECK(lines_of(once).size() == 1);
+  CHECK(c.get_job_events("never").back().message.find("not restarted: exit code 3 is never retried") !=
+        std::string::npos);
+
+  auto twice = dir.path() / "twice";
+  auto out = flaky(twice, 10, 4, "out-of-restarts");
+  out.retry.max_restarts = 1;
+  out.retry.backoff = 0ms;
+  job = c.wait_for_job_status(c.train(out), {job_status::failed}, 30s);
+  CHECK(job.steps[0].attempt == 2);
+  CHECK(job.steps[0].exit_code == 4);
+  CHECK(lines_of(twice).size() == 2);
+  CHECK(c.get_job_events("out-of-restarts").back().message.find("no restarts left (1 of 1 used)") !=
+        std::string::npos);
+
+  auto bad = flaky(twice, 1, 1, "bad");
+  bad.retry.max_restarts = 2;
+  bad.retry.backoff_factor = 0;
+  CHECK(message_of([&] { c.train(bad); }) ==
+        "TrainJob 'bad': backoff_factor=0 is out of range; give 1 (a constant backoff) to 100");
+}
+
+TEST_CASE_FIXTURE(fixture, "a cancel during the backoff stops the retry loop, from this process or another") {
+  trainer_client c(config());
+  for (bool foreign : {false, true}) {
+    CAPTURE(foreign);
+    const std::string name = foreign ? "cancelled-elsewhere" : "cancelled-here";
+    auto counter = dir.path() / name;
+    auto r = flaky(counter, 10, 1, name);
+    r.retry.max_restarts = 3;
+    r.retry.backoff = 1h;  // only a cancel ends this wait
+    r.retry.max_backoff = 1h;
+    c.train(r);
+    auto job = c.get_job(name);
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (job.reason != "Restarting" && std::chrono::steady_clock::now() < deadline)
+      job = c.wait_for_job_change(name, job, 30s);
+    REQUIRE(job.reason == "Restarting");
+    CHECK(job.status == job_status::created);
+    CHECK(job.steps[0].attempt == 2);
+    if (foreign) {
+      auto cancelled = tjob::test::run({tjob::test::tjob_bin(), "cancel", name}, env());
+      CHECK(cancelled.exit_code == 0);
+    } else {
+      c.cancel_job(name);
+    }
+    job = c.wait_for_job_status(name, {job_status::failed}, 30s);
+    CHECK(job.reason == "cancelled");
+    CHECK(job.steps[0].reason == "cancelled");
+    CHECK(c.get_job_events(name).back().message == "cancelled while waiting to restart");
+    CHECK(lines_of(counter).size() == 1);  // no second attempt ran
+  }
+}

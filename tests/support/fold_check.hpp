@@ -45,6 +45,8 @@ inline std::vector<std::string> fold_mismatches(const std::filesystem::path& hom
         say(c.name + " exit code " + (c.exit_code ? std::to_string(*c.exit_code) : "none") +
             ", the log says " + (l.exit_code ? std::to_string(*l.exit_code) : "none"));
       if (c.reason != l.reason) say(c.name + " reason '" + c.reason + "', the log says '" + l.reason + "'");
+      if (c.attempt != l.attempt)
+        say(c.name + " attempt " + std::to_string(c.attempt) + ", the log says " + std::to_string(l.attempt));
     }
   }
   return out;

@@ -480,3 +480,177 @@ TEST_CASE("a queued job cancelled before admission never starts, and says it wai
   CHECK(out[0].reason == "cancelled");
   CHECK(out[0].message == "cancelled while waiting in the queue");
 }
+
+// --- retries (train_request::retry) ----------------------------------------
+
+namespace {
+
+retry_policy restarts(int n, std::vector<int> never = {}) {
+  retry_policy p;
+  p.max_restarts = n;
+  p.backoff = std::chrono::milliseconds(100);
+  p.backoff_factor = 3;
+  p.max_backoff = std::chrono::milliseconds(500);
+  p.never_retry = std::move(never);
+  return p;
+}
+
+// The restart among `as`, the last action (a copy: `as` is often a temporary).
+job_action restarted(const std::vector<job_action>& as) {
+  REQUIRE(!as.empty());
+  REQUIRE(as.back().k == A::restart);
+  return as.back();
+}
+
+}  // namespace
+
+TEST_CASE("a failing job with restarts is tried again after each backoff, and completes on its third attempt") {
+  auto policy = restarts(3);
+  auto sh = shape(1);
+  sh.retry = &policy;
+  job_fsm m(sh);
+  start_nodes(m, 1);
+  std::vector<long> delays;
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    CAPTURE(attempt);
+    const auto r = restarted(m.on(exit_of(0, 7)));
+    CHECK(r.attempt == attempt + 1);
+    delays.push_back(static_cast<long>(r.delay.count()));
+    REQUIRE(r.outcomes.size() == 1);
+    CHECK(r.outcomes[0].ev.kind == event_kind::restarting);
+    CHECK(r.outcomes[0].ev.exit_code == 7);
+    CHECK(r.outcomes[0].reason == "exit code 7");
+    CHECK(r.outcomes[0].message.find("attempt " + std::to_string(attempt) + " of 4 failed") == 0);
+    CHECK_FALSE(m.done());
+    // nothing starts until the backoff has passed; a stray exit changes nothing
+    CHECK(m.on(exit_of(0, 1)).empty());
+    CHECK(m.on(job_input::timer_fired()).empty());
+    auto as = m.on(job_input::backoff_elapsed());
+    REQUIRE(kinds(as) == std::vector<A>{A::spawn});
+    CHECK(as[0].first);  // the step's first process of this attempt: Started again
+    CHECK(as[0].phase == code_phase);
+    CHECK(m.on(job_input::spawned(0)).empty());
+    CHECK(m.attempt() == attempt + 1);
+  }
+  CHECK(delays == std::vector<long>{100, 300});
+  auto out = finished(m.on(exit_of(0, 0)));
+  CHECK(out[0].ev.kind == event_kind::exited);
+  CHECK(out[0].ev.exit_code == 0);
+  CHECK(m.done());
+  CHECK(m.on(job_input::backoff_elapsed()).empty());
+}
+
+TEST_CASE("the restarts run out: the last failure is the job's, and says why it was not restarted") {
+  auto policy = restarts(1);
+  auto sh = shape(1);
+  sh.retry = &policy;
+  job_fsm m(sh);
+  start_nodes(m, 1);
+  restarted(m.on(exit_of(0, 2)));
+  REQUIRE(kinds(m.on(job_input::backoff_elapsed())) == std::vector<A>{A::spawn});
+  m.on(job_input::spawned(0));
+  auto out = finished(m.on(exit_of(0, 2)));
+  CHECK(out[0].ev.kind == event_kind::exited);
+  CHECK(out[0].message == "process 100 ended: exit code 2; not restarted: no restarts left (1 of 1 used)");
+  CHECK(out[0].reason == "exit code 2");
+}
+
+TEST_CASE("an exit code that is never retried, a start failure and a setup failure end the job at once") {
+  SUBCASE("never_retry") {
+    auto policy = restarts(5, {3});
+    auto sh = shape(1);
+    sh.retry = &policy;
+    job_fsm m(sh);
+    start_nodes(m, 1);
+    auto out = finished(m.on(exit_of(0, 3)));
+    CHECK(out[0].message == "process 100 ended: exit code 3; not restarted: exit code 3 is never retried");
+  }
+  SUBCASE("retry_on names other codes") {
+    auto policy = restarts(5);
+    policy.retry_on = {75};
+    auto sh = shape(1);
+    sh.retry = &policy;
+    job_fsm m(sh);
+    start_nodes(m, 1);
+    auto out = finished(m.on(exit_of(0, 3)));
+    CHECK(out[0].message.find("not restarted: exit code 3 is not one that is retried (75)") !=
+          std::string::npos);
+  }
+  SUBCASE("the program cannot be started") {
+    auto policy = restarts(5);
+    auto sh = shape(1);
+    sh.retry = &policy;
+    job_fsm m(sh);
+    m.on(job_input::begin());
+    auto out = finished(m.on(job_input::spawn_failed(0, "command", "not found", "cannot start")));
+    CHECK(out[0].ev.kind == event_kind::start_failed);
+  }
+  SUBCASE("a setup phase fails") {
+    auto policy = restarts(5);
+    auto sh = shape(1, 1);
+    sh.retry = &policy;
+    job_fsm m(sh);
+    m.on(job_input::begin());
+    m.on(job_input::spawned(0));
+    auto out = finished(m.on(exit_of(0, 1, "pip install")));
+    CHECK(out[0].reason.rfind("setup failed", 0) == 0);
+  }
+}
+
+TEST_CASE("every node restarts when one fails, and the restarted attempt needs no setup") {
+  auto policy = restarts(2);
+  auto sh = shape(2, 1);
+  sh.retry = &policy;
+  job_fsm m(sh);
+  REQUIRE(kinds(m.on(job_input::begin())) == std::vector<A>{A::spawn});  // the setup phase
+  m.on(job_input::spawned(0));
+  auto as = m.on(exit_of(0, 0, "pip install"));
+  REQUIRE(kinds(as) == std::vector<A>{A::note, A::spawn, A::spawn});
+  m.on(job_input::spawned(0));
+  m.on(job_input::spawned(1));
+  as = m.on(exit_of(1, 9));  // node-1 fails: node-0 is stopped
+  REQUIRE(kinds(as) == std::vector<A>{A::signal, A::arm_timer});
+  const auto r = restarted(m.on(exit_of(0, 143)));
+  REQUIRE(r.outcomes.size() == 2);
+  CHECK(r.blamed == 1);
+  CHECK(r.outcomes[0].ev.kind == event_kind::restarting);
+  CHECK(r.outcomes[0].reason == "stopped: node-1 failed (exit code 143)");
+  CHECK(r.outcomes[1].reason == "exit code 9");
+  as = m.on(job_input::backoff_elapsed());
+  REQUIRE(kinds(as) == std::vector<A>{A::spawn, A::spawn});
+  CHECK(as[0].phase == code_phase);
+  CHECK(as[0].first);
+  CHECK(as[1].first);
+}
+
+TEST_CASE("a cancel or the deadline during the backoff ends the job: the retry loop stops") {
+  auto policy = restarts(3);
+  auto sh = shape(1);
+  sh.retry = &policy;
+  SUBCASE("cancel") {
+    job_fsm m(sh);
+    start_nodes(m, 1);
+    restarted(m.on(exit_of(0, 1)));
+    auto as = m.on(job_input::cancel());
+    REQUIRE(kinds(as) == std::vector<A>{A::record_cancel, A::finish});
+    auto out = finished(as);
+    CHECK(out[0].ev.kind == event_kind::cancelled);
+    CHECK(out[0].message == "cancelled while waiting to restart");
+    CHECK(m.on(job_input::backoff_elapsed()).empty());  // the timer that still fires starts nothing
+  }
+  SUBCASE("deadline") {
+    job_fsm m(sh);
+    start_nodes(m, 1);
+    restarted(m.on(exit_of(0, 1)));
+    auto out = finished(m.on(job_input::deadline_passed()));
+    CHECK(out[0].message == "active deadline exceeded while waiting to restart");
+    CHECK(out[0].reason == "DeadlineExceeded");
+  }
+  SUBCASE("a cancel while the attempt runs is not retried") {
+    job_fsm m(sh);
+    start_nodes(m, 1);
+    m.on(job_input::cancel());
+    auto out = finished(m.on(exit_of(0, 143)));
+    CHECK(out[0].ev.kind == event_kind::cancelled);
+  }
+}

@@ -25,21 +25,25 @@ TEST_CASE("every (status and event) pair has the specified outcome") {
       {{S::created, E::start_failed}, S::failed},
       {{S::created, E::cancelled}, S::failed},
       {{S::created, E::lost}, S::failed},
+      {{S::created, E::restarting}, S::created},  // a step the failed attempt never started
       {{S::running, E::started}, std::nullopt},
       {{S::running, E::exited}, S::complete},  // exit code 0
       {{S::running, E::start_failed}, std::nullopt},
       {{S::running, E::cancelled}, S::failed},
       {{S::running, E::lost}, S::failed},
+      {{S::running, E::restarting}, S::created},  // the attempt failed; the next is to come
       {{S::complete, E::started}, std::nullopt},
       {{S::complete, E::exited}, std::nullopt},
       {{S::complete, E::start_failed}, std::nullopt},
       {{S::complete, E::cancelled}, std::nullopt},
       {{S::complete, E::lost}, std::nullopt},
+      {{S::complete, E::restarting}, std::nullopt},
       {{S::failed, E::started}, std::nullopt},
       {{S::failed, E::exited}, std::nullopt},
       {{S::failed, E::start_failed}, std::nullopt},
       {{S::failed, E::cancelled}, std::nullopt},
       {{S::failed, E::lost}, std::nullopt},
+      {{S::failed, E::restarting}, std::nullopt},
   };
   std::size_t checked = 0;
   for (auto s : detail::all_statuses)
@@ -50,7 +54,7 @@ TEST_CASE("every (status and event) pair has the specified outcome") {
       CHECK(next(s, {e, 0}) == expected.at({s, e}));
       ++checked;
     }
-  CHECK(checked == 20);
+  CHECK(checked == 24);
 }
 
 TEST_CASE("a non-zero exit code fails a running job and whatever the code") {
@@ -162,6 +166,42 @@ TEST_CASE("fold: a job's state from its log, step by step, as the engine writes 
   CHECK_FALSE(c.steps[1].exit_code.has_value());
   auto fresh = fold(initial_state(names), std::span<const logged_event>());
   CHECK(fresh.status == job_status::created);
+}
+
+TEST_CASE("fold: a restarted job is Created, reason Restarting, between attempts, and counts its attempts") {
+  using namespace tjob::detail;
+  std::vector<std::string> names{"node-0", "node-1"};
+  std::vector<logged_event> log{
+      {"node-0", log_event::started, std::nullopt, ""},
+      {"node-1", log_event::started, std::nullopt, ""},
+      {"node-1", log_event::restarting, 3, "exit code 3"},
+  };
+  auto s = fold(initial_state(names), log);
+  CHECK(s.status == job_status::running);  // node-0 has not been stopped yet
+  CHECK(s.reason.empty());
+  log.push_back({"node-0", log_event::restarting, 143, "stopped: node-1 failed (exit code 143)"});
+  s = fold(initial_state(names), log);
+  CHECK(s.status == job_status::created);
+  CHECK(s.reason == restarting_reason);
+  for (const auto& st : s.steps) {
+    CHECK(st.attempt == 2);
+    CHECK_FALSE(st.exit_code.has_value());  // the next attempt starts afresh
+    CHECK(st.reason.empty());
+  }
+  log.push_back({"node-0", log_event::started, std::nullopt, ""});
+  s = fold(initial_state(names), log);
+  CHECK(s.status == job_status::running);
+  CHECK(s.reason.empty());  // the next attempt runs
+  log.push_back({"node-1", log_event::started, std::nullopt, ""});
+  log.push_back({"node-1", log_event::exited, 0, ""});
+  log.push_back({"node-0", log_event::exited, 0, ""});
+  s = fold(initial_state(names), log);
+  CHECK(s.status == job_status::complete);
+  CHECK(s.steps[0].attempt == 2);
+  CHECK(s.steps[0].exit_code == 0);
+  // an ended step takes no restart
+  log.push_back({"node-0", log_event::restarting, 1, ""});
+  CHECK(fold(initial_state(names), log) == s);
 }
 
 TEST_CASE("fold property: every status is one next() allows, and folding in parts equals folding at once") {
