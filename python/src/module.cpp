@@ -63,6 +63,7 @@ py::dict job_dict(const tjob::train_job& j) {
     d["exit_code"] = s.exit_code ? py::object(py::int_(*s.exit_code)) : py::object(py::none());
     d["reason"] = s.reason;
     d["pid"] = s.pid;
+    d["attempt"] = s.attempt;
     steps.append(d);
   }
   py::dict d;
@@ -136,6 +137,18 @@ tjob::train_request request_of(const py::dict& d) {
   long long deadline = 0;
   take(d, "active_deadline", deadline);
   r.active_deadline = std::chrono::seconds(deadline);
+  if (d.contains("retry") && !d["retry"].is_none()) {
+    auto rp = d["retry"].cast<py::dict>();
+    take(rp, "max_restarts", r.retry.max_restarts);
+    take(rp, "backoff_factor", r.retry.backoff_factor);
+    take(rp, "retry_on", r.retry.retry_on);
+    take(rp, "never_retry", r.retry.never_retry);
+    double backoff = 1, most = 60;
+    take(rp, "backoff_seconds", backoff);
+    take(rp, "max_backoff_seconds", most);
+    r.retry.backoff = std::chrono::milliseconds(static_cast<std::int64_t>(backoff * 1000));
+    r.retry.max_backoff = std::chrono::milliseconds(static_cast<std::int64_t>(most * 1000));
+  }
   auto t = d["trainer"].cast<py::dict>();
   if (t["kind"].cast<std::string>() == "command") {
     tjob::command_trainer c;
@@ -240,6 +253,7 @@ tjob::log_options log_options_of(const py::dict& d) {
   take(d, "follow", o.follow);
   take(d, "timestamps", o.timestamps);
   if (d.contains("tail") && !d["tail"].is_none()) o.tail = d["tail"].cast<std::size_t>();
+  if (d.contains("attempt") && !d["attempt"].is_none()) o.attempt = d["attempt"].cast<int>();
   if (d.contains("since") && !d["since"].is_none())
     o.since = clock::time_point(std::chrono::duration_cast<clock::duration>(
         std::chrono::duration<double>(d["since"].cast<double>())));

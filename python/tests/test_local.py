@@ -445,3 +445,25 @@ def test_dependencies_chain_jobs_and_a_broken_link_fails_its_dependent(home, gat
             client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Dependencies(after_ok=["ghost"])])
         with pytest.raises(ValueError, match="a list of job names"):
             client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Dependencies(after_ok="prep")])
+
+
+def test_retries_restart_a_failing_job_and_each_attempt_keeps_its_log(home, tmp_path):
+    """Retries (tjob's option): fails twice, passes on the third attempt; never_retry is not retried."""
+    counter = tmp_path / "attempts"
+    with TrainerClient() as client:
+        name = client.train(trainer=CommandTrainer([HELPER, "fail-until", str(counter), "3", "75", "print", "ok\n"]),
+                            options=[Name("flaky"), tjob.Retries(max_restarts=3, backoff_seconds=0.1)])
+        job = client.wait_for_job_status(name, timeout=60)
+        assert job.steps[0].attempt == 3
+        assert [e.reason for e in client.get_job_events(name)].count("Restarting") == 2
+        assert list(client.get_job_logs(name, attempt=2)) == ["attempt 2\n"]
+        assert list(client.get_job_logs(name)) == ["attempt 1\n", "attempt 2\n", "attempt 3\n", "ok\n"]
+        never = client.train(trainer=CommandTrainer([HELPER, "exit", "2"]),
+                             options=[tjob.Retries(max_restarts=3, never_retry=[2])])
+        with pytest.raises(tjob.JobFailedError):
+            client.wait_for_job_status(never, timeout=60)
+        assert client.get_job(never).steps[0].attempt == 1
+        with pytest.raises(ValueError, match="max_restarts=-1 is out of range"):
+            client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Retries(max_restarts=-1)])
+        with pytest.raises(ValueError, match="retry_on"):
+            client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Retries(max_restarts=1, retry_on="1")])

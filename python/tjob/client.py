@@ -37,6 +37,7 @@ from .types import (
     Name,
     Dependencies,
     Priority,
+    Retries,
     Runtime,
     RuntimeKind,
     RuntimePatch,
@@ -189,12 +190,14 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
             if not isinstance(opt.priority, int) or isinstance(opt.priority, bool):
                 raise ValueError(f"Priority({opt.priority!r}): give a whole number (higher starts first)")
             req["priority"] = opt.priority
+        elif isinstance(opt, Retries):
+            req["retry"] = _retry_of(opt)
         elif isinstance(opt, RuntimePatch):
             raise ValueError("RuntimePatch: tjob does not patch runtimes; give a runtime that is as you need it "
                              "(a ClusterTrainingRuntime manifest in a runtime directory)")
         else:
             raise ValueError(f"options: {opt!r} is not an option tjob knows (Name, Labels, Annotations, "
-                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, Priority, Dependencies)")
+                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, Priority, Dependencies, Retries)")
     if (command or args) and not isinstance(trainer, CustomTrainerContainer):
         raise ValueError("TrainerCommand and TrainerArgs can only be used with CustomTrainerContainer")
     if isinstance(trainer, CustomTrainer):
@@ -314,8 +317,37 @@ def _check_wait(status, timeout, polling_interval):
     return sorted(wanted)
 
 
-def _log_options(step, follow, tail, timestamps, since) -> Dict:
+def _retry_of(opt: "Retries") -> Dict:
+    """The Retries option as the engine takes it; the engine checks the ranges and words the errors."""
+    def whole(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if not whole(opt.max_restarts):
+        raise ValueError(f"Retries.max_restarts={opt.max_restarts!r}: give a whole number of restarts")
+    for key in ("backoff_seconds", "max_backoff_seconds"):
+        v = getattr(opt, key)
+        if not number(v) or not 0 <= v <= 86400:
+            raise ValueError(f"Retries.{key}={v!r}: give 0 to 86400 seconds (a day)")
+    if not number(opt.backoff_factor):
+        raise ValueError(f"Retries.backoff_factor={opt.backoff_factor!r}: give a number from 1 to 100")
+    for key in ("retry_on", "never_retry"):
+        codes = getattr(opt, key)
+        if isinstance(codes, (str, bytes)) or not all(whole(c) for c in codes):
+            raise ValueError(f"Retries.{key}={codes!r}: give a list of exit codes (1 to 255)")
+    return {"max_restarts": opt.max_restarts, "backoff_seconds": float(opt.backoff_seconds),
+            "backoff_factor": float(opt.backoff_factor), "max_backoff_seconds": float(opt.max_backoff_seconds),
+            "retry_on": list(opt.retry_on), "never_retry": list(opt.never_retry)}
+
+
+def _log_options(step, follow, tail, timestamps, since, attempt=None) -> Dict:
     o = {"step": step, "follow": bool(follow), "timestamps": bool(timestamps)}
+    if attempt is not None:
+        if not isinstance(attempt, int) or isinstance(attempt, bool):
+            raise ValueError(f"attempt={attempt!r}: give an attempt number, 1 for the first")
+        o["attempt"] = attempt
     if tail is not None:
         if not isinstance(tail, int) or isinstance(tail, bool) or tail < 0:
             raise ValueError(f"tail={tail!r}: give 0 or more lines")
@@ -381,7 +413,7 @@ class _Base:
 
     def _job(self, d: Dict, runtimes: Dict) -> TrainJob:
         steps = [Step(name=s["name"], status=s["status"], pod_name=s["name"] if self._backend == "local" else "",
-                      exit_code=s["exit_code"], reason=s["reason"]) for s in d["steps"]]
+                      exit_code=s["exit_code"], reason=s["reason"], attempt=s["attempt"]) for s in d["steps"]]
         return TrainJob(name=d["name"], runtime=runtimes.get(d["runtime"]), steps=steps, num_nodes=d["num_nodes"],
                         creation_timestamp=_time(d["creation_timestamp"]), status=d["status"],
                         start_time=_time(d["start_time"]), end_time=_time(d["end_time"]), reason=d["reason"])
@@ -502,10 +534,11 @@ class TrainerClient(_Base):
         return self._job_of(_run(self._engine.get_job, name))
 
     def get_job_logs(self, name: str, step: str = "node-0", follow: bool = False, tail: Optional[int] = None,
-                     timestamps: bool = False, since=None) -> Iterator[str]:
+                     timestamps: bool = False, since=None, attempt: Optional[int] = None) -> Iterator[str]:
         """The step's log, line by line (each with its '\\n'); with `follow`, as it is written, until
-        the step ends. Like Kubeflow's, a generator: errors come when it is iterated."""
-        options = _log_options(step, follow, tail, timestamps, since)
+        the step ends; `attempt`: only that attempt's output of a restarted job (Retries). Like
+        Kubeflow's, a generator: errors come when it is iterated."""
+        options = _log_options(step, follow, tail, timestamps, since, attempt)
         log = _run(self._engine.open_logs, name, options)
         lines = _Lines()
         while True:
@@ -662,8 +695,9 @@ class AsyncTrainerClient(_Base):
         return self._job(d, await self._runtime_map([d["runtime"]]))
 
     async def get_job_logs(self, name: str, step: str = "node-0", follow: bool = False,
-                           tail: Optional[int] = None, timestamps: bool = False, since=None):
-        options = _log_options(step, follow, tail, timestamps, since)
+                           tail: Optional[int] = None, timestamps: bool = False, since=None,
+                           attempt: Optional[int] = None):
+        options = _log_options(step, follow, tail, timestamps, since, attempt)
         log = await self._call(self._engine.open_logs, name, options)
         lines = _Lines()
         while True:

@@ -117,6 +117,7 @@ class Step:
     # tjob
     exit_code: Optional[int] = None
     reason: str = ""
+    attempt: int = 1  # which attempt of a restarted job (Retries); 1: the first
 
 
 @dataclass
@@ -198,6 +199,23 @@ class Dependencies:
     after_ok: List[str] = field(default_factory=list)
     after_any: List[str] = field(default_factory=list)
     after_not_ok: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Retries:
+    """tjob's option, as Nomad's restart block: restart the job up to `max_restarts` times when its code fails
+    (a node's process exits non-zero or is killed by a signal: 128 + its number), waiting `backoff_seconds`,
+    then `backoff_factor` times the last wait, at most `max_backoff_seconds`. `retry_on`: only these exit
+    codes are retried (empty: every failure); `never_retry`: these never are. Each attempt is in the job's
+    events, the steps show their attempt, and get_job_logs(attempt=N) reads one attempt's output. Local
+    backend only; on Kubernetes restarts are the runtime's (JobSet failurePolicy; docs/scheduling.md)."""
+
+    max_restarts: int
+    backoff_seconds: float = 1.0
+    backoff_factor: float = 2.0
+    max_backoff_seconds: float = 60.0
+    retry_on: List[int] = field(default_factory=list)
+    never_retry: List[int] = field(default_factory=list)
 
 
 @dataclass

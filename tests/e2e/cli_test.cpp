@@ -1088,6 +1088,36 @@ TEST_CASE_FIXTURE(fixture, "tjob run --deadline stops the job Failed, DeadlineEx
   CHECK(empty.out == "POSITION   NAME   PRIORITY   WAITING   NEEDS   WAITS FOR\n");
 }
 
+TEST_CASE_FIXTURE(fixture, "tjob run --retries restarts a failing job, and logs --attempt reads one attempt") {
+  auto counter = (dir.path() / "attempts").string();
+  auto r = tjob({"run", "--name", "flaky", "--retries", "3", "--retry-on", "75", "--retry-backoff", "100ms,2,1s",
+                 "--", helper_bin(), "fail-until", counter, "3", "75", "print", "ok\n"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "attempt 1\nattempt 2\nattempt 3\nok\n");  // the run follows every attempt
+  CHECK(r.err.find("tjob: job flaky Complete in") != std::string::npos);
+  CHECK(tjob({"logs", "flaky", "--attempt", "2"}).out == "attempt 2\n");
+  CHECK(tjob({"logs", "flaky", "--attempt", "3", "--tail", "1"}).out == "ok\n");
+  auto got = tjob({"get", "flaky"}).out;
+  CHECK(got.find("STEP     STATUS     ATTEMPT   EXIT CODE   REASON") != std::string::npos);
+  CHECK(got.find("node-0   Complete   3         0") != std::string::npos);
+  CHECK(tjob({"get", "flaky", "-o", "json"}).out.find("\"attempt\":3") != std::string::npos);
+  auto events = tjob({"events", "flaky"}).out;
+  CHECK(events.find("Restarting   attempt 1 of 4 failed (exit code 75)") != std::string::npos);
+  auto missing = tjob({"logs", "flaky", "--attempt", "4"});
+  CHECK(missing.exit_code != 0);
+  CHECK(missing.err.find("has no attempt 4; it has had 3; give 1 to 3") != std::string::npos);
+  auto other_code = tjob({"run", "--name", "other-code", "--retries", "3", "--retry-on", "75", "--", helper_bin(),
+                          "exit", "2"});
+  CHECK(other_code.exit_code == 2);  // the job's own exit code: not retried
+  CHECK(tjob({"get", "other-code", "-o", "json"}).out.find("\"attempt\"") == std::string::npos);
+  auto no_count = tjob({"run", "--retry-on", "1", "--", helper_bin(), "exit", "0"});
+  CHECK(no_count.exit_code == 2);
+  CHECK(no_count.err.find("need --retries N") != std::string::npos);
+  auto bad = tjob({"run", "--retries", "1", "--retry-backoff", "soon", "--", helper_bin(), "exit", "0"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--retry-backoff soon: give INITIAL[,FACTOR[,MAX]]") != std::string::npos);
+}
+
 TEST_CASE_FIXTURE(fixture, "tjob queue lists the jobs that wait for the budget, by priority, then in order") {
   if (!local_only("the budgets are the server's own settings")) return;
   tjob::test::gate g;
