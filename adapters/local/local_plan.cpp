@@ -2,6 +2,7 @@
 
 #include "adapters/python/python_plan.hpp"
 #include "adapters/python/python_setup.hpp"
+#include "engine/retry.hpp"
 #include "engine/spec_json.hpp"
 #include "engine/trainer_checks.hpp"
 
@@ -291,6 +292,7 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
     }
     std::string created =
         "created by process " + std::to_string(self_pid) + ": " + join_argv(j->node_phases[0].argv);
+    if (j->retry) created += " (restarts: " + detail::describe_retry(*j->retry) + ")";
     detail::job_row row = j->row;
     std::string deps;
     for (const auto& d : j->deps) deps += (deps.empty() ? "" : ", ") + std::string(d.kind) + " " + d.job;

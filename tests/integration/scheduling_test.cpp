@@ -486,6 +486,7 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(reasons_of(c, name) == std::vector<std::string>{"Created", "Started", "Restarting", "Started",
                                                          "Restarting", "Started", "Exited"});
   auto events = c.get_job_events(name);
+  CHECK(events[0].message.find("(restarts: 4 restarts, backoff 0.3 s x2 up to 10 s)") != std::string::npos);
   CHECK(events[2].message.find("attempt 1 of 5 failed (exit code 75): process ") == 0);
   CHECK(events[2].message.find("attempt 2 starts in 0.3 s") != std::string::npos);
   CHECK(events[4].message.find("attempt 3 starts in 0.6 s") != std::string::npos);
