@@ -14,7 +14,13 @@
 //                                           a cache hit
 //   tjob-bench HOME container RUNTIME HOST IMAGE N
 //                                           N command jobs `true`, one at a time
+//   tjob-bench HOME queue N K PROG [ARGS]   N command jobs submitted at once,
+//                                           the engine's admission running at
+//                                           most K (max_running)
 #include <tjob/engine.hpp>
+
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -32,6 +38,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -86,6 +93,32 @@ void kill_job(const tjob::train_job& job) {
 
 bool in_container = false;
 
+// The engine's "admission decision: 57.3 us for 2 job(s); 9934 waiting here"
+// trace lines (adapters/local): each decision's time per job, and how many
+// jobs waited when it was made.
+struct decision {
+  double us_per_job;
+  long waiting;
+};
+struct decision_sink final : spdlog::sinks::base_sink<std::mutex> {
+  std::vector<decision> seen;
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    std::string_view text(msg.payload.data(), msg.payload.size());
+    if (!text.starts_with("admission decision: ")) return;
+    double us = 0;
+    long jobs = 1, waiting = 0;
+    std::string copy(text);
+    if (std::sscanf(copy.c_str(), "admission decision: %lf us for %ld job(s); %ld waiting here", &us, &jobs,
+                    &waiting) == 3 &&
+        jobs > 0)
+      seen.push_back({us / static_cast<double>(jobs), waiting});
+  }
+  void flush_() override {}
+};
+std::shared_ptr<decision_sink> decisions;
+
 tjob::train_request command_job(std::vector<std::string> argv) {
   tjob::train_request r;
   tjob::command_trainer t;
@@ -137,6 +170,50 @@ struct bench {
         "{\"runs\":%d,\"in_flight\":%d,\"wall_s\":%.6f,\"per_s\":%.3f,\"cpu_us_per_run\":%.3f,"
         "\"p50_us\":%.3f,\"p99_us\":%.3f}\n",
         n, k, wall, n / wall, cpu / n * 1e6, pct(lat, 0.5), pct(lat, 0.99));
+  }
+
+  // Every job submitted at once; the engine's queue lets K run at a time.
+  // spawn with the same N and K is this case's baseline: the submitter keeps
+  // K in flight itself and every job is admitted as it comes.
+  asio::awaitable<void> queue() {
+    int n = std::stoi(args.at(0));
+    std::vector<std::string> argv(args.begin() + 2, args.end());
+    double cpu0 = cpu_seconds();
+    auto t0 = steady::now();
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer done(ex, steady::time_point::max());
+    int submitting = n, left = n;
+    double submitted = 0;
+    // All at once: each submission its own coroutine, as many callers would
+    // submit (the engine commits them together).
+    for (int i = 0; i < n; ++i)
+      asio::co_spawn(
+          ex,
+          [&]() -> asio::awaitable<void> {
+            auto name = co_await eng.train(command_job(argv));
+            if (--submitting == 0) submitted = seconds_since(t0);
+            co_await eng.wait_for_job_status(name, complete_only, 3600s);
+            if (--left == 0) done.cancel();
+          },
+          asio::detached);
+    boost::system::error_code ec;
+    co_await done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    double wall = seconds_since(t0);
+    double cpu = cpu_seconds() - cpu0;
+    // The decisions made while at least half the jobs still waited: the queue
+    // was deep (the target is stated at a depth of 10,000).
+    std::vector<double> deep, all;
+    long most = 0;
+    for (const auto& d : decisions->seen) {
+      all.push_back(d.us_per_job);
+      most = std::max(most, d.waiting);
+      if (d.waiting >= n / 2) deep.push_back(d.us_per_job);
+    }
+    std::printf("{\"runs\":%d,\"in_flight\":%s,\"wall_s\":%.6f,\"per_s\":%.3f,\"cpu_us_per_run\":%.3f,"
+                "\"submit_s\":%.6f,\"decisions\":%zu,\"deepest\":%ld,\"decide_p50_us\":%.3f,"
+                "\"decide_p99_us\":%.3f,\"deep_decisions\":%zu,\"deep_decide_p99_us\":%.3f}\n",
+                n, args.at(1).c_str(), wall, n / wall, cpu / n * 1e6, submitted, all.size(), most, pct(all, 0.5),
+                pct(all, 0.99), deep.size(), pct(deep, 0.99));
   }
 
   asio::awaitable<void> ingest() {
@@ -268,7 +345,7 @@ struct bench {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: tjob-bench HOME spawn|ingest|hold|wake|python|container ARGS...\n");
+    std::fprintf(stderr, "usage: tjob-bench HOME spawn|ingest|hold|wake|python|container|queue ARGS...\n");
     return 2;
   }
   std::string mode = argv[2];
@@ -279,6 +356,12 @@ int main(int argc, char** argv) {
   // included), not the default CPU budget's holding jobs back.
   cfg.admission.cpus = 0;
   std::vector<std::string> args(argv + 3, argv + argc);
+  if (mode == "queue") {
+    cfg.admission.max_running = std::stoi(args.at(1));
+    decisions = std::make_shared<decision_sink>();
+    cfg.logger = std::make_shared<spdlog::logger>("tjob-bench", decisions);
+    cfg.logger->set_level(spdlog::level::trace);
+  }
   if (mode == "container") {
     in_container = true;
     cfg.backend = tjob::backend_kind::container;
@@ -309,6 +392,8 @@ int main(int argc, char** argv) {
               co_await b.python();
             else if (mode == "container")
               co_await b.container();
+            else if (mode == "queue")
+              co_await b.queue();
             else
               throw std::runtime_error("unknown mode " + mode);
           } catch (const std::exception& e) {

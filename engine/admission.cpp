@@ -27,19 +27,8 @@ std::string plural(long n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-struct usage {
-  int running = 0, cpus = 0, gpus = 0;
-  std::uint64_t memory = 0;
-  void add(const admission_need& n) {
-    ++running;
-    cpus += n.cpus;
-    memory += n.memory;
-    gpus += n.gpus;
-  }
-};
-
 // What keeps `n` out under `b` with `u` in use; empty when it fits.
-std::string shortfall(const admission_need& n, const admission_budget& b, const usage& u) {
+std::string shortfall(const admission_need& n, const admission_budget& b, const admitted_usage& u) {
   std::vector<std::string> why;
   if (b.max_running > 0 && u.running + 1 > b.max_running)
     why.push_back(fmt::format("a running slot ({} of max_running {} in use)", u.running, b.max_running));
@@ -57,23 +46,33 @@ std::string shortfall(const admission_need& n, const admission_budget& b, const 
 
 }  // namespace
 
+void admitted_usage::add(const queue_row& r) {
+  ++running;
+  cpus += r.need.cpus;
+  memory += r.need.memory;
+  gpus += r.need.gpus;
+  if (!r.group.empty()) ++groups[r.group];
+}
+
 admission_plan plan_admission(std::vector<queue_row> rows, const admission_budget& budget) {
-  std::sort(rows.begin(), rows.end(), queue_before);
-  usage used;
-  std::map<std::string, int> group_running;
+  admitted_usage used;
   for (const auto& r : rows)
-    if (r.admitted) {
-      used.add(r.need);
-      if (!r.group.empty()) ++group_running[r.group];
-    }
+    if (r.admitted) used.add(r);
+  std::erase_if(rows, [](const queue_row& r) { return r.admitted; });
+  return plan_admission(std::move(rows), budget, std::move(used));
+}
+
+admission_plan plan_admission(std::vector<queue_row> rows, const admission_budget& budget, admitted_usage used) {
+  std::sort(rows.begin(), rows.end(), queue_before);
   admission_plan plan;
   std::string blocker;
   for (const auto& r : rows) {
     if (r.admitted) continue;
-    if (r.group_limit > 0 && group_running[r.group] >= r.group_limit) {
+    auto group = r.group.empty() ? used.groups.end() : used.groups.find(r.group);
+    const int group_running = group == used.groups.end() ? 0 : group->second;
+    if (r.group_limit > 0 && group_running >= r.group_limit) {
       plan.queue.push_back(
-          {r.job, 0,
-           fmt::format("its array {}: {} of {} running", r.group, group_running[r.group], r.group_limit)});
+          {r.job, 0, fmt::format("its array {}: {} of {} running", r.group, group_running, r.group_limit)});
       continue;
     }
     if (!blocker.empty()) {
@@ -84,14 +83,14 @@ admission_plan plan_admission(std::vector<queue_row> rows, const admission_budge
     if (why.empty()) {
       plan.admit.push_back(r.job);
       plan.queue.push_back({r.job, 0, {}});
-      used.add(r.need);
-      if (!r.group.empty()) ++group_running[r.group];
+      used.add(r);
       continue;
     }
     blocker = r.job;
     plan.queue.push_back({r.job, 0, why});
   }
   for (std::size_t i = 0; i < plan.queue.size(); ++i) plan.queue[i].position = static_cast<int>(i + 1);
+  plan.blocker = blocker;
   return plan;
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,18 @@ struct admission_plan {
   };
   /// Every waiting job (those in `admit` too), in queue order.
   std::vector<waiting> queue;
+  /// The first waiting job that does not fit, which holds back everyone
+  /// behind it; empty when none does. Rows past it cannot change `admit`,
+  /// so a caller that read only the head of a long queue has read enough.
+  std::string blocker;
+};
+
+/// What the admitted jobs hold together: all plan_admission needs of them.
+struct admitted_usage {
+  int running = 0, cpus = 0, gpus = 0;
+  std::uint64_t memory = 0;
+  std::map<std::string, int, std::less<>> groups;  ///< the running jobs of each array
+  void add(const queue_row& r);
 };
 
 /// The queue order: higher priority first, then first submitted first.
@@ -67,6 +80,10 @@ bool queue_before(const queue_row& a, const queue_row& b);
 /// resources, so a big job is never starved by small ones). A job held back
 /// only by its array's own limit does not stop the others.
 admission_plan plan_admission(std::vector<queue_row> rows, const admission_budget& budget);
+/// The same from what the admitted jobs hold (`used`) and the waiting rows
+/// alone, in any order: a caller with an index reads a sum, not every row.
+admission_plan plan_admission(std::vector<queue_row> waiting, const admission_budget& budget,
+                              admitted_usage used);
 
 /// Why `need` can never fit in `budget` ("needs 8 CPUs; the budget is 2"),
 /// empty when it can.

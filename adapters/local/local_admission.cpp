@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 namespace tjob::local {
 
@@ -22,6 +23,9 @@ namespace {
 // started when it is not running.
 void enlist(engine_state& e, std::vector<std::shared_ptr<job_rec>>& list, const std::shared_ptr<job_rec>& j) {
   list.push_back(j);
+  // A cancel from another process before now is in the log already; the
+  // admitter reads only what comes after its last read (cancels_after).
+  if (e.cancels_read >= 0) e.check_cancelled(*j);
   if (e.admitter_wake)
     e.admitter_wake->notify();
   else
@@ -30,15 +34,29 @@ void enlist(engine_state& e, std::vector<std::shared_ptr<job_rec>>& list, const 
 
 }  // namespace
 
-void engine_state::join_queue(const std::shared_ptr<job_rec>& j) { enlist(*this, admission_waiting, j); }
+void engine_state::join_queue(const std::shared_ptr<job_rec>& j) {
+  j->in_admission_list = true;
+  enlist(*this, admission_waiting, j);
+  // It waited at submit behind somebody; whoever is ahead may fit by now.
+  schedule_admission();
+}
 
 void engine_state::wait_dependencies(const std::shared_ptr<job_rec>& j) {
   enlist(*this, dependency_waiting, j);
 }
 
-void engine_state::leave_queue(const job_rec& j) {
-  std::erase_if(admission_waiting, [&](const auto& w) { return w.get() == &j; });
+void engine_state::leave_queue(job_rec& j) {
+  if (j.in_admission_list) std::erase_if(admission_waiting, [&](const auto& w) { return w.get() == &j; });
+  j.in_admission_list = false;
   std::erase_if(dependency_waiting, [&](const auto& w) { return w.get() == &j; });
+}
+
+void engine_state::check_cancelled(job_rec& j) {
+  try {
+    if (db->has_event(j.row.name, log_event::cancel_requested)) j.post(job_input::cancel(false, true));
+  } catch (const std::exception& e) {
+    log->warn("job {}: cannot read its event log for a cancel: {}", j.row.name, e.what());
+  }
 }
 
 void engine_state::end_backoff(const job_rec& j) {
@@ -107,7 +125,10 @@ void engine_state::dependency_round() {
     } else {
       j->queued = true;
       j->row.reason = detail::queued_reason;
+      j->queued_ms = t;
+      j->in_admission_list = true;
       admission_waiting.push_back(j);
+      schedule_admission();
     }
     j->watchers.notify_all();
   }
@@ -123,76 +144,111 @@ asio::awaitable<void> engine_state::run_admitter() {
     int wd;
     ~unwatch() {
       e.admitter_wake = nullptr;
+      e.cancels_read = -1;
       e.watch.remove(wd, w);
     }
   } watching{*this, &w, watch.add(home, &w, store_wake_file)};
   admitter_wake = &w;
+  // From here on the admitter reads the log's new cancels; those before are
+  // looked up once for each job that waits (and for each that joins later).
+  cancels_read = db->last_event_seq();
+  for (const auto* list : {&admission_waiting, &dependency_waiting, &backoff_waiting})
+    for (const auto& j : std::vector(*list)) check_cancelled(*j);
   auto idle = [&] { return admission_waiting.empty() && dependency_waiting.empty() && backoff_waiting.empty(); };
+  bool timed_out = true;  // the first look is a whole one
+  seen_data_version = -1;
   while (!idle() && !stopping) {
     try {
       dependency_round();
-      admit_round();
+      admit_round(timed_out);
     } catch (const std::exception& e) {
       // The store is busy or failing: the next commit or second tries again.
       log->warn("admission: {}", e.what());
     }
     if (idle() || stopping) break;
     // A crashed owner writes nothing: the second is for those.
-    co_await w.wait_until(steady::now() + std::chrono::seconds(1));
+    timed_out = !co_await w.wait_until(steady::now() + std::chrono::seconds(1));
   }
 }
 
-void engine_state::admit_round() {
+void engine_state::admit_round(bool timed_out) {
   flush();
+  const auto version = db->data_version();
+  const bool foreign = version != seen_data_version;
+  seen_data_version = version;
+  if (!foreign && !timed_out) return;  // only this engine wrote: it decided as it wrote
   // Another process's cancel of a waiting job is in its log; no process of
-  // the job runs to be signalled, so the owner acts on it here.
-  for (const auto* list : {&admission_waiting, &dependency_waiting, &backoff_waiting})
-    for (const auto& j : std::vector(*list))
-      if (db->has_event(j->row.name, log_event::cancel_requested)) j->post(job_input::cancel(false, true));
-  auto rows = db->load_queue();
+  // the job runs to be signalled, so the owner acts on it here. Only the
+  // log's new rows are read.
+  if (cancels_read >= 0) {
+    auto cancelled = db->cancels_after(cancels_read);
+    if (!cancelled.empty()) {
+      std::set<std::string, std::less<>> names(cancelled.begin(), cancelled.end());
+      for (const auto* list : {&admission_waiting, &dependency_waiting, &backoff_waiting})
+        for (const auto& j : std::vector(*list))
+          if (names.count(j->row.name)) j->post(job_input::cancel(false, true));
+    }
+  }
+  if (admission_waiting.empty()) return;
+  // Only the head of the queue decides (plan_queue_head): a crashed owner's
+  // job there is reconciled, which frees what it holds; one further back is
+  // when it reaches the head, or when anybody lists it.
+  std::vector<detail::queued_job> rows;
+  auto plan = plan_queue_head(*db, budget, &rows);
   bool reconciled = false;
   for (const auto& q : rows)
     if (!owned(q.row.job) && !process::is_same_process(static_cast<pid_t>(q.owner_pid), q.owner_start))
       if (auto row = db->load_job(q.row.job)) reconciled |= reconcile_row(*row);
-  if (reconciled) rows = db->load_queue();
-  auto waiting_here = [&](const std::string& name) {
-    return std::any_of(admission_waiting.begin(), admission_waiting.end(),
-                       [&](const auto& j) { return j->row.name == name; });
-  };
-  {
-    std::vector<detail::queue_row> plain;
-    for (auto& q : rows) plain.push_back(std::move(q.row));
-    auto plan = detail::plan_admission(std::move(plain), budget);
-    if (std::none_of(plan.admit.begin(), plan.admit.end(), waiting_here)) return;
-  }
-  // Decided again under the write lock: another process may have admitted
-  // its own jobs since the read.
-  const auto t = now_ms();
-  auto admitted = transact([&](detail::store& s) {
-    std::vector<detail::queue_row> plain;
-    for (auto& q : s.load_queue()) plain.push_back(std::move(q.row));
-    std::map<std::string, std::int64_t> since;
-    for (const auto& r : plain) since[r.job] = r.since_ms;
-    auto plan = detail::plan_admission(std::move(plain), budget);
-    std::vector<std::string> mine;
-    for (const auto& name : plan.admit) {
-      if (!waiting_here(name)) continue;
-      s.admit(name);
-      s.update_job_status(name, job_status::created, "");
-      s.append_event(name, "", t, log_event::admitted,
-                     fmt::format("admitted after {:.1f} s in the queue", (t - since[name]) / 1000.0));
-      mine.push_back(name);
-    }
-    return mine;
-  });
-  for (const auto& name : admitted) {
-    auto it = std::find_if(admission_waiting.begin(), admission_waiting.end(),
-                           [&](const auto& j) { return j->row.name == name; });
-    if (it == admission_waiting.end()) continue;
-    auto j = *it;
-    admission_waiting.erase(it);
-    after_admission(j);
-  }
+  if (reconciled) plan = plan_queue_head(*db, budget);
+  if (std::none_of(plan.admit.begin(), plan.admit.end(), [&](const std::string& n) { return waiting_here(n); }))
+    return;
+  schedule_admission();
+}
+
+bool engine_state::waiting_here(const std::string& name) const {
+  auto j = owned(name);
+  return j && j->in_admission_list;
+}
+
+// The decision is a write of the next group commit, so it is made again
+// under the write lock (another process may have admitted its own jobs since
+// any read), and a job's end and the admission it makes room for share one
+// commit (apply queues this right after a job's last transition).
+void engine_state::schedule_admission() {
+  if (admission_scheduled || admission_waiting.empty()) return;
+  admission_scheduled = true;
+  auto admitted = std::make_shared<std::vector<std::string>>();
+  queue_write(
+      [self = shared_from_this(), admitted](detail::store& s) {
+        self->admission_scheduled = false;
+        admitted->clear();  // (a write retried after a failed commit decides afresh)
+        const auto t0 = steady::now();
+        const auto t = now_ms();
+        auto plan = plan_queue_head(s, self->budget);
+        for (const auto& name : plan.admit) {
+          if (!self->waiting_here(name)) continue;
+          const std::int64_t since = self->owned(name)->queued_ms;
+          s.admit(name);
+          s.update_job_status(name, job_status::created, "");
+          s.append_event(name, "", t, log_event::admitted,
+                         fmt::format("admitted after {:.1f} s in the queue", (t - since) / 1000.0));
+          admitted->push_back(name);
+        }
+        log_decision(*self->log, t0, std::max<std::size_t>(admitted->size(), 1), self->admission_waiting.size());
+      },
+      [self = shared_from_this(), admitted] {
+        // Out of the waiting list in one pass (one erase each would move the
+        // whole list each time: quadratic in a deep queue).
+        std::vector<std::shared_ptr<job_rec>> let_in;
+        for (const auto& name : *admitted) {
+          auto j = self->owned(name);
+          if (!j || !j->in_admission_list) continue;
+          j->in_admission_list = false;
+          let_in.push_back(std::move(j));
+        }
+        std::erase_if(self->admission_waiting, [](const auto& j) { return !j->in_admission_list; });
+        for (const auto& j : let_in) self->after_admission(j);
+      });
 }
 
 void engine_state::after_admission(const std::shared_ptr<job_rec>& j) {

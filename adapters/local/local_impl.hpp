@@ -108,6 +108,8 @@ struct job_rec {
   };
   std::vector<dependency> deps;
   bool queued = false;               // it waits for admission (Created, reason Queued)
+  bool in_admission_list = false;    // it is in its engine's admission_waiting (the admitter may let it in)
+  std::int64_t queued_ms = 0;        // when it joined the queue (its Admitted event says how long it waited)
   std::string queue_note;            // what it waits for, for its log when it joins the queue
   std::chrono::seconds deadline{0};  // its active deadline, from Running; 0: none
   std::unique_ptr<boost::asio::steady_timer> deadline_timer;  // armed when it starts running
@@ -200,6 +202,11 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::vector<std::shared_ptr<job_rec>> backoff_waiting;
   /// The admitter's wake-up while it runs (it runs while jobs wait).
   detail::wake_signal* admitter_wake = nullptr;
+  /// The last event the admitter has read for cancels of its waiting jobs
+  /// (store::cancels_after); -1 while it is not running.
+  std::int64_t cancels_read = -1;
+  bool admission_scheduled = false;  // a decision is queued for the next group commit
+  std::int64_t seen_data_version = -1;  // the store's data_version at the admitter's last full round
   // Woken after each commit of this engine's writes: watch_all's waiters see
   // its own jobs' changes at once (other processes' commits reach them by inotify).
   detail::wake_list committed;
@@ -276,9 +283,14 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// Why `dep` of a job can never be satisfied (empty: it may yet be, or is);
   /// `met` is set when it is.
   std::string dependency_state(const job_rec::dependency& dep, bool& met);
-  void leave_queue(const job_rec& j);
+  void leave_queue(job_rec& j);
   boost::asio::awaitable<void> run_admitter();
-  void admit_round();
+  /// One look of the admitter: another process's cancels of jobs waiting
+  /// here, and whether a job waiting here may start. Only after another
+  /// process has committed, or when `timed_out` (a second without news: an
+  /// owner that died writes nothing); this engine's own changes schedule
+  /// their decision themselves (schedule_admission).
+  void admit_round(bool timed_out);
   /// The job may start: its GPUs next, if it needs any, else lease_granted.
   void after_admission(const std::shared_ptr<job_rec>& j);
   /// The jobs waiting for admission, in queue order (the store's, all processes').
@@ -292,6 +304,13 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// The job waits between attempts: backoff_waiting, until end_backoff.
   void wait_backoff(const std::shared_ptr<job_rec>& j);
   void end_backoff(const job_rec& j);
+  /// Queues the admission decision into the next group commit (once).
+  void schedule_admission();
+  /// Whether `name` is this engine's job waiting in admission_waiting.
+  bool waiting_here(const std::string& name) const;
+  /// Posts a cancel to `j` when its log has a CancelRequested event (another
+  /// process asked while nothing of the job ran).
+  void check_cancelled(job_rec& j);
   boost::asio::awaitable<std::string> train(detail::checked_request c);
   void plan_job(job_rec& j, const std::string& name, train_request& req, const runtime& rt);
   void plan_command(job_rec& j, const std::string& who, command_trainer& ct);
@@ -381,5 +400,15 @@ using detail::fail;
 /// admitted at once, else what it waits for and its place (Queued).
 std::string join_admission_queue(detail::store& db, detail::queue_row adm,
                                  const detail::admission_budget& budget, std::int64_t t);
+/// A trace line for the bench (bench/run's queue case): how long an
+/// admission decision took, for how many jobs, with how many of this engine's
+/// jobs waiting.
+void log_decision(spdlog::logger& log, steady::time_point since, std::size_t jobs, std::size_t waiting);
+/// The plan of the queue's head: the admitted jobs and as many waiting ones,
+/// in order, as it takes to meet one that does not fit (past it nobody
+/// starts) or the end. With `rows`, every row read goes there, with its
+/// owner; without, the admitted jobs are read as sums (the decision's way).
+detail::admission_plan plan_queue_head(detail::store& db, const detail::admission_budget& budget,
+                                      std::vector<detail::queued_job>* rows = nullptr);
 
 }  // namespace tjob::local

@@ -138,24 +138,60 @@ void engine_state::queue_write(std::function<void(detail::store&)> w, std::funct
   }
 }
 
+void log_decision(spdlog::logger& log, steady::time_point since, std::size_t jobs, std::size_t waiting) {
+  if (!log.should_log(spdlog::level::trace)) return;
+  const double us = std::chrono::duration<double, std::micro>(steady::now() - since).count();
+  log.trace("admission decision: {:.1f} us for {} job(s); {} waiting here", us, jobs, waiting);
+}
+
+detail::admission_plan plan_queue_head(detail::store& db, const detail::admission_budget& budget,
+                                      std::vector<detail::queued_job>* rows) {
+  for (std::size_t page = 8;; page *= 4) {
+    detail::admission_plan plan;
+    std::size_t waiting = 0;
+    if (rows) {
+      // every row, with its owner: the admitter's look reconciles dead ones
+      *rows = db.load_queue_head(page);
+      std::vector<detail::queue_row> plain;
+      plain.reserve(rows->size());
+      for (const auto& q : *rows) {
+        waiting += q.row.admitted ? 0 : 1;
+        plain.push_back(q.row);
+      }
+      plan = detail::plan_admission(std::move(plain), budget);
+    } else {
+      auto head = db.load_waiting(page);
+      waiting = head.size();
+      plan = detail::plan_admission(std::move(head), budget, db.admitted_totals());
+    }
+    if (!plan.blocker.empty() || waiting < page) return plan;
+  }
+}
+
 // The job joins the admission queue (in the caller's transaction): admitted
 // now when it fits and nobody waits ahead of it, else Queued. Empty when
-// admitted; else what it waits for and its place.
+// admitted; else what it waits for.
 std::string join_admission_queue(detail::store& db, detail::queue_row adm,
                                  const detail::admission_budget& budget, std::int64_t t) {
-  std::vector<detail::queue_row> rows;
-  for (auto& q : db.load_queue()) {
-    adm.seq = std::max(adm.seq, q.row.seq + 1);  // last of its priority (as enqueue numbers it)
-    rows.push_back(std::move(q.row));
-  }
-  rows.push_back(adm);
-  auto plan = detail::plan_admission(std::move(rows), budget);
-  adm.admitted = std::find(plan.admit.begin(), plan.admit.end(), adm.job) != plan.admit.end();
-  db.enqueue(adm);
-  if (adm.admitted) return {};
+  adm.seq = db.next_queue_seq();  // last of its priority
   std::string waiting;
-  for (const auto& w : plan.queue)
-    if (w.job == adm.job) waiting = w.waits_for + " (position " + std::to_string(w.position) + ")";
+  if (auto ahead = db.first_waiting_from(adm.priority)) {
+    // Somebody waits ahead of it: it waits too, whatever is free (strict
+    // order; the admitter, woken by this commit, lets in whoever fits). One
+    // index seek, however long the queue is.
+    db.enqueue(adm);
+    waiting = "job " + *ahead + " ahead of it";
+  } else {
+    // It is the first to wait at its priority: it starts now if it fits
+    // beside the admitted jobs.
+    std::vector<detail::queue_row> rows{adm};
+    auto plan = detail::plan_admission(std::move(rows), budget, db.admitted_totals());
+    adm.admitted = std::find(plan.admit.begin(), plan.admit.end(), adm.job) != plan.admit.end();
+    db.enqueue(adm);
+    if (adm.admitted) return {};
+    for (const auto& w : plan.queue)
+      if (w.job == adm.job) waiting = w.waits_for + " (position 1)";
+  }
   db.update_job_status(adm.job, job_status::created, std::string(detail::queued_reason));
   db.append_event(adm.job, "", t, log_event::queued, "waiting for " + waiting);
   return waiting;
@@ -176,7 +212,8 @@ asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string 
   if (admission) adm = *admission;
   queue_write(
       [st, row = std::move(row), message = std::move(created_message), adm = std::move(adm), budget = budget,
-       deps = std::move(dependencies)](detail::store& db) mutable {
+       deps = std::move(dependencies), lg = log.get(), waiting_here = admission_waiting.size()](
+          detail::store& db) mutable {
         st->inserted = db.insert_job(row);
         if (!st->inserted) return;
         db.append_event(row.name, "", row.created_ms, log_event::created, message);
@@ -188,7 +225,9 @@ asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string 
         if (!adm) return;
         adm->job = row.name;
         adm->since_ms = row.created_ms;
+        const auto t0 = steady::now();
         st->waiting = join_admission_queue(db, *adm, budget, row.created_ms);
+        log_decision(*lg, t0, 1, waiting_here);
       },
       [st] { st->done.notify(); },
       [st](std::exception_ptr x) {
@@ -362,6 +401,9 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
         }
         jr->watchers.notify_all();
       });
+  // What it held is free once this commits: a decision queued now shares
+  // that commit (its write runs after this one).
+  if (is_terminal(j.row.status) && !admission_waiting.empty()) schedule_admission();
   return true;
 }
 

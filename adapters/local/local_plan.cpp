@@ -300,6 +300,7 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
         co_await insert_job(std::move(row), std::move(created), j->admission.get(), &j->queue_note, deps);
     if (inserted) {
       j->queued = !j->queue_note.empty();
+      j->queued_ms = j->row.created_ms;
       if (j->queued) j->row.reason = detail::queued_reason;
       if (!j->deps.empty()) j->row.reason = detail::waiting_reason;
       if (j->deps.empty()) j->admission.reset();  // else it joins the queue later

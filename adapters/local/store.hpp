@@ -130,13 +130,39 @@ class store {
                                                         std::size_t n);
   void release_devices(const std::string& job);
 
-  /// Puts the job in the admission queue (admitted, or waiting), last among
-  /// its priority. It leaves the queue when its status ends (update_job_status)
-  /// or it is deleted.
+  /// Puts the job in the admission queue (admitted, or waiting) with its
+  /// `seq` (next_queue_seq). It leaves the queue when its status ends
+  /// (update_job_status) or it is deleted.
   void enqueue(const queue_row& row);
+  /// A submission number for a job joining the queue now, after every job
+  /// already in it: the seq the event log's next event will get (one read of
+  /// a one-row table, where max(seq) would scan the queue). Two jobs that
+  /// join in one transaction must have an event appended between them (each
+  /// job's Created, Queued or Admitted event is).
+  std::int64_t next_queue_seq();
   /// Every job in the queue, waiting or admitted.
   std::vector<queued_job> load_queue();
+  /// The admitted jobs and the first `waiting` waiting ones, in queue order
+  /// (the index admissions_order): what admission decides from. Without
+  /// `owners`, the owner fields are left 0 (no read of the jobs table).
+  std::vector<queued_job> load_queue_head(std::size_t waiting, bool owners = true);
+  /// What the admitted jobs hold together (sums over the covering index).
+  admitted_usage admitted_totals();
+  /// The first `n` waiting jobs in queue order (owner fields 0).
+  std::vector<queue_row> load_waiting(std::size_t n);
+  /// The first waiting job in queue order whose priority is `priority` or
+  /// higher (one index seek); nullopt when none waits there.
+  std::optional<std::string> first_waiting_from(int priority);
   void admit(const std::string& job);
+  /// The jobs with a CancelRequested event after `seq`, and the last seq
+  /// read (`seq` itself when there is nothing new): what the admitter checks
+  /// for cancels of its waiting jobs, reading only the log's new rows.
+  std::vector<std::string> cancels_after(std::int64_t& seq);
+  /// The log's last seq (0 when empty).
+  std::int64_t last_event_seq();
+  /// SQLite's data_version: it changes when another connection commits, not
+  /// when this one does.
+  std::int64_t data_version();
 
  private:
   struct stmt;
@@ -147,6 +173,8 @@ class store {
   [[noreturn]] void fail(int rc, std::string_view what);
   std::vector<job_row> load_where(const char* where_sql, const std::string* arg);
   void load_steps(job_row& job);
+  std::int64_t read_int64(const char* sql);
+  void read_queue(sqlite3_stmt* s, std::vector<queued_job>& out);
 
   bool read_only_ = false;
   std::filesystem::path path_;

@@ -25,7 +25,11 @@ ALTER TABLE jobs ADD COLUMN array TEXT NOT NULL DEFAULT '';
 }
 
 const char* attempts_sql() {
-  return "ALTER TABLE steps ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;";
+  return R"sql(
+ALTER TABLE steps ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+CREATE INDEX admissions_order ON admissions(admitted, priority DESC, seq, cpus, memory, gpus, grp, grp_limit,
+                                           since_ms);
+)sql";
 }
 
 const char* schema_sql() {

@@ -11,14 +11,17 @@ inline constexpr int application_id = 0x746a6f62;  // "tjob"
 // status columns can be folded from the log (migrate_v1_to_v2).
 // Version 3: the admission queue (`admissions`: the jobs waiting or admitted
 // and not ended), and each job's array (`jobs.array`).
-// Version 4: each step's attempt (`steps.attempt`; retries).
+// Version 4: each step's attempt (`steps.attempt`; retries), and the queue's
+// order as an index (`admissions_order`: admission reads the head of the
+// queue, not all of it, from the index alone: it covers every column the
+// planner reads).
 inline constexpr int schema_version = 4;
 
 /// The tables of a version-1 store (what migrations start from).
 const char* schema_sql();
 /// What version 3 adds: the admission queue and each job's array.
 const char* admissions_sql();
-/// What version 4 adds: each step's attempt.
+/// What version 4 adds: each step's attempt and the queue's order index.
 const char* attempts_sql();
 /// The event names that are step transitions, as an SQL list ('Started',
 /// 'Exited', ...): all of them, or only those that end a step.

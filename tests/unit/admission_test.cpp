@@ -9,7 +9,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <numeric>
+#include <random>
 
 using namespace tjob;
 using namespace tjob::detail;
@@ -144,4 +147,59 @@ TEST_CASE("fold: Queued is the reason of a waiting job until it is admitted or a
   fold_event(cancelled, {"node-0", log_event::cancelled, {}, "cancelled"});
   CHECK(cancelled.status == job_status::failed);
   CHECK(cancelled.reason == "cancelled");
+}
+
+TEST_CASE("admission property: the plan from the admitted jobs' sums is the plan from every row") {
+  unsigned seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int round = 0; round < 500; ++round) {
+    std::vector<queue_row> rows;
+    int n = pick(0, 30);
+    std::vector<int> seqs(static_cast<std::size_t>(n));
+    std::iota(seqs.begin(), seqs.end(), 1);
+    std::shuffle(seqs.begin(), seqs.end(), rng);  // submission numbers are unique
+    for (int i = 0; i < n; ++i) {
+      auto r = row("j" + std::to_string(i), seqs[static_cast<std::size_t>(i)], pick(0, 3), pick(-1, 1),
+                   pick(0, 3) == 0);
+      r.need.memory = static_cast<std::uint64_t>(pick(0, 4)) << 30;
+      r.need.gpus = pick(0, 4) == 0 ? 1 : 0;
+      if (pick(0, 3) == 0) {
+        r.group = "g" + std::to_string(pick(0, 1));
+        r.group_limit = pick(0, 2);
+      }
+      rows.push_back(r);
+    }
+    admission_budget b;
+    b.max_running = pick(0, 8);
+    b.cpus = pick(0, 12);
+    b.memory = static_cast<std::uint64_t>(pick(0, 8)) << 30;
+    b.gpus = pick(0, 2);
+    admitted_usage used;
+    std::vector<queue_row> waiting;
+    for (const auto& r : rows) {
+      if (r.admitted)
+        used.add(r);
+      else
+        waiting.push_back(r);
+    }
+    std::shuffle(waiting.begin(), waiting.end(), rng);
+    auto a = plan_admission(rows, b);
+    auto c = plan_admission(waiting, b, used);
+    CHECK(a.admit == c.admit);
+    CHECK(a.blocker == c.blocker);
+    REQUIRE(a.queue.size() == c.queue.size());
+    for (std::size_t i = 0; i < a.queue.size(); ++i) {
+      CHECK(a.queue[i].job == c.queue[i].job);
+      CHECK(a.queue[i].waits_for == c.queue[i].waits_for);
+    }
+    // Reading only the head is enough: past the blocker nobody is admitted.
+    if (!a.blocker.empty()) {
+      std::sort(waiting.begin(), waiting.end(), queue_before);
+      auto at = std::find_if(waiting.begin(), waiting.end(), [&](const queue_row& r) { return r.job == a.blocker; });
+      std::vector<queue_row> head(waiting.begin(), at + 1);
+      CHECK(plan_admission(head, b, used).admit == a.admit);
+    }
+  }
 }

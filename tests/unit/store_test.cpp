@@ -8,7 +8,9 @@
 
 #include <sys/inotify.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <thread>
 
 using namespace tjob;
@@ -371,4 +373,66 @@ INSERT INTO events(job,step,time_ms,reason,message,exit_code) VALUES('old','',1,
   db.update_job_status("new", job_status::failed, "cancelled");
   db.commit();
   CHECK(db.load_queue().empty());
+}
+
+TEST_CASE("the queue's head is read by its index: order, sums, the first waiting, new cancels, the next seq") {
+  tjob::test::temp_dir d;
+  store db(d.path() / "tjob.db", std::chrono::milliseconds(1000));
+  // Ten jobs: 0..3 admitted, the rest waiting, priorities 0 and 5.
+  db.begin();
+  std::vector<std::int64_t> seqs;
+  for (int i = 0; i < 10; ++i) {
+    auto name = "j" + std::to_string(i);
+    REQUIRE(db.insert_job(sample(name)));
+    db.append_event(name, "", 1, log_event::created, "made");
+    queue_row q;
+    q.job = name;
+    q.seq = db.next_queue_seq();
+    seqs.push_back(q.seq);
+    q.priority = (i == 7 || i == 9) ? 5 : 0;
+    q.need = {2, 1000, i == 1 ? 1 : 0};
+    q.group = i == 2 ? "sweep" : "";
+    q.admitted = i < 4;
+    db.enqueue(q);
+  }
+  db.commit();
+  CHECK(std::is_sorted(seqs.begin(), seqs.end()));
+  CHECK(std::adjacent_find(seqs.begin(), seqs.end()) == seqs.end());  // one each: an event lies between
+  auto used = db.admitted_totals();
+  CHECK(used.running == 4);
+  CHECK(used.cpus == 8);
+  CHECK(used.memory == 4000);
+  CHECK(used.gpus == 1);
+  CHECK(used.groups == std::map<std::string, int, std::less<>>{{"sweep", 1}});
+  std::vector<std::string> order;
+  for (const auto& r : db.load_waiting(4)) order.push_back(r.job);
+  CHECK(order == std::vector<std::string>{"j7", "j9", "j4", "j5"});  // priority first, then submission
+  CHECK(db.first_waiting_from(5) == std::optional<std::string>("j7"));
+  CHECK(db.first_waiting_from(0) == std::optional<std::string>("j7"));
+  CHECK_FALSE(db.first_waiting_from(6).has_value());
+  // the head with owners: every admitted job and the first waiting ones
+  auto head = db.load_queue_head(2);
+  CHECK(head.size() == 6);
+  CHECK(head.back().owner_pid == 1);
+  // the planner from the sums decides as it does from every row
+  admission_budget budget;
+  budget.cpus = 12;
+  std::vector<queue_row> all;
+  for (const auto& q : db.load_queue()) all.push_back(q.row);
+  auto from_rows = plan_admission(all, budget);
+  auto from_sums = plan_admission(db.load_waiting(100), budget, db.admitted_totals());
+  CHECK(from_rows.admit == from_sums.admit);
+  CHECK(from_rows.admit == std::vector<std::string>{"j7", "j9"});
+  CHECK(from_rows.blocker == "j4");
+  // cancels: only the log's new rows are read, and the cursor moves to its end
+  std::int64_t seen = db.last_event_seq();
+  CHECK(db.cancels_after(seen).empty());
+  db.begin();
+  db.append_event("j5", "", 2, log_event::cancel_requested, "cancel requested");
+  db.append_event("j6", "", 2, log_event::setup, "not a cancel");
+  db.commit();
+  auto before = seen;
+  CHECK(db.cancels_after(seen) == std::vector<std::string>{"j5"});
+  CHECK(seen == before + 2);
+  CHECK(db.cancels_after(seen).empty());
 }
