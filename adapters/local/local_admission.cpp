@@ -225,8 +225,11 @@ void engine_state::schedule_admission() {
         const auto t0 = steady::now();
         const auto t = now_ms();
         auto plan = plan_queue_head(s, self->budget);
-        for (const auto& name : plan.admit) {
-          if (!self->waiting_here(name)) continue;
+        std::vector<std::string> mine;
+        for (auto& name : plan.admit)
+          if (self->waiting_here(name)) mine.push_back(std::move(name));
+        const auto decided = steady::now();
+        for (const auto& name : mine) {
           const std::int64_t since = self->owned(name)->queued_ms;
           s.admit(name);
           s.update_job_status(name, job_status::created, "");
@@ -234,7 +237,8 @@ void engine_state::schedule_admission() {
                          fmt::format("admitted after {:.1f} s in the queue", (t - since) / 1000.0));
           admitted->push_back(name);
         }
-        log_decision(*self->log, t0, std::max<std::size_t>(admitted->size(), 1), self->admission_waiting.size());
+        log_decision(*self->log, t0, std::max<std::size_t>(admitted->size(), 1), self->admission_waiting.size(),
+                     decided);
       },
       [self = shared_from_this(), admitted] {
         // Out of the waiting list in one pass (one erase each would move the

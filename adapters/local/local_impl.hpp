@@ -401,9 +401,11 @@ using detail::fail;
 std::string join_admission_queue(detail::store& db, detail::queue_row adm,
                                  const detail::admission_budget& budget, std::int64_t t);
 /// A trace line for the bench (bench/run's queue case): how long an
-/// admission decision took, for how many jobs, with how many of this engine's
-/// jobs waiting.
-void log_decision(spdlog::logger& log, steady::time_point since, std::size_t jobs, std::size_t waiting);
+/// admission decision took (from `since` to `decided`: reading the queue's
+/// head and planning), for how many jobs, with how many of this engine's jobs
+/// waiting, and until now with the writes that record it.
+void log_decision(spdlog::logger& log, steady::time_point since, std::size_t jobs, std::size_t waiting,
+                  std::optional<steady::time_point> decided = std::nullopt);
 /// The plan of the queue's head: the admitted jobs and as many waiting ones,
 /// in order, as it takes to meet one that does not fit (past it nobody
 /// starts) or the end. With `rows`, every row read goes there, with its

@@ -138,10 +138,14 @@ void engine_state::queue_write(std::function<void(detail::store&)> w, std::funct
   }
 }
 
-void log_decision(spdlog::logger& log, steady::time_point since, std::size_t jobs, std::size_t waiting) {
+void log_decision(spdlog::logger& log, steady::time_point since, std::size_t jobs, std::size_t waiting,
+                  std::optional<steady::time_point> decided) {
   if (!log.should_log(spdlog::level::trace)) return;
-  const double us = std::chrono::duration<double, std::micro>(steady::now() - since).count();
-  log.trace("admission decision: {:.1f} us for {} job(s); {} waiting here", us, jobs, waiting);
+  const auto now = steady::now();
+  const double us = std::chrono::duration<double, std::micro>(decided.value_or(now) - since).count();
+  const double with_writes = std::chrono::duration<double, std::micro>(now - since).count();
+  log.trace("admission decision: {:.1f} us for {} job(s); {} waiting here; {:.1f} us with its writes", us, jobs,
+            waiting, with_writes);
 }
 
 detail::admission_plan plan_queue_head(detail::store& db, const detail::admission_budget& budget,

@@ -644,29 +644,32 @@ std::vector<queued_job> store::load_queue_head(std::size_t waiting, bool owners)
 }
 
 admitted_usage store::admitted_totals() {
+  // One pass over the admitted part of the covering index: a row per array
+  // (and one for the jobs of none), summed here.
   admitted_usage u;
-  {
-    auto* s = prepare(
-        "SELECT count(*), total(cpus), total(memory), total(gpus) FROM admissions WHERE admitted = 1");
-    reset_guard g{s};
-    int rc = sqlite3_step(s);
-    if (rc != SQLITE_ROW) fail(rc, "cannot read the admission queue");
-    u.running = sqlite3_column_int(s, 0);
-    u.cpus = static_cast<int>(sqlite3_column_double(s, 1));
-    u.memory = static_cast<std::uint64_t>(sqlite3_column_double(s, 2));
-    u.gpus = static_cast<int>(sqlite3_column_double(s, 3));
-  }
-  auto* s = prepare("SELECT grp, count(*) FROM admissions WHERE admitted = 1 AND grp <> '' GROUP BY grp");
+  auto* s = prepare(
+      "SELECT grp, count(*), total(cpus), total(memory), total(gpus) FROM admissions WHERE admitted = 1 "
+      "GROUP BY grp");
   reset_guard g{s};
   int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) u.groups[text_of(s, 0)] = sqlite3_column_int(s, 1);
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    const int n = sqlite3_column_int(s, 1);
+    u.running += n;
+    u.cpus += static_cast<int>(sqlite3_column_double(s, 2));
+    u.memory += static_cast<std::uint64_t>(sqlite3_column_double(s, 3));
+    u.gpus += static_cast<int>(sqlite3_column_double(s, 4));
+    auto group = text_of(s, 0);
+    if (!group.empty()) u.groups[std::move(group)] = n;
+  }
   if (rc != SQLITE_DONE) fail(rc, "cannot read the admission queue");
   return u;
 }
 
 std::vector<queue_row> store::load_waiting(std::size_t n) {
   std::vector<queued_job> rows;
-  auto* s = prepare(std::string(queue_columns_alone) + "WHERE a.admitted = 0 ORDER BY a.priority DESC, a.seq LIMIT ?");
+  static const std::string sql =
+      std::string(queue_columns_alone) + "WHERE a.admitted = 0 ORDER BY a.priority DESC, a.seq LIMIT ?";
+  auto* s = prepare(sql);
   sqlite3_bind_int64(s, 1, static_cast<std::int64_t>(n));
   read_queue(s, rows);
   std::vector<queue_row> out;
