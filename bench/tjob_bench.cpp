@@ -213,12 +213,13 @@ struct bench {
         deep_written.push_back(d.written_us_per_job);
       }
     }
-    std::printf("{\"runs\":%d,\"in_flight\":%s,\"wall_s\":%.6f,\"per_s\":%.3f,\"cpu_us_per_run\":%.3f,"
-                "\"submit_s\":%.6f,\"decisions\":%zu,\"deepest\":%ld,\"decide_p50_us\":%.3f,"
-                "\"decide_p99_us\":%.3f,\"deep_decisions\":%zu,\"deep_decide_p99_us\":%.3f,"
-                "\"deep_written_p99_us\":%.3f}\n",
-                n, args.at(1).c_str(), wall, n / wall, cpu / n * 1e6, submitted, all.size(), most, pct(all, 0.5),
-                pct(all, 0.99), deep.size(), pct(deep, 0.99), pct(deep_written, 0.99));
+    std::printf(
+        "{\"runs\":%d,\"in_flight\":%s,\"wall_s\":%.6f,\"per_s\":%.3f,\"cpu_us_per_run\":%.3f,"
+        "\"submit_s\":%.6f,\"decisions\":%zu,\"deepest\":%ld,\"decide_p50_us\":%.3f,"
+        "\"decide_p99_us\":%.3f,\"deep_decisions\":%zu,\"deep_decide_p99_us\":%.3f,"
+        "\"deep_written_p99_us\":%.3f}\n",
+        n, args.at(1).c_str(), wall, n / wall, cpu / n * 1e6, submitted, all.size(), most, pct(all, 0.5),
+        pct(all, 0.99), deep.size(), pct(deep, 0.99), pct(deep_written, 0.99));
   }
 
   asio::awaitable<void> ingest() {

@@ -32,12 +32,12 @@ struct job_options {
   bool system_site_packages = false, keep_venv = false, refresh = false;
   int priority = 0;
   std::vector<std::string> after_ok, after_any, after_not_ok;
-  std::string array;        // train --array: 0-99%8
-  std::string deadline;     // --deadline: seconds, or 90s, 10m, 2h
+  std::string array;                       // train --array: 0-99%8
+  std::string deadline;                    // --deadline: seconds, or 90s, 10m, 2h
   int retries = 0;                         // --retries: max_restarts
   std::vector<int> retry_on, no_retry_on;  // --retry-on, --no-retry-on: exit codes
   std::string retry_backoff;               // --retry-backoff: INITIAL[,FACTOR[,MAX]]
-  std::string stream_step;  // run: the one step to stream (default: every node)
+  std::string stream_step;                 // run: the one step to stream (default: every node)
 };
 
 /// The options of a job, for `run` and `train` alike.

@@ -406,9 +406,10 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.logs->add_flag("--timestamps", c.timestamps,
                    "Begin each line with the time it was written (RFC 3339, UTC, nanoseconds; local jobs: "
                    "to about 50 ms)");
-  c.attempt_opt = c.logs->add_option("--attempt", c.attempt,
-                     "Only what this attempt of a restarted job wrote (1 = the first; tjob get shows the "
-                     "attempt); default: every attempt's output, one after another");
+  c.attempt_opt =
+      c.logs->add_option("--attempt", c.attempt,
+                         "Only what this attempt of a restarted job wrote (1 = the first; tjob get shows the "
+                         "attempt); default: every attempt's output, one after another");
   c.logs->add_option("--since", c.since,
                      "Only lines written since a time (2026-12-03T19:00:00Z) or for a duration back "
                      "from now (30s, 10m, 1h30m)");

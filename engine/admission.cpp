@@ -62,7 +62,8 @@ admission_plan plan_admission(std::vector<queue_row> rows, const admission_budge
   return plan_admission(std::move(rows), budget, std::move(used));
 }
 
-admission_plan plan_admission(std::vector<queue_row> rows, const admission_budget& budget, admitted_usage used) {
+admission_plan plan_admission(std::vector<queue_row> rows, const admission_budget& budget,
+                              admitted_usage used) {
   std::sort(rows.begin(), rows.end(), queue_before);
   admission_plan plan;
   std::string blocker;

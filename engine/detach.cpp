@@ -59,7 +59,8 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   retry["backoff_ms"] = req.retry.backoff.count();
   retry["backoff_factor"] = req.retry.backoff_factor;
   retry["max_backoff_ms"] = req.retry.max_backoff.count();
-  for (const auto& [key, codes] : {std::pair{"retry_on", &req.retry.retry_on}, {"never_retry", &req.retry.never_retry}}) {
+  for (const auto& [key, codes] :
+       {std::pair{"retry_on", &req.retry.retry_on}, {"never_retry", &req.retry.never_retry}}) {
     json::array a;
     for (int c : *codes) a.emplace_back(c);
     retry[key] = std::move(a);
@@ -118,8 +119,10 @@ void request_from_json(const json::object& o, train_request& req, engine_config&
   req.retry.backoff = std::chrono::milliseconds(retry.at("backoff_ms").to_number<std::int64_t>());
   req.retry.backoff_factor = retry.at("backoff_factor").to_number<double>();
   req.retry.max_backoff = std::chrono::milliseconds(retry.at("max_backoff_ms").to_number<std::int64_t>());
-  for (const auto& [key, codes] : {std::pair{"retry_on", &req.retry.retry_on}, {"never_retry", &req.retry.never_retry}})
-    for (const auto& c : retry.at(key).as_array()) codes->push_back(static_cast<int>(c.to_number<std::int64_t>()));
+  for (const auto& [key, codes] :
+       {std::pair{"retry_on", &req.retry.retry_on}, {"never_retry", &req.retry.never_retry}})
+    for (const auto& c : retry.at(key).as_array())
+      codes->push_back(static_cast<int>(c.to_number<std::int64_t>()));
   if (auto* v = o.if_contains("max_running"))
     cfg.admission.max_running = static_cast<int>(v->to_number<std::int64_t>());
   if (auto* v = o.if_contains("cpus")) cfg.admission.cpus = static_cast<int>(v->to_number<std::int64_t>());

@@ -248,9 +248,10 @@ asio::awaitable<log_stream> engine::get_job_logs(std::string name, log_options o
     // container or a TrainJob has one attempt.
     const auto kind = impl_->backend->traits().kind;
     if (*options.attempt > 1 && (kind == backend_kind::container || kind == backend_kind::kubernetes))
-      fail(errc::invalid_argument, "TrainJob " + quote(name) + " has no attempt " + std::to_string(*options.attempt) +
-                                ": jobs on the " + std::string(to_string(kind)) +
-                                " backend are not restarted by tjob, so each has one (docs/scheduling.md)");
+      fail(errc::invalid_argument,
+           "TrainJob " + quote(name) + " has no attempt " + std::to_string(*options.attempt) +
+               ": jobs on the " + std::string(to_string(kind)) +
+               " backend are not restarted by tjob, so each has one (docs/scheduling.md)");
     if (*options.attempt == 1 && (kind == backend_kind::container || kind == backend_kind::kubernetes))
       options.attempt.reset();
   }

@@ -24,9 +24,9 @@ enum class event_kind : std::uint8_t {
   restarting,
 };
 
-inline constexpr event_kind all_event_kinds[] = {event_kind::started,   event_kind::exited,
+inline constexpr event_kind all_event_kinds[] = {event_kind::started,      event_kind::exited,
                                                  event_kind::start_failed, event_kind::cancelled,
-                                                 event_kind::lost,      event_kind::restarting};
+                                                 event_kind::lost,         event_kind::restarting};
 inline constexpr job_status all_statuses[] = {job_status::created, job_status::running, job_status::complete,
                                               job_status::failed};
 

@@ -30,10 +30,11 @@ std::string codes_text(const std::vector<int>& codes) {
 
 retry_decision decide_retry(const retry_policy& p, int attempt, int exit_code) {
   if (p.max_restarts <= 0) return {};
-  if (has(p.never_retry, exit_code)) return {std::nullopt, fmt::format("exit code {} is never retried", exit_code)};
+  if (has(p.never_retry, exit_code))
+    return {std::nullopt, fmt::format("exit code {} is never retried", exit_code)};
   if (!p.retry_on.empty() && !has(p.retry_on, exit_code))
-    return {std::nullopt, fmt::format("exit code {} is not one that is retried ({})", exit_code,
-                                      codes_text(p.retry_on))};
+    return {std::nullopt,
+            fmt::format("exit code {} is not one that is retried ({})", exit_code, codes_text(p.retry_on))};
   if (attempt > p.max_restarts)
     return {std::nullopt, fmt::format("no restarts left ({} of {} used)", attempt - 1, p.max_restarts)};
   // backoff × factor^(attempt-1), at most max_backoff; computed in double so
@@ -46,8 +47,8 @@ retry_decision decide_retry(const retry_policy& p, int attempt, int exit_code) {
 
 void check_retry(const std::string& who, const retry_policy& p) {
   if (p.max_restarts < 0 || p.max_restarts > 1000)
-    fail(errc::invalid_argument, fmt::format("{}: max_restarts={} is out of range; give 0 to 1000 restarts", who,
-                                             p.max_restarts));
+    fail(errc::invalid_argument,
+         fmt::format("{}: max_restarts={} is out of range; give 0 to 1000 restarts", who, p.max_restarts));
   const auto day = std::chrono::milliseconds(std::chrono::hours(24));
   if (p.backoff.count() < 0 || p.backoff > day)
     fail(errc::invalid_argument,
@@ -79,7 +80,8 @@ std::string describe_retry(const retry_policy& p) {
   if (!p.retry_on.empty()) out += ", on exit codes " + codes_text(p.retry_on);
   if (!p.never_retry.empty()) out += ", never on " + codes_text(p.never_retry);
   out += ", backoff " + seconds_text(p.backoff);
-  if (p.backoff_factor != 1) out += fmt::format(" x{:g} up to {}", p.backoff_factor, seconds_text(p.max_backoff));
+  if (p.backoff_factor != 1)
+    out += fmt::format(" x{:g} up to {}", p.backoff_factor, seconds_text(p.max_backoff));
   return out;
 }
 

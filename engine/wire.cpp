@@ -555,7 +555,8 @@ train_request request_from_json(const json::value& v, bool allow_source_file) {
     if (auto n = rr.number("max_restarts", 0, 1000)) req.retry.max_restarts = static_cast<int>(*n);
     if (auto n = rr.number("backoff_ms", 0, day_ms)) req.retry.backoff = std::chrono::milliseconds(*n);
     if (auto d = rr.real("backoff_factor", 1, 100)) req.retry.backoff_factor = *d;
-    if (auto n = rr.number("max_backoff_ms", 0, day_ms)) req.retry.max_backoff = std::chrono::milliseconds(*n);
+    if (auto n = rr.number("max_backoff_ms", 0, day_ms))
+      req.retry.max_backoff = std::chrono::milliseconds(*n);
     if (auto c = rr.codes("retry_on")) req.retry.retry_on = std::move(*c);
     if (auto c = rr.codes("never_retry")) req.retry.never_retry = std::move(*c);
     rr.finish();

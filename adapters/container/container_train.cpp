@@ -217,10 +217,10 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
     fail(
         errc::invalid_argument,
         me + ": " +
-            (r.priority != 0               ? "priority"
-             : deps                        ? "after_ok/after_any/after_not_ok/array"
-             : r.retry.max_restarts > 0    ? "retry"
-                                           : "active_deadline") +
+            (r.priority != 0            ? "priority"
+             : deps                     ? "after_ok/after_any/after_not_ok/array"
+             : r.retry.max_restarts > 0 ? "retry"
+                                        : "active_deadline") +
             " is not yet supported on the container backend (its jobs go to the daemon at once); run the job "
             "on the local backend, or leave it out (docs/scheduling.md)");
   for (const auto& v : cfg.volumes) check_volume(v);

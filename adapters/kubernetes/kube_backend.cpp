@@ -250,9 +250,10 @@ struct backend::impl : std::enable_shared_from_this<impl> {
                 "jobs and let Kueue's quota bound them; docs/scheduling.md)");
     if (r.retry.max_restarts > 0)
       fail(errc::invalid_argument,
-           me + ": retry: a TrainJob has no restart policy of its own; restarts are its runtime's (the "
-                "JobSet template's failurePolicy.maxRestarts in the ClusterTrainingRuntime), so use a runtime "
-                "that sets them, or leave the retries out (docs/scheduling.md)");
+           me +
+               ": retry: a TrainJob has no restart policy of its own; restarts are its runtime's (the "
+               "JobSet template's failurePolicy.maxRestarts in the ClusterTrainingRuntime), so use a runtime "
+               "that sets them, or leave the retries out (docs/scheduling.md)");
     t.active_deadline_seconds = r.active_deadline.count();
     auto body = trainjob_body(name, ns, rt, t, r.labels, r.annotations);
     auto made = co_await a->post(jobs_path, std::move(body));

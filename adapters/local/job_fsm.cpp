@@ -456,9 +456,9 @@ bool job_fsm::restart(std::size_t blamed) {
     o.ev = {event_kind::restarting, s.out.ev.exit_code};
     o.exit_code = s.out.ev.exit_code;
     o.reason = s.out.reason;
-    o.message = fmt::format("attempt {} of {} failed ({}): {}; attempt {} starts in {:g} s", attempt_, attempts,
-                            s.out.reason.empty() ? "it went with the others" : s.out.reason, s.out.message,
-                            attempt_ + 1, static_cast<double>(a.delay.count()) / 1000);
+    o.message = fmt::format("attempt {} of {} failed ({}): {}; attempt {} starts in {:g} s", attempt_,
+                            attempts, s.out.reason.empty() ? "it went with the others" : s.out.reason,
+                            s.out.message, attempt_ + 1, static_cast<double>(a.delay.count()) / 1000);
     a.outcomes.push_back(std::move(o));
     s = step_state{};
   }

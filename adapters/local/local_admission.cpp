@@ -154,7 +154,9 @@ asio::awaitable<void> engine_state::run_admitter() {
   cancels_read = db->last_event_seq();
   for (const auto* list : {&admission_waiting, &dependency_waiting, &backoff_waiting})
     for (const auto& j : std::vector(*list)) check_cancelled(*j);
-  auto idle = [&] { return admission_waiting.empty() && dependency_waiting.empty() && backoff_waiting.empty(); };
+  auto idle = [&] {
+    return admission_waiting.empty() && dependency_waiting.empty() && backoff_waiting.empty();
+  };
   bool timed_out = true;  // the first look is a whole one
   seen_data_version = -1;
   while (!idle() && !stopping) {
@@ -200,7 +202,8 @@ void engine_state::admit_round(bool timed_out) {
     if (!owned(q.row.job) && !process::is_same_process(static_cast<pid_t>(q.owner_pid), q.owner_start))
       if (auto row = db->load_job(q.row.job)) reconciled |= reconcile_row(*row);
   if (reconciled) plan = plan_queue_head(*db, budget);
-  if (std::none_of(plan.admit.begin(), plan.admit.end(), [&](const std::string& n) { return waiting_here(n); }))
+  if (std::none_of(plan.admit.begin(), plan.admit.end(),
+                   [&](const std::string& n) { return waiting_here(n); }))
     return;
   schedule_admission();
 }
@@ -237,8 +240,8 @@ void engine_state::schedule_admission() {
                          fmt::format("admitted after {:.1f} s in the queue", (t - since) / 1000.0));
           admitted->push_back(name);
         }
-        log_decision(*self->log, t0, std::max<std::size_t>(admitted->size(), 1), self->admission_waiting.size(),
-                     decided);
+        log_decision(*self->log, t0, std::max<std::size_t>(admitted->size(), 1),
+                     self->admission_waiting.size(), decided);
       },
       [self = shared_from_this(), admitted] {
         // Out of the waiting list in one pass (one erase each would move the

@@ -262,7 +262,8 @@ namespace {
 train_job view_of(const engine_state& e, detail::job_row row) {
   if (!e.read_only.empty() && !is_terminal(row.status) && !e.owner_alive(row)) {
     detail::folded_job state{row.status, row.reason, {}};
-    for (const auto& s : row.steps) state.steps.push_back({s.name, s.status, s.exit_code, s.reason, s.attempt});
+    for (const auto& s : row.steps)
+      state.steps.push_back({s.name, s.status, s.exit_code, s.reason, s.attempt});
     for (const auto& s : row.steps)
       if (!is_terminal(s.status)) detail::fold_event(state, {s.name, log_event::lost, std::nullopt, "lost"});
     row.status = state.status;

@@ -205,7 +205,7 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// The last event the admitter has read for cancels of its waiting jobs
   /// (store::cancels_after); -1 while it is not running.
   std::int64_t cancels_read = -1;
-  bool admission_scheduled = false;  // a decision is queued for the next group commit
+  bool admission_scheduled = false;     // a decision is queued for the next group commit
   std::int64_t seen_data_version = -1;  // the store's data_version at the admitter's last full round
   // Woken after each commit of this engine's writes: watch_all's waiters see
   // its own jobs' changes at once (other processes' commits reach them by inotify).
@@ -411,6 +411,6 @@ void log_decision(spdlog::logger& log, steady::time_point since, std::size_t job
 /// starts) or the end. With `rows`, every row read goes there, with its
 /// owner; without, the admitted jobs are read as sums (the decision's way).
 detail::admission_plan plan_queue_head(detail::store& db, const detail::admission_budget& budget,
-                                      std::vector<detail::queued_job>* rows = nullptr);
+                                       std::vector<detail::queued_job>* rows = nullptr);
 
 }  // namespace tjob::local

@@ -53,7 +53,8 @@ train_job to_job(const detail::job_row& row) {
   j.status = row.status;
   j.reason = row.reason;
   j.array = row.array;
-  for (const auto& s : row.steps) j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid, s.attempt});
+  for (const auto& s : row.steps)
+    j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid, s.attempt});
   return j;
 }
 
@@ -144,12 +145,12 @@ void log_decision(spdlog::logger& log, steady::time_point since, std::size_t job
   const auto now = steady::now();
   const double us = std::chrono::duration<double, std::micro>(decided.value_or(now) - since).count();
   const double with_writes = std::chrono::duration<double, std::micro>(now - since).count();
-  log.trace("admission decision: {:.1f} us for {} job(s); {} waiting here; {:.1f} us with its writes", us, jobs,
-            waiting, with_writes);
+  log.trace("admission decision: {:.1f} us for {} job(s); {} waiting here; {:.1f} us with its writes", us,
+            jobs, waiting, with_writes);
 }
 
 detail::admission_plan plan_queue_head(detail::store& db, const detail::admission_budget& budget,
-                                      std::vector<detail::queued_job>* rows) {
+                                       std::vector<detail::queued_job>* rows) {
   for (std::size_t page = 8;; page *= 4) {
     detail::admission_plan plan;
     std::size_t waiting = 0;
@@ -216,8 +217,8 @@ asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string 
   if (admission) adm = *admission;
   queue_write(
       [st, row = std::move(row), message = std::move(created_message), adm = std::move(adm), budget = budget,
-       deps = std::move(dependencies), lg = log.get(), waiting_here = admission_waiting.size()](
-          detail::store& db) mutable {
+       deps = std::move(dependencies), lg = log.get(),
+       waiting_here = admission_waiting.size()](detail::store& db) mutable {
         st->inserted = db.insert_job(row);
         if (!st->inserted) return;
         db.append_event(row.name, "", row.created_ms, log_event::created, message);

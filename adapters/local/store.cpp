@@ -332,9 +332,9 @@ bool store::insert_job(const job_row& job) {
 }
 
 void store::update_step(const std::string& job, const step_row& step) {
-  auto* s =
-      prepare("UPDATE steps SET status=?, exit_code=?, reason=?, pid=?, pid_start=?, attempt=? WHERE job=? AND "
-              "name=?");
+  auto* s = prepare(
+      "UPDATE steps SET status=?, exit_code=?, reason=?, pid=?, pid_start=?, attempt=? WHERE job=? AND "
+      "name=?");
   reset_guard g{s};
   bind_text(s, 1, to_string(step.status));
   if (step.exit_code) sqlite3_bind_int(s, 2, *step.exit_code);
@@ -477,11 +477,10 @@ std::vector<job_row> store::load_where(const char* where_sql, const std::string*
   // thousands of jobs was thousands of statements, each taking the lock).
   std::map<std::string_view, job_row*> by_name;
   for (auto& j : out) by_name.emplace(j.name, &j);
-  auto* st = prepare(
-      std::string(
-          "SELECT job, name, status, exit_code, reason, pid, pid_start, attempt FROM steps WHERE job IN (SELECT "
-          "name FROM jobs ") +
-      where_sql + ") ORDER BY job, length(name), name");
+  auto* st = prepare(std::string("SELECT job, name, status, exit_code, reason, pid, pid_start, attempt FROM "
+                                 "steps WHERE job IN (SELECT "
+                                 "name FROM jobs ") +
+                     where_sql + ") ORDER BY job, length(name), name");
   reset_guard g{st};
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {

@@ -81,7 +81,8 @@ std::string transitions_sql(bool endings_only) {
   std::string list;
   for (auto e : all_log_events) {
     auto kind = transition_of(e);
-    if (!kind || (endings_only && (*kind == event_kind::started || *kind == event_kind::restarting))) continue;
+    if (!kind || (endings_only && (*kind == event_kind::started || *kind == event_kind::restarting)))
+      continue;
     list += std::string(list.empty() ? "" : ", ") + "'" + std::string(to_string(e)) + "'";
   }
   return list;

@@ -1088,10 +1088,11 @@ TEST_CASE_FIXTURE(fixture, "tjob run --deadline stops the job Failed, DeadlineEx
   CHECK(empty.out == "POSITION   NAME   PRIORITY   WAITING   NEEDS   WAITS FOR\n");
 }
 
-TEST_CASE_FIXTURE(fixture, "tjob run --retries restarts a failing job, and logs --attempt reads one attempt") {
+TEST_CASE_FIXTURE(fixture,
+                  "tjob run --retries restarts a failing job, and logs --attempt reads one attempt") {
   auto counter = (dir.path() / "attempts").string();
-  auto r = tjob({"run", "--name", "flaky", "--retries", "3", "--retry-on", "75", "--retry-backoff", "100ms,2,1s",
-                 "--", helper_bin(), "fail-until", counter, "3", "75", "print", "ok\n"});
+  auto r = tjob({"run", "--name", "flaky", "--retries", "3", "--retry-on", "75", "--retry-backoff",
+                 "100ms,2,1s", "--", helper_bin(), "fail-until", counter, "3", "75", "print", "ok\n"});
   CHECK(r.exit_code == 0);
   CHECK(r.out == "attempt 1\nattempt 2\nattempt 3\nok\n");  // the run follows every attempt
   CHECK(r.err.find("tjob: job flaky Complete in") != std::string::npos);
@@ -1106,8 +1107,8 @@ TEST_CASE_FIXTURE(fixture, "tjob run --retries restarts a failing job, and logs 
   auto missing = tjob({"logs", "flaky", "--attempt", "4"});
   CHECK(missing.exit_code != 0);
   CHECK(missing.err.find("has no attempt 4; it has had 3; give 1 to 3") != std::string::npos);
-  auto other_code = tjob({"run", "--name", "other-code", "--retries", "3", "--retry-on", "75", "--", helper_bin(),
-                          "exit", "2"});
+  auto other_code = tjob(
+      {"run", "--name", "other-code", "--retries", "3", "--retry-on", "75", "--", helper_bin(), "exit", "2"});
   CHECK(other_code.exit_code == 2);  // the job's own exit code: not retried
   CHECK(tjob({"get", "other-code", "-o", "json"}).out.find("\"attempt\"") == std::string::npos);
   auto no_count = tjob({"run", "--retry-on", "1", "--", helper_bin(), "exit", "0"});

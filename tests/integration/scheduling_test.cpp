@@ -453,9 +453,9 @@ std::vector<std::chrono::nanoseconds> attempt_starts(const std::filesystem::path
 }
 
 train_request flaky(const std::filesystem::path& counter, int passes_at, int code, std::string name) {
-  return helper_job({"fail-until", counter.string(), std::to_string(passes_at), std::to_string(code), "print",
-                     "passed\n"},
-                    std::move(name));
+  return helper_job(
+      {"fail-until", counter.string(), std::to_string(passes_at), std::to_string(code), "print", "passed\n"},
+      std::move(name));
 }
 
 }  // namespace
@@ -484,7 +484,7 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(starts[1] - starts[0] >= 300ms);  // the first backoff, then twice it
   CHECK(starts[2] - starts[1] >= 600ms);
   CHECK(reasons_of(c, name) == std::vector<std::string>{"Created", "Started", "Restarting", "Started",
-                                                         "Restarting", "Started", "Exited"});
+                                                        "Restarting", "Started", "Exited"});
   auto events = c.get_job_events(name);
   CHECK(events[0].message.find("(restarts: 4 restarts, backoff 0.3 s x2 up to 10 s)") != std::string::npos);
   CHECK(events[2].message.find("attempt 1 of 5 failed (exit code 75): process ") == 0);

@@ -197,7 +197,8 @@ TEST_CASE("admission property: the plan from the admitted jobs' sums is the plan
     // Reading only the head is enough: past the blocker nobody is admitted.
     if (!a.blocker.empty()) {
       std::sort(waiting.begin(), waiting.end(), queue_before);
-      auto at = std::find_if(waiting.begin(), waiting.end(), [&](const queue_row& r) { return r.job == a.blocker; });
+      auto at = std::find_if(waiting.begin(), waiting.end(),
+                             [&](const queue_row& r) { return r.job == a.blocker; });
       std::vector<queue_row> head(waiting.begin(), at + 1);
       CHECK(plan_admission(head, b, used).admit == a.admit);
     }

@@ -504,7 +504,8 @@ job_action restarted(const std::vector<job_action>& as) {
 
 }  // namespace
 
-TEST_CASE("a failing job with restarts is tried again after each backoff, and completes on its third attempt") {
+TEST_CASE(
+    "a failing job with restarts is tried again after each backoff, and completes on its third attempt") {
   auto policy = restarts(3);
   auto sh = shape(1);
   sh.retry = &policy;

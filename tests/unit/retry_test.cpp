@@ -81,7 +81,8 @@ TEST_CASE("a policy out of range is refused, naming the job, the field and the f
   CHECK(refusal(p).find("backoff=-1 ms is out of range") != std::string::npos);
   p = policy(1);
   p.retry_on = {0};
-  CHECK(refusal(p) == "TrainJob 'x': retry_on has exit code 0; give codes 1 to 255 (a signal's: 128 + its number)");
+  CHECK(refusal(p) ==
+        "TrainJob 'x': retry_on has exit code 0; give codes 1 to 255 (a signal's: 128 + its number)");
   p = policy(0);
   p.never_retry = {2};
   CHECK(refusal(p).find("without max_restarts") != std::string::npos);

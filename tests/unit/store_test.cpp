@@ -375,7 +375,8 @@ INSERT INTO events(job,step,time_ms,reason,message,exit_code) VALUES('old','',1,
   CHECK(db.load_queue().empty());
 }
 
-TEST_CASE("the queue's head is read by its index: order, sums, the first waiting, new cancels, the next seq") {
+TEST_CASE(
+    "the queue's head is read by its index: order, sums, the first waiting, new cancels, the next seq") {
   tjob::test::temp_dir d;
   store db(d.path() / "tjob.db", std::chrono::milliseconds(1000));
   // Ten jobs: 0..3 admitted, the rest waiting, priorities 0 and 5.
