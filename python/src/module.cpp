@@ -95,6 +95,19 @@ py::dict runtime_dict(const tjob::runtime& r) {
   return d;
 }
 
+py::dict queue_dict(const tjob::queue_entry& q) {
+  py::dict d;
+  d["name"] = q.name;
+  d["position"] = q.position;
+  d["priority"] = q.priority;
+  d["waits_for"] = q.waits_for;
+  d["since"] = seconds_of(q.since);
+  d["cpus"] = q.cpus;
+  d["memory"] = q.memory;
+  d["gpus"] = q.gpus;
+  return d;
+}
+
 py::dict event_dict(const tjob::event& e) {
   py::dict d;
   d["seq"] = e.seq;
@@ -585,6 +598,16 @@ class client {
                                                   });
   }
 
+  std::shared_ptr<call> queue(py::object done) {
+    return core_->start<std::vector<tjob::queue_entry>>([](tjob::engine& e) { return e.get_queue(); },
+                                                        std::move(done),
+                                                        [](const std::vector<tjob::queue_entry>& qs) {
+                                                          py::list out;
+                                                          for (const auto& q : qs) out.append(queue_dict(q));
+                                                          return out;
+                                                        });
+  }
+
   std::shared_ptr<call> list_runtimes(py::object done) {
     return core_->start<std::vector<tjob::runtime>>([](tjob::engine& e) { return e.list_runtimes(); },
                                                     std::move(done),
@@ -655,6 +678,7 @@ PYBIND11_MODULE(_tjob, m) {
       .def("cancel_job", &client::cancel_job)
       .def("delete_job", &client::delete_job)
       .def("events", &client::events)
+      .def("queue", &client::queue)
       .def("list_runtimes", &client::list_runtimes)
       .def("get_runtime", &client::get_runtime)
       .def("open_logs", &client::open_logs);

@@ -419,6 +419,11 @@ def test_a_deadline_stops_the_job_and_the_queue_orders_by_priority(home, gate, t
             client.train(trainer=CommandTrainer([HELPER, "append", str(order), name]),
                          options=[Name(name), tjob.Priority(prio)])
         assert client.get_job("low").status == "Created"
+        queue = client.get_queue()
+        assert [(q.name, q.position, q.priority) for q in queue] == [("high", 1, 9), ("low", 2, 0)]
+        assert queue[0].waits_for == "a running slot (1 of max_running 1 in use)"
+        assert queue[1].waits_for == "job high ahead of it"
+        assert queue[0].cpus == 1 and queue[0].since.tzinfo is not None
         gate.release()
         client.wait_for_job_status("low", timeout=60)
         assert order.read_text() == "high\nlow\n"

@@ -22,6 +22,7 @@ from .types import (
     LocalProcessBackendConfig,
     Name,
     Priority,
+    QueueEntry,
     Retries,
     Runtime,
     RuntimeKind,
@@ -37,6 +38,6 @@ from .types import (
 __all__ = [
     "ActiveDeadlineSeconds", "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
     "CustomTrainerContainer", "Dependencies", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
-    "LocalProcessBackendConfig", "Name", "Priority", "Retries", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "Step",
+    "LocalProcessBackendConfig", "Name", "Priority", "QueueEntry", "Retries", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "Step",
     "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient",
 ]

@@ -37,6 +37,7 @@ from .types import (
     Name,
     Dependencies,
     Priority,
+    QueueEntry,
     Retries,
     Runtime,
     RuntimeKind,
@@ -279,6 +280,11 @@ def _config(backend_config) -> (str, Dict, Dict):
         return "kubernetes", cfg, {}
     raise ValueError(f"Invalid backend config '{backend_config!r}': use LocalProcessBackendConfig, "
                      "ContainerBackendConfig or KubernetesBackendConfig")
+
+
+def _queue_entry(q: Dict) -> QueueEntry:
+    return QueueEntry(name=q["name"], position=q["position"], priority=q["priority"], waits_for=q["waits_for"],
+                      since=_time(q["since"]), cpus=q["cpus"], memory=q["memory"], gpus=q["gpus"])
 
 
 def _time(seconds: Optional[float]) -> Optional[datetime.datetime]:
@@ -554,6 +560,10 @@ class TrainerClient(_Base):
     def get_job_events(self, name: str) -> List[Event]:
         return self._events(name, _run(self._engine.events, name))
 
+    def get_queue(self) -> List[QueueEntry]:
+        """tjob's: the jobs waiting for admission on this store, next first (what `tjob queue` lists)."""
+        return [_queue_entry(q) for q in _run(self._engine.queue)]
+
     def wait_for_job_status(self, name: str, status: Set[str] = {"Complete"}, timeout: int = 600,
                             polling_interval: int = 2, callbacks: Optional[List[Callable]] = None) -> TrainJob:
         """Waits until the job reaches one of `status`, woken by the engine's events
@@ -712,6 +722,9 @@ class AsyncTrainerClient(_Base):
 
     async def get_job_events(self, name: str) -> List[Event]:
         return self._events(name, await self._call(self._engine.events, name))
+
+    async def get_queue(self) -> List[QueueEntry]:
+        return [_queue_entry(q) for q in await self._call(self._engine.queue)]
 
     async def wait_for_job_status(self, name: str, status: Set[str] = {"Complete"}, timeout: int = 600,
                                   polling_interval: int = 2, callbacks: Optional[List[Callable]] = None

@@ -135,6 +135,21 @@ class TrainJob:
 
 
 @dataclass
+class QueueEntry:
+    """tjob's: a job waiting for admission (get_queue), next first. `waits_for` says what for: "1 CPU (2 of 2
+    in use)", "job x ahead of it"."""
+
+    name: str
+    position: int
+    priority: int
+    waits_for: str
+    since: datetime.datetime
+    cpus: int
+    memory: int
+    gpus: int
+
+
+@dataclass
 class Event:
     involved_object_kind: str
     involved_object_name: str
