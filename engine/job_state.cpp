@@ -91,6 +91,8 @@ std::string_view to_string(log_event e) noexcept {
       return "Waiting";
     case log_event::restarting:
       return event_reason(event_kind::restarting);
+    case log_event::delete_requested:
+      return "DeleteRequested";
   }
   return "Created";
 }

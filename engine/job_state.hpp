@@ -60,6 +60,9 @@ enum class log_event : std::uint8_t {
   admitted,          ///< "Admitted": a queued job may start (Kueue's word)
   waiting,           ///< "Waiting": the job waits for its dependencies to end
   restarting,        ///< "Restarting": a step's attempt failed and the job is tried again
+  /// "DeleteRequested": the job is being deleted (its cancel, then its rows
+  /// go); to its dependents it never ended, however its cancel ends it
+  delete_requested,
 };
 inline constexpr log_event all_log_events[] = {log_event::created,        log_event::started,
                                                log_event::exited,         log_event::start_failed,
@@ -67,7 +70,7 @@ inline constexpr log_event all_log_events[] = {log_event::created,        log_ev
                                                log_event::setup,          log_event::queued,
                                                log_event::devices_leased, log_event::cancel_requested,
                                                log_event::admitted,       log_event::waiting,
-                                               log_event::restarting};
+                                               log_event::restarting,     log_event::delete_requested};
 
 std::string_view to_string(log_event e) noexcept;
 std::optional<log_event> parse_log_event(std::string_view s) noexcept;

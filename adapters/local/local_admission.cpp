@@ -76,6 +76,8 @@ std::string engine_state::dependency_state(const job_rec::dependency& dep, bool&
     return "job " + dep.job + " was deleted before it ended (" + dep.kind + ")";
   }
   if (!is_terminal(*status)) return {};
+  if (db->has_event(dep.job, log_event::delete_requested))  // ended by its delete's cancel
+    return "job " + dep.job + " was deleted before it ended (" + dep.kind + ")";
   const std::string_view kind = dep.kind;
   const bool ok = *status == job_status::complete;
   met = kind == "after_any" || (kind == "after_ok" && ok) || (kind == "after_not_ok" && !ok);

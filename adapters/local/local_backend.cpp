@@ -353,6 +353,15 @@ asio::awaitable<void> backend::delete_job(std::string name) {
   auto& e = *impl_;
   e.check_running();
   e.check_writable("delete a job");
+  // Said first, so that its dependents, here or in another process, see a
+  // job deleted before it ended and not the end its cancel gives it.
+  if (auto row = e.owned(name) ? std::optional<detail::job_row>() : e.load_fresh(name);
+      e.owned(name) || (row && !is_terminal(row->status))) {
+    e.transact([&](detail::store& db) {
+      db.append_event(name, "", now_ms(), log_event::delete_requested,
+                      "delete requested by process " + std::to_string(e.self_pid));
+    });
+  }
   if (auto j = e.owned(name)) {
     co_await e.cancel_owned(j, false);
   } else {

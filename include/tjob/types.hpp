@@ -214,7 +214,8 @@ struct event {
   clock::time_point time;
   std::string step;  ///< empty for job-level events
   /// One vocabulary on every backend: Created, Started, Exited, StartFailed,
-  /// Cancelled, Lost, Setup, Queued, DevicesLeased, CancelRequested. The
+  /// Cancelled, Lost, Setup, Queued, Admitted, Waiting, DevicesLeased,
+  /// CancelRequested, Restarting, DeleteRequested. The
   /// container and kubernetes backends map their peer's events to these and
   /// keep the peer's own word (a daemon's action, a cluster's reason) in `message`.
   std::string reason;
