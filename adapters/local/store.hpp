@@ -143,9 +143,9 @@ class store {
   /// Every job in the queue, waiting or admitted.
   std::vector<queued_job> load_queue();
   /// The admitted jobs and the first `waiting` waiting ones, in queue order
-  /// (the index admissions_order): what admission decides from. Without
-  /// `owners`, the owner fields are left 0 (no read of the jobs table).
-  std::vector<queued_job> load_queue_head(std::size_t waiting, bool owners = true);
+  /// (the index admissions_order), with their owners: what the admitter's
+  /// look reads.
+  std::vector<queued_job> load_queue_head(std::size_t waiting);
   /// What the admitted jobs hold together (sums over the covering index).
   admitted_usage admitted_totals();
   /// The first `n` waiting jobs in queue order (owner fields 0).

@@ -1,0 +1,33 @@
+// The few helpers the store's SQL needs in every file of it (store.cpp,
+// store_queue.cpp): a column as text, a text bound, a statement reset.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <string>
+#include <string_view>
+
+namespace tjob::detail {
+
+inline std::string text_of(sqlite3_stmt* s, int col) {
+  auto* t = sqlite3_column_text(s, col);
+  return t ? std::string(reinterpret_cast<const char*>(t),
+                         static_cast<std::size_t>(sqlite3_column_bytes(s, col)))
+           : std::string();
+}
+
+inline void bind_text(sqlite3_stmt* s, int i, std::string_view v) {
+  // An empty view may have no data: SQLite would bind that as NULL.
+  sqlite3_bind_text(s, i, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_TRANSIENT);
+}
+
+// Resets a cached statement when the scope ends, whatever happened.
+struct reset_guard {
+  sqlite3_stmt* s;
+  ~reset_guard() {
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+  }
+};
+
+}  // namespace tjob::detail
