@@ -59,6 +59,13 @@ void engine_state::check_cancelled(job_rec& j) {
   }
 }
 
+std::vector<std::shared_ptr<job_rec>> engine_state::waiting_jobs() const {
+  std::vector<std::shared_ptr<job_rec>> out;
+  for (const auto* list : {&admission_waiting, &dependency_waiting, &backoff_waiting})
+    out.insert(out.end(), list->begin(), list->end());
+  return out;
+}
+
 void engine_state::end_backoff(const job_rec& j) {
   std::erase_if(backoff_waiting, [&](const auto& w) { return w.get() == &j; });
 }
@@ -154,8 +161,7 @@ asio::awaitable<void> engine_state::run_admitter() {
   // From here on the admitter reads the log's new cancels; those before are
   // looked up once for each job that waits (and for each that joins later).
   cancels_read = db->last_event_seq();
-  for (const auto* list : {&admission_waiting, &dependency_waiting, &backoff_waiting})
-    for (const auto& j : std::vector(*list)) check_cancelled(*j);
+  for (const auto& j : waiting_jobs()) check_cancelled(*j);
   auto idle = [&] {
     return admission_waiting.empty() && dependency_waiting.empty() && backoff_waiting.empty();
   };
@@ -188,9 +194,8 @@ void engine_state::admit_round(bool timed_out) {
     auto cancelled = db->cancels_after(cancels_read);
     if (!cancelled.empty()) {
       std::set<std::string, std::less<>> names(cancelled.begin(), cancelled.end());
-      for (const auto* list : {&admission_waiting, &dependency_waiting, &backoff_waiting})
-        for (const auto& j : std::vector(*list))
-          if (names.count(j->row.name)) j->post(job_input::cancel(false, true));
+      for (const auto& j : waiting_jobs())
+        if (names.count(j->row.name)) j->post(job_input::cancel(false, true));
     }
   }
   if (admission_waiting.empty()) return;

@@ -306,6 +306,9 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   void end_backoff(const job_rec& j);
   /// Queues the admission decision into the next group commit (once).
   void schedule_admission();
+  /// Every job on the admitter's three lists (a copy: posting to them may
+  /// change the lists).
+  std::vector<std::shared_ptr<job_rec>> waiting_jobs() const;
   /// Whether `name` is this engine's job waiting in admission_waiting.
   bool waiting_here(const std::string& name) const;
   /// Posts a cancel to `j` when its log has a CancelRequested event (another

@@ -218,7 +218,7 @@ asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string 
   queue_write(
       [st, row = std::move(row), message = std::move(created_message), adm = std::move(adm), budget = budget,
        deps = std::move(dependencies), lg = log.get(),
-       waiting_here = admission_waiting.size()](detail::store& db) mutable {
+       waiting = admission_waiting.size()](detail::store& db) mutable {
         st->inserted = db.insert_job(row);
         if (!st->inserted) return;
         db.append_event(row.name, "", row.created_ms, log_event::created, message);
@@ -232,7 +232,7 @@ asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string 
         adm->since_ms = row.created_ms;
         const auto t0 = steady::now();
         st->waiting = join_admission_queue(db, *adm, budget, row.created_ms);
-        log_decision(*lg, t0, 1, waiting_here);
+        log_decision(*lg, t0, 1, waiting);
       },
       [st] { st->done.notify(); },
       [st](std::exception_ptr x) {
