@@ -1,0 +1,257 @@
+// The values the engine and the Python layer exchange: the engine's as
+// dicts for tjob/*.py, and the dicts it builds (requests, configs, log
+// options) as the engine's.
+#include "values.hpp"
+
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace tjob::python {
+
+namespace {
+
+template <class T>
+T get_or(const py::dict& d, const char* key, T fallback) {
+  if (!d.contains(key) || d[key].is_none()) return fallback;
+  return d[key].cast<T>();
+}
+
+// The Python layer builds these dicts (tjob/_convert.py); a wrong type is its
+// bug, and comes back as a TypeError naming the key.
+template <class T>
+void take(const py::dict& d, const char* key, T& out) {
+  if (!d.contains(key) || d[key].is_none()) return;
+  try {
+    out = d[key].cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string("tjob: field '") + key + "' has the wrong type");
+  }
+}
+
+}  // namespace
+
+std::optional<double> seconds_of(const std::optional<clock::time_point>& t) {
+  if (!t) return std::nullopt;
+  return std::chrono::duration<double>(t->time_since_epoch()).count();
+}
+
+py::dict job_dict(const tjob::train_job& j) {
+  py::list steps;
+  for (const auto& s : j.steps) {
+    py::dict d;
+    d["name"] = s.name;
+    d["status"] = std::string(tjob::to_string(s.status));
+    d["exit_code"] = s.exit_code ? py::object(py::int_(*s.exit_code)) : py::object(py::none());
+    d["reason"] = s.reason;
+    d["pid"] = s.pid;
+    d["attempt"] = s.attempt;
+    steps.append(d);
+  }
+  py::dict d;
+  d["name"] = j.name;
+  d["runtime"] = j.runtime;
+  d["steps"] = steps;
+  d["num_nodes"] = j.num_nodes;
+  d["creation_timestamp"] = seconds_of(j.creation_timestamp);
+  d["start_time"] = seconds_of(j.start_time);
+  d["end_time"] = seconds_of(j.end_time);
+  d["status"] = std::string(tjob::to_string(j.status));
+  d["reason"] = j.reason;
+  return d;
+}
+
+py::dict runtime_dict(const tjob::runtime& r) {
+  py::dict t;
+  t["trainer_type"] = r.trainer.trainer_type;
+  t["framework"] = r.trainer.framework;
+  t["image"] = r.trainer.image;
+  t["num_nodes"] = r.trainer.num_nodes;
+  t["device"] = r.trainer.device;
+  t["device_count"] = r.trainer.device_count;
+  t["packages"] = r.trainer.packages;
+  py::dict d;
+  d["name"] = r.name;
+  d["kind"] = r.kind;
+  d["trainer"] = t;
+  return d;
+}
+
+py::dict queue_dict(const tjob::queue_entry& q) {
+  py::dict d;
+  d["name"] = q.name;
+  d["position"] = q.position;
+  d["priority"] = q.priority;
+  d["waits_for"] = q.waits_for;
+  d["since"] = seconds_of(q.since);
+  d["cpus"] = q.cpus;
+  d["memory"] = q.memory;
+  d["gpus"] = q.gpus;
+  return d;
+}
+
+py::dict event_dict(const tjob::event& e) {
+  py::dict d;
+  d["seq"] = e.seq;
+  d["time"] = seconds_of(e.time);
+  d["step"] = e.step;
+  d["reason"] = e.reason;
+  d["message"] = e.message;
+  return d;
+}
+
+tjob::train_request request_of(const py::dict& d) {
+  tjob::train_request r;
+  take(d, "name", r.name);
+  take(d, "runtime", r.runtime);
+  take(d, "num_nodes", r.num_nodes);
+  take(d, "labels", r.labels);
+  take(d, "annotations", r.annotations);
+  take(d, "priority", r.priority);
+  take(d, "after_ok", r.after_ok);
+  take(d, "after_any", r.after_any);
+  take(d, "after_not_ok", r.after_not_ok);
+  long long deadline = 0;
+  take(d, "active_deadline", deadline);
+  r.active_deadline = std::chrono::seconds(deadline);
+  if (d.contains("retry") && !d["retry"].is_none()) {
+    auto rp = d["retry"].cast<py::dict>();
+    take(rp, "max_restarts", r.retry.max_restarts);
+    take(rp, "backoff_factor", r.retry.backoff_factor);
+    take(rp, "retry_on", r.retry.retry_on);
+    take(rp, "never_retry", r.retry.never_retry);
+    double backoff = 1, most = 60;
+    take(rp, "backoff_seconds", backoff);
+    take(rp, "max_backoff_seconds", most);
+    r.retry.backoff = std::chrono::milliseconds(static_cast<std::int64_t>(backoff * 1000));
+    r.retry.max_backoff = std::chrono::milliseconds(static_cast<std::int64_t>(most * 1000));
+  }
+  auto t = d["trainer"].cast<py::dict>();
+  if (t["kind"].cast<std::string>() == "command") {
+    tjob::command_trainer c;
+    take(t, "command", c.command);
+    take(t, "env", c.env);
+    take(t, "working_dir", c.working_dir);
+    take(t, "image", c.image);
+    r.job_trainer = std::move(c);
+  } else {
+    tjob::python_trainer p;
+    take(t, "source", p.source);
+    take(t, "source_file", p.source_file);
+    take(t, "function", p.function);
+    take(t, "function_args", p.function_args);
+    take(t, "args", p.args);
+    take(t, "packages_to_install", p.packages_to_install);
+    take(t, "pip_index_urls", p.pip_index_urls);
+    take(t, "env", p.env);
+    take(t, "working_dir", p.working_dir);
+    take(t, "python", p.python);
+    take(t, "system_site_packages", p.system_site_packages);
+    take(t, "keep_venv", p.keep_venv);
+    take(t, "refresh_venv", p.refresh_venv);
+    std::map<std::string, std::string> resources;
+    take(t, "resources_per_node", resources);
+    try {
+      tjob::set_resources_per_node(p, resources);
+    } catch (const tjob::error& e) {
+      throw py::value_error(e.what());
+    }
+    take(t, "image", p.image);
+    r.job_trainer = std::move(p);
+  }
+  return r;
+}
+
+tjob::engine_config config_of(const py::dict& d) {
+  tjob::engine_config c;
+  std::string home, backend = "local";
+  take(d, "home", home);
+  c.home = home;
+  take(d, "backend", backend);
+  auto kind = tjob::parse_backend_kind(backend);
+  if (!kind) throw py::value_error("tjob: unknown backend '" + backend + "'");
+  c.backend = *kind;
+  take(d, "cleanup_venv", c.cleanup_venv);
+  take(d, "venv_cache", c.venv_cache);
+  if (d.contains("grace_period") && !d["grace_period"].is_none())
+    c.grace_period =
+        std::chrono::milliseconds(static_cast<long long>(d["grace_period"].cast<double>() * 1000));
+  std::vector<std::string> dirs;
+  take(d, "runtime_dirs", dirs);
+  for (auto& x : dirs) c.runtime_dirs.emplace_back(x);
+  take(d, "gpu_devices", c.gpu_devices);
+  if (d.contains("max_running") && !d["max_running"].is_none())
+    c.admission.max_running = d["max_running"].cast<int>();
+  if (d.contains("cpu_budget") && !d["cpu_budget"].is_none()) c.admission.cpus = d["cpu_budget"].cast<int>();
+  if (d.contains("memory_budget") && !d["memory_budget"].is_none()) {
+    // bytes, or a quantity ("16Gi") read by the one rule of resources_per_node; 0: no limit
+    auto v = py::str(d["memory_budget"]).cast<std::string>();
+    if (v == "0") {
+      c.admission.memory = 0;
+    } else {
+      try {
+        c.admission.memory = tjob::parse_memory(v, "memory_budget");
+      } catch (const tjob::error& e) {
+        throw py::value_error(e.what());
+      }
+    }
+  }
+  take(d, "failure_log_lines", c.failure_log_lines);
+  std::string pull = "IfNotPresent", network = "job";
+  take(d, "container_runtime", c.container.container_runtime);
+  take(d, "container_host", c.container.container_host);
+  take(d, "pull_policy", pull);
+  take(d, "auto_remove", c.container.auto_remove);
+  take(d, "network", network);
+  take(d, "image", c.container.image);
+  take(d, "volumes", c.container.volumes);
+  std::string token_file, server_ca;
+  take(d, "server", c.remote.server);
+  take(d, "token", c.remote.token);
+  take(d, "token_file", token_file);
+  take(d, "server_ca", server_ca);
+  c.remote.token_file = token_file;
+  c.remote.ca_file = server_ca;
+  auto pp = tjob::parse_pull_policy(pull);
+  if (!pp) throw py::value_error("tjob: pull_policy '" + pull + "': use IfNotPresent, Always or Never");
+  c.container.pull = *pp;
+  auto net = tjob::parse_container_network(network);
+  if (!net) throw py::value_error("tjob: network '" + network + "': use job, host or none");
+  c.container.network = *net;
+  take(d, "namespace", c.kubernetes.namespace_name);
+  take(d, "config_file", c.kubernetes.config_file);
+  take(d, "context", c.kubernetes.context);
+  return c;
+}
+
+tjob::log_options log_options_of(const py::dict& d) {
+  tjob::log_options o;
+  take(d, "step", o.step);
+  take(d, "follow", o.follow);
+  take(d, "timestamps", o.timestamps);
+  if (d.contains("tail") && !d["tail"].is_none()) o.tail = d["tail"].cast<std::size_t>();
+  if (d.contains("attempt") && !d["attempt"].is_none()) o.attempt = d["attempt"].cast<int>();
+  if (d.contains("since") && !d["since"].is_none())
+    o.since = clock::time_point(std::chrono::duration_cast<clock::duration>(
+        std::chrono::duration<double>(d["since"].cast<double>())));
+  return o;
+}
+
+std::set<tjob::job_status> statuses_of(const std::vector<std::string>& names) {
+  std::set<tjob::job_status> out;
+  for (const auto& n : names) {
+    auto s = tjob::parse_job_status(n);
+    if (!s)
+      throw py::value_error("tjob: unknown status '" + n + "': use Created, Running, Complete or Failed");
+    out.insert(*s);
+  }
+  return out;
+}
+
+}  // namespace tjob::python
