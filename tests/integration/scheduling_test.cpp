@@ -409,6 +409,32 @@ TEST_CASE_FIXTURE(
 }
 
 TEST_CASE_FIXTURE(fixture,
+                  "a dependency whose delete was asked for reads as deleted, though its cancel ended it") {
+  // The window between a delete's cancel ending the job and its rows going,
+  // held open: the DeleteRequested event is written as delete_job writes it,
+  // the job is cancelled, and its rows stay. An after_any dependent must not
+  // take that end for the job's own.
+  trainer_client c(config(300ms));
+  gate g;
+  c.train(helper_job({"read-fifo", g.path()}, "doomed"));
+  {
+    detail::store db(std::filesystem::path(home()) / "tjob.db", std::chrono::seconds(10));
+    db.begin();
+    db.append_event("doomed", "", 1, detail::log_event::delete_requested, "delete requested by the test");
+    db.commit();
+  }
+  c.cancel_job("doomed");
+  CHECK(c.get_job("doomed").status == job_status::failed);
+  auto waits = helper_job({"print", "ran\n"}, "waits");
+  waits.after_any = {"doomed"};
+  auto job = c.wait_for_job_status(c.train(waits), {job_status::failed}, 30s);
+  CHECK(job.reason == "DependencyNeverSatisfied");
+  CHECK(c.get_job_events("waits").back().message.find("job doomed was deleted before it ended (after_any)") !=
+        std::string::npos);
+  CHECK(c.get_job_logs("waits").read_all().empty());
+}
+
+TEST_CASE_FIXTURE(fixture,
                   "an array of 100 jobs runs with at most 8 at once, and its limit holds up no other job") {
   auto cfg = config();
   cfg.admission.cpus = 0;
