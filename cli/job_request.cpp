@@ -1,6 +1,7 @@
 #include "cli/job_request.hpp"
 
 #include <tjob/error.hpp>
+#include <tjob/spec.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -247,67 +248,15 @@ train_request make_request(const job_options& o, backend_kind backend) {
   return req;
 }
 
-std::pair<std::vector<int>, int> parse_array(const std::string& spec) {
-  auto refuse = [&](const std::string& why) {
-    return usage_error(
-        "--array " + spec + ": " + why +
-        "; give indices as 0-99, 1,3,5, 0-15:4 (every 4th), and %N for the most running at once "
-        "(0-99%8)");
-  };
-  auto number = [&](const std::string& t) {
-    if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos)
-      throw refuse("'" + t + "' is not an index from 0 to 999999");
-    return std::stoi(t);
-  };
-  std::string body = spec;
-  int limit = 0;
-  if (auto pct = body.find('%'); pct != std::string::npos) {
-    limit = number(body.substr(pct + 1));
-    if (limit < 1) throw refuse("%" + body.substr(pct + 1) + " must be 1 or more");
-    body.resize(pct);
-  }
-  std::vector<int> out;
-  std::size_t start = 0;
-  while (start <= body.size()) {
-    auto end = body.find(',', start);
-    if (end == std::string::npos) end = body.size();
-    auto item = body.substr(start, end - start);
-    int step = 1;
-    if (auto colon = item.find(':'); colon != std::string::npos) {
-      step = number(item.substr(colon + 1));
-      if (step < 1) throw refuse("a step must be 1 or more");
-      item.resize(colon);
-    }
-    auto dash = item.find('-');
-    int lo = number(item.substr(0, dash)),
-        hi = dash == std::string::npos ? lo : number(item.substr(dash + 1));
-    if (hi < lo) throw refuse(item + " runs backwards");
-    for (int i = lo; i <= hi; i += step) {
-      if (out.size() >= 10000) throw refuse("more than 10000 members");
-      out.push_back(i);
-    }
-    start = end + 1;
-  }
-  std::sort(out.begin(), out.end());
-  if (std::adjacent_find(out.begin(), out.end()) != out.end()) throw refuse("an index is given twice");
-  return {out, limit};
-}
-
 std::vector<train_request> array_requests(const train_request& req, const std::string& spec) {
   if (req.name.empty())
     throw usage_error(
         "--array needs --name: the members are NAME-0, NAME-1, ... and NAME addresses them all");
-  auto [indices, limit] = parse_array(spec);
-  std::vector<train_request> out;
-  for (int i : indices) {
-    auto r = req;
-    r.name = req.name + "-" + std::to_string(i);
-    r.array = req.name;
-    r.array_limit = limit;
-    std::visit([&](auto& t) { t.env["TJOB_ARRAY_INDEX"] = std::to_string(i); }, r.job_trainer);
-    out.push_back(std::move(r));
+  try {
+    return array_members(req, spec);
+  } catch (const error& e) {
+    throw usage_error("--" + std::string(e.what()));  // "--array SPEC: ...", as the flag was given
   }
-  return out;
 }
 
 std::chrono::seconds parse_deadline(const std::string& value) {

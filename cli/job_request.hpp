@@ -48,13 +48,8 @@ void add_job_options(CLI::App* cmd, job_options& o);
 /// option and the fix.
 train_request make_request(const job_options& o, backend_kind backend);
 
-/// A job array's members (`--array 0-99%8`, as Slurm's: ranges, lists,
-/// steps `0-15:4`, and `%N` for the most at once): the indices and the limit
-/// (0: none). Throws usage_error.
-std::pair<std::vector<int>, int> parse_array(const std::string& spec);
-
-/// The requests of `req` as the members of array `spec`: NAME-<i>, each with
-/// TJOB_ARRAY_INDEX=<i> in its environment. Throws usage_error.
+/// The requests of `req` as the members of array `spec` (tjob::array_members:
+/// NAME-<i>, each with TJOB_ARRAY_INDEX=<i>). Throws usage_error.
 std::vector<train_request> array_requests(const train_request& req, const std::string& spec);
 
 /// `--deadline`: whole seconds ("3600") or a duration of whole units ("90s",

@@ -266,8 +266,12 @@ int cmd_train(const common_options& common, const job_options& jo) {
     reqs.push_back(std::move(req));
   else
     reqs = cli::array_requests(req, jo.array);
-  cfg.supervisor = cli::self_exe();  // this very binary supervises the job
-  for (const auto& r : reqs) write_out((remote ? remote->train(r) : tjob::train_detached(r, cfg)) + "\n");
+  if (remote) {  // the server owns them
+    for (const auto& r : reqs) write_out(remote->train(r) + "\n");
+    return exit_ok;
+  }
+  cfg.supervisor = cli::self_exe();  // this very binary supervises the jobs: one process for an array
+  for (const auto& name : tjob::train_detached(reqs, cfg)) write_out(name + "\n");
   return exit_ok;
 }
 

@@ -34,12 +34,12 @@ namespace {
 
 // Both sides must read the same fields; an old supervisor refuses a new
 // submitter (and the reverse) by this number rather than by a missing field.
-// 2: priority, active deadline, dependencies, admission budgets; 3: the retry policy
-constexpr std::int64_t protocol_version = 3;
+// 2: priority, active deadline, dependencies, admission budgets; 3: the retry policy;
+// 4: a list of requests (a job array's members, one supervisor for them all)
+constexpr std::int64_t protocol_version = 4;
 
-json::value request_to_json(const train_request& req, const engine_config& cfg) {
+json::object request_to_json(const train_request& req) {
   json::object o;
-  o["protocol"] = protocol_version;
   o["name"] = req.name;
   o["runtime"] = req.runtime;
   o["num_nodes"] = req.num_nodes;
@@ -67,6 +67,16 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   }
   o["retry"] = std::move(retry);
   o["trainer"] = json::parse(trainer_to_json(req.job_trainer));
+  return o;
+}
+
+// The requests and the engine's settings, as the supervisor reads them.
+json::value batch_to_json(const std::vector<train_request>& requests, const engine_config& cfg) {
+  json::object o;
+  o["protocol"] = protocol_version;
+  json::array reqs;
+  for (const auto& r : requests) reqs.emplace_back(request_to_json(r));
+  o["requests"] = std::move(reqs);
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
   o["store_busy_timeout_ms"] = cfg.store_busy_timeout.count();
@@ -86,15 +96,11 @@ json::value request_to_json(const train_request& req, const engine_config& cfg) 
   return o;
 }
 
-void request_from_json(const json::object& o, train_request& req, engine_config& cfg) {
+void config_from_json(const json::object& o, engine_config& cfg) {
   if (o.at("protocol").to_number<std::int64_t>() != protocol_version)
     throw error(errc::invalid_argument,
                 "the supervisor and the program that started it are of different tjob versions; "
                 "point engine_config::supervisor (or $TJOB_SUPERVISOR) at the tjob built with the library");
-  req.name = json::value_to<std::string>(o.at("name"));
-  req.runtime = json::value_to<std::string>(o.at("runtime"));
-  req.num_nodes = static_cast<int>(o.at("num_nodes").to_number<std::int64_t>());
-  req.job_trainer = trainer_from_json(json::serialize(o.at("trainer")));
   cfg.home = json::value_to<std::string>(o.at("home"));
   cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
   cfg.store_busy_timeout = std::chrono::milliseconds(o.at("store_busy_timeout_ms").to_number<std::int64_t>());
@@ -106,6 +112,18 @@ void request_from_json(const json::object& o, train_request& req, engine_config&
     cfg.runtime_dirs.emplace_back(json::value_to<std::string>(d));
   for (const auto& g : o.at("gpu_devices").as_array())
     cfg.gpu_devices.push_back(json::value_to<std::string>(g));
+  if (auto* v = o.if_contains("max_running"))
+    cfg.admission.max_running = static_cast<int>(v->to_number<std::int64_t>());
+  if (auto* v = o.if_contains("cpus")) cfg.admission.cpus = static_cast<int>(v->to_number<std::int64_t>());
+  if (auto* v = o.if_contains("memory")) cfg.admission.memory = v->to_number<std::uint64_t>();
+}
+
+train_request request_from_json(const json::object& o) {
+  train_request req;
+  req.name = json::value_to<std::string>(o.at("name"));
+  req.runtime = json::value_to<std::string>(o.at("runtime"));
+  req.num_nodes = static_cast<int>(o.at("num_nodes").to_number<std::int64_t>());
+  req.job_trainer = trainer_from_json(json::serialize(o.at("trainer")));
   req.priority = static_cast<int>(o.at("priority").to_number<std::int64_t>());
   req.active_deadline = std::chrono::seconds(o.at("active_deadline_s").to_number<std::int64_t>());
   req.array = json::value_to<std::string>(o.at("array"));
@@ -123,10 +141,7 @@ void request_from_json(const json::object& o, train_request& req, engine_config&
        {std::pair{"retry_on", &req.retry.retry_on}, {"never_retry", &req.retry.never_retry}})
     for (const auto& c : retry.at(key).as_array())
       codes->push_back(static_cast<int>(c.to_number<std::int64_t>()));
-  if (auto* v = o.if_contains("max_running"))
-    cfg.admission.max_running = static_cast<int>(v->to_number<std::int64_t>());
-  if (auto* v = o.if_contains("cpus")) cfg.admission.cpus = static_cast<int>(v->to_number<std::int64_t>());
-  if (auto* v = o.if_contains("memory")) cfg.admission.memory = v->to_number<std::uint64_t>();
+  return req;
 }
 
 bool executable(const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; }
@@ -194,13 +209,33 @@ struct fds {
   int take(int i) { return std::exchange(v[i], -1); }
 };
 
+// Submits every request, all or nothing: when one is refused, those already
+// submitted are deleted (a delete cancels what runs) and its error is raised.
+std::vector<std::string> train_all(trainer_client& client, const std::vector<train_request>& requests) {
+  std::vector<std::string> names;
+  names.reserve(requests.size());
+  try {
+    for (const auto& r : requests) names.push_back(client.train(r));
+  } catch (...) {
+    for (const auto& n : names) {
+      try {
+        client.delete_job(n);
+      } catch (...) {  // already gone: nothing to undo
+      }
+    }
+    throw;
+  }
+  return names;
+}
+
 }  // namespace
 
-std::string train_detached(const train_request& request, engine_config config) {
+std::vector<std::string> train_detached(const std::vector<train_request>& requests, engine_config config) {
+  if (requests.empty()) return {};
   if (config.backend != backend_kind::local) {
-    // The daemon or the cluster runs the job; nothing here needs to stay.
+    // The daemon or the cluster runs the jobs; nothing here needs to stay.
     trainer_client client(config);
-    return client.train(request);
+    return train_all(client, requests);
   }
   if (config.home.empty()) config.home = default_home();
   config.home = std::filesystem::absolute(config.home);
@@ -231,7 +266,7 @@ std::string train_detached(const train_request& request, engine_config config) {
     throw error(errc::spawn_failed, "train_detached: cannot start the supervisor " + program + ": " +
                                         std::strerror(err) +
                                         "; set engine_config::supervisor to the tjob binary");
-  const std::string body = json::serialize(request_to_json(request, config));
+  const std::string body = json::serialize(batch_to_json(requests, config));
   for (std::string_view rest = body; !rest.empty();) {
     ssize_t n = ::send(in.v[1], rest.data(), rest.size(), MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
@@ -254,7 +289,11 @@ std::string train_detached(const train_request& request, engine_config config) {
                     ") ended before it accepted the job",
                 answer);
   }
-  if (auto* n = o.if_contains("name"); n && n->is_string()) return std::string(n->as_string());
+  if (auto* n = o.if_contains("names"); n && n->is_array()) {
+    std::vector<std::string> names;
+    for (const auto& v : n->get_array()) names.push_back(json::value_to<std::string>(v));
+    return names;
+  }
   auto text = [&](const char* k) {
     auto* v = o.if_contains(k);
     return v && v->is_string() ? std::string(v->as_string()) : std::string();
@@ -264,8 +303,17 @@ std::string train_detached(const train_request& request, engine_config config) {
   throw error(boost::system::error_code(code, category()), text("error"), text("diagnostics"));
 }
 
+std::string train_detached(const train_request& request, engine_config config) {
+  std::vector<train_request> one{request};
+  return train_detached(one, std::move(config)).front();
+}
+
 std::string trainer_client::train_detached(train_request request) {
   return tjob::train_detached(request, config());
+}
+
+std::vector<std::string> trainer_client::train_detached(const std::vector<train_request>& requests) {
+  return tjob::train_detached(requests, config());
 }
 
 int supervisor_main() {
@@ -291,33 +339,40 @@ int supervisor_main() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   struct shared {
     std::mutex m;
-    trainer_client* client = nullptr;  // set while the job is named and the client is alive
-    std::string name;
+    trainer_client* client = nullptr;  // set while the jobs are named and the client is alive
+    std::vector<std::string> names;
     bool cancel_wanted = false;
   };
   auto state = std::make_shared<shared>();
-  std::thread([set, state] {
+  auto cancel_all = [](shared& st) {  // (st.m held)
+    for (const auto& n : st.names) {
+      try {
+        st.client->cancel_job(n);
+      } catch (...) {  // one that has ended, or was deleted
+      }
+    }
+  };
+  std::thread([set, state, cancel_all] {
     for (;;) {
       int sig = 0;
       if (sigwait(&set, &sig) != 0) continue;
       std::lock_guard lock(state->m);
       state->cancel_wanted = true;
-      if (!state->client) continue;
-      try {
-        state->client->cancel_job(state->name);
-      } catch (...) {
-      }
+      if (state->client) cancel_all(*state);
     }
   }).detach();
 
-  train_request req;
+  std::vector<train_request> reqs;
   engine_config cfg;
   std::unique_ptr<trainer_client> client;
-  std::string name;
+  std::vector<std::string> names;
   try {
     try {
       auto v = json::parse(read_all(STDIN_FILENO));
-      request_from_json(v.as_object(), req, cfg);
+      const auto& o = v.as_object();
+      config_from_json(o, cfg);
+      for (const auto& r : o.at("requests").as_array()) reqs.push_back(request_from_json(r.as_object()));
+      if (reqs.empty()) throw std::invalid_argument("no request");
     } catch (const error&) {
       throw;
     } catch (const std::exception& e) {
@@ -326,7 +381,7 @@ int supervisor_main() {
                   "supervisor: the request is not what train_detached writes: " + what);
     }
     client = std::make_unique<trainer_client>(cfg);
-    name = client->train(req);
+    names = train_all(*client, reqs);
   } catch (const error& e) {
     respond_error(e);
     return 2;
@@ -334,10 +389,12 @@ int supervisor_main() {
     respond_error(error(errc::backend_error, e.what()));
     return 1;
   }
-  respond({{"name", name}});
+  json::array answer;
+  for (const auto& n : names) answer.emplace_back(n);
+  respond({{"names", std::move(answer)}});
   // From here on nobody reads our output: the supervisor's own messages go to
-  // the job directory.
-  int logfd = ::open((client->home() / "jobs" / name / "supervisor.log").c_str(),
+  // the first job's directory.
+  int logfd = ::open((client->home() / "jobs" / names.front() / "supervisor.log").c_str(),
                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   ::dup2(null, STDIN_FILENO);
@@ -346,19 +403,19 @@ int supervisor_main() {
   {
     std::lock_guard lock(state->m);
     state->client = client.get();
-    state->name = name;
-    if (state->cancel_wanted) {
-      try {
-        client->cancel_job(name);
-      } catch (...) {
-      }
-    }
+    state->names = names;
+    if (state->cancel_wanted) cancel_all(*state);
   }
-  try {
-    client->wait_for_job_status(name, {job_status::complete, job_status::failed},
-                                std::chrono::hours(24 * 365 * 10));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tjob supervisor: %s\n", e.what());
+  // Owns them all until the last has ended (a member deleted early is done).
+  for (const auto& name : names) {
+    try {
+      client->wait_for_job_status(name, {job_status::complete, job_status::failed},
+                                  std::chrono::hours(24 * 365 * 10));
+    } catch (const error& e) {
+      if (e.code() != errc::job_not_found) std::fprintf(stderr, "tjob supervisor: %s\n", e.what());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tjob supervisor: %s\n", e.what());
+    }
   }
   {
     std::lock_guard lock(state->m);

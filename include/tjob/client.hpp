@@ -62,6 +62,10 @@ class trainer_client {
   /// it outlives this client and this program. Bad input is refused with
   /// the same errors as train() before anything is created.
   std::string train_detached(train_request request);
+  /// Several jobs (a job array's members) handed to one supervising process
+  /// that owns them all; all or nothing: when one is refused, those already
+  /// submitted are deleted and its error is raised. Returns their names.
+  std::vector<std::string> train_detached(const std::vector<train_request>& requests);
   train_job get_job(const std::string& name);
   std::vector<train_job> list_jobs(std::optional<std::string> runtime = {});
   /// See engine::wait_for_jobs_change.
@@ -101,11 +105,14 @@ class trainer_client {
 /// trainer_client(config).train_detached(request), without an engine in this
 /// process: the supervisor is the only one to open the store.
 std::string train_detached(const train_request& request, engine_config config = {});
+/// The same for several jobs, owned by one supervisor (see the method).
+std::vector<std::string> train_detached(const std::vector<train_request>& requests,
+                                        engine_config config = {});
 
 /// The body of a supervisor process (`tjob __supervise`): reads what
-/// train_detached writes on stdin, answers on stdout, owns the job until it
-/// ends, and returns the process's exit status. SIGTERM, SIGINT or SIGHUP
-/// cancels the job. A program named in engine_config::supervisor calls it.
+/// train_detached writes on stdin, answers on stdout, owns the jobs until
+/// they end, and returns the process's exit status. SIGTERM, SIGINT or SIGHUP
+/// cancels them. A program named in engine_config::supervisor calls it.
 int supervisor_main();
 
 }  // namespace tjob

@@ -1,6 +1,6 @@
 // tjob/spec.hpp — trainers as JSON text: how the store keeps a job's spec,
 // how `tjob train` hands a request to its supervising process, and what a
-// service or a script may send.
+// service or a script may send; and the members of a job array.
 //
 // Threading: pure functions.
 // Errors: trainer_from_json throws tjob::error (invalid_argument) naming
@@ -11,6 +11,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tjob {
 
@@ -19,5 +20,25 @@ namespace tjob {
 std::string trainer_to_json(const trainer& t);
 /// The inverse of trainer_to_json.
 trainer trainer_from_json(std::string_view text);
+
+/// A job array's members as Slurm's `--array` gives them: indices (ranges
+/// `0-99`, lists `1,3,5`, steps `0-15:4`, mixed), and after `%` the most that
+/// run at once (0: no limit of its own).
+struct array_spec {
+  std::vector<int> indices;  ///< ascending, each once, at most 10,000
+  int limit = 0;
+};
+
+/// Reads `spec` ("0-99%8"). Throws tjob::error (invalid_argument) whose text
+/// starts "array SPEC: " and says what is wrong and how to write it.
+array_spec parse_array(std::string_view spec);
+
+/// The train requests of array `spec` of `request`: one per index i, named
+/// NAME-i, with `array` = NAME and the limit, TJOB_ARRAY_INDEX=i in its
+/// environment and, in a Python function's `function_args`, every value
+/// {"__tjob__": "array_index"} (the Python package's ARRAY_INDEX) replaced by
+/// i. Throws tjob::error (invalid_argument) when the request has no name, the
+/// spec is bad, or the longest member name is not a valid job name.
+std::vector<train_request> array_members(const train_request& request, std::string_view spec);
 
 }  // namespace tjob

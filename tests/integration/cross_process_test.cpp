@@ -3,6 +3,7 @@
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
+#include <tjob/spec.hpp>
 
 #include <doctest/doctest.h>
 #include <boost/json.hpp>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 #include <csignal>
 #include <fstream>
+#include <set>
 
 using namespace tjob;
 using namespace std::chrono_literals;
@@ -202,4 +204,54 @@ TEST_CASE_FIXTURE(fixture,
     CHECK(std::string(e.what()).find("no-such-tjob") != std::string::npos);
     CHECK(std::string(e.what()).find("engine_config::supervisor") != std::string::npos);
   }
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "train_detached of a job array: one supervisor owns every member, and a signal to it "
+                  "cancels them all") {
+  trainer_client c(config());
+  // Each member prints its parent, the process that owns it.
+  auto names = c.train_detached(array_members(helper_job({"ppid"}, "own"), "0-5"));
+  REQUIRE(names.size() == 6);
+  std::set<std::string> owners;
+  for (const auto& n : names) {
+    CHECK(c.wait_for_job_status(n, {job_status::complete}, 60s).array == "own");
+    owners.insert(c.get_job_logs(n).read_all());
+  }
+  REQUIRE(owners.size() == 1);
+  CHECK(*owners.begin() != std::to_string(::getpid()) + "\n");
+
+  // Members that wait: SIGTERM to their one supervisor cancels every one.
+  tjob::test::gate g;
+  auto waiter = helper_job({"read-fifo", g.path()}, "held");
+  std::get<command_trainer>(waiter.job_trainer).cpus = 0;  // all three run at once on any CPU budget
+  auto held = c.train_detached(array_members(waiter, "0-2"));
+  pid_t supervisor = 0;
+  for (const auto& n : held) {
+    auto job = c.wait_for_job_status(n, {job_status::running}, 60s);
+    auto stat = tjob::test::read_file("/proc/" + std::to_string(job.steps[0].pid) + "/stat");
+    pid_t parent = std::stoi(stat.substr(stat.rfind(')') + 4));
+    if (supervisor == 0) supervisor = parent;
+    CHECK(parent == supervisor);
+  }
+  REQUIRE(supervisor > 0);
+  REQUIRE(::kill(supervisor, SIGTERM) == 0);
+  for (const auto& n : held) {
+    auto job = c.wait_for_job_status(n, {job_status::failed}, 60s);
+    CHECK(job.reason == "cancelled");
+  }
+  CHECK(tjob::test::wait_gone(supervisor, 30s));
+}
+
+TEST_CASE_FIXTURE(fixture, "train_detached of several jobs is all or nothing: one refused submits none") {
+  trainer_client c(config());
+  auto first = c.train(helper_job({"print", "mine\n"}, "dup-2"));
+  c.wait_for_job_status(first, {job_status::complete}, 60s);
+  auto reqs = array_members(helper_job({"exit", "0"}, "dup"), "0-3");
+  auto msg = tjob::test::message_of([&] { c.train_detached(reqs); });
+  CHECK(msg.find("dup-2") != std::string::npos);
+  std::vector<std::string> left;
+  for (const auto& j : c.list_jobs()) left.push_back(j.name);
+  CHECK(left == std::vector<std::string>{"dup-2"});       // the members submitted before it are gone
+  CHECK(c.get_job_logs("dup-2").read_all() == "mine\n");  // and what was there is untouched
 }

@@ -7,6 +7,7 @@
 //   allbytes               write the bytes 0..255 once each
 //   env NAME               print the value of NAME ("<unset>" if unset)
 //   pwd                    print the working directory
+//   ppid                   print the parent's pid (the job's owner)
 //   flood BYTES            write BYTES bytes as 100-byte lines, exit 0
 //   longline BYTES         write one line of BYTES 'x' bytes (then '\n')
 //   close-stdout MS        close stdout and stderr, keep running MS ms, exit 7
@@ -125,6 +126,8 @@ int main(int argc, char** argv) {
       const char* v = std::getenv(arg(1).c_str());
       out(std::string(v ? v : "<unset>") + "\n");
       i += 1;
+    } else if (cmd == "ppid") {
+      out(std::to_string(::getppid()) + "\n");
     } else if (cmd == "pwd") {
       char buf[4096];
       out(std::string(getcwd(buf, sizeof buf) ? buf : "?") + "\n");

@@ -119,3 +119,52 @@ TEST_CASE("the public trainer JSON round-trips and refuses text that is not a sp
   CHECK(tjob::test::code_of([] { tjob::trainer_from_json(R"({"kind": "python"})"); }) ==
         tjob::errc::invalid_argument);
 }
+
+TEST_CASE(
+    "array_members: NAME-i with the index in the environment and in a function's ARRAY_INDEX arguments") {
+  tjob::train_request req;
+  req.name = "sweep";
+  tjob::python_trainer p;
+  p.source = "def f(lr, trial): pass\n";
+  p.function = "f";
+  p.function_args = R"({"lr":0.1,"trial":{"__tjob__":"array_index"},"nest":[{"__tjob__":"array_index"}]})";
+  req.job_trainer = p;
+  auto members = tjob::array_members(req, "3,7-8%2");
+  REQUIRE(members.size() == 3);
+  CHECK(members[1].name == "sweep-7");
+  CHECK(members[1].array == "sweep");
+  CHECK(members[1].array_limit == 2);
+  const auto& t = std::get<tjob::python_trainer>(members[1].job_trainer);
+  CHECK(t.env.at("TJOB_ARRAY_INDEX") == "7");
+  auto args = boost::json::parse(t.function_args);
+  CHECK(args.at("trial") == 7);
+  CHECK(args.at("nest").at(0) == 7);
+  CHECK(args.at("lr") == 0.1);
+  // Without the marker the arguments are left as they were given.
+  p.function_args = R"({"trial":{"__tjob__":"other"}})";
+  req.job_trainer = p;
+  CHECK(std::get<tjob::python_trainer>(tjob::array_members(req, "0").front().job_trainer).function_args ==
+        p.function_args);
+}
+
+TEST_CASE("array_members refuses a bad spec, a missing name and a member name too long, before any member") {
+  tjob::train_request req;
+  req.job_trainer = tjob::command_trainer{.command = {"true"}};
+  CHECK(tjob::test::message_of([&] { tjob::array_members(req, "0-3"); }).find("needs a name") !=
+        std::string::npos);
+  req.name = "a";
+  for (auto [spec, why] : {std::pair{"9-1", "runs backwards"},
+                           {"0-3%0", "must be 1 or more"},
+                           {"1,1", "given twice"},
+                           {"0-10000", "more than 10000 members"},
+                           {"", "'' is not an index"},
+                           {"x", "'x' is not an index"}}) {
+    auto msg = tjob::test::message_of([&] { tjob::array_members(req, spec); });
+    CHECK_MESSAGE(msg.find(why) != std::string::npos, msg);
+    CHECK(msg.rfind("array ", 0) == 0);
+  }
+  req.name = std::string(61, 'a');  // NAME-99 is 64 characters, one too many
+  auto msg = tjob::test::message_of([&] { tjob::array_members(req, "0-99"); });
+  CHECK(msg.find("member '" + req.name + "-99'") != std::string::npos);
+  CHECK(msg.find("shorter name") != std::string::npos);
+}
