@@ -213,14 +213,79 @@ engine_config make_config(const common_options& o) {
   return cfg;
 }
 
+// The run interrupts of this process (static: the signal thread outlives
+// cmd_run's frame).
+cli::run_interrupts& interrupts_of(double grace_seconds) {
+  static cli::run_interrupts interrupts(grace_seconds);
+  return interrupts;
+}
+
+// `tjob run --array`: submits the members (all or nothing), streams their
+// logs after their names, waits for them all, and exits 0 when all ended
+// Complete, else with the first failed member's code (128 + the signal when
+// a signal cancelled them).
+int run_array(trainer_client& client, const train_request& req, const job_options& jo) {
+  if (!jo.stream_step.empty())
+    throw usage_error("--step with --array: every member's log is streamed; read one with tjob logs NAME-i");
+  auto reqs = cli::array_requests(req, jo.array);
+  auto& interrupts = interrupts_of(0);
+  auto started = std::chrono::steady_clock::now();
+  std::vector<std::string> names;
+  names.reserve(reqs.size());
+  try {
+    for (const auto& r : reqs) names.push_back(client.train(r));
+  } catch (...) {
+    for (const auto& n : names) {  // undo: none of the array is left behind
+      try {
+        client.delete_job(n);
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  const std::string label = "array " + req.name + " (" + std::to_string(names.size()) + " jobs)";
+  interrupts.attach(client, names, label);
+  const int limit = reqs.front().array_limit;
+  std::fprintf(stderr, "tjob: %s submitted: %s ... %s%s\n", label.c_str(), names.front().c_str(),
+               names.back().c_str(),
+               limit ? (", at most " + std::to_string(limit) + " at once").c_str() : "");
+  cli::stream_array(client, names, limit ? static_cast<std::size_t>(limit) : 16);
+  std::vector<train_job> ended;
+  for (const auto& n : names) {
+    try {
+      ended.push_back(client.wait_for_job_status(n, {job_status::complete, job_status::failed},
+                                                 std::chrono::hours(24 * 365)));
+    } catch (const error& e) {
+      if (e.code() != errc::job_not_found) throw;  // deleted by someone else: not counted
+    }
+  }
+  interrupts.detach();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::vector<const train_job*> failed;
+  for (const auto& j : ended)
+    if (j.status == job_status::failed) failed.push_back(&j);
+  const auto complete = ended.size() - failed.size();
+  if (failed.empty()) {
+    std::fprintf(stderr, "tjob: array %s: %zu Complete in %.2f s\n", req.name.c_str(), complete, secs);
+    return ended.size() == names.size() ? exit_ok : 1;
+  }
+  std::string which;
+  for (std::size_t i = 0; i < failed.size() && i < 5; ++i) which += (i ? ", " : "") + failed[i]->name;
+  if (failed.size() > 5) which += ", ...";
+  std::fprintf(stderr, "tjob: array %s: %zu Complete, %zu Failed (%s) in %.2f s; first failure: %s: %s\n",
+               req.name.c_str(), complete, failed.size(), which.c_str(), secs, failed.front()->name.c_str(),
+               failed.front()->reason.c_str());
+  if (int sig = interrupts.first_signal(); sig && failed.front()->reason == "cancelled") return 128 + sig;
+  return cli::exit_code_of(*failed.front());
+}
+
 int cmd_run(const common_options& common, const job_options& jo) {
   // A reader that goes away (`| head`) must not kill the job's owner.
   std::signal(SIGPIPE, SIG_IGN);
   auto cfg = make_config(common);
-  // (static: the signal thread outlives this frame; set up before any client
-  // thread, so that every thread has the signals blocked)
-  static cli::run_interrupts interrupts(common.grace_seconds);
-  cli::handle_signals([](int sig) { interrupts.on_signal(sig); });
+  // (set up before any client thread, so that every thread has the signals blocked)
+  auto& interrupts = interrupts_of(common.grace_seconds);
+  cli::handle_signals([](int sig) { interrupts_of(0).on_signal(sig); });
   std::optional<trainer_client> remote;
   if (cfg.backend == backend_kind::remote) remote.emplace(cfg);  // asked for the server's backend first
   auto req = cli::make_request(jo, remote ? remote->job_backend() : cfg.backend);
@@ -228,19 +293,18 @@ int cmd_run(const common_options& common, const job_options& jo) {
   trainer_client& client = remote ? *remote : local.emplace(cfg);
   // However this frame ends (a throw too), no cancel thread outlives the client.
   struct detach_at_end {
-    ~detach_at_end() { interrupts.detach(); }
+    ~detach_at_end() { interrupts_of(0).detach(); }
   } detach_guard;
+  if (!jo.array.empty()) return run_array(client, req, jo);
   auto name = client.train(req);
-  interrupts.attach(client, name);
+  interrupts.attach(client, {name});
   auto started = std::chrono::steady_clock::now();
   std::fprintf(stderr, "tjob: job %s started\n", name.c_str());
   std::vector<std::string> steps;
-  if (!jo.stream_step.empty()) {
+  if (!jo.stream_step.empty())
     steps.push_back(jo.stream_step);
-  } else {
-    for (const auto& s : client.get_job(name).steps) steps.push_back(s.name);
-    if (steps.empty()) steps.push_back("node-0");
-  }
+  else
+    steps = cli::job_steps(client, name);
   cli::stream_steps(client, name, steps);
   auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed},
                                         std::chrono::hours(24 * 365));
@@ -368,6 +432,10 @@ void add_job_commands(CLI::App& app, commands& c) {
                     "its node's name, [node-1])");
   c.run->add_option("--grace", c.common.grace_seconds,
                     "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
+  c.run->add_option("--array", c.run_opts.array,
+                    "Run a job array (as tjob train --array: NAME-0 ... with $TJOB_ARRAY_INDEX, %N at "
+                    "most N at once), stream every member's log after its name ([NAME-3] ...), and exit "
+                    "0 when all are Complete, else with the first failed member's code");
   c.train = app.add_subcommand(
       "train",
       "Submit a job and print its name. The job keeps running after this command exits: a "

@@ -60,7 +60,78 @@ std::string prefixed_lines(std::string_view lines, const std::string& prefix) {
   return text;
 }
 
+// Output shared by followers on threads: whole lines, one writer at a time,
+// until the reader goes away.
+struct shared_out {
+  std::mutex mu;
+  std::atomic<bool> reader_gone{false};
+
+  void emit(std::string_view lines, const std::string& prefix) {
+    std::lock_guard lock(mu);
+    auto text = prefixed_lines(lines, prefix);
+    if (!text.empty() && !reader_gone && !write_out(text)) reader_gone = true;
+  }
+};
+
+// Follows one step's log to its end, each whole line after `prefix`.
+void follow_step(trainer_client& client, const std::string& name, log_options options,
+                 const std::string& prefix, shared_out& out) {
+  std::string partial;
+  try {
+    auto reader = client.get_job_logs(name, options);
+    while (!out.reader_gone) {
+      auto chunk = reader.read_some();
+      if (!chunk) break;
+      partial += *chunk;
+      auto last = partial.rfind('\n');
+      if (last == std::string::npos) continue;
+      out.emit(std::string_view(partial).substr(0, last + 1), prefix);
+      partial.erase(0, last + 1);
+    }
+    if (!partial.empty()) out.emit(partial, prefix);
+  } catch (const std::exception& e) {
+    std::lock_guard lock(out.mu);
+    std::fprintf(stderr, "tjob: cannot follow %s of %s: %s\n", options.step.c_str(), name.c_str(), e.what());
+  }
+}
+
+std::vector<std::string> step_names(trainer_client& client, const std::string& name) {
+  std::vector<std::string> steps;
+  for (const auto& s : client.get_job(name).steps) steps.push_back(s.name);
+  if (steps.empty()) steps.push_back("node-0");
+  return steps;
+}
+
 }  // namespace
+
+std::vector<std::string> job_steps(trainer_client& client, const std::string& name) {
+  return step_names(client, name);
+}
+
+void stream_array(trainer_client& client, const std::vector<std::string>& names, std::size_t followers) {
+  shared_out out;
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> threads;
+  followers = std::clamp<std::size_t>(followers, 1, names.size());
+  for (std::size_t t = 0; t < followers; ++t)
+    threads.emplace_back([&] {
+      for (auto i = next++; i < names.size() && !out.reader_gone; i = next++) {
+        const auto& name = names[i];
+        std::vector<std::string> steps;
+        try {
+          steps = step_names(client, name);
+        } catch (const std::exception& e) {  // deleted meanwhile
+          std::lock_guard lock(out.mu);
+          std::fprintf(stderr, "tjob: cannot follow %s: %s\n", name.c_str(), e.what());
+          continue;
+        }
+        for (const auto& step : steps)
+          follow_step(client, name, {.step = step, .follow = true},
+                      steps.size() == 1 ? "[" + name + "] " : "[" + name + " " + step + "] ", out);
+      }
+    });
+  for (auto& t : threads) t.join();
+}
 
 void stream_steps(trainer_client& client, const std::string& name, const std::vector<std::string>& steps,
                   log_options options) {
@@ -79,36 +150,13 @@ void stream_steps(trainer_client& client, const std::string& name, const std::ve
     }
     return;
   }
-  std::mutex out;
-  std::atomic<bool> reader_gone{false};
+  shared_out out;
   std::vector<std::thread> followers;
   for (const auto& step : steps)
     followers.emplace_back([&, step] {
-      const std::string prefix = "[" + step + "] ";
-      std::string partial;
-      auto emit = [&](std::string_view lines) {
-        std::lock_guard lock(out);
-        auto text = prefixed_lines(lines, prefix);
-        if (!text.empty() && !reader_gone && !write_out(text)) reader_gone = true;
-      };
-      try {
-        auto mine = options;
-        mine.step = step;
-        auto reader = client.get_job_logs(name, mine);
-        while (!reader_gone) {
-          auto chunk = reader.read_some();
-          if (!chunk) break;
-          partial += *chunk;
-          auto last = partial.rfind('\n');
-          if (last == std::string::npos) continue;
-          emit(std::string_view(partial).substr(0, last + 1));
-          partial.erase(0, last + 1);
-        }
-        if (!partial.empty()) emit(partial);
-      } catch (const std::exception& e) {
-        std::lock_guard lock(out);
-        std::fprintf(stderr, "tjob: cannot follow %s of %s: %s\n", step.c_str(), name.c_str(), e.what());
-      }
+      auto mine = options;
+      mine.step = step;
+      follow_step(client, name, mine, "[" + step + "] ", out);
     });
   for (auto& t : followers) t.join();
 }
@@ -128,10 +176,11 @@ void run_interrupts::on_signal(int sig) {
   if (client_) cancel(count_ >= 2);
 }
 
-void run_interrupts::attach(trainer_client& c, const std::string& name) {
+void run_interrupts::attach(trainer_client& c, std::vector<std::string> names, std::string label) {
   std::lock_guard lock(mu_);
   client_ = &c;
-  name_ = name;
+  names_ = std::move(names);
+  label_ = label.empty() && !names_.empty() ? names_.front() : std::move(label);
   if (count_ > 0) cancel(count_ >= 2);
 }
 
@@ -152,19 +201,30 @@ int run_interrupts::first_signal() const {
 
 void run_interrupts::cancel(bool force) {
   if (force)
-    std::fprintf(stderr, "tjob: killing %s now (SIGKILL)\n", name_.c_str());
+    std::fprintf(stderr, "tjob: killing %s now (SIGKILL)\n", label_.c_str());
   else
     std::fprintf(stderr,
                  "tjob: cancelling %s (SIGTERM to its processes, SIGKILL after %.0f s); "
                  "press Ctrl-C again to kill it now\n",
-                 name_.c_str(), grace_);
-  threads_.emplace_back([c = client_, name = name_, force] {
-    try {
-      c->cancel_job(name, {.force = force});
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "tjob: cannot cancel %s: %s\n", name.c_str(), e.what());
-    }
-  });
+                 label_.c_str(), grace_);
+  // A graceful cancel waits for its job's end: an array's run side by side,
+  // at most 16 at a time.
+  auto names = std::make_shared<const std::vector<std::string>>(names_);
+  auto next = std::make_shared<std::atomic<std::size_t>>(0);
+  const std::size_t n = std::min<std::size_t>(names->size(), 16);
+  for (std::size_t t = 0; t < n; ++t)
+    threads_.emplace_back([c = client_, names, next, force] {
+      for (auto i = (*next)++; i < names->size(); i = (*next)++) {
+        try {
+          c->cancel_job((*names)[i], {.force = force});
+        } catch (const error& e) {
+          if (names->size() == 1 || e.code() != errc::job_not_found)  // a member deleted meanwhile
+            std::fprintf(stderr, "tjob: cannot cancel %s: %s\n", (*names)[i].c_str(), e.what());
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "tjob: cannot cancel %s: %s\n", (*names)[i].c_str(), e.what());
+        }
+      }
+    });
 }
 
 void handle_signals(std::function<void(int)> on_signal) {

@@ -38,24 +38,37 @@ int tjob_args_end(CLI::App& app, int argc, char** argv);
 void stream_steps(trainer_client& client, const std::string& name, const std::vector<std::string>& steps,
                   log_options options = {.follow = true});
 
+/// The names of a job's steps (node-0 when it has none yet).
+std::vector<std::string> job_steps(trainer_client& client, const std::string& name);
+
+/// Follows the logs of an array's members (`tjob run --array`) to their
+/// ends, each line after its member's name ("[sweep-3] ...", or "[sweep-3
+/// node-1] ..." for a job of several nodes). `followers` threads take the
+/// members in order, each following one to its end before the next: every
+/// line comes out, a member's whole lines together, though a member that runs
+/// while its followers are busy comes out when one is free.
+void stream_array(trainer_client& client, const std::vector<std::string>& names, std::size_t followers);
+
 /// What `tjob run` exits with for a job that ended Failed: the exit code of
 /// the step it failed of (the one whose reason is the job's), else of its
 /// first failed step with one, in step order (as `docker run` exits with its
 /// container's), else 1.
 int exit_code_of(const train_job& job);
 
-/// Ctrl-C (or SIGTERM, SIGHUP) while `tjob run` owns its job: the first
-/// cancels it gracefully, the second kills it now. Each cancel runs on a
-/// thread of its own (a graceful one waits for the job's end, and the second
-/// signal must not wait behind it); `detach` joins them before the client goes.
+/// Ctrl-C (or SIGTERM, SIGHUP) while `tjob run` owns its jobs (one, or an
+/// array's members): the first cancels them gracefully, the second kills them
+/// now. Cancels run on threads of their own (a graceful one waits for the
+/// job's end, and the second signal must not wait behind it); `detach` joins
+/// them before the client goes.
 class run_interrupts {
  public:
   explicit run_interrupts(double grace_seconds) : grace_(grace_seconds) {}
   ~run_interrupts() { detach(); }
 
   void on_signal(int sig);
-  /// The job is there: a signal that came first cancels it now.
-  void attach(trainer_client& c, const std::string& name);
+  /// The jobs are there: a signal that came first cancels them now. `label`
+  /// names them in messages (default: the first name).
+  void attach(trainer_client& c, std::vector<std::string> names, std::string label = {});
   /// No cancel starts after this; those under way have ended.
   void detach();
   /// The first signal, 0 when none came.
@@ -67,7 +80,8 @@ class run_interrupts {
   double grace_;
   mutable std::mutex mu_;
   trainer_client* client_ = nullptr;
-  std::string name_;
+  std::vector<std::string> names_;
+  std::string label_;
   int count_ = 0, first_ = 0;
   std::vector<std::thread> threads_;
 };

@@ -122,7 +122,7 @@ engine_state::engine_state(const detail::backend_context& ctx)
           gpu_devices.push_back(std::to_string(n));
     }
   }
-  budget = detail::home_budget(cfg.admission, home, static_cast<int>(gpu_devices.size()));
+  refresh_budget();  // (config.yaml's errors are raised here, at open)
   self_pid = ::getpid();
   self_start = process::start_time(self_pid).value_or(0);
   reconcile_all();

@@ -237,6 +237,9 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
     need.memory = pt.memory_limit * static_cast<std::uint64_t>(req.num_nodes);
     need.gpus = pt.gpus * req.num_nodes;
   }
+  // An admitter that runs reads config.yaml's changes each second; with none
+  // running, this submit looks (one stat).
+  if (!admitter_wake) refresh_budget();
   if (auto why = detail::never_fits(need, budget); !why.empty())
     fail(errc::invalid_argument,
          who + " " + why +

@@ -1165,6 +1165,62 @@ TEST_CASE_FIXTURE(
 }
 
 TEST_CASE_FIXTURE(fixture,
+                  "tjob run --array streams every member after its name, at most N at once, and "
+                  "exits with a failed member's code") {
+  auto counter = dir.path() / "running";
+  // No CPU budget (the server's too: it reads config.yaml's change), so
+  // that only the array's own limit bounds them.
+  std::filesystem::create_directories(home());
+  std::ofstream(std::filesystem::path(home()) / "config.yaml") << "admission:\n  cpus: 0\n";
+  auto r =
+      tjob({"run", "--name", "sw", "--array", "0-9%3", "--", helper_bin(), "enter", counter.string(), "env",
+            "TJOB_ARRAY_INDEX", "print", "second line\n", "sleep", "50", "leave", counter.string()});
+  CHECK(r.exit_code == 0);
+  std::multiset<std::string> lines, want;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.insert(line);
+  for (int i = 0; i < 10; ++i) {
+    want.insert("[sw-" + std::to_string(i) + "] " + std::to_string(i));
+    want.insert("[sw-" + std::to_string(i) + "] second line");
+  }
+  CHECK(lines == want);
+  // A member's lines come out together, in their order.
+  CHECK(r.out.find("[sw-4] 4\n[sw-4] second line\n") != std::string::npos);
+  CHECK(r.err.find("array sw (10 jobs) submitted: sw-0 ... sw-9, at most 3 at once") != std::string::npos);
+  CHECK(r.err.find("array sw: 10 Complete in ") != std::string::npos);
+  int now = -1, most = -1;
+  std::istringstream(tjob::test::read_file(counter)) >> now >> most;
+  CHECK(now == 0);
+  CHECK(most >= 1);
+  CHECK(most <= 3);
+  CHECK(tjob({"get", "sw", "-o", "name"}).out.find("sw-9\n") != std::string::npos);
+
+  auto failing = tjob({"run", "--name", "bad", "--array", "0-2", "--", helper_bin(), "exit", "3"});
+  CHECK(failing.exit_code == 3);
+  CHECK(failing.err.find("array bad: 0 Complete, 3 Failed (bad-0, bad-1, bad-2)") != std::string::npos);
+  auto step =
+      tjob({"run", "--name", "s", "--array", "0-1", "--step", "node-0", "--", helper_bin(), "exit", "0"});
+  CHECK(step.exit_code == 2);
+  CHECK(step.err.find("--step with --array") != std::string::npos);
+  CHECK(tjob({"get", "s-0"}).exit_code == 2);  // refused before anything was submitted
+}
+
+TEST_CASE_FIXTURE(fixture, "Ctrl-C on tjob run --array cancels every member, the waiting ones too") {
+  tjob::test::background r({tjob_bin(), "run", "--name", "c", "--array", "0-3%2", "--", helper_bin(), "print",
+                            "up\n", "sleep", "60000"},
+                           env());
+  REQUIRE(r.wait_for_stdout("up\n"));
+  r.signal(SIGINT);
+  CHECK(r.wait(60s) == 130);
+  CHECK(r.err().find("cancelling array c (4 jobs)") != std::string::npos);
+  CHECK(r.err().find("0 Complete, 4 Failed") != std::string::npos);
+  for (int i = 0; i < 4; ++i) {
+    auto o = boost::json::parse(tjob({"get", "c-" + std::to_string(i), "-o", "json"}).out).as_object();
+    CHECK(o.at("status").as_string() == "Failed");
+  }
+}
+
+TEST_CASE_FIXTURE(fixture,
                   "tjob train --array submits NAME-i with TJOB_ARRAY_INDEX, and NAME addresses them all") {
   auto r = tjob(
       {"train", "--name", "sweep", "--array", "0-4:2,7%2", "--", helper_bin(), "env", "TJOB_ARRAY_INDEX"});

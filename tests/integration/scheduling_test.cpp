@@ -224,6 +224,36 @@ TEST_CASE_FIXTURE(fixture, "the queue is one for every process on the store, and
   CHECK(lines_of(order) == std::vector<std::string>{"second", "third"});
 }
 
+TEST_CASE_FIXTURE(fixture,
+                  "config.yaml is read again when it changes: a raised max_running admits the waiting "
+                  "job, and a bad edit keeps the budgets") {
+  std::filesystem::create_directories(home());
+  std::filesystem::permissions(home(), std::filesystem::perms::owner_all);
+  const auto file = std::filesystem::path(home()) / "config.yaml";
+  std::ofstream(file) << "admission:\n  max_running: 1\n  cpus: 0\n";
+  gate g;
+  trainer_client c(config());
+  auto holder = c.train(helper_job({"read-fifo", g.path()}, "holder"));
+  wait_started(c, holder);
+  auto next = c.train(helper_job({"print", "in\n"}, "next"));
+  CHECK(c.get_job(next).reason == "Queued");
+  // The edit alone lets it in: the holder still runs.
+  std::ofstream(file) << "admission:\n  max_running: 2\n  cpus: 0\n";
+  CHECK(c.wait_for_job_status(next, {job_status::complete}, 30s).status == job_status::complete);
+  CHECK(c.get_job(holder).status == job_status::running);
+  // A bad edit is a warning in the running engine, not a refusal; the last
+  // good budgets (2 at once) stay: one more runs beside the holder.
+  std::ofstream(file) << "admission:\n  max_running: lots\n";
+  auto third = c.train(helper_job({"print", "in\n"}, "third"));
+  CHECK(c.wait_for_job_status(third, {job_status::complete}, 30s).status == job_status::complete);
+  // A process that opens the store now is refused, naming the file and the field.
+  auto other = tjob::test::run({tjob::test::tjob_bin(), "list"}, env());
+  CHECK(other.exit_code != 0);
+  CHECK(other.err.find("admission.max_running lots") != std::string::npos);
+  g.release();
+  CHECK(c.wait_for_job_status(holder, {job_status::complete}, 30s).status == job_status::complete);
+}
+
 TEST_CASE_FIXTURE(fixture, "a crashed owner frees the queue: its jobs end lost and the next job starts") {
   gate g;
   // Another process owns a running job that holds the only slot.
