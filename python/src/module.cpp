@@ -13,6 +13,7 @@
 
 #include <tjob/client.hpp>
 #include <tjob/engine.hpp>
+#include <tjob/spec.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -299,6 +300,39 @@ class client {
         [](std::string s) { return py::str(s); });
   }
 
+  /// The members of array `spec` of the request, all or nothing: when one is
+  /// refused, those submitted before it are deleted and its error raised.
+  std::shared_ptr<call> train_array(py::dict request, std::string spec, py::object done) {
+    auto r = request_of(request);
+    return core_->start<std::vector<std::string>>(
+        [r = std::move(r),
+         spec = std::move(spec)](tjob::engine& e) -> asio::awaitable<std::vector<std::string>> {
+          auto members = tjob::array_members(r, spec);
+          std::vector<std::string> names;
+          std::exception_ptr failed;
+          for (auto& m : members) {
+            try {
+              auto name = co_await e.train(std::move(m));
+              names.push_back(std::move(name));
+            } catch (...) {
+              failed = std::current_exception();
+              break;
+            }
+          }
+          if (failed) {
+            for (const auto& n : names) {
+              try {
+                co_await e.delete_job(n);
+              } catch (...) {  // already gone: nothing to undo
+              }
+            }
+            std::rethrow_exception(failed);
+          }
+          co_return names;
+        },
+        std::move(done), [](const std::vector<std::string>& names) { return py::cast(names); });
+  }
+
   std::shared_ptr<call> get_job(std::string name, py::object done) {
     return core_->start<tjob::train_job>([name](tjob::engine& e) { return e.get_job(name); }, std::move(done),
                                          job_dict);
@@ -437,6 +471,7 @@ PYBIND11_MODULE(_tjob, m) {
       .def("close", &client::close)
       .def_property_readonly("home", &client::home)
       .def("train", &client::train)
+      .def("train_array", &client::train_array)
       .def("get_job", &client::get_job)
       .def("list_jobs", &client::list_jobs)
       .def("wait", &client::wait)
@@ -469,6 +504,26 @@ PYBIND11_MODULE(_tjob, m) {
         return py::make_tuple(py::str(name), py::none());
       },
       py::arg("request"), py::arg("config"));
+  // (names, None) or (None, error): one supervisor for every member.
+  m.def(
+      "train_detached_array",
+      [](py::dict request, std::string spec, py::dict config) -> py::tuple {
+        auto r = request_of(request);
+        auto c = config_of(config);
+        std::vector<std::string> names;
+        std::exception_ptr failed;
+        {
+          py::gil_scoped_release nogil;
+          try {
+            names = tjob::train_detached(tjob::array_members(r, spec), c);
+          } catch (...) {
+            failed = std::current_exception();
+          }
+        }
+        if (failed) return py::make_tuple(py::none(), error_tuple(failed));
+        return py::make_tuple(py::cast(names), py::none());
+      },
+      py::arg("request"), py::arg("spec"), py::arg("config"));
   m.def("format_time", [](double s) {
     return tjob::format_time(
         clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(s))));

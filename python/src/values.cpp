@@ -64,6 +64,7 @@ py::dict job_dict(const tjob::train_job& j) {
   d["end_time"] = seconds_of(j.end_time);
   d["status"] = std::string(tjob::to_string(j.status));
   d["reason"] = j.reason;
+  d["array"] = j.array;
   return d;
 }
 

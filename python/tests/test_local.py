@@ -472,3 +472,53 @@ def test_retries_restart_a_failing_job_and_each_attempt_keeps_its_log(home, tmp_
             client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Retries(max_restarts=-1)])
         with pytest.raises(ValueError, match="retry_on"):
             client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Retries(max_restarts=1, retry_on="1")])
+
+
+def trial(lr, index):
+    import os
+
+    print(f"trial {index} lr {lr} env {os.environ['TJOB_ARRAY_INDEX']}")
+
+
+def test_an_array_sweeps_a_function_with_its_index_in_func_args(home, system_torch, gate, tmp_path):
+    """The Array option: NAME-<i> with ARRAY_INDEX in func_args and $TJOB_ARRAY_INDEX; the array's name is one
+    handle for get_array, wait_for_array, cancel_job and delete_job."""
+    with TrainerClient(backend_config=LocalProcessBackendConfig(cpu_budget=0)) as client:
+        name = client.train(runtime="python", trainer=CustomTrainer(func=trial, func_args={"lr": 0.5, "index": tjob.ARRAY_INDEX}),
+                            options=[Name("sweep"), tjob.Array("0-4:2%2")])
+        assert name == "sweep"
+        jobs = client.wait_for_array(name, timeout=120)
+        assert [j.name for j in jobs] == ["sweep-0", "sweep-2", "sweep-4"]
+        assert all(j.status == "Complete" and j.array == "sweep" for j in jobs)
+        for i in (0, 2, 4):
+            assert f"trial {i} lr 0.5 env {i}\n" in list(client.get_job_logs(f"sweep-{i}"))
+        assert [j.name for j in client.get_array("sweep")] == ["sweep-0", "sweep-2", "sweep-4"]
+        # held members: one cancel of the array's name stops them all, one delete removes them
+        held = client.train(trainer=CommandTrainer([HELPER, "read-fifo", gate.path]),
+                            options=[Name("held"), tjob.Array("0-2")])
+        client.cancel_job(held)
+        with pytest.raises(JobFailedError):
+            client.wait_for_array(held, timeout=60)
+        assert {j.status for j in client.get_array(held)} == {"Failed"}
+        client.delete_job(held)
+        with pytest.raises(ValueError, match="No job array"):
+            client.get_array(held)
+        # all or nothing: a member whose name is taken submits none
+        client.train(trainer=CommandTrainer([HELPER, "exit", "0"]), options=[Name("dup-1")])
+        with pytest.raises(ValueError, match="dup-1"):
+            client.train(trainer=CommandTrainer([HELPER, "exit", "0"]), options=[Name("dup"), tjob.Array("0-2")])
+        assert sorted(j.name for j in client.list_jobs() if j.name.startswith("dup")) == ["dup-1"]
+        for bad, why in ((tjob.Array("3-1"), "runs backwards"), (tjob.Array(""), "give the indices")):
+            with pytest.raises(ValueError, match=why):
+                client.train(trainer=CommandTrainer([HELPER]), options=[Name("b"), bad])
+        with pytest.raises(ValueError, match="needs the Name option"):
+            client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Array("0-1")])
+
+
+def test_a_detached_array_has_one_supervisor(home, tmp_path):
+    with TrainerClient() as client:
+        name = client.train(trainer=CommandTrainer([HELPER, "ppid"]), options=[Name("own"), tjob.Array("0-3")],
+                            detach=True)
+        jobs = client.wait_for_array(name, timeout=60)
+        owners = {"".join(client.get_job_logs(j.name)) for j in jobs}
+        assert len(owners) == 1 and owners != {f"{os.getpid()}\n"}

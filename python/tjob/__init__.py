@@ -7,7 +7,9 @@ $TJOB_HOME, where the `tjob` command and every other client see them.
 """
 from .client import STATUSES, AsyncTrainerClient, JobFailedError, TrainerClient
 from .types import (
+    ARRAY_INDEX,
     ActiveDeadlineSeconds,
+    Array,
     Annotations,
     BuiltinTrainer,
     CommandTrainer,
@@ -36,7 +38,7 @@ from .types import (
 )
 
 __all__ = [
-    "ActiveDeadlineSeconds", "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
+    "ARRAY_INDEX", "ActiveDeadlineSeconds", "Array", "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
     "CustomTrainerContainer", "Dependencies", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
     "LocalProcessBackendConfig", "Name", "Priority", "QueueEntry", "Retries", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "Step",
     "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient",

@@ -23,7 +23,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Set
 
 from . import _tjob
 from .types import (
+    ARRAY_INDEX,
     ActiveDeadlineSeconds,
+    Array,
     Annotations,
     BuiltinTrainer,
     CommandTrainer,
@@ -130,8 +132,13 @@ def _function_source(func: Callable, func_args: Optional[Dict]) -> Dict:
     unknown = [k for k in args if k not in params and not accepts_any]
     if unknown:
         raise ValueError(f"CustomTrainer.func_args: {name!r} takes no argument {', '.join(map(repr, unknown))}")
+    def marker(v):  # ARRAY_INDEX: the engine puts each member's index there (tjob::array_members)
+        if v is ARRAY_INDEX:
+            return {"__tjob__": "array_index"}
+        raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
+
     try:
-        encoded = json.dumps(args)
+        encoded = json.dumps(args, default=marker)
     except (TypeError, ValueError) as e:
         raise ValueError(f"CustomTrainer.func_args must be JSON-serialisable: {e}")
     return {"source": source, "function": name, "function_args": encoded}
@@ -193,12 +200,22 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
             req["priority"] = opt.priority
         elif isinstance(opt, Retries):
             req["retry"] = _retry_of(opt)
+        elif isinstance(opt, Array):
+            if not isinstance(opt.spec, str) or not opt.spec:
+                raise ValueError(f"Array({opt.spec!r}): give the indices as a string, such as '0-99%8'")
+            if backend != "local":
+                raise ValueError(f"Array option is not compatible with the {backend} backend: job arrays are the "
+                                 "local backend's (docs/scheduling.md)")
+            req["_array"] = opt.spec
         elif isinstance(opt, RuntimePatch):
             raise ValueError("RuntimePatch: tjob does not patch runtimes; give a runtime that is as you need it "
                              "(a ClusterTrainingRuntime manifest in a runtime directory)")
         else:
             raise ValueError(f"options: {opt!r} is not an option tjob knows (Name, Labels, Annotations, "
-                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, Priority, Dependencies, Retries)")
+                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, Priority, Dependencies, Retries, Array)")
+    if "_array" in req and not req.get("name"):
+        raise ValueError("Array option needs the Name option: the members are NAME-0, NAME-1, ... and NAME "
+                         "addresses them all")
     if (command or args) and not isinstance(trainer, CustomTrainerContainer):
         raise ValueError("TrainerCommand and TrainerArgs can only be used with CustomTrainerContainer")
     if isinstance(trainer, CustomTrainer):
@@ -307,6 +324,14 @@ def _runtime(d: Dict) -> Runtime:
                    trainer=RuntimeTrainer(trainer_type=trainer_type, framework=t["framework"], image=t["image"],
                                           num_nodes=t["num_nodes"], device=t["device"],
                                           device_count=t["device_count"], packages=list(t["packages"])))
+
+
+def _array_members(jobs: List[TrainJob], name: str) -> List[TrainJob]:
+    """The members of job array `name` among `jobs`, in index order (NAME-<i>)."""
+    def index(j: TrainJob) -> int:
+        tail = j.name[len(name) + 1:]
+        return int(tail) if tail.isdigit() else -1
+    return sorted((j for j in jobs if j.array == name), key=index)
 
 
 def _check_wait(status, timeout, polling_interval):
@@ -422,7 +447,8 @@ class _Base:
                       exit_code=s["exit_code"], reason=s["reason"], attempt=s["attempt"]) for s in d["steps"]]
         return TrainJob(name=d["name"], runtime=runtimes.get(d["runtime"]), steps=steps, num_nodes=d["num_nodes"],
                         creation_timestamp=_time(d["creation_timestamp"]), status=d["status"],
-                        start_time=_time(d["start_time"]), end_time=_time(d["end_time"]), reason=d["reason"])
+                        start_time=_time(d["start_time"]), end_time=_time(d["end_time"]), reason=d["reason"],
+                        array=d["array"])
 
     def _events(self, name: str, evs: List[Dict]) -> List[Event]:
         return [Event(involved_object_kind="Step" if e["step"] else "TrainJob",
@@ -520,9 +546,19 @@ class TrainerClient(_Base):
         return list(self.get_runtime(name).trainer.packages)
 
     def train(self, runtime=None, initializer=None, trainer=None, options=None, detach: bool = False) -> str:
-        """Starts the job; returns its name. `detach` (tjob): the job is owned by a supervising process
-        and runs to its end after this program has returned (local backend)."""
+        """Starts the job; returns its name (with the Array option: the array's, its members are NAME-<i>).
+        `detach` (tjob): the job is owned by a supervising process (one for all of an array) and runs to its
+        end after this program has returned (local backend)."""
         req = self._request(runtime, initializer, trainer, options)
+        array = req.pop("_array", None)
+        if array is not None:  # the members, all or nothing; the array's name comes back
+            if detach:
+                names, error = _tjob.train_detached_array(req, array, self._config_dict)
+                if error is not None:
+                    raise _exception(error)
+            else:
+                _run(self._engine.train_array, req, array)
+            return req["name"]
         if detach:
             name, error = _tjob.train_detached(req, self._config_dict)
             if error is not None:
@@ -603,11 +639,50 @@ class TrainerClient(_Base):
             return None
 
     def cancel_job(self, name: str, force: bool = False) -> None:
-        """Stops the job (SIGTERM, SIGKILL after the grace period; `force`: SIGKILL now). tjob's own."""
-        _run(self._engine.cancel_job, name, force)
+        """Stops the job (SIGTERM, SIGKILL after the grace period; `force`: SIGKILL now). tjob's own. A job
+        array's name (the Array option) stops every member that has not ended."""
+        try:
+            _run(self._engine.cancel_job, name, force)
+        except ValueError:
+            members = _array_members(self.list_jobs(), name)
+            if not members:
+                raise
+            for j in members:
+                if j.status not in ("Complete", "Failed"):
+                    _run(self._engine.cancel_job, j.name, force)
 
     def delete_job(self, name: str) -> None:
-        _run(self._engine.delete_job, name)
+        """Deletes the job; a job array's name deletes every member."""
+        try:
+            _run(self._engine.delete_job, name)
+        except ValueError:
+            members = _array_members(self.list_jobs(), name)
+            if not members:
+                raise
+            for j in members:
+                _run(self._engine.delete_job, j.name)
+
+    def get_array(self, name: str) -> List[TrainJob]:
+        """tjob's: the members of job array `name` (the Array option), in index order."""
+        members = _array_members(self.list_jobs(), name)
+        if not members:
+            raise ValueError(f"No job array with name {name!r}")
+        return members
+
+    def wait_for_array(self, name: str, status: Set[str] = {"Complete"}, timeout: int = 600) -> List[TrainJob]:
+        """tjob's: waits until every member of job array `name` reaches one of `status`, within `timeout`
+        seconds in all, as wait_for_job_status waits for one (JobFailedError names the first member that
+        failed when Failed was not asked for). Returns the members in index order."""
+        wanted = _check_wait(status, timeout, min(timeout / 2, 1))
+        deadline = time.monotonic() + timeout
+        out = []
+        for j in self.get_array(name):
+            left = max(deadline - time.monotonic(), 0.001)
+            try:
+                out.append(self._job_of(_run(self._engine.wait, j.name, wanted, left)))
+            except JobFailedError as e:
+                raise JobFailedError(str(e), self._job_or_none(j.name)) from None
+        return out
 
 
 class AsyncTrainerClient(_Base):
@@ -692,7 +767,12 @@ class AsyncTrainerClient(_Base):
         return list((await self.get_runtime(name)).trainer.packages)
 
     async def train(self, runtime=None, initializer=None, trainer=None, options=None) -> str:
-        return await self._call(self._engine.train, self._request(runtime, initializer, trainer, options))
+        req = self._request(runtime, initializer, trainer, options)
+        array = req.pop("_array", None)
+        if array is not None:
+            await self._call(self._engine.train_array, req, array)
+            return req["name"]
+        return await self._call(self._engine.train, req)
 
     async def list_jobs(self, runtime: Optional[Runtime] = None) -> List[TrainJob]:
         name = runtime.name if isinstance(runtime, Runtime) else runtime
@@ -755,7 +835,46 @@ class AsyncTrainerClient(_Base):
         return self._job(d, await self._runtime_map([d["runtime"]]))
 
     async def cancel_job(self, name: str, force: bool = False) -> None:
-        await self._call(self._engine.cancel_job, name, force)
+        try:
+            await self._call(self._engine.cancel_job, name, force)
+        except ValueError:
+            members = _array_members(await self.list_jobs(), name)
+            if not members:
+                raise
+            for j in members:
+                if j.status not in ("Complete", "Failed"):
+                    await self._call(self._engine.cancel_job, j.name, force)
 
     async def delete_job(self, name: str) -> None:
-        await self._call(self._engine.delete_job, name)
+        try:
+            await self._call(self._engine.delete_job, name)
+        except ValueError:
+            members = _array_members(await self.list_jobs(), name)
+            if not members:
+                raise
+            for j in members:
+                await self._call(self._engine.delete_job, j.name)
+
+    async def get_array(self, name: str) -> List[TrainJob]:
+        members = _array_members(await self.list_jobs(), name)
+        if not members:
+            raise ValueError(f"No job array with name {name!r}")
+        return members
+
+    async def wait_for_array(self, name: str, status: Set[str] = {"Complete"}, timeout: int = 600
+                             ) -> List[TrainJob]:
+        wanted = _check_wait(status, timeout, min(timeout / 2, 1))
+        deadline = time.monotonic() + timeout
+        out = []
+        for j in await self.get_array(name):
+            left = max(deadline - time.monotonic(), 0.001)
+            try:
+                d = await self._call(self._engine.wait, j.name, wanted, left)
+            except JobFailedError as e:
+                try:
+                    job = await self.get_job(j.name)
+                except (ValueError, RuntimeError):
+                    job = None
+                raise JobFailedError(str(e), job) from None
+            out.append(self._job(d, await self._runtime_map([d["runtime"]])))
+        return out

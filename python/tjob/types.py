@@ -132,6 +132,7 @@ class TrainJob:
     start_time: Optional[datetime.datetime] = None
     end_time: Optional[datetime.datetime] = None
     reason: str = ""
+    array: str = ""  # the job array it is a member of (the Array option); empty: none
 
 
 @dataclass
@@ -239,6 +240,37 @@ class Priority:
     on Kubernetes give Kueue's priority-class label instead (docs/scheduling.md)."""
 
     priority: int
+
+
+@dataclass
+class Array:
+    """tjob's option, as Slurm's --array: train() submits one job per index, named NAME-<i> (give the Name
+    option), and returns NAME, the array's name. `spec`: indices as "0-99", "1,3,5" or "0-15:4", and "%N" for
+    the most that run at once ("0-99%8"). Each member has $TJOB_ARRAY_INDEX, and ARRAY_INDEX in
+    CustomTrainer.func_args becomes its index. get_array, wait_for_array, cancel_job and delete_job take the
+    array's name. Local backend only (docs/scheduling.md)."""
+
+    spec: str
+
+
+class _ArrayIndex:
+    """The type of ARRAY_INDEX: in func_args, each member of an Array gets its own index there."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self):
+        return "tjob.ARRAY_INDEX"
+
+    def __reduce__(self):
+        return "ARRAY_INDEX"
+
+
+ARRAY_INDEX = _ArrayIndex()
 
 
 @dataclass
