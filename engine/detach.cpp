@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -35,7 +36,8 @@ namespace {
 // Both sides must read the same fields; an old supervisor refuses a new
 // submitter (and the reverse) by this number rather than by a missing field.
 // 2: priority, active deadline, dependencies, admission budgets; 3: the retry policy;
-// 4: a list of requests (a job array's members, one supervisor for them all)
+// 4: a list of requests (a job array's members, one supervisor for them all), the backend
+// and the container backend's settings (a container job's active deadline)
 constexpr std::int64_t protocol_version = 4;
 
 json::object request_to_json(const train_request& req) {
@@ -77,6 +79,16 @@ json::value batch_to_json(const std::vector<train_request>& requests, const engi
   json::array reqs;
   for (const auto& r : requests) reqs.emplace_back(request_to_json(r));
   o["requests"] = std::move(reqs);
+  o["backend"] = to_string(cfg.backend);
+  if (cfg.backend == backend_kind::container) {
+    const auto& c = cfg.container;
+    json::array volumes;
+    for (const auto& v : c.volumes) volumes.emplace_back(v);
+    o["container"] = {{"runtime", c.container_runtime},  {"host", c.container_host},
+                      {"pull", to_string(c.pull)},       {"auto_remove", c.auto_remove},
+                      {"network", to_string(c.network)}, {"image", c.image},
+                      {"volumes", std::move(volumes)},   {"request_timeout_ms", c.request_timeout.count()}};
+  }
   o["home"] = cfg.home.string();
   o["grace_ms"] = cfg.grace_period.count();
   o["store_busy_timeout_ms"] = cfg.store_busy_timeout.count();
@@ -101,6 +113,20 @@ void config_from_json(const json::object& o, engine_config& cfg) {
     throw error(errc::invalid_argument,
                 "the supervisor and the program that started it are of different tjob versions; "
                 "point engine_config::supervisor (or $TJOB_SUPERVISOR) at the tjob built with the library");
+  auto text = [](const json::value& v) { return json::value_to<std::string>(v); };
+  cfg.backend = parse_backend_kind(text(o.at("backend"))).value();
+  if (const auto* co = o.if_contains("container")) {
+    const auto& c = co->as_object();
+    auto& out = cfg.container;
+    out.container_runtime = text(c.at("runtime"));
+    out.container_host = text(c.at("host"));
+    out.pull = parse_pull_policy(text(c.at("pull"))).value();
+    out.auto_remove = c.at("auto_remove").as_bool();
+    out.network = parse_container_network(text(c.at("network"))).value();
+    out.image = text(c.at("image"));
+    for (const auto& v : c.at("volumes").as_array()) out.volumes.push_back(text(v));
+    out.request_timeout = std::chrono::milliseconds(c.at("request_timeout_ms").to_number<std::int64_t>());
+  }
   cfg.home = json::value_to<std::string>(o.at("home"));
   cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
   cfg.store_busy_timeout = std::chrono::milliseconds(o.at("store_busy_timeout_ms").to_number<std::int64_t>());
@@ -232,8 +258,14 @@ std::vector<std::string> train_all(trainer_client& client, const std::vector<tra
 
 std::vector<std::string> train_detached(const std::vector<train_request>& requests, engine_config config) {
   if (requests.empty()) return {};
-  if (config.backend != backend_kind::local) {
-    // The daemon or the cluster runs the jobs; nothing here needs to stay.
+  // The daemon or the cluster runs the jobs, and nothing here needs to stay,
+  // but for a container job's active deadline: the daemon has none, and the
+  // engine that enforces it is the supervisor's.
+  const bool needs_owner = config.backend == backend_kind::local ||
+                           (config.backend == backend_kind::container &&
+                            std::any_of(requests.begin(), requests.end(),
+                                        [](const auto& r) { return r.active_deadline.count() > 0; }));
+  if (!needs_owner) {
     trainer_client client(config);
     return train_all(client, requests);
   }
@@ -394,8 +426,9 @@ int supervisor_main() {
   respond({{"names", std::move(answer)}});
   // From here on nobody reads our output: the supervisor's own messages go to
   // the first job's directory.
-  int logfd = ::open((client->home() / "jobs" / names.front() / "supervisor.log").c_str(),
-                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  const auto job_dir = client->home() / (cfg.backend == backend_kind::container ? "containers" : "jobs") /
+                       names.front() / (cfg.backend == backend_kind::container ? ".tjob" : "");
+  int logfd = ::open((job_dir / "supervisor.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   ::dup2(null, STDIN_FILENO);
   ::dup2(logfd >= 0 ? logfd : null, STDOUT_FILENO);

@@ -45,6 +45,7 @@ json::object to_json(const command_trainer& t) {
   o["working_dir"] = t.working_dir;
   o["cpus"] = t.cpus;
   o["memory"] = t.memory;
+  if (!t.image.empty()) o["image"] = t.image;
   return o;
 }
 
@@ -68,6 +69,7 @@ json::object to_json(const python_trainer& t) {
   o["memory_limit"] = t.memory_limit;
   o["cpu_limit"] = t.cpu_limit;
   o["gpus"] = t.gpus;
+  if (!t.image.empty()) o["image"] = t.image;
   return o;
 }
 
@@ -97,6 +99,7 @@ trainer trainer_fields(const json::object& o) {
     t.memory_limit = o.at("memory_limit").to_number<std::uint64_t>();
     t.cpu_limit = o.at("cpu_limit").as_bool();
     t.gpus = static_cast<int>(o.at("gpus").to_number<std::int64_t>());
+    if (auto* i = o.if_contains("image")) t.image = json::value_to<std::string>(*i);  // container jobs
     return t;
   }
   command_trainer t;
@@ -106,6 +109,7 @@ trainer trainer_fields(const json::object& o) {
   // absent from the specs of stores made before admission
   if (auto* c = o.if_contains("cpus")) t.cpus = static_cast<int>(c->to_number<std::int64_t>());
   if (auto* m = o.if_contains("memory")) t.memory = m->to_number<std::uint64_t>();
+  if (auto* i = o.if_contains("image")) t.image = json::value_to<std::string>(*i);  // container jobs
   return t;
 }
 

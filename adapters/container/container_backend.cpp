@@ -1,6 +1,7 @@
 #include "adapters/container/container_impl.hpp"
 
 #include "engine/backoff.hpp"
+#include "engine/deadline.hpp"
 #include "engine/job_state.hpp"
 #include "engine/json_fields.hpp"
 #include "engine/log_stream_impl.hpp"
@@ -304,6 +305,11 @@ bool backend::impl::cancelled(const std::string& job) const {
   return fs::exists(workdir(job) / ".tjob" / "cancelled", ec);
 }
 
+bool backend::impl::deadline_passed(const std::string& job) const {
+  std::error_code ec;
+  return fs::exists(workdir(job) / ".tjob" / "deadline-exceeded", ec);
+}
+
 fs::path backend::impl::workdir(const std::string& job) const { return ctx.home / "containers" / job; }
 
 train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
@@ -317,7 +323,7 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
   });
   std::vector<job_status> statuses;
   std::int64_t created = 0;
-  bool was_cancelled = cancelled(name);
+  bool was_cancelled = cancelled(name), past_deadline = was_cancelled && deadline_passed(name);
   int nodes = 0;
   for (const auto& c : cs) {
     step s;
@@ -326,7 +332,9 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
     s.exit_code = c.exit_code;
     if (s.status == job_status::running) s.pid = c.pid;
     if (s.status == job_status::failed) {
-      if (was_cancelled)
+      if (past_deadline)
+        s.reason = "DeadlineExceeded";
+      else if (was_cancelled)
         s.reason = "cancelled";
       else if (c.oom)
         s.reason = "OOMKilled";
@@ -487,6 +495,16 @@ asio::awaitable<void> backend::impl::cancel(const std::string& name, bool force)
   fs::create_directories(workdir(name) / ".tjob", ec);
   write_file(workdir(name) / ".tjob" / "cancelled", "");
   co_await stop_all(cs, force);
+}
+
+asio::awaitable<void> backend::impl::enforce_deadline(std::string name, std::chrono::seconds limit) {
+  container_watch w(shared_from_this(), name);
+  if (!co_await detail::ran_past_deadline(w, limit)) co_return;
+  ctx.log->info("{}: its active deadline of {} s passed; stopping it", who(name), limit.count());
+  std::error_code ec;
+  fs::create_directories(workdir(name) / ".tjob", ec);
+  write_file(workdir(name) / ".tjob" / "deadline-exceeded", std::to_string(limit.count()) + "\n");
+  co_await cancel(name, false);
 }
 
 asio::awaitable<void> backend::impl::remove(const std::string& name) {

@@ -133,6 +133,11 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   /// SIGTERM, then docker stop with the grace period; `force`: SIGKILL only.
   asio::awaitable<void> stop_all(const std::vector<seen>& cs, bool force);
   asio::awaitable<void> cancel(const std::string& name, bool force);
+  /// The engine's active deadline of a job this process started: once it has
+  /// run `limit`, it is stopped as a cancel is, and reads DeadlineExceeded.
+  asio::awaitable<void> enforce_deadline(std::string name, std::chrono::seconds limit);
+  /// The job was stopped by its deadline (the marker enforce_deadline writes).
+  bool deadline_passed(const std::string& job) const;
   asio::awaitable<void> remove(const std::string& name);
   asio::awaitable<std::vector<event>> job_events(const std::string& name);
   asio::awaitable<void> shutdown();

@@ -209,18 +209,17 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   auto& r = c.request;
   const auto name = r.name;
   auto me = who(name);
-  // Admission, deadlines and retries of container jobs are not built yet: refused by
+  // Admission and retries of container jobs are not built yet: refused by
   // name rather than ignored (docs/scheduling.md).
   const bool deps =
       !r.after_ok.empty() || !r.after_any.empty() || !r.after_not_ok.empty() || !r.array.empty();
-  if (r.priority != 0 || r.active_deadline.count() > 0 || deps || r.retry.max_restarts > 0)
+  if (r.priority != 0 || deps || r.retry.max_restarts > 0)
     fail(
         errc::invalid_argument,
         me + ": " +
-            (r.priority != 0            ? "priority"
-             : deps                     ? "after_ok/after_any/after_not_ok/array"
-             : r.retry.max_restarts > 0 ? "retry"
-                                        : "active_deadline") +
+            (r.priority != 0 ? "priority"
+             : deps          ? "after_ok/after_any/after_not_ok/array"
+                             : "retry") +
             " is not yet supported on the container backend (its jobs go to the daemon at once); run the job "
             "on the local backend, or leave it out (docs/scheduling.md)");
   for (const auto& v : cfg.volumes) check_volume(v);
@@ -247,6 +246,7 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
     for (const auto& [file, text] : program.files) write_file(dir / ".tjob" / file, text);
     std::error_code ec;
     fs::remove(dir / ".tjob" / "cancelled", ec);
+    fs::remove(dir / ".tjob" / "deadline-exceeded", ec);
     co_await create_nodes(d, me, r, c.rt, program, undo);
   } catch (...) {
     failed = std::current_exception();
@@ -257,6 +257,10 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
     co_await undo_train(d, me, undo, dir);
     std::rethrow_exception(failed);
   }
+  // The daemon has no active deadline: this process enforces it while it
+  // lives (docs/scheduling.md says who that is).
+  if (r.active_deadline.count() > 0)
+    tasks.spawn(enforce_deadline(name, r.active_deadline), "the active deadline of " + me);
   co_return name;
 }
 

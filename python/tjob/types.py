@@ -200,8 +200,9 @@ class TrainerArgs:
 @dataclass
 class ActiveDeadlineSeconds:
     """Kubeflow's deadline option: the job may run this many seconds (from Running), then it is stopped and
-    ends Failed, reason DeadlineExceeded. Local: the engine enforces it; Kubernetes: the TrainJob's
-    activeDeadlineSeconds; container: refused (ValueError). Kubeflow's own local backends refuse it."""
+    ends Failed, reason DeadlineExceeded. Local and container: the engine enforces it (on the container backend,
+    the engine of the process that submitted the job, or its supervisor with train(..., detach=True));
+    Kubernetes: the TrainJob's activeDeadlineSeconds. Kubeflow's own local backends refuse it."""
 
     seconds: int
 

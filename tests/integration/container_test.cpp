@@ -256,6 +256,46 @@ TEST_CASE_TEMPLATE("a forced cancel kills the containers at once instead of wait
   client.delete_job(name);
 }
 
+TEST_CASE_TEMPLATE(
+    "an active deadline stops a container job, which ends Failed DeadlineExceeded, also when it "
+    "was submitted detached",
+    D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  auto cfg = fx.config(sock);
+  cfg.grace_period = 1s;
+  trainer_client client(cfg);
+  auto req = shell_job("echo up; sleep 600", "late");
+  req.active_deadline = 2s;
+  auto name = client.train(req);
+  auto job = client.wait_for_job_status(name, {job_status::failed}, 60s);
+  CHECK(job.reason == "DeadlineExceeded");
+  REQUIRE(job.steps.size() == 1);
+  CHECK(job.steps[0].reason == "DeadlineExceeded");
+  REQUIRE(job.start_time);
+  REQUIRE(job.end_time);
+  CHECK(*job.end_time - *job.start_time >= 2s);  // not before its deadline
+  CHECK(all_of(client.get_job_logs(name)) == "up\n");
+  client.delete_job(name);
+
+  // Detached: the supervisor's engine enforces it, after this one has gone.
+  cfg.supervisor = tjob::test::tjob_bin();
+  req.name = "late-detached";
+  auto detached = train_detached(req, cfg);
+  trainer_client other(fx.config(sock));
+  job = other.wait_for_job_status(detached, {job_status::failed}, 60s);
+  CHECK(job.reason == "DeadlineExceeded");
+  other.delete_job(detached);
+
+  // A job that ends first is left alone.
+  req.name = "early";
+  req.active_deadline = 60s;
+  std::get<command_trainer>(req.job_trainer).command = {"sh", "-c", "echo quick"};
+  CHECK(client.wait_for_job_status(client.train(req), {job_status::complete}, 60s).reason.empty());
+  client.delete_job("early");
+}
+
 TEST_CASE_TEMPLATE("a job Kubeflow's container backend made shows the runtime its network names", D,
                    TJOB_DAEMONS) {
   fixture fx;

@@ -107,11 +107,16 @@ TEST_CASE("the public trainer JSON round-trips and refuses text that is not a sp
   pt.function_args = R"({"x": 1})";
   pt.packages_to_install = {"numpy>=1"};
   pt.env = {{"K", "V"}};
+  pt.image = "localhost/py:1";  // a container job's, handed to a supervisor
   auto back = tjob::trainer_from_json(tjob::trainer_to_json(pt));
   REQUIRE(std::holds_alternative<tjob::python_trainer>(back));
   CHECK(tjob::trainer_to_json(back) == tjob::trainer_to_json(pt));
+  CHECK(std::get<tjob::python_trainer>(back).image == "localhost/py:1");
   tjob::command_trainer ct;
   ct.command = {"echo", "a b"};
+  ct.image = "localhost/bb:1";
+  CHECK(std::get<tjob::command_trainer>(tjob::trainer_from_json(tjob::trainer_to_json(ct))).image ==
+        "localhost/bb:1");
   CHECK(tjob::trainer_to_json(tjob::trainer_from_json(tjob::trainer_to_json(ct))) ==
         tjob::trainer_to_json(ct));
   CHECK(tjob::test::code_of([] { tjob::trainer_from_json("not json"); }) == tjob::errc::invalid_argument);

@@ -1,0 +1,33 @@
+#include "engine/deadline.hpp"
+
+#include <tjob/error.hpp>
+#include <tjob/status.hpp>
+
+namespace tjob::detail {
+
+using steady = std::chrono::steady_clock;
+
+boost::asio::awaitable<bool> ran_past_deadline(job_watch& w, std::chrono::seconds limit) {
+  for (;;) {
+    std::optional<train_job> job;
+    try {
+      job = co_await w.current();
+    } catch (const error& e) {
+      if (e.code() == errc::job_not_found) co_return false;  // deleted: nothing to stop
+      throw;
+    }
+    auto until = steady::time_point::max();  // not started: until it changes
+    if (!job) {
+      until = steady::now() + std::chrono::seconds(1);  // unreadable for a moment
+    } else if (is_terminal(job->status)) {
+      co_return false;
+    } else if (job->start_time) {
+      const auto left = *job->start_time + limit - clock::now();
+      if (left <= clock::duration::zero()) co_return true;
+      until = steady::now() + std::chrono::duration_cast<steady::duration>(left);
+    }
+    co_await w.changed(until);
+  }
+}
+
+}  // namespace tjob::detail
