@@ -17,7 +17,13 @@
 //   tjob-bench HOME queue N K PROG [ARGS]   N command jobs submitted at once,
 //                                           the engine's admission running at
 //                                           most K (max_running)
+//   tjob-bench HOME detach N each|array PROG [ARGS]
+//                                           N jobs handed to supervisors
+//                                           (train_detached): one each, or one
+//                                           for all as a job array's members
+#include <tjob/client.hpp>
 #include <tjob/engine.hpp>
+#include <tjob/spec.hpp>
 
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
@@ -349,9 +355,35 @@ struct bench {
 
 }  // namespace
 
+// detach: the submit (every supervisor has answered) and the end of the
+// last job, with no engine in this process (the supervisors own the jobs).
+int detach(tjob::engine_config cfg, const std::vector<std::string>& args) {
+  const int n = std::stoi(args.at(0));
+  const bool each = args.at(1) == "each";
+  tjob::train_request req;
+  req.name = "member";
+  req.job_trainer = tjob::command_trainer{.command = {args.begin() + 2, args.end()}};
+  auto reqs = tjob::array_members(req, "0-" + std::to_string(n - 1));
+  if (each)
+    for (auto& r : reqs) r.array.clear();  // plain jobs, one supervisor each
+  const auto t0 = steady::now();
+  std::vector<std::string> names;
+  if (each)
+    for (const auto& r : reqs) names.push_back(tjob::train_detached(r, cfg));
+  else
+    names = tjob::train_detached(reqs, cfg);
+  const double submitted = std::chrono::duration<double>(steady::now() - t0).count();
+  tjob::trainer_client c(cfg);
+  for (const auto& name : names) c.wait_for_job_status(name, {tjob::job_status::complete}, 600s);
+  const double complete = std::chrono::duration<double>(steady::now() - t0).count();
+  std::printf("{\"runs\":%d,\"submit_s\":%.6f,\"complete_s\":%.6f}\n", n, submitted, complete);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: tjob-bench HOME spawn|ingest|hold|wake|python|container|queue ARGS...\n");
+    std::fprintf(stderr,
+                 "usage: tjob-bench HOME spawn|ingest|hold|wake|python|container|queue|detach ARGS...\n");
     return 2;
   }
   std::string mode = argv[2];
@@ -362,6 +394,14 @@ int main(int argc, char** argv) {
   // included), not the default CPU budget's holding jobs back.
   cfg.admission.cpus = 0;
   std::vector<std::string> args(argv + 3, argv + argc);
+  if (mode == "detach") {
+    try {
+      return detach(cfg, args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tjob-bench detach: %s\n", e.what());
+      return 1;
+    }
+  }
   if (mode == "queue") {
     cfg.admission.max_running = std::stoi(args.at(1));
     decisions = std::make_shared<decision_sink>();
