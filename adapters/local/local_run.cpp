@@ -568,7 +568,11 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
               j->wake_inbox();
               return;
             }
-            auto st = *reaped;
+            if (!*reaped) {  // woken, but it has not exited: wait on
+              self->await_exit(j, index, what);
+              return;
+            }
+            auto st = **reaped;
             // The step ends with its main process, as a container does: whatever it
             // left behind in its process group goes with it.
             s.proc.signal_group(SIGKILL);
@@ -653,10 +657,19 @@ asio::awaitable<std::optional<std::string>> engine_state::capture_output(process
     if (ec) break;
     if (text.size() < (1u << 16)) text.append(buf.data(), std::min(n, (1u << 16) - text.size()));
   }
-  co_await child.exit_signal().async_wait(asio::posix::descriptor_base::wait_read,
-                                          asio::redirect_error(asio::use_awaitable, ec));
+  std::optional<process::exit_status> st;
+  for (;;) {
+    co_await child.exit_signal().async_wait(asio::posix::descriptor_base::wait_read,
+                                            asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+    auto reaped = child.reap();
+    if (!reaped) break;
+    if (*reaped) {
+      st = **reaped;
+      break;
+    }  // a wake-up that was not its exit: wait on
+  }
   limit.cancel();
-  auto st = child.reap();
   if (!st || st->code != 0) co_return std::nullopt;
   co_return text;
 }

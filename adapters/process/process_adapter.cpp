@@ -401,13 +401,16 @@ std::uint64_t child::start_time() const noexcept { return impl_ ? impl_->start :
 
 asio::posix::stream_descriptor& child::exit_signal() noexcept { return impl_->pidfd; }
 
-detail::outcome<exit_status> child::reap() {
+detail::outcome<std::optional<exit_status>> child::reap() {
   siginfo_t info{};
   int rc;
   do {
     rc = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(impl_->pidfd.native_handle()), &info,
                   WEXITED);
   } while (rc != 0 && errno == EINTR);
+  // Readiness is a hint: asio makes the pidfd non-blocking, and a wake-up that
+  // was not the exit (seen under load in tjob serve) leaves nothing to reap yet.
+  if (rc != 0 && errno == EAGAIN) return std::optional<exit_status>();
   if (rc != 0) {
     error_code ec(errno, boost::system::system_category());
     return detail::failure(process_errc::reap_failed,
@@ -421,7 +424,7 @@ detail::outcome<exit_status> child::reap() {
   } else {
     st.code = info.si_status;
   }
-  return st;
+  return std::optional<exit_status>(st);
 }
 
 bool child::signal_group(int sig) noexcept {

@@ -102,8 +102,10 @@ class child {
   /// reap(). (Awaited directly by the job's coroutine, so a running job
   /// costs no frame of its own here.)
   boost::asio::posix::stream_descriptor& exit_signal() noexcept;
-  /// Reaps the exited process (reap_failed when it cannot).
-  detail::outcome<exit_status> reap();
+  /// Reaps the exited process (reap_failed when it cannot). nullopt: it has
+  /// not exited, and the readiness was not its exit (the pidfd is
+  /// non-blocking: waitid says EAGAIN); await exit_signal() again.
+  detail::outcome<std::optional<exit_status>> reap();
 
   /// Sends `sig` to the child's whole process group; false if none is left.
   bool signal_group(int sig) noexcept;

@@ -181,6 +181,30 @@ TEST_CASE("spawn says which step failed: no such program, not executable, a bad 
   CHECK(ok->pid() > 0);
 }
 
+TEST_CASE("reap of a child that has not exited says so on a non-blocking pidfd, then reaps it once it has") {
+  tjob::test::temp_dir dir;
+  asio::io_context io;
+  tjob::test::gate g;
+  process::spawn_spec s;
+  s.executable = tjob::test::helper_bin();
+  s.argv = {s.executable, "read-fifo", g.path(), "exit", "3"};
+  s.stdout_path = (dir.path() / "log").string();
+  auto c = process::child::spawn(io.get_executor(), s);
+  REQUIRE(c.has_value());
+  // As asio leaves it once an operation has made it non-blocking: a wake-up
+  // that was not the exit finds nothing to reap, and that is no failure.
+  c->exit_signal().non_blocking(true);
+  auto early = c->reap();
+  REQUIRE(early.has_value());
+  CHECK_FALSE(early->has_value());
+  g.release();
+  c->exit_signal().non_blocking(false);
+  auto reaped = c->reap();
+  REQUIRE(reaped.has_value());
+  REQUIRE(reaped->has_value());
+  CHECK((*reaped)->code == 3);
+}
+
 TEST_CASE(
     "the HTTP client's failures: no socket, an answer that is not HTTP, one closed early, one too big") {
   asio::io_context io;
