@@ -1209,9 +1209,9 @@ TEST_CASE_FIXTURE(fixture, "Ctrl-C on tjob run --array cancels every member, the
   tjob::test::background r({tjob_bin(), "run", "--name", "c", "--array", "0-3%2", "--", helper_bin(), "print",
                             "up\n", "sleep", "60000"},
                            env());
-  REQUIRE(r.wait_for_stdout("up\n"));
+  REQUIRE_MESSAGE(r.wait_for_stdout("up\n"), r.err());
   r.signal(SIGINT);
-  CHECK(r.wait(60s) == 130);
+  CHECK_MESSAGE(r.wait(60s) == 130, r.err() + "\n" + tjob({"list"}).out);
   CHECK(r.err().find("cancelling array c (4 jobs)") != std::string::npos);
   CHECK(r.err().find("0 Complete, 4 Failed") != std::string::npos);
   for (int i = 0; i < 4; ++i) {
