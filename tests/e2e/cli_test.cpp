@@ -1211,7 +1211,7 @@ TEST_CASE_FIXTURE(fixture, "Ctrl-C on tjob run --array cancels every member, the
                            env());
   REQUIRE_MESSAGE(r.wait_for_stdout("up\n"), r.err());
   r.signal(SIGINT);
-  CHECK_MESSAGE(r.wait(60s) == 130, r.err() + "\n" + tjob({"list"}).out);
+  CHECK_MESSAGE(r.wait(60s) == 130, (r.err() + "\n" + tjob({"list"}).out));
   CHECK(r.err().find("cancelling array c (4 jobs)") != std::string::npos);
   CHECK(r.err().find("0 Complete, 4 Failed") != std::string::npos);
   for (int i = 0; i < 4; ++i) {
