@@ -8,6 +8,8 @@ namespace tjob::detail {
 using steady = std::chrono::steady_clock;
 
 boost::asio::awaitable<bool> ran_past_deadline(job_watch& w, std::chrono::seconds limit) {
+  // The first start seen: a node the daemon restarts reports its latest.
+  std::optional<clock::time_point> first;
   for (;;) {
     std::optional<train_job> job;
     try {
@@ -22,7 +24,8 @@ boost::asio::awaitable<bool> ran_past_deadline(job_watch& w, std::chrono::second
     } else if (is_terminal(job->status)) {
       co_return false;
     } else if (job->start_time) {
-      const auto left = *job->start_time + limit - clock::now();
+      if (!first || *job->start_time < *first) first = job->start_time;
+      const auto left = *first + limit - clock::now();
       if (left <= clock::duration::zero()) co_return true;
       until = steady::now() + std::chrono::duration_cast<steady::duration>(left);
     }

@@ -14,8 +14,8 @@ namespace tjob::detail {
 
 /// Follows the job on `w` until it has run `limit` since its start_time
 /// (true: it is past its deadline and has not ended), or until it ends or is
-/// deleted first (false). The start is the peer's (the job's start_time), so
-/// a process that takes over later keeps the same deadline.
+/// deleted first (false). The start is the peer's (the job's start_time, the
+/// first one seen: a restarted container reports its latest).
 boost::asio::awaitable<bool> ran_past_deadline(job_watch& w, std::chrono::seconds limit);
 
 }  // namespace tjob::detail

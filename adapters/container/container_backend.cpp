@@ -288,16 +288,27 @@ asio::awaitable<outcome<std::vector<seen>>> backend::impl::containers(const std:
       if (auto* oom = st->if_contains("OOMKilled"); oom && oom->is_bool()) c.oom = oom->as_bool();
       c.error = str_of(*st, "Error");
       c.started = detail::parse_rfc3339(str_of(*st, "StartedAt"));
+      if (auto* n = ins->if_contains("RestartCount"); n && n->is_number())
+        c.restarts = static_cast<int>(n->to_number<std::int64_t>());
       c.finished = detail::parse_rfc3339(str_of(*st, "FinishedAt"));
       if (c.state == "exited" || c.state == "dead" || c.state == "stopped")
         if (auto* x = st->if_contains("ExitCode"); x && x->is_number())
           c.exit_code = static_cast<int>(x->to_number<std::int64_t>());
     }
-    if (fresh && (c.state == "exited" || c.state == "dead")) exited[c.id] = std::move(*fresh);
+    if (fresh && (c.state == "exited" || c.state == "dead") &&
+        !restart_pending(c, cancelled(c.labels[label_job])))
+      exited[c.id] = std::move(*fresh);
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const seen& a, const seen& b) { return a.created < b.created; });
   co_return out;
+}
+
+bool restart_pending(const seen& c, bool stopped) {
+  auto it = c.labels.find(label_max_restarts);
+  const bool ended = c.state == "exited" || c.state == "stopped";  // (Podman: stopped until its cleanup)
+  if (stopped || it == c.labels.end() || !ended || !c.exit_code || *c.exit_code == 0) return false;
+  return c.restarts < std::atoi(it->second.c_str());
 }
 
 bool backend::impl::cancelled(const std::string& job) const {
@@ -328,8 +339,11 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
   for (const auto& c : cs) {
     step s;
     s.name = c.step.empty() ? c.name : c.step;
-    s.status = status_of(c.state, c.exit_code);
-    s.exit_code = c.exit_code;
+    const bool restarting = c.state == "restarting" || restart_pending(c, was_cancelled);
+    s.status = restarting ? job_status::created : status_of(c.state, c.exit_code);
+    s.exit_code = restarting ? std::nullopt : c.exit_code;
+    s.attempt = c.restarts + 1;
+    if (restarting) s.reason = "Restarting";
     if (s.status == job_status::running) s.pid = c.pid;
     if (s.status == job_status::failed) {
       if (past_deadline)
@@ -357,6 +371,9 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
   if (!is_terminal(j.status)) j.end_time.reset();
   for (const auto& s : j.steps)
     if (s.status == job_status::failed && j.reason.empty()) j.reason = s.reason;
+  if (!is_terminal(j.status))  // between attempts, as a local job reads
+    for (const auto& s : j.steps)
+      if (s.reason == "Restarting") j.reason = s.reason;
   j.creation_timestamp = clock::time_point(std::chrono::seconds(created));
   return j;
 }

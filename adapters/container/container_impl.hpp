@@ -48,7 +48,13 @@ struct seen {
   std::string error;
   std::int64_t pid = 0;
   std::optional<clock::time_point> started, finished;  // State.StartedAt, FinishedAt (when set)
+  int restarts = 0;  // RestartCount: the daemon's restarts of it (restart policy)
 };
+
+/// An exited node that its restart policy will start again: it exited
+/// non-zero with restarts left, and was not stopped (Podman shows it exited
+/// until it restarts it; Docker says restarting). Not final.
+bool restart_pending(const seen& c, bool stopped);
 
 /// What a node container runs: its command, environment, image and limits.
 struct node_program {

@@ -157,6 +157,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
     n.memory = p.memory;
     n.nano_cpus = p.nano_cpus;
     n.gpus = p.gpus;
+    n.max_restarts = r.retry.max_restarts;
     if (!p.plan.empty()) {
       topo.node_rank = std::to_string(rank);
       json::array flags;
@@ -205,23 +206,50 @@ asio::awaitable<void> backend::impl::undo_train(docker_api& d, const std::string
   fs::remove_all(dir, ec);
 }
 
+namespace {
+
+// Retries of a container job are the daemon's restart policy (on-failure:N):
+// what it cannot do is refused by name.
+void check_container_retry(const std::string& me, const train_request& r) {
+  const auto& p = r.retry;
+  if (p.max_restarts == 0) return;
+  auto refuse = [&](const std::string& what) {
+    fail(errc::invalid_argument,
+         me + ": retry: " + what +
+             " on the container backend, whose restarts are the daemon's restart policy (on-failure:" +
+             std::to_string(p.max_restarts) +
+             "); run the job on the local backend for that (docs/scheduling.md)");
+  };
+  if (r.num_nodes > 1)
+    refuse(
+        "a job of " + std::to_string(r.num_nodes) +
+        " nodes cannot be restarted (the daemon restarts one node alone, and it cannot rejoin the others)");
+  if (!p.retry_on.empty() || !p.never_retry.empty())
+    refuse("retry_on and never_retry cannot be given (the daemon restarts on every non-zero exit)");
+  const retry_policy defaults;
+  if (p.backoff != defaults.backoff || p.backoff_factor != defaults.backoff_factor ||
+      p.max_backoff != defaults.max_backoff)
+    refuse(
+        "the backoff cannot be set (the daemon's own applies: Docker's from 100 ms, doubling; Podman's "
+        "none)");
+}
+
+}  // namespace
+
 asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   auto& r = c.request;
   const auto name = r.name;
   auto me = who(name);
-  // Admission and retries of container jobs are not built yet: refused by
-  // name rather than ignored (docs/scheduling.md).
+  // Admission of container jobs is not built yet: refused by name rather
+  // than ignored (docs/scheduling.md).
   const bool deps =
       !r.after_ok.empty() || !r.after_any.empty() || !r.after_not_ok.empty() || !r.array.empty();
-  if (r.priority != 0 || deps || r.retry.max_restarts > 0)
-    fail(
-        errc::invalid_argument,
-        me + ": " +
-            (r.priority != 0 ? "priority"
-             : deps          ? "after_ok/after_any/after_not_ok/array"
-                             : "retry") +
-            " is not yet supported on the container backend (its jobs go to the daemon at once); run the job "
-            "on the local backend, or leave it out (docs/scheduling.md)");
+  if (r.priority != 0 || deps)
+    fail(errc::invalid_argument,
+         me + ": " + (r.priority != 0 ? "priority" : "after_ok/after_any/after_not_ok/array") +
+             " is not yet supported on the container backend (its jobs go to the daemon at once); run the "
+             "job on the local backend, or leave it out (docs/scheduling.md)");
+  check_container_retry(me, r);
   for (const auto& v : cfg.volumes) check_volume(v);
   auto program = program_of(me, r, c.rt);
 

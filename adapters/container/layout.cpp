@@ -41,6 +41,12 @@ json::object create_body(const node_spec& n) {
       host["NetworkMode"] = "none";
       break;
   }
+  if (n.max_restarts > 0) {
+    // The daemon restarts the node itself when it exits non-zero, not after a
+    // stop (a cancel): docker run --restart on-failure:N.
+    host["RestartPolicy"] = json::object{{"Name", "on-failure"}, {"MaximumRetryCount", n.max_restarts}};
+    labels[label_max_restarts] = std::to_string(n.max_restarts);
+  }
   if (n.memory > 0) host["Memory"] = n.memory;
   if (n.nano_cpus > 0) host["NanoCpus"] = n.nano_cpus;
   if (n.gpus > 0) {
@@ -94,8 +100,9 @@ void check_volume(const std::string& v) {
 }
 
 job_status status_of(const std::string& state, std::optional<int> exit_code) {
-  if (state == "running" || state == "paused" || state == "restarting") return job_status::running;
-  if (state == "created" || state == "configured" || state == "initialized") return job_status::created;
+  if (state == "running" || state == "paused") return job_status::running;
+  if (state == "created" || state == "configured" || state == "initialized" || state == "restarting")
+    return job_status::created;
   if (state == "exited" || state == "stopped")
     return exit_code && *exit_code == 0 ? job_status::complete : job_status::failed;
   return job_status::failed;  // removing, dead

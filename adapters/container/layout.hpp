@@ -25,6 +25,9 @@ inline constexpr const char* label_step = "trainer.kubeflow.org/step";
 inline constexpr const char* label_network = "trainer.kubeflow.org/network-id";
 inline constexpr const char* label_runtime = "trainer.kubeflow.org/runtime-name";
 inline constexpr const char* label_workdir = "trainer.kubeflow.org/workdir";
+/// tjob's: the restarts a node may have (its restart policy's count), so a
+/// reader knows an exited node the daemon will start again.
+inline constexpr const char* label_max_restarts = "tjob/max-restarts";
 inline constexpr const char* workspace = "/workspace";
 
 inline std::string network_name(const std::string& job) { return job + "-net"; }
@@ -44,6 +47,7 @@ struct node_spec {
   std::int64_t memory = 0;           ///< HostConfig.Memory, bytes; 0: none
   std::int64_t nano_cpus = 0;        ///< HostConfig.NanoCpus; 0: none
   int gpus = 0;                      ///< a GPU DeviceRequest for this many; 0: none
+  int max_restarts = 0;              ///< RestartPolicy on-failure with this count; 0: none
 };
 
 /// The body of POST /containers/create for a node.
@@ -55,7 +59,8 @@ void check_volume(const std::string& volume);
 
 /// A container's status as Kubeflow maps it: running → Running, created →
 /// Created, exited → Complete (0) or Failed. Kubeflow's "Unknown" for the
-/// rest becomes: paused/restarting → Running, removing/dead → Failed.
+/// rest becomes: paused → Running, restarting → Created (tjob's Restarting,
+/// as a local job between attempts), removing/dead → Failed.
 job_status status_of(const std::string& state, std::optional<int> exit_code);
 
 /// The job a line of the daemon's /events stream is about (its trainjob-name

@@ -124,14 +124,20 @@ bool engine_state::take_turn(const std::shared_ptr<job_rec>& j, job_fsm& fsm,
     }
     job_input in = std::move(now.front());
     now.erase(now.begin());
+    // What this input's actions bring back goes ahead of the inputs already
+    // waiting: a spawn's `spawned` before a cancel that came in the same batch
+    // (after it, the cancel found no process to stop, and the job ran on to
+    // its natural end: seen as a cancel of a just-admitted job under load).
+    std::vector<job_input> made;
     for (auto& a : fsm.on(in)) {
       if (a.k == job_action::kind::finish) {
         outcomes = std::move(a.outcomes);
         blamed = a.blamed;
         return true;
       }
-      perform(j, a, now, grace);
+      perform(j, a, made, grace);
     }
+    now.insert(now.begin(), std::make_move_iterator(made.begin()), std::make_move_iterator(made.end()));
   }
 }
 

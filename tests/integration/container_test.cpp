@@ -296,6 +296,68 @@ TEST_CASE_TEMPLATE(
   client.delete_job("early");
 }
 
+TEST_CASE_TEMPLATE(
+    "retries of a container job are the daemon's restart policy: it passes on its third "
+    "attempt, a cancel stops them, and what the daemon cannot do is refused",
+    D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  auto cfg = fx.config(sock);
+  cfg.grace_period = 1s;
+  trainer_client client(cfg);
+  // The work dir (/workspace) outlives each attempt: a counter there.
+  auto req = shell_job(
+      "n=$(cat /workspace/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /workspace/n; echo attempt $n; "
+      "[ $n -ge 3 ] || exit 75",
+      "flaky");
+  req.retry.max_restarts = 3;
+  auto name = client.train(req);
+  auto job = client.wait_for_job_status(name, {job_status::complete}, 120s);
+  REQUIRE(job.steps.size() == 1);
+  CHECK(job.steps[0].attempt == 3);
+  CHECK(job.steps[0].exit_code == 0);
+  CHECK(all_of(client.get_job_logs(name)) == "attempt 1\nattempt 2\nattempt 3\n");
+  client.delete_job(name);
+
+  // Restarts run out: Failed with the last exit code, after 1 + 2 attempts.
+  req.name = "always";
+  std::get<command_trainer>(req.job_trainer).command = {"sh", "-c", "echo try; exit 4"};
+  req.retry.max_restarts = 2;
+  job = client.wait_for_job_status(client.train(req), {job_status::failed}, 120s);
+  CHECK(job.reason == "exit code 4");
+  CHECK(job.steps[0].attempt == 3);
+  CHECK(all_of(client.get_job_logs("always")) == "try\ntry\ntry\n");
+  client.delete_job("always");
+
+  // A cancel is a stop: the daemon does not restart it, and it reads cancelled.
+  req.name = "stopped";
+  std::get<command_trainer>(req.job_trainer).command = {"sh", "-c", "sleep 600"};
+  req.retry.max_restarts = 5;
+  client.train(req);
+  client.wait_for_job_status("stopped", {job_status::running}, 60s);
+  client.cancel_job("stopped", {.force = true});
+  job = client.wait_for_job_status("stopped", {job_status::failed}, 60s);
+  CHECK(job.reason == "cancelled");
+  CHECK(job.steps[0].attempt == 1);
+  client.delete_job("stopped");
+
+  // What the daemon's policy cannot do is refused by name, before anything is made.
+  auto bad = req;
+  bad.name = "bad";
+  bad.retry.retry_on = {75};
+  CHECK(message_of([&] { client.train(bad); }).find("retry_on and never_retry cannot be given") !=
+        std::string::npos);
+  bad.retry.retry_on.clear();
+  bad.retry.backoff = 5s;
+  CHECK(message_of([&] { client.train(bad); }).find("the backoff cannot be set") != std::string::npos);
+  bad.retry.backoff = 1s;
+  bad.num_nodes = 2;
+  CHECK(message_of([&] { client.train(bad); }).find("a job of 2 nodes cannot be restarted") !=
+        std::string::npos);
+  CHECK(code_of([&] { client.get_job("bad"); }) == errc::job_not_found);
+}
+
 TEST_CASE_TEMPLATE("a job Kubeflow's container backend made shows the runtime its network names", D,
                    TJOB_DAEMONS) {
   fixture fx;

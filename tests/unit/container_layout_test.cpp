@@ -143,11 +143,19 @@ TEST_CASE("create_body lays a node out as Kubeflow does, with limits and a GPU r
   CHECK_FALSE(h.contains("NetworkingConfig"));
   n.network = container_network::none;
   CHECK(create_body(n).at("HostConfig").at("NetworkMode") == "none");
+  CHECK_FALSE(create_body(n).at("HostConfig").as_object().contains("RestartPolicy"));
+  // Retries: the daemon's restart policy, and a label that says how many.
+  n.max_restarts = 3;
+  auto r = create_body(n);
+  CHECK(json::serialize(r.at("HostConfig").at("RestartPolicy")) ==
+        R"({"Name":"on-failure","MaximumRetryCount":3})");
+  CHECK(r.at("Labels").at(label_max_restarts) == "3");
 }
 
 TEST_CASE("status_of maps container states as Kubeflow does") {
   CHECK(status_of("running", std::nullopt) == job_status::running);
   CHECK(status_of("created", std::nullopt) == job_status::created);
+  CHECK(status_of("restarting", 3) == job_status::created);  // between attempts (restart policy)
   CHECK(status_of("exited", 0) == job_status::complete);
   CHECK(status_of("exited", 1) == job_status::failed);
   CHECK(status_of("exited", std::nullopt) == job_status::failed);
