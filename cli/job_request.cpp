@@ -111,7 +111,8 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--retries", o.retries,
                   "Restart the job up to this many times when its code fails (exits non-zero or is killed "
                   "by a signal), after a backoff (--retry-backoff); each attempt is in the job's events and "
-                  "its log (logs --attempt N). Local backend (default 0)");
+                  "its log (logs --attempt N). Local backend; container: the daemon's restart policy "
+                  "on-failure:N, one node (default 0)");
   cmd->add_option("--retry-on", o.retry_on,
                   "Retry only these exit codes (comma-separated; a signal's is 128 + its number); default: "
                   "every failure")
