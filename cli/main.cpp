@@ -265,16 +265,19 @@ int run_array(trainer_client& client, const train_request& req, const job_option
   for (const auto& j : ended)
     if (j.status == job_status::failed) failed.push_back(&j);
   const auto complete = ended.size() - failed.size();
+  const auto gone = names.size() - ended.size();
+  const std::string deleted = gone ? ", " + std::to_string(gone) + " deleted before they ended" : "";
   if (failed.empty()) {
-    std::fprintf(stderr, "tjob: array %s: %zu Complete in %.2f s\n", req.name.c_str(), complete, secs);
-    return ended.size() == names.size() ? exit_ok : 1;
+    std::fprintf(stderr, "tjob: array %s: %zu Complete%s in %.2f s\n", req.name.c_str(), complete,
+                 deleted.c_str(), secs);
+    return gone ? 1 : exit_ok;
   }
   std::string which;
   for (std::size_t i = 0; i < failed.size() && i < 5; ++i) which += (i ? ", " : "") + failed[i]->name;
   if (failed.size() > 5) which += ", ...";
-  std::fprintf(stderr, "tjob: array %s: %zu Complete, %zu Failed (%s) in %.2f s; first failure: %s: %s\n",
-               req.name.c_str(), complete, failed.size(), which.c_str(), secs, failed.front()->name.c_str(),
-               failed.front()->reason.c_str());
+  std::fprintf(stderr, "tjob: array %s: %zu Complete, %zu Failed (%s)%s in %.2f s; first failure: %s: %s\n",
+               req.name.c_str(), complete, failed.size(), which.c_str(), deleted.c_str(), secs,
+               failed.front()->name.c_str(), failed.front()->reason.c_str());
   if (int sig = interrupts.first_signal(); sig && failed.front()->reason == "cancelled") return 128 + sig;
   return cli::exit_code_of(*failed.front());
 }
