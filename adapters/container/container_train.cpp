@@ -262,11 +262,17 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   co_await ensure_image(d, me, program.image);
 
   auto dir = workdir(name);
-  // The job's work dir is the user's own (0700), as everything in $TJOB_HOME.
-  for (const auto& p : {ctx.home, ctx.home / "containers", dir, dir / ".tjob"})
-    if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST)
+  // The job's work dir is the user's own (0700), as everything in $TJOB_HOME;
+  // so are the home's parents where they are missing (a fresh machine has no
+  // ~/.local/state).
+  std::vector<fs::path> missing;
+  for (auto p = ctx.home; !p.empty() && p != p.parent_path() && !fs::exists(p); p = p.parent_path())
+    missing.push_back(p);
+  missing.insert(missing.begin(), {dir / ".tjob", dir, ctx.home / "containers"});
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it)
+    if (::mkdir(it->c_str(), 0700) != 0 && errno != EEXIST)
       fail(errc::invalid_argument,
-           me + ": cannot create its work dir " + p.string() + ": " + std::strerror(errno));
+           me + ": cannot create its work dir " + it->string() + ": " + std::strerror(errno));
 
   train_rollback_state undo;
   std::exception_ptr failed;

@@ -358,6 +358,25 @@ TEST_CASE_TEMPLATE(
   CHECK(code_of([&] { client.get_job("bad"); }) == errc::job_not_found);
 }
 
+TEST_CASE_TEMPLATE("a container job in a home whose parents do not exist yet makes them, private", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  auto cfg = fx.config(sock);
+  // As ~/.local/state/tjob on a fresh machine, where ~/.local is not there yet.
+  cfg.home = fx.dir.path() / "fresh" / ".local" / "state" / "tjob";
+  trainer_client client(cfg);
+  auto name = client.train(shell_job("echo made", "fresh-home"));
+  CHECK(client.wait_for_job_status(name, {job_status::complete}, 60s).status == job_status::complete);
+  for (const auto& p : {fx.dir.path() / "fresh", cfg.home, cfg.home / "containers" / name}) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0700);
+  }
+  client.delete_job(name);
+}
+
 TEST_CASE_TEMPLATE("a job Kubeflow's container backend made shows the runtime its network names", D,
                    TJOB_DAEMONS) {
   fixture fx;
