@@ -220,68 +220,6 @@ cli::run_interrupts& interrupts_of(double grace_seconds) {
   return interrupts;
 }
 
-// `tjob run --array`: submits the members (all or nothing), streams their
-// logs after their names, waits for them all, and exits 0 when all ended
-// Complete, else with the first failed member's code (128 + the signal when
-// a signal cancelled them).
-int run_array(trainer_client& client, const train_request& req, const job_options& jo) {
-  if (!jo.stream_step.empty())
-    throw usage_error("--step with --array: every member's log is streamed; read one with tjob logs NAME-i");
-  auto reqs = cli::array_requests(req, jo.array);
-  auto& interrupts = interrupts_of(0);
-  auto started = std::chrono::steady_clock::now();
-  std::vector<std::string> names;
-  names.reserve(reqs.size());
-  try {
-    for (const auto& r : reqs) names.push_back(client.train(r));
-  } catch (...) {
-    for (const auto& n : names) {  // undo: none of the array is left behind
-      try {
-        client.delete_job(n);
-      } catch (...) {
-      }
-    }
-    throw;
-  }
-  const std::string label = "array " + req.name + " (" + std::to_string(names.size()) + " jobs)";
-  interrupts.attach(client, names, label);
-  const int limit = reqs.front().array_limit;
-  std::fprintf(stderr, "tjob: %s submitted: %s ... %s%s\n", label.c_str(), names.front().c_str(),
-               names.back().c_str(),
-               limit ? (", at most " + std::to_string(limit) + " at once").c_str() : "");
-  cli::stream_array(client, names, limit ? static_cast<std::size_t>(limit) : 16);
-  std::vector<train_job> ended;
-  for (const auto& n : names) {
-    try {
-      ended.push_back(client.wait_for_job_status(n, {job_status::complete, job_status::failed},
-                                                 std::chrono::hours(24 * 365)));
-    } catch (const error& e) {
-      if (e.code() != errc::job_not_found) throw;  // deleted by someone else: not counted
-    }
-  }
-  interrupts.detach();
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  std::vector<const train_job*> failed;
-  for (const auto& j : ended)
-    if (j.status == job_status::failed) failed.push_back(&j);
-  const auto complete = ended.size() - failed.size();
-  const auto gone = names.size() - ended.size();
-  const std::string deleted = gone ? ", " + std::to_string(gone) + " deleted before they ended" : "";
-  if (failed.empty()) {
-    std::fprintf(stderr, "tjob: array %s: %zu Complete%s in %.2f s\n", req.name.c_str(), complete,
-                 deleted.c_str(), secs);
-    return gone ? 1 : exit_ok;
-  }
-  std::string which;
-  for (std::size_t i = 0; i < failed.size() && i < 5; ++i) which += (i ? ", " : "") + failed[i]->name;
-  if (failed.size() > 5) which += ", ...";
-  std::fprintf(stderr, "tjob: array %s: %zu Complete, %zu Failed (%s)%s in %.2f s; first failure: %s: %s\n",
-               req.name.c_str(), complete, failed.size(), which.c_str(), deleted.c_str(), secs,
-               failed.front()->name.c_str(), failed.front()->reason.c_str());
-  if (int sig = interrupts.first_signal(); sig && failed.front()->reason == "cancelled") return 128 + sig;
-  return cli::exit_code_of(*failed.front());
-}
-
 int cmd_run(const common_options& common, const job_options& jo) {
   // A reader that goes away (`| head`) must not kill the job's owner.
   std::signal(SIGPIPE, SIG_IGN);
@@ -298,7 +236,7 @@ int cmd_run(const common_options& common, const job_options& jo) {
   struct detach_at_end {
     ~detach_at_end() { interrupts_of(0).detach(); }
   } detach_guard;
-  if (!jo.array.empty()) return run_array(client, req, jo);
+  if (!jo.array.empty()) return cli::run_array(client, req, jo.array, jo.stream_step, interrupts);
   auto name = client.train(req);
   interrupts.attach(client, {name});
   auto started = std::chrono::steady_clock::now();

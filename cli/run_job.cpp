@@ -1,11 +1,14 @@
 #include "cli/run_job.hpp"
 
+#include "cli/job_request.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -159,6 +162,64 @@ void stream_steps(trainer_client& client, const std::string& name, const std::ve
       follow_step(client, name, mine, "[" + step + "] ", out);
     });
   for (auto& t : followers) t.join();
+}
+
+int run_array(trainer_client& client, const train_request& req, const std::string& spec,
+              const std::string& stream_step, run_interrupts& interrupts) {
+  if (!stream_step.empty())
+    throw usage_error("--step with --array: every member's log is streamed; read one with tjob logs NAME-i");
+  auto reqs = array_requests(req, spec);
+  auto started = std::chrono::steady_clock::now();
+  std::vector<std::string> names;
+  names.reserve(reqs.size());
+  try {
+    for (const auto& r : reqs) names.push_back(client.train(r));
+  } catch (...) {
+    for (const auto& n : names) {  // undo: none of the array is left behind
+      try {
+        client.delete_job(n);
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  const std::string label = "array " + req.name + " (" + std::to_string(names.size()) + " jobs)";
+  interrupts.attach(client, names, label);
+  const int limit = reqs.front().array_limit;
+  std::fprintf(stderr, "tjob: %s submitted: %s ... %s%s\n", label.c_str(), names.front().c_str(),
+               names.back().c_str(),
+               limit ? (", at most " + std::to_string(limit) + " at once").c_str() : "");
+  stream_array(client, names, limit ? static_cast<std::size_t>(limit) : 16);
+  std::vector<train_job> ended;
+  for (const auto& n : names) {
+    try {
+      ended.push_back(client.wait_for_job_status(n, {job_status::complete, job_status::failed},
+                                                 std::chrono::hours(24 * 365)));
+    } catch (const error& e) {
+      if (e.code() != errc::job_not_found) throw;  // deleted by someone else: not counted
+    }
+  }
+  interrupts.detach();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::vector<const train_job*> failed;
+  for (const auto& j : ended)
+    if (j.status == job_status::failed) failed.push_back(&j);
+  const auto complete = ended.size() - failed.size();
+  const auto gone = names.size() - ended.size();
+  const std::string deleted = gone ? ", " + std::to_string(gone) + " deleted before they ended" : "";
+  if (failed.empty()) {
+    std::fprintf(stderr, "tjob: array %s: %zu Complete%s in %.2f s\n", req.name.c_str(), complete,
+                 deleted.c_str(), secs);
+    return gone ? 1 : 0;
+  }
+  std::string which;
+  for (std::size_t i = 0; i < failed.size() && i < 5; ++i) which += (i ? ", " : "") + failed[i]->name;
+  if (failed.size() > 5) which += ", ...";
+  std::fprintf(stderr, "tjob: array %s: %zu Complete, %zu Failed (%s)%s in %.2f s; first failure: %s: %s\n",
+               req.name.c_str(), complete, failed.size(), which.c_str(), deleted.c_str(), secs,
+               failed.front()->name.c_str(), failed.front()->reason.c_str());
+  if (int sig = interrupts.first_signal(); sig && failed.front()->reason == "cancelled") return 128 + sig;
+  return exit_code_of(*failed.front());
 }
 
 int exit_code_of(const train_job& job) {

@@ -49,6 +49,16 @@ std::vector<std::string> job_steps(trainer_client& client, const std::string& na
 /// while its followers are busy comes out when one is free.
 void stream_array(trainer_client& client, const std::vector<std::string>& names, std::size_t followers);
 
+class run_interrupts;
+
+/// `tjob run --array SPEC`: submits the members (all or nothing), streams
+/// their logs after their names (stream_array), waits for them all, and
+/// returns 0 when all ended Complete, else the first failed member's code
+/// (128 + the signal when a signal cancelled them). `stream_step` must be
+/// empty (usage_error otherwise, before anything is submitted).
+int run_array(trainer_client& client, const train_request& req, const std::string& spec,
+              const std::string& stream_step, run_interrupts& interrupts);
+
 /// What `tjob run` exits with for a job that ended Failed: the exit code of
 /// the step it failed of (the one whose reason is the job's), else of its
 /// first failed step with one, in step order (as `docker run` exits with its
