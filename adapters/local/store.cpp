@@ -368,11 +368,7 @@ void store::append_event(const std::string& job, const std::string& step, std::i
 }
 
 void store::delete_job(const std::string& job) {
-  auto* s = prepare("DELETE FROM jobs WHERE name=?");
-  reset_guard g{s};
-  bind_text(s, 1, job);
-  int rc = sqlite3_step(s);
-  if (rc != SQLITE_DONE) fail(rc, "cannot delete the job");
+  run_for_job("DELETE FROM jobs WHERE name=?", job, "cannot delete the job");
 }
 
 namespace {
@@ -564,11 +560,15 @@ std::optional<std::vector<std::string>> store::lease_devices(const std::string& 
 }
 
 void store::release_devices(const std::string& job) {
-  auto* s = prepare("DELETE FROM device_leases WHERE job=?");
+  run_for_job("DELETE FROM device_leases WHERE job=?", job, "cannot release devices");
+}
+
+void store::run_for_job(const char* sql, const std::string& job, std::string_view what) {
+  auto* s = prepare(sql);
   reset_guard g{s};
   bind_text(s, 1, job);
   int rc = sqlite3_step(s);
-  if (rc != SQLITE_DONE) fail(rc, "cannot release devices");
+  if (rc != SQLITE_DONE) fail(rc, what);
 }
 
 std::int64_t store::read_int64(const char* sql) {

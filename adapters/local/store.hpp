@@ -174,6 +174,9 @@ class store {
   std::vector<job_row> load_where(const char* where_sql, const std::string* arg);
   void load_steps(job_row& job);
   std::int64_t read_int64(const char* sql);
+  /// Runs `sql`, whose one parameter is a job's name, to its end; `what`
+  /// words a failure ("cannot admit the job").
+  void run_for_job(const char* sql, const std::string& job, std::string_view what);
   void read_queue(sqlite3_stmt* s, std::vector<queued_job>& out);
 
   bool read_only_ = false;

@@ -153,11 +153,7 @@ void store::read_queue(sqlite3_stmt* s, std::vector<queued_job>& out) {
 }
 
 void store::admit(const std::string& job) {
-  auto* s = prepare("UPDATE admissions SET admitted=1 WHERE job=?");
-  reset_guard g{s};
-  bind_text(s, 1, job);
-  int rc = sqlite3_step(s);
-  if (rc != SQLITE_DONE) fail(rc, "cannot admit the job");
+  run_for_job("UPDATE admissions SET admitted=1 WHERE job=?", job, "cannot admit the job");
 }
 
 }  // namespace tjob::detail
