@@ -268,24 +268,19 @@ void run_interrupts::cancel(bool force) {
                  "tjob: cancelling %s (SIGTERM to its processes, SIGKILL after %.0f s); "
                  "press Ctrl-C again to kill it now\n",
                  label_.c_str(), grace_);
-  // A graceful cancel waits for its job's end: an array's run side by side,
-  // at most 16 at a time.
-  auto names = std::make_shared<const std::vector<std::string>>(names_);
-  auto next = std::make_shared<std::atomic<std::size_t>>(0);
-  const std::size_t n = std::min<std::size_t>(names->size(), 16);
-  for (std::size_t t = 0; t < n; ++t)
-    threads_.emplace_back([c = client_, names, next, force] {
-      for (auto i = (*next)++; i < names->size(); i = (*next)++) {
-        try {
-          c->cancel_job((*names)[i], {.force = force});
-        } catch (const error& e) {
-          if (names->size() == 1 || e.code() != errc::job_not_found)  // a member deleted meanwhile
-            std::fprintf(stderr, "tjob: cannot cancel %s: %s\n", (*names)[i].c_str(), e.what());
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "tjob: cannot cancel %s: %s\n", (*names)[i].c_str(), e.what());
-        }
-      }
-    });
+  // A graceful cancel waits for its job's end, so it runs on a thread of its
+  // own; an array's members are cancelled side by side (cancel_jobs), the
+  // ones already gone skipped.
+  threads_.emplace_back([c = client_, names = names_, label = label_, force] {
+    try {
+      if (names.size() == 1)
+        c->cancel_job(names.front(), {.force = force});
+      else
+        c->cancel_jobs(names, {.force = force});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tjob: cannot cancel %s: %s\n", label.c_str(), e.what());
+    }
+  });
 }
 
 void handle_signals(std::function<void(int)> on_signal) {

@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include <future>
 #include <optional>
 #include <string>
 #include <thread>
@@ -142,6 +143,23 @@ train_job trainer_client::wait_for_job_status(const std::string& name, std::set<
 }
 void trainer_client::cancel_job(const std::string& name, cancel_options options) {
   impl_->call(impl_->eng->cancel_job(name, options));
+}
+void trainer_client::cancel_jobs(const std::vector<std::string>& names, cancel_options options) {
+  std::vector<std::future<impl::outcome<void>>> pending;
+  pending.reserve(names.size());
+  for (const auto& n : names)
+    pending.push_back(
+        asio::co_spawn(impl_->ctx, impl::guarded(impl_->eng->cancel_job(n, options)), asio::use_future));
+  std::optional<error> first;
+  for (auto& f : pending) {
+    auto r = f.get();
+    if (first) continue;
+    if (r.failure && r.failure->code() != errc::job_not_found)
+      first = std::move(r.failure);
+    else if (r.other)
+      first.emplace(make_error_code(errc::backend_error), *r.other);
+  }
+  if (first) throw error(*first);
 }
 void trainer_client::delete_job(const std::string& name) { impl_->call(impl_->eng->delete_job(name)); }
 std::vector<event> trainer_client::get_job_events(const std::string& name) {

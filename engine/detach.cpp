@@ -17,7 +17,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -377,21 +376,11 @@ int supervisor_main() {
     bool cancel_wanted = false;
   };
   auto state = std::make_shared<shared>();
-  // (st.m held) A graceful cancel waits for its job's end: an array's members
-  // are cancelled side by side, 16 at a time.
-  auto cancel_all = [](shared& st) {
-    std::atomic<std::size_t> next{0};
-    std::vector<std::thread> workers;
-    for (std::size_t w = 0; w < std::min<std::size_t>(st.names.size(), 16); ++w)
-      workers.emplace_back([&] {
-        for (auto i = next++; i < st.names.size(); i = next++) {
-          try {
-            st.client->cancel_job(st.names[i]);
-          } catch (...) {  // one that has ended, or was deleted
-          }
-        }
-      });
-    for (auto& t : workers) t.join();
+  auto cancel_all = [](shared& st) {  // (st.m held)
+    try {
+      st.client->cancel_jobs(st.names);
+    } catch (...) {  // ones that have ended already
+    }
   };
   std::thread([set, state, cancel_all] {
     for (;;) {

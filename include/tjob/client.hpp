@@ -80,6 +80,11 @@ class trainer_client {
                                 std::set<job_status> statuses = {job_status::complete},
                                 std::chrono::milliseconds timeout = std::chrono::seconds(600));
   void cancel_job(const std::string& name, cancel_options options = {});
+  /// cancel_job of each, side by side on the engine (a graceful cancel waits
+  /// for its job's end; a job array's members need not wait for each other).
+  /// Jobs that are gone are skipped; the first other failure is raised once
+  /// every cancel has ended.
+  void cancel_jobs(const std::vector<std::string>& names, cancel_options options = {});
   void delete_job(const std::string& name);
   std::vector<event> get_job_events(const std::string& name);
   /// See engine::get_queue.

@@ -255,3 +255,23 @@ TEST_CASE_FIXTURE(fixture, "train_detached of several jobs is all or nothing: on
   CHECK(left == std::vector<std::string>{"dup-2"});       // the members submitted before it are gone
   CHECK(c.get_job_logs("dup-2").read_all() == "mine\n");  // and what was there is untouched
 }
+
+TEST_CASE_FIXTURE(fixture, "cancel_jobs cancels several jobs side by side and skips one that is gone") {
+  trainer_client c(config());
+  tjob::test::gate g;
+  std::vector<std::string> names;
+  for (int i = 0; i < 3; ++i) {
+    auto r = helper_job({"read-fifo", g.path()}, "side-" + std::to_string(i));
+    std::get<command_trainer>(r.job_trainer).cpus = 0;
+    names.push_back(c.train(r));
+  }
+  for (const auto& n : names) c.wait_for_job_status(n, {job_status::running}, 60s);
+  auto with_gone = names;
+  with_gone.push_back("never-was");
+  c.cancel_jobs(with_gone);
+  for (const auto& n : names) {  // each has ended by the time cancel_jobs returns
+    auto job = c.get_job(n);
+    CHECK(job.status == job_status::failed);
+    CHECK(job.reason == "cancelled");
+  }
+}
