@@ -107,7 +107,7 @@ std::vector<train_request> array_members(const train_request& request, std::stri
   if (const auto* p = std::get_if<python_trainer>(&request.job_trainer); p && !p->function_args.empty()) {
     boost::system::error_code ec;
     auto v = json::parse(p->function_args, ec);
-    if (!ec && put_index(v, 0)) args = json::parse(p->function_args);
+    if (auto probe = v; !ec && put_index(probe, 0)) args = std::move(v);  // kept only when it has a marker
   }
   std::vector<train_request> out;
   out.reserve(spec.indices.size());
