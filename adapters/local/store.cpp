@@ -159,7 +159,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
                                          std::to_string(schema_version) + "; " +
                                          fix_for(errc::store_corrupt, path_));
   if (read_only_) return;  // nothing of what follows writes, and the wake file is the writers'
-  exec("PRAGMA journal_mode=WAL");
+  switch_to_wal(busy_timeout);
   exec("PRAGMA synchronous=NORMAL");
   exec("PRAGMA foreign_keys=ON");
   // Replaces SQLite's own checkpoint-on-commit (see on_wal_full).
@@ -175,6 +175,23 @@ void store::open(std::chrono::milliseconds busy_timeout) {
   if (wake_fd_ < 0)
     throw error(errc::store_unavailable, "cannot open " + wake.string() + ": " + std::strerror(errno) + "; " +
                                              fix_for(errc::store_unavailable, path_));
+}
+
+void store::switch_to_wal(std::chrono::milliseconds busy_timeout) {
+  // The switch of a new file out of its rollback journal needs the exclusive
+  // lock. When two openers make it at once, each holding the read lock the
+  // other must see go, SQLite refuses one of them at once rather than call its
+  // busy handler (which could only deadlock). The refused one lets go of its
+  // lock by failing, so trying again, until the busy timeout, is safe; once the
+  // file is in WAL mode the switch is a no-op that cannot be refused this way.
+  const auto deadline = std::chrono::steady_clock::now() + busy_timeout;
+  for (int attempt = 0;; ++attempt) {
+    int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return;
+    if ((rc & 0xff) != SQLITE_BUSY || std::chrono::steady_clock::now() >= deadline)
+      fail(rc, "cannot switch the store to WAL mode");
+    sqlite3_sleep(1 + attempt % 8);
+  }
 }
 
 store::~store() { close(); }

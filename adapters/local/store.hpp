@@ -167,6 +167,7 @@ class store {
  private:
   struct stmt;
   void open(std::chrono::milliseconds busy_timeout);
+  void switch_to_wal(std::chrono::milliseconds busy_timeout);
   void close() noexcept;
   sqlite3_stmt* prepare(std::string_view sql);
   void exec(const char* sql);

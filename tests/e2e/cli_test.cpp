@@ -649,8 +649,8 @@ TEST_CASE_FIXTURE(fixture, "processes that find a new store at the same time all
                                  helper_bin(), "exit", "0"},
         env()));
   for (auto& r : runs) {
-    CHECK(r->wait(60s) == 0);
-    CAPTURE(r->err());
+    int code = r->wait(60s);
+    CHECK_MESSAGE(code == 0, (r->err()));
   }
   auto all = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
   CHECK(all.size() == 12);

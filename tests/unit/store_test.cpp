@@ -107,6 +107,36 @@ TEST_CASE("somebody else's SQLite database is refused and not converted") {
   CHECK(tjob::test::read_file(path) == before);
 }
 
+TEST_CASE("connections that find a new store at the same time all open it, none refused as locked") {
+  // Regression (seen in CI): the creator switched the new file to WAL while
+  // another opener held a read lock it needed to upgrade for the same switch;
+  // SQLite refuses one of such a pair at once, without its busy handler.
+  for (int round = 0; round < 40; ++round) {
+    tjob::test::temp_dir d;
+    auto path = d.path() / "tjob.db";
+    constexpr int openers = 12;
+    std::vector<std::string> errors(openers);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < openers; ++i)
+      threads.emplace_back([&, i] {
+        try {
+          store db(path, std::chrono::seconds(30));
+          db.begin();
+          if (!db.insert_job(sample("job-" + std::to_string(i)))) errors[i] = "the name was taken";
+          db.commit();
+        } catch (const error& e) {
+          errors[i] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < openers; ++i)
+      CHECK_MESSAGE(errors[i].empty(), ("round " + std::to_string(round) + ": " + errors[i]));
+    store db(path, std::chrono::seconds(30));
+    CHECK(db.load_jobs().size() == openers);
+    if (std::any_of(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); })) break;
+  }
+}
+
 TEST_CASE("a write lock held elsewhere times out as store_locked and loses nothing") {
   tjob::test::temp_dir d;
   auto path = d.path() / "tjob.db";
