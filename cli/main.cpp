@@ -173,11 +173,10 @@ engine_config make_config(const common_options& o) {
     }
   }
   bool budgets = o.max_running || o.cpu_budget || !o.memory_budget.empty();
-  if (budgets && cfg.backend != backend_kind::local)
+  if (budgets && cfg.backend == backend_kind::kubernetes)
     throw usage_error(
-        "--max-running, --cpu-budget and --memory-budget are the local backend's admission budgets "
-        "(container "
-        "jobs go to the daemon at once; on Kubernetes, Kueue's ClusterQueue sets them; docs/scheduling.md)");
+        "--max-running, --cpu-budget and --memory-budget are the admission budgets of the local and "
+        "container backends; on Kubernetes, Kueue's ClusterQueue sets them (docs/scheduling.md)");
   bool container_options = !o.container_runtime.empty() || !o.container_host.empty() ||
                            !o.pull_policy.empty() || !o.network.empty() || !o.volumes.empty() ||
                            o.keep_workdir;
@@ -339,14 +338,17 @@ void add_common_options(CLI::App& app, common_options& common) {
                  "Local Python jobs: seconds a cached venv with unpinned packages is used before it is "
                  "rebuilt; 0: never ($TJOB_VENV_CACHE_TTL, default 86400)");
   app.add_option("--max-running", common.max_running,
-                 "Admission: at most N local jobs run at once, the others wait in the queue (0: no limit; "
+                 "Admission: at most N local (or container) jobs run at once, the others wait in the queue "
+                 "(0: no limit; "
                  "default: admission.max_running of $TJOB_HOME/config.yaml, else no limit)");
-  app.add_option("--cpu-budget", common.cpu_budget,
-                 "Admission: the CPUs local jobs hold together (0: no limit; default: config.yaml, else "
-                 "this machine's CPUs)");
-  app.add_option("--memory-budget", common.memory_budget,
-                 "Admission: the memory local jobs hold together, as 16Gi (0: no limit; default: "
-                 "config.yaml, else MemTotal)");
+  app.add_option(
+      "--cpu-budget", common.cpu_budget,
+      "Admission: the CPUs local (or container) jobs hold together (0: no limit; default: config.yaml, else "
+      "this machine's CPUs)");
+  app.add_option(
+      "--memory-budget", common.memory_budget,
+      "Admission: the memory local (or container) jobs hold together, as 16Gi (0: no limit; default: "
+      "config.yaml, else MemTotal)");
   app.add_option(
       "--server", common.server,
       "Be a client of a running tjob serve: unix:///path/tjob.sock, https://host:port or "

@@ -1,5 +1,6 @@
 #include "engine/admission.hpp"
 
+#include "engine/strings.hpp"
 #include "engine/yaml_guard.hpp"
 
 #include <tjob/error.hpp>
@@ -8,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <fstream>
@@ -108,6 +110,30 @@ std::string never_fits(const admission_need& need, const admission_budget& b) {
   return out;
 }
 
+admission_need need_of(const train_request& r) {
+  admission_need need;
+  if (const auto* ct = std::get_if<command_trainer>(&r.job_trainer)) {
+    need.cpus = ct->cpus;
+    need.memory = ct->memory;
+  } else {
+    const auto& pt = std::get<python_trainer>(r.job_trainer);
+    need.cpus = pt.procs_per_node * r.num_nodes;
+    need.memory = pt.memory_limit * static_cast<std::uint64_t>(r.num_nodes);
+    need.gpus = pt.gpus * r.num_nodes;
+  }
+  return need;
+}
+
+void check_fits(const std::string& who, const admission_need& need, const admission_budget& budget,
+                const std::filesystem::path& home) {
+  if (auto why = never_fits(need, budget); !why.empty())
+    throw error(errc::invalid_argument,
+                who + " " + why +
+                    ", so it could never start; ask for less (--resources), or raise the budget "
+                    "(--cpu-budget/--memory-budget, admission: in " +
+                    (home / "config.yaml").string() + ")");
+}
+
 admission_budget machine_budget(int gpus) {
   admission_budget b;
   cpu_set_t set;
@@ -194,6 +220,33 @@ admission_budget home_budget(const admission_config& cfg, const std::filesystem:
   if (cfg.cpus) b.cpus = *cfg.cpus;
   if (cfg.memory) b.memory = *cfg.memory;
   return b;
+}
+
+std::vector<std::string> gpu_devices(const engine_config& cfg) {
+  if (!cfg.gpu_devices.empty()) return cfg.gpu_devices;
+  if (const char* env = std::getenv("TJOB_GPU_DEVICES"); env && *env) return split_list(env);
+  std::vector<std::string> out;
+  for (int n = 0; n < 64; ++n)
+    if (std::filesystem::exists("/dev/nvidia" + std::to_string(n))) out.push_back(std::to_string(n));
+  return out;
+}
+
+budget_reader::refreshed budget_reader::refresh() {
+  const auto file = home_ / "config.yaml";
+  std::tuple<std::int64_t, std::int64_t, std::uint64_t> stamp{0, 0, 0};  // none: the machine's budgets
+  if (struct stat st{}; ::stat(file.c_str(), &st) == 0)
+    stamp = {std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec, std::int64_t(st.st_size),
+             std::uint64_t(st.st_ino)};
+  if (stamp == stamp_) return {};
+  const bool first = std::get<0>(stamp_) < 0;
+  stamp_ = stamp;
+  try {
+    budget_ = home_budget(cfg_, home_, gpus_);
+  } catch (const error& e) {
+    if (first) throw;
+    return {false, std::string(e.what()) + "; the budgets read before stay until it is fixed"};
+  }
+  return {!first, {}};
 }
 
 std::string describe_need(const admission_need& need) {

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace tjob::detail {
@@ -89,6 +90,16 @@ admission_plan plan_admission(std::vector<queue_row> waiting, const admission_bu
 /// empty when it can.
 std::string never_fits(const admission_need& need, const admission_budget& budget);
 
+/// What `r` is admitted for, all its nodes together (docs/scheduling.md): a
+/// command its cpus and memory (--resources), Python code its processes per
+/// node, memory and GPUs times its nodes.
+admission_need need_of(const train_request& r);
+
+/// Refuses (invalid_argument, naming `who`, the budget and how to raise it) a
+/// need that could never fit in `budget`, the budgets of `home`.
+void check_fits(const std::string& who, const admission_need& need, const admission_budget& budget,
+                const std::filesystem::path& home);
+
 /// The machine's own: its CPUs (sched_getaffinity) and MemTotal; no limit on
 /// the jobs at once; `gpus` devices.
 admission_budget machine_budget(int gpus);
@@ -98,6 +109,34 @@ admission_budget machine_budget(int gpus);
 /// the machine's. Throws tjob::error (invalid_argument) naming the file and
 /// the field for a config.yaml that cannot be used.
 admission_budget home_budget(const admission_config& cfg, const std::filesystem::path& home, int gpus);
+
+/// The GPU devices jobs are admitted against: `cfg.gpu_devices`, else
+/// $TJOB_GPU_DEVICES (comma-separated), else each /dev/nvidiaN.
+std::vector<std::string> gpu_devices(const engine_config& cfg);
+
+/// home_budget, read again when config.yaml changes (its mtime in ns, size
+/// and inode: one stat per look), so an edit reaches a running process.
+class budget_reader {
+ public:
+  budget_reader(admission_config cfg, std::filesystem::path home, int gpus)
+      : cfg_(std::move(cfg)), home_(std::move(home)), gpus_(gpus) {}
+  struct refreshed {
+    bool read_again = false;  ///< the file changed and was read again (not the first read)
+    std::string warning;      ///< an edit that cannot be used: the budgets read before stay
+  };
+  /// Reads the file when it changed. The first read raises (as home_budget).
+  refreshed refresh();
+  /// The budgets of the last refresh().
+  const admission_budget& budget() const { return budget_; }
+  const std::filesystem::path& home() const { return home_; }
+
+ private:
+  admission_config cfg_;
+  std::filesystem::path home_;
+  int gpus_ = 0;
+  admission_budget budget_;
+  std::tuple<std::int64_t, std::int64_t, std::uint64_t> stamp_{-1, -1, 0};
+};
 
 /// "2 CPUs, 512Mi, 1 GPU" (only what is not zero; "nothing" when all are).
 std::string describe_need(const admission_need& need);

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 extern char** environ;
@@ -258,13 +259,11 @@ std::vector<std::string> train_all(trainer_client& client, const std::vector<tra
 
 std::vector<std::string> train_detached(const std::vector<train_request>& requests, engine_config config) {
   if (requests.empty()) return {};
-  // The daemon or the cluster runs the jobs, and nothing here needs to stay,
-  // but for a container job's active deadline: the daemon has none, and the
-  // engine that enforces it is the supervisor's.
-  const bool needs_owner = config.backend == backend_kind::local ||
-                           (config.backend == backend_kind::container &&
-                            std::any_of(requests.begin(), requests.end(),
-                                        [](const auto& r) { return r.active_deadline.count() > 0; }));
+  // The cluster runs its jobs, and nothing here needs to stay. A container
+  // job needs an owner until the engine has admitted it (it may wait for the
+  // budget, its dependencies or its array: the daemon has no queue) and, with
+  // an active deadline, until it ends (the daemon has none): the supervisor.
+  const bool needs_owner = config.backend != backend_kind::kubernetes;
   if (!needs_owner) {
     trainer_client client(config);
     return train_all(client, requests);
@@ -437,11 +436,15 @@ int supervisor_main() {
     state->names = names;
     if (state->cancel_wanted) cancel_all(*state);
   }
-  // Owns them all until the last has ended (a member deleted early is done).
-  for (const auto& name : names) {
+  // Owns them all until the last has ended (a member deleted early is done);
+  // a container job without a deadline only until its containers run.
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto& name = names[i];
+    std::set<job_status> until{job_status::complete, job_status::failed};
+    if (cfg.backend == backend_kind::container && reqs.at(i).active_deadline.count() == 0)
+      until.insert(job_status::running);
     try {
-      client->wait_for_job_status(name, {job_status::complete, job_status::failed},
-                                  std::chrono::hours(24 * 365 * 10));
+      client->wait_for_job_status(name, until, std::chrono::hours(24 * 365 * 10));
     } catch (const error& e) {
       if (e.code() != errc::job_not_found) std::fprintf(stderr, "tjob supervisor: %s\n", e.what());
     } catch (const std::exception& e) {

@@ -113,6 +113,10 @@ class container_watch final : public detail::job_watch {
     if (job) {
       unreachable_since_.reset();
       read_ = true;
+      // Before its containers, a job changes in files only (another
+      // process's cancel, its owner's end): read it again each half second.
+      waiting_ = job->status == job_status::created &&
+                 (job->reason == detail::queued_reason || job->reason == detail::waiting_reason);
       co_return std::move(*job);
     }
     // the daemon went away: retry while it restarts, for a while
@@ -131,9 +135,10 @@ class container_watch final : public detail::job_watch {
       co_return true;  // read again, now that the stream is there
     }
     while (b_->mark(name_) == mark_) {
-      auto until = read_ && b_->events_connected
+      auto until = read_ && b_->events_connected && !waiting_
                        ? deadline
-                       : std::min(deadline, steady::now() + std::chrono::seconds(1));
+                       : std::min(deadline, steady::now() + (waiting_ ? std::chrono::milliseconds(500)
+                                                                      : std::chrono::milliseconds(1000)));
       if (!co_await sig_.wait_until(until)) co_return steady::now() < deadline;
     }
     co_return true;
@@ -145,7 +150,7 @@ class container_watch final : public detail::job_watch {
   detail::wake_signal sig_;
   detail::wake_registration reg_;
   std::uint64_t mark_ = 0;
-  bool read_ = false, started_ = false;
+  bool read_ = false, started_ = false, waiting_ = false;
   std::optional<steady::time_point> unreachable_since_;
 };
 
@@ -360,6 +365,7 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
     statuses.push_back(s.status);
     if (rank_of(s.name) >= 0) ++nodes;
     if (j.runtime.empty()) j.runtime = c.labels.count(label_runtime) ? c.labels.at(label_runtime) : "";
+    if (auto a = c.labels.find(label_array); a != c.labels.end()) j.array = a->second;
     if (created == 0 || (c.created > 0 && c.created < created)) created = c.created;
     if (c.started && (!j.start_time || *c.started < *j.start_time)) j.start_time = c.started;
     if (c.finished && is_terminal(s.status) && (!j.end_time || *c.finished > *j.end_time))
@@ -381,8 +387,16 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
 asio::awaitable<outcome<train_job>> backend::impl::find(const std::string& name) {
   auto cs = co_await containers(name);
   if (!cs) co_return cs.error();
-  if (cs->empty()) co_return not_found(name);
-  co_return to_job(name, std::move(*cs));
+  if (cs->empty()) {
+    // No container yet: a job that waits for admission, or ended waiting.
+    auto q = read_queue(name);
+    if (!q || q->state == "started") co_return not_found(name);
+    auto j = queued_job(*q, std::nullopt);
+    if (j.reason == detail::queued_reason) j.queue_position = co_await position_of(name);
+    co_return j;
+  }
+  auto j = to_job(name, std::move(*cs));
+  co_return j;
 }
 
 asio::awaitable<train_job> backend::impl::get(const std::string& name) {
@@ -505,7 +519,19 @@ asio::awaitable<void> backend::impl::stop_all(const std::vector<seen>& cs, bool 
 asio::awaitable<void> backend::impl::cancel(const std::string& name, bool force) {
   auto found = co_await containers(name);
   auto cs = std::move(found).value();
-  if (cs.empty()) raise(not_found(name));
+  if (cs.empty()) {
+    // Waiting for admission: the marker is the cancel; its owner's admitter
+    // sees it, and a reader shows it Failed, cancelled, at once.
+    auto q = read_queue(name);
+    if (!q || q->state == "started") raise(not_found(name));
+    if (is_terminal(queued_job(*q, std::nullopt).status)) co_return;
+    std::error_code ec;
+    fs::create_directories(workdir(name) / ".tjob", ec);
+    write_file(workdir(name) / ".tjob" / "cancelled", "");
+    ++generation[name];
+    waiters.notify_all();
+    co_return;
+  }
   auto j = to_job(name, cs);
   if (is_terminal(j.status)) co_return;
   std::error_code ec;
@@ -533,9 +559,20 @@ asio::awaitable<void> backend::impl::remove(const std::string& name) {
   auto net = std::move(inspected).value();
   bool ours = net && labels_of(*net)[label_job] == name;
   if (cs.empty() && !ours) {
+    std::error_code ec;
+    if (auto q = read_queue(name); q && q->state != "started") {
+      // It never had a container: its queue file is the job. Marked
+      // cancelled first, so an owner about to make its containers stops.
+      fs::create_directories(workdir(name) / ".tjob", ec);
+      write_file(workdir(name) / ".tjob" / "cancelled", "");
+      fs::remove(queue_path(name), ec);
+      if (cfg.auto_remove) fs::remove_all(workdir(name), ec);
+      ++generation[name];
+      waiters.notify_all();
+      co_return;
+    }
     // Nothing of it in the daemon (its containers removed behind our back):
     // the work dir this engine made for it is all that is left.
-    std::error_code ec;
     if (cfg.auto_remove && fs::exists(workdir(name) / ".tjob", ec)) fs::remove_all(workdir(name), ec);
     raise(not_found(name));
   }
@@ -564,11 +601,47 @@ asio::awaitable<void> backend::impl::remove(const std::string& name) {
 // --- events ---------------------------------------------------------------
 
 asio::awaitable<std::vector<event>> backend::impl::job_events(const std::string& name) {
-  auto daemon_ = co_await daemon();
-  auto& d = *daemon_.value();
   auto found = co_await containers(name);
   auto cs = std::move(found).value();
-  if (cs.empty()) raise(not_found(name));
+  // Its time in the queue, from its queue file (moved to its work dir once
+  // its containers were made): Waiting, Queued, Admitted, or how it ended.
+  std::vector<event> out;
+  auto add = [&](std::int64_t ms, const char* reason, std::string message) {
+    if (ms <= 0) return;
+    event e;
+    e.seq = static_cast<std::int64_t>(out.size()) + 1;
+    e.time = clock::time_point(std::chrono::milliseconds(ms));
+    e.reason = reason;
+    e.message = std::move(message);
+    out.push_back(std::move(e));
+  };
+  std::optional<queue_file> q = read_queue(name);
+  if (!q || q->state == "started") {
+    q.reset();
+    std::ifstream in(workdir(name) / ".tjob" / "admission.json", std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    boost::system::error_code ec;
+    if (auto v = json::parse(text, ec); !ec && v.is_object()) q = queue_file_of(v.as_object());
+  }
+  if (cs.empty() && (!q || q->state == "started")) raise(not_found(name));
+  if (q) {
+    std::string deps;
+    for (const auto& [list, kind] : {std::pair{&q->after_ok, "after_ok"},
+                                     {&q->after_any, "after_any"},
+                                     {&q->after_not_ok, "after_not_ok"}})
+      for (const auto& d : *list) deps += (deps.empty() ? "" : ", ") + std::string(kind) + " " + d;
+    if (!deps.empty()) add(q->created_ms, "Waiting", "waits for " + deps);
+    if (q->seq > 0)
+      add(q->since_ms, "Queued",
+          "needs " + detail::describe_need(q->need) + ", priority " + std::to_string(q->priority));
+    add(q->admitted_ms, "Admitted",
+        fmt::format("admitted after {:.1f} s in the queue", (q->admitted_ms - q->since_ms) / 1000.0));
+    if (q->state == "failed")
+      add(q->ended_ms, q->reason == "cancelled" ? "Cancelled" : "StartFailed", q->message);
+  }
+  if (cs.empty()) co_return out;
+  auto daemon_ = co_await daemon();
+  auto& d = *daemon_.value();
   std::int64_t since = cs.front().created - 1;
   for (const auto& c : cs) since = std::min(since, c.created - 1);
   json::object filters{{"label", json::array{std::string(label_job) + "=" + name}}};
@@ -576,7 +649,6 @@ asio::awaitable<std::vector<event>> backend::impl::job_events(const std::string&
   auto body = std::move(opened).value();
   http::line_splitter lines(1 << 20, "the event stream of " + d.describe());
   std::vector<std::string> got;
-  std::vector<event> out;
   auto handle = [&](const std::string& line) {
     if (auto e = event_of_line(line, static_cast<std::int64_t>(out.size()) + 1)) out.push_back(std::move(*e));
   };
@@ -631,6 +703,20 @@ asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::st
     auto j = impl_->to_job(name, std::move(by_job[name]));
     if (!runtime || j.runtime == *runtime) out.push_back(std::move(j));
   }
+  // The jobs with no container yet: waiting for admission, or ended waiting.
+  auto files = impl_->read_queues();
+  std::erase_if(files, [&](const queue_file& q) { return q.state == "started" || by_job.count(q.job); });
+  std::map<std::string, int> place;
+  if (std::any_of(files.begin(), files.end(), [](const queue_file& q) { return q.state == "queued"; })) {
+    auto plan = co_await impl_->queue_plan(files);
+    for (const auto& w : plan.queue) place[w.job] = w.position;
+  }
+  for (const auto& q : files) {
+    std::optional<int> pos;
+    if (auto it = place.find(q.job); it != place.end()) pos = it->second;
+    auto j = impl_->queued_job(q, pos);
+    if (!runtime || j.runtime == *runtime) out.push_back(std::move(j));
+  }
   std::stable_sort(out.begin(), out.end(), [](const train_job& a, const train_job& b) {
     return a.creation_timestamp < b.creation_timestamp;
   });
@@ -680,5 +766,6 @@ asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {
   co_return co_await impl_->job_events(name);
 }
 asio::awaitable<void> backend::shutdown() { co_await impl_->shutdown(); }
+asio::awaitable<std::vector<queue_entry>> backend::queue() { co_return co_await impl_->queue_view(); }
 
 }  // namespace tjob::container

@@ -33,6 +33,7 @@ class backend final : public detail::backend {
   boost::asio::awaitable<void> cancel_job(std::string name, cancel_options options) override;
   boost::asio::awaitable<void> delete_job(std::string name) override;
   boost::asio::awaitable<std::vector<event>> get_job_events(std::string name) override;
+  boost::asio::awaitable<std::vector<queue_entry>> queue() override;
   boost::asio::awaitable<void> shutdown() override;
 
   struct impl;

@@ -6,6 +6,8 @@
 #include "adapters/container/container_backend.hpp"
 #include "adapters/container/docker_api.hpp"
 #include "adapters/container/layout.hpp"
+#include "adapters/process/proc_info.hpp"
+#include "engine/admission.hpp"
 #include "engine/fail.hpp"
 #include "engine/task_group.hpp"
 #include "engine/wake.hpp"
@@ -14,6 +16,7 @@
 
 #include <boost/json/object.hpp>
 
+#include <unistd.h>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -76,9 +79,36 @@ struct train_rollback_state {
   bool made_network = false;
 };
 
+/// A container job's place in the admission queue of its home
+/// (container_queue.cpp): $TJOB_HOME/containers/.queue/<job>.json.
+struct queue_file {
+  std::string job;
+  /// waiting (for its dependencies), queued, admitted (its containers are
+  /// being made), started, failed (ended before it had containers)
+  std::string state;
+  std::string runtime, array;
+  int num_nodes = 1, priority = 0, array_limit = 0;
+  detail::admission_need need;
+  std::int64_t created_ms = 0, since_ms = 0, admitted_ms = 0, ended_ms = 0;
+  std::int64_t seq = 0;  ///< queue order within a priority: when it joined (ns); 0 before
+  std::int64_t owner_pid = 0;
+  std::uint64_t owner_start = 0;
+  std::vector<std::string> after_ok, after_any, after_not_ok;
+  std::string reason, message;  ///< failed: why
+};
+
+json::object to_json(const queue_file& q);
+/// nullopt for an object that is not a queue file.
+std::optional<queue_file> queue_file_of(const json::object& o);
+
 struct backend::impl : std::enable_shared_from_this<backend::impl> {
   impl(detail::backend_context c)
-      : ctx(std::move(c)), cfg(ctx.cfg.container), backoff_wake(ctx.ex), tasks(ctx.ex, ctx.log) {}
+      : ctx(std::move(c)),
+        cfg(ctx.cfg.container),
+        backoff_wake(ctx.ex),
+        tasks(ctx.ex, ctx.log),
+        self_pid(::getpid()),
+        self_start(process::start_time(self_pid).value_or(0)) {}
 
   detail::backend_context ctx;
   container_backend_config cfg;
@@ -96,6 +126,8 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   // The runtime-name label of each job network seen (Kubeflow keeps a job's
   // runtime there, not on its containers); a network's labels never change.
   std::map<std::string, std::string> network_runtime;
+  pid_t self_pid = 0;
+  std::uint64_t self_start = 0;
 
   // the daemon
   /// The connected daemon; the failure lists every socket tried.
@@ -131,8 +163,49 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   asio::awaitable<void> ensure_image(docker_api& d, const std::string& who, const std::string& image);
   asio::awaitable<void> create_nodes(docker_api& d, const std::string& who, const train_request& r,
                                      const runtime& rt, node_program& p, train_rollback_state& undo);
+  /// Removes what `undo` made, and `dir` unless it is empty.
   asio::awaitable<void> undo_train(docker_api& d, const std::string& who, const train_rollback_state& undo,
                                    const fs::path& dir);
+
+  /// A job admitted: its containers, its queue file moved to its work dir,
+  /// its deadline armed. On a failure the containers made are removed (and
+  /// the work dir too unless `keep_dir`), and it is raised.
+  struct pending_job;
+  asio::awaitable<void> create_job(pending_job& job, bool keep_dir);
+
+  // admission (container_queue.cpp)
+  /// What a job that waits for admission needs to be started by this process.
+  struct pending_job {
+    detail::checked_request c;
+    node_program program;
+    detail::admission_need need;
+  };
+  std::map<std::string, pending_job, std::less<>> pending;  // this process's jobs that wait
+  bool admitter_running = false;
+  std::optional<detail::budget_reader> budget_file;
+  fs::path queue_path(const std::string& job) const;
+  std::optional<queue_file> read_queue(const std::string& job) const;
+  void write_queue(const queue_file& q) const;
+  std::vector<queue_file> read_queues() const;
+  bool owner_alive(const queue_file& q) const;
+  /// It has no containers yet, and may still get them.
+  bool waits(const queue_file& q) const;
+  const detail::admission_budget& admission_budget();
+  static detail::queue_row row_of(const queue_file& q);
+  /// The job as its queue file shows it (it has no container).
+  train_job queued_job(const queue_file& q, std::optional<int> position) const;
+  asio::awaitable<outcome<detail::admitted_usage>> held(docker_api& d, const std::vector<queue_file>& files);
+  asio::awaitable<detail::admission_plan> queue_plan(const std::vector<queue_file>& files);
+  asio::awaitable<std::optional<int>> position_of(const std::string& job);
+  asio::awaitable<std::vector<queue_entry>> queue_view();
+  asio::awaitable<std::string> dependency_state(const std::string& dep, std::string_view kind, bool& met);
+  /// Writes the job's queue file and decides at once: a job that fits has
+  /// its containers when this returns; one that does not waits in `pending`.
+  asio::awaitable<void> enqueue(pending_job job);
+  asio::awaitable<std::vector<pending_job>> admission_round();
+  static asio::awaitable<void> run_admitter(std::shared_ptr<impl> self);
+  void ensure_admitter();
+  asio::awaitable<void> start_admitted(pending_job job);
 
   // logs, cancel, delete, events
   asio::awaitable<log_stream> logs(const std::string& name, const log_options& o);

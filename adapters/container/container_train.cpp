@@ -134,6 +134,12 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
     undo.network_id = std::move(made).value();
     undo.made_network = true;
   }
+  // What it was admitted for, read by the admission of the jobs after it.
+  const auto need = detail::need_of(r);
+  std::map<std::string, std::string> admission_labels{{label_cpus, std::to_string(need.cpus)},
+                                                      {label_memory, std::to_string(need.memory)},
+                                                      {label_gpus, std::to_string(need.gpus)}};
+  if (!r.array.empty()) admission_labels[label_array] = r.array;
   python::torch_topology topo;
   topo.nnodes = std::to_string(r.num_nodes);
   topo.nproc_per_node = std::to_string(p.procs);
@@ -158,6 +164,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
     n.nano_cpus = p.nano_cpus;
     n.gpus = p.gpus;
     n.max_restarts = r.retry.max_restarts;
+    n.labels = admission_labels;
     if (!p.plan.empty()) {
       topo.node_rank = std::to_string(rank);
       json::array flags;
@@ -203,7 +210,7 @@ asio::awaitable<void> backend::impl::undo_train(docker_api& d, const std::string
     if (!removed) ctx.log->warn("{}: cleanup: {}", me, removed.error().message);
   }
   std::error_code ec;
-  fs::remove_all(dir, ec);
+  if (!dir.empty()) fs::remove_all(dir, ec);
 }
 
 namespace {
@@ -240,25 +247,32 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   auto& r = c.request;
   const auto name = r.name;
   auto me = who(name);
-  // Admission of container jobs is not built yet: refused by name rather
-  // than ignored (docs/scheduling.md).
-  const bool deps =
-      !r.after_ok.empty() || !r.after_any.empty() || !r.after_not_ok.empty() || !r.array.empty();
-  if (r.priority != 0 || deps)
-    fail(errc::invalid_argument,
-         me + ": " + (r.priority != 0 ? "priority" : "after_ok/after_any/after_not_ok/array") +
-             " is not yet supported on the container backend (its jobs go to the daemon at once); run the "
-             "job on the local backend, or leave it out (docs/scheduling.md)");
   check_container_retry(me, r);
   for (const auto& v : cfg.volumes) check_volume(v);
   auto program = program_of(me, r, c.rt);
 
+  const auto need = detail::need_of(r);
+  detail::check_fits(me, need, admission_budget(), ctx.home);
+
   auto daemon_ = co_await daemon();
   auto& d = *daemon_.value();
   auto found = co_await containers(name);
-  if (!found.value().empty())
+  if (!found.value().empty() || read_queue(name))
     fail(errc::duplicate_name,
          me + " exists already on " + d.describe() + "; delete it (tjob delete) or choose another name");
+  for (const auto& [list, kind] :
+       {std::pair{&r.after_ok, "after_ok"}, {&r.after_any, "after_any"}, {&r.after_not_ok, "after_not_ok"}})
+    for (const auto& dep : *list) {
+      if (dep == name)
+        fail(errc::invalid_argument,
+             me + ": " + kind + " names the job itself; a job cannot wait for its own end");
+      auto there = co_await find(dep);
+      if (!there && detail::means(there.error().code, errc::job_not_found))
+        fail(errc::invalid_argument, me + ": " + kind + " " + quote(dep) + ": no such job on " +
+                                         d.describe() +
+                                         "; name a job that exists (tjob list), submitted before this one");
+      there.value();
+    }
   co_await ensure_image(d, me, program.image);
 
   auto dir = workdir(name);
@@ -268,34 +282,68 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   std::vector<fs::path> missing;
   for (auto p = ctx.home; !p.empty() && p != p.parent_path() && !fs::exists(p); p = p.parent_path())
     missing.push_back(p);
-  missing.insert(missing.begin(), {dir / ".tjob", dir, ctx.home / "containers"});
+  missing.insert(missing.begin(),
+                 {dir / ".tjob", dir, ctx.home / "containers" / ".queue", ctx.home / "containers"});
   for (auto it = missing.rbegin(); it != missing.rend(); ++it)
     if (::mkdir(it->c_str(), 0700) != 0 && errno != EEXIST)
       fail(errc::invalid_argument,
            me + ": cannot create its work dir " + it->string() + ": " + std::strerror(errno));
 
-  train_rollback_state undo;
   std::exception_ptr failed;
   try {
     for (const auto& [file, text] : program.files) write_file(dir / ".tjob" / file, text);
     std::error_code ec;
     fs::remove(dir / ".tjob" / "cancelled", ec);
     fs::remove(dir / ".tjob" / "deadline-exceeded", ec);
-    co_await create_nodes(d, me, r, c.rt, program, undo);
+    pending_job job{std::move(c), std::move(program), need};
+    co_await enqueue(std::move(job));
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (failed) {
+    // Nothing of a job refused here stays: its queue file and its work dir.
+    pending.erase(name);
+    std::error_code ec;
+    fs::remove(queue_path(name), ec);
+    fs::remove_all(dir, ec);
+    std::rethrow_exception(failed);
+  }
+  co_return name;
+}
+
+asio::awaitable<void> backend::impl::create_job(pending_job& job, bool keep_dir) {
+  auto& r = job.c.request;
+  const auto name = r.name;
+  auto me = who(name);
+  auto daemon_ = co_await daemon();
+  auto& d = *daemon_.value();
+  auto dir = workdir(name);
+  train_rollback_state undo;
+  std::exception_ptr failed;
+  try {
+    co_await create_nodes(d, me, r, job.c.rt, job.program, undo);
   } catch (...) {
     failed = std::current_exception();
   }
   if (failed) {
     // (a coroutine cannot co_await in a catch block or a destructor: the
     // rollback is a step of its own, run on every failure)
-    co_await undo_train(d, me, undo, dir);
+    co_await undo_train(d, me, undo, keep_dir ? fs::path() : dir);
     std::rethrow_exception(failed);
   }
+  // Its place in the queue is its history now (its Queued and Admitted events).
+  if (auto q = read_queue(name)) {
+    q->state = "started";
+    std::error_code ec;
+    write_file(dir / ".tjob" / "admission.json", json::serialize(to_json(*q)));
+    fs::remove(queue_path(name), ec);
+  }
+  // Cancelled while its containers were made: they stop now.
+  if (cancelled(name)) co_await cancel(name, false);
   // The daemon has no active deadline: this process enforces it while it
   // lives (docs/scheduling.md says who that is).
   if (r.active_deadline.count() > 0)
     tasks.spawn(enforce_deadline(name, r.active_deadline), "the active deadline of " + me);
-  co_return name;
 }
 
 }  // namespace tjob::container

@@ -19,6 +19,7 @@ json::object create_body(const node_spec& n) {
                       {label_network, n.network_id},
                       {label_runtime, n.runtime},
                       {label_workdir, n.workdir}};
+  for (const auto& [k, v] : n.labels) labels[k] = v;
   json::array env;
   for (const auto& [k, v] : n.env) env.emplace_back(k + "=" + v);
   json::array cmd;

@@ -28,6 +28,13 @@ inline constexpr const char* label_workdir = "trainer.kubeflow.org/workdir";
 /// tjob's: the restarts a node may have (its restart policy's count), so a
 /// reader knows an exited node the daemon will start again.
 inline constexpr const char* label_max_restarts = "tjob/max-restarts";
+/// tjob's: what the job was admitted for, all its nodes together (CPUs,
+/// memory in bytes, GPUs), and its array; the admission of the next jobs of
+/// the same $TJOB_HOME counts them (container_queue.cpp).
+inline constexpr const char* label_cpus = "tjob/cpus";
+inline constexpr const char* label_memory = "tjob/memory";
+inline constexpr const char* label_gpus = "tjob/gpus";
+inline constexpr const char* label_array = "tjob/array";
 inline constexpr const char* workspace = "/workspace";
 
 inline std::string network_name(const std::string& job) { return job + "-net"; }
@@ -42,12 +49,13 @@ struct node_spec {
   std::map<std::string, std::string> env;
   std::string working_dir = workspace;
   container_network network = container_network::job;
-  std::string network_name;          ///< for the job network: `<job>-net`
-  std::vector<std::string> volumes;  ///< HOST:CONTAINER[:ro|rw], after the workdir's
-  std::int64_t memory = 0;           ///< HostConfig.Memory, bytes; 0: none
-  std::int64_t nano_cpus = 0;        ///< HostConfig.NanoCpus; 0: none
-  int gpus = 0;                      ///< a GPU DeviceRequest for this many; 0: none
-  int max_restarts = 0;              ///< RestartPolicy on-failure with this count; 0: none
+  std::string network_name;                   ///< for the job network: `<job>-net`
+  std::vector<std::string> volumes;           ///< HOST:CONTAINER[:ro|rw], after the workdir's
+  std::int64_t memory = 0;                    ///< HostConfig.Memory, bytes; 0: none
+  std::int64_t nano_cpus = 0;                 ///< HostConfig.NanoCpus; 0: none
+  int gpus = 0;                               ///< a GPU DeviceRequest for this many; 0: none
+  int max_restarts = 0;                       ///< RestartPolicy on-failure with this count; 0: none
+  std::map<std::string, std::string> labels;  ///< more labels (tjob's admission labels)
 };
 
 /// The body of POST /containers/create for a node.

@@ -217,36 +217,18 @@ void engine_state::admit_round(bool timed_out) {
   schedule_admission();
 }
 
-namespace {
-
-std::tuple<std::int64_t, std::int64_t, std::uint64_t> stamp_of(const std::filesystem::path& file) {
-  struct stat st {};
-  if (::stat(file.c_str(), &st) != 0) return {0, 0, 0};  // none: the machine's budgets
-  return {std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec, std::int64_t(st.st_size),
-          std::uint64_t(st.st_ino)};
-}
-
-}  // namespace
-
 // config.yaml is read when the engine opens the store and again by the
 // admitter once it changes (a round runs at least once a second), so an edit
 // reaches every process on the home without a restart. A file that became bad
 // keeps the budgets read before, with a warning; the first read raises.
 void engine_state::refresh_budget() {
-  const auto file = home / "config.yaml";
-  auto stamp = stamp_of(file);
-  if (stamp == config_stamp) return;
-  const bool first = std::get<0>(config_stamp) < 0;
-  config_stamp = stamp;
-  try {
-    budget = detail::home_budget(cfg.admission, home, static_cast<int>(gpu_devices.size()));
-    if (!first)
-      log->info("admission budgets read again from {}: max_running {}, cpus {}, memory {}", file.string(),
-                budget.max_running, budget.cpus, budget.memory);
-  } catch (const error& e) {
-    if (first) throw;
-    log->warn("{}; the budgets read before stay until it is fixed", e.what());
-  }
+  if (!budget_file) budget_file.emplace(cfg.admission, home, static_cast<int>(gpu_devices.size()));
+  auto r = budget_file->refresh();
+  budget = budget_file->budget();
+  if (!r.warning.empty()) log->warn("{}", r.warning);
+  if (r.read_again)
+    log->info("admission budgets read again from {}: max_running {}, cpus {}, memory {}",
+              (home / "config.yaml").string(), budget.max_running, budget.cpus, budget.memory);
 }
 
 bool engine_state::waiting_here(const std::string& name) const {

@@ -193,9 +193,8 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   detail::wake_list device_waiters;  // woken when this engine releases devices
   /// The budgets of admission (engine_config::admission, config.yaml, the machine).
   detail::admission_budget budget;
-  /// config.yaml as it was when `budget` was read: its mtime (ns), size and
-  /// inode; an admitter round that finds it changed reads the budgets again.
-  std::tuple<std::int64_t, std::int64_t, std::uint64_t> config_stamp{-1, -1, 0};
+  /// Reads config.yaml again when it changed (an admitter round, a submit).
+  std::optional<detail::budget_reader> budget_file;
   /// Reads the budgets again when config.yaml has changed (admitter rounds).
   void refresh_budget();
   /// This engine's jobs that wait for admission, in the order they came.

@@ -112,16 +112,7 @@ engine_state::engine_state(const detail::backend_context& ctx)
   checkpointer = std::make_unique<detail::wal_checkpointer>(db_path);
   db->on_wal_full = [this] { start_checkpoint(); };
   venv_store = detail::venv_cache::cache(home / "cache" / "venvs");
-  gpu_devices = cfg.gpu_devices;
-  if (gpu_devices.empty()) {
-    if (const char* env = std::getenv("TJOB_GPU_DEVICES"); env && *env) {
-      gpu_devices = detail::split_list(env);
-    } else {
-      for (int n = 0; n < 64; ++n)
-        if (std::filesystem::exists("/dev/nvidia" + std::to_string(n)))
-          gpu_devices.push_back(std::to_string(n));
-    }
-  }
+  gpu_devices = detail::gpu_devices(cfg);
   refresh_budget();  // (config.yaml's errors are raised here, at open)
   self_pid = ::getpid();
   self_start = process::start_time(self_pid).value_or(0);

@@ -225,27 +225,15 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
   j.dir = (jobs_dir / name).string();
   j.row.name = name;
   auto who = detail::who(name);
-  detail::admission_need need;
-  if (auto* ct = std::get_if<command_trainer>(&req.job_trainer)) {
+  if (auto* ct = std::get_if<command_trainer>(&req.job_trainer))
     plan_command(j, who, *ct);
-    need.cpus = ct->cpus;
-    need.memory = ct->memory;
-  } else {
-    auto& pt = std::get<python_trainer>(req.job_trainer);
-    plan_python(j, who, pt, rt, req.num_nodes);
-    need.cpus = pt.procs_per_node * req.num_nodes;
-    need.memory = pt.memory_limit * static_cast<std::uint64_t>(req.num_nodes);
-    need.gpus = pt.gpus * req.num_nodes;
-  }
+  else
+    plan_python(j, who, std::get<python_trainer>(req.job_trainer), rt, req.num_nodes);
+  const auto need = detail::need_of(req);
   // An admitter that runs reads config.yaml's changes each second; with none
   // running, this submit looks (one stat).
   if (!admitter_wake) refresh_budget();
-  if (auto why = detail::never_fits(need, budget); !why.empty())
-    fail(errc::invalid_argument,
-         who + " " + why +
-             ", so it could never start; ask for less (--resources), or raise the budget "
-             "(--cpu-budget/--memory-budget, admission: in " +
-             (home / "config.yaml").string() + ")");
+  detail::check_fits(who, need, budget, home);
   j.admission = std::make_unique<detail::queue_row>();
   j.admission->priority = req.priority;
   j.admission->need = need;

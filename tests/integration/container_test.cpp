@@ -5,6 +5,7 @@
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
+#include <tjob/spec.hpp>
 
 #include <doctest/doctest.h>
 
@@ -820,4 +821,211 @@ TEST_CASE_TEMPLATE("wait_for_jobs_change is woken by the daemon's events", D, TJ
     if (j.name == name) changed = j.status != job_status::running || j.steps[0].status != job_status::running;
   CHECK(changed);
   client.delete_job(name);
+}
+
+// --- admission (docs/scheduling.md): the queue of a home's container jobs ---
+
+namespace {
+
+engine_config slots(engine_config c, int n) {
+  c.admission.max_running = n;
+  return c;
+}
+
+// Waits until `name` is in the queue, as any process on the home sees it.
+void wait_queued(trainer_client& c, const std::string& name) {
+  auto job = c.wait_for_job_status(name, {job_status::created}, 30s);
+  for (auto deadline = std::chrono::steady_clock::now() + 30s; job.reason != "Queued";) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    job = c.wait_for_job_change(name, job, 5s);
+  }
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE(
+    "container jobs wait for the budget, Created and Queued with their place, and start by priority", D,
+    TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(slots(fx.config(sock), 1));
+  auto holder = started_sleeper(client);
+  auto low = client.train(shell_job("echo low", "low"));
+  auto high_req = shell_job("echo high", "high");
+  high_req.priority = 5;
+  auto high = client.train(high_req);
+  // Neither has a container yet; the queue shows them, the higher first.
+  for (const auto& n : {low, high}) {
+    auto j = client.get_job(n);
+    CHECK(j.status == job_status::created);
+    CHECK(j.reason == "Queued");
+  }
+  CHECK(client.get_job(high).queue_position == 1);
+  CHECK(client.get_job(low).queue_position == 2);
+  auto q = client.get_queue();
+  REQUIRE(q.size() == 2);
+  CHECK(q[0].name == high);
+  CHECK(q[0].waits_for.find("1 of max_running 1 in use") != std::string::npos);
+  CHECK(q[1].name == low);
+  CHECK(docker_cli(sock, {"ps", "-a", "-q", "--filter", "name=low-node"}).empty());
+  client.cancel_job(holder);
+  auto h = client.wait_for_job_status(high, {job_status::complete}, 60s);
+  auto l = client.wait_for_job_status(low, {job_status::complete}, 60s);
+  REQUIRE(h.end_time);
+  REQUIRE(l.start_time);
+  CHECK(*l.start_time >= *h.end_time);  // one at a time, the higher first
+  CHECK(all_of(client.get_job_logs(low)) == "low\n");
+  std::vector<std::string> reasons;
+  for (const auto& e : client.get_job_events(low)) reasons.push_back(e.reason);
+  REQUIRE(reasons.size() >= 3);
+  CHECK(reasons[0] == "Queued");
+  CHECK(reasons[1] == "Admitted");
+  CHECK(client.get_queue().empty());
+  for (const auto& n : {holder, low, high}) client.delete_job(n);
+}
+
+TEST_CASE_TEMPLATE("a waiting container job cancelled by another process ends cancelled and never starts", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(slots(fx.config(sock), 1));
+  auto holder = started_sleeper(client);
+  auto waiting = client.train(shell_job("echo never", "waiting"));
+  auto env = fx.env();
+  auto r = tjob::test::run({tjob::test::tjob_bin(), "cancel", waiting, "--backend", "container",
+                            "--container-host", "unix://" + sock},
+                           env);
+  CHECK_MESSAGE(r.exit_code == 0, (r.err));
+  auto j = client.wait_for_job_status(waiting, {job_status::failed}, 30s);
+  CHECK(j.reason == "cancelled");
+  client.cancel_job(holder);
+  client.wait_for_job_status(holder, {job_status::failed}, 60s);
+  // The room it would have had is free, and it never got a container.
+  auto next = client.train(shell_job("echo next", "next"));
+  client.wait_for_job_status(next, {job_status::complete}, 60s);
+  CHECK(client.get_job(waiting).reason == "cancelled");
+  CHECK(docker_cli(sock, {"ps", "-a", "-q", "--filter", "name=waiting-node"}).empty());
+  // Deleting it removes it; it is gone from the list.
+  client.delete_job(waiting);
+  for (const auto& j2 : client.list_jobs()) CHECK(j2.name != waiting);
+  for (const auto& n : {holder, next}) client.delete_job(n);
+}
+
+TEST_CASE_TEMPLATE(
+    "container job dependencies: a chain runs in order, a broken one fails naming the job, unknown names "
+    "are refused",
+    D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  auto first = client.train(shell_job("sleep 1; echo first", "first"));
+  auto second_req = shell_job("echo second", "second");
+  second_req.after_ok = {first};
+  auto second = client.train(second_req);
+  CHECK(client.get_job(second).reason == "Waiting");
+  auto bad = client.train(shell_job("exit 3", "bad"));
+  auto never_req = shell_job("echo never", "never");
+  never_req.after_ok = {bad};
+  auto never = client.train(never_req);
+  auto on_fail_req = shell_job("echo cleanup", "cleanup");
+  on_fail_req.after_not_ok = {bad};
+  auto on_fail = client.train(on_fail_req);
+
+  auto s = client.wait_for_job_status(second, {job_status::complete}, 60s);
+  auto f = client.get_job(first);
+  REQUIRE(f.end_time);
+  REQUIRE(s.start_time);
+  CHECK(*s.start_time >= *f.end_time);
+  auto n = client.wait_for_job_status(never, {job_status::failed}, 60s);
+  CHECK(n.reason == "DependencyNeverSatisfied");
+  bool named = false;
+  for (const auto& e : client.get_job_events(never))
+    named |= e.message.find("job bad ended Failed") != std::string::npos;
+  CHECK(named);
+  client.wait_for_job_status(on_fail, {job_status::complete}, 60s);
+  CHECK(all_of(client.get_job_logs(on_fail)) == "cleanup\n");
+
+  auto unknown = shell_job("true", "orphan");
+  unknown.after_any = {"no-such-job"};
+  CHECK_THROWS_WITH_AS(client.train(unknown), doctest::Contains("no-such-job"), error);
+  auto self = shell_job("true", "myself");
+  self.after_ok = {"myself"};
+  CHECK_THROWS_AS(client.train(self), error);
+  for (const auto& name : {first, second, bad, never, on_fail}) client.delete_job(name);
+}
+
+TEST_CASE_TEMPLATE("a container job array runs its members one at a time under its limit of 1", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  auto req = shell_job("echo member $TJOB_ARRAY_INDEX", "sweep");
+  auto members = array_members(req, "0-2%1");
+  std::vector<std::string> names;
+  for (auto& m : members) names.push_back(client.train(m));
+  REQUIRE(names.size() == 3);
+  std::vector<train_job> done;
+  for (const auto& n : names) done.push_back(client.wait_for_job_status(n, {job_status::complete}, 60s));
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    CHECK(done[i].array == "sweep");
+    CHECK(all_of(client.get_job_logs(names[i])) == "member " + std::to_string(i) + "\n");
+  }
+  // Never two at once: each started after the one before it ended.
+  for (std::size_t i = 1; i < done.size(); ++i) {
+    REQUIRE(done[i].start_time);
+    REQUIRE(done[i - 1].end_time);
+    CHECK(*done[i].start_time >= *done[i - 1].end_time);
+  }
+  for (const auto& n : names) client.delete_job(n);
+}
+
+TEST_CASE_TEMPLATE(
+    "a waiting container job survives its submitter (its supervisor owns it), and is lost when that "
+    "supervisor is killed",
+    D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  auto cfg = slots(fx.config(sock), 1);
+  cfg.supervisor = tjob::test::tjob_bin();
+  trainer_client client(cfg);
+  auto holder = started_sleeper(client);
+  auto kept = train_detached(shell_job("echo kept", "kept"), cfg);
+  auto doomed = train_detached(shell_job("echo doomed", "doomed"), cfg);
+  wait_queued(client, kept);
+  wait_queued(client, doomed);
+  // The queue file names the owner: the supervisor.
+  std::ifstream in(fs::path(fx.home()) / "containers" / ".queue" / "doomed.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto owner = static_cast<pid_t>(boost::json::parse(text).at("owner_pid").to_number<std::int64_t>());
+  REQUIRE(owner > 0);
+  CHECK(owner != ::getpid());
+  ::kill(owner, SIGKILL);
+  auto lost = client.wait_for_job_status(doomed, {job_status::failed}, 30s);
+  CHECK(lost.reason == "lost");
+  client.cancel_job(holder);
+  auto k = client.wait_for_job_status(kept, {job_status::complete}, 60s);
+  CHECK(all_of(client.get_job_logs(kept)) == "kept\n");
+  CHECK(client.get_job(doomed).reason == "lost");
+  CHECK(docker_cli(sock, {"ps", "-a", "-q", "--filter", "name=doomed-node"}).empty());
+  for (const auto& n : {holder, kept, doomed}) client.delete_job(n);
+}
+
+TEST_CASE_TEMPLATE("a container job that could never fit the budget is refused at submit, naming it", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  auto cfg = fx.config(sock);
+  cfg.admission.cpus = 2;
+  trainer_client client(cfg);
+  auto req = shell_job("true", "huge");
+  std::get<command_trainer>(req.job_trainer).cpus = 3;
+  CHECK_THROWS_WITH_AS(client.train(req), doctest::Contains("needs 3 CPUs; the CPU budget is 2"), error);
+  for (const auto& j : client.list_jobs()) CHECK(j.name != "huge");  // (the daemon's jobs of other homes too)
+  CHECK(!fs::exists(fs::path(fx.home()) / "containers" / "huge"));
 }
