@@ -130,11 +130,11 @@ struct train_request {
   /// (after_not_ok); then it joins the admission queue. When one ends in a
   /// way that can never satisfy it, or is deleted first, the job ends Failed,
   /// reason DependencyNeverSatisfied. Each must name an existing job. Local
-  /// backend only.
+  /// and container backends.
   std::vector<std::string> after_ok, after_any, after_not_ok;
   /// A member of a job array (Slurm's --array; docs/scheduling.md): the
   /// array's name, shown with the job, and the most of its members that run
-  /// at once (0: no limit of its own). Local backend only.
+  /// at once (0: no limit of its own). Local and container backends.
   std::string array;
   int array_limit = 0;
   /// Restarts when its code fails (retry_policy). Local backend only; on

@@ -211,7 +211,7 @@ class ActiveDeadlineSeconds:
 class Dependencies:
     """tjob's option, as Slurm's --dependency: start only after each job of after_ok has ended Complete, each of
     after_any has ended, each of after_not_ok has ended Failed; when one cannot be met, the job ends Failed,
-    reason DependencyNeverSatisfied. Local backend only (docs/scheduling.md)."""
+    reason DependencyNeverSatisfied. Local and container backends (docs/scheduling.md)."""
 
     after_ok: List[str] = field(default_factory=list)
     after_any: List[str] = field(default_factory=list)
@@ -239,8 +239,8 @@ class Retries:
 
 @dataclass
 class Priority:
-    """tjob's option: the job's place in the admission queue (higher first; default 0). Local backend only;
-    on Kubernetes give Kueue's priority-class label instead (docs/scheduling.md)."""
+    """tjob's option: the job's place in the admission queue (higher first; default 0). Local and container
+    backends; on Kubernetes give Kueue's priority-class label instead (docs/scheduling.md)."""
 
     priority: int
 
@@ -251,7 +251,7 @@ class Array:
     option), and returns NAME, the array's name. `spec`: indices as "0-99", "1,3,5" or "0-15:4", and "%N" for
     the most that run at once ("0-99%8"). Each member has $TJOB_ARRAY_INDEX, and ARRAY_INDEX in
     CustomTrainer.func_args becomes its index. get_array, wait_for_array, cancel_job and delete_job take the
-    array's name. Local backend only (docs/scheduling.md)."""
+    array's name. Local and container backends (docs/scheduling.md)."""
 
     spec: str
 
