@@ -43,3 +43,37 @@ def test_a_failing_container_job_raises_with_its_exit_code(home, daemon):
         assert e.value.step == "node-0" and e.value.exit_code == 7
         assert "the end" in str(e.value)
         client.delete_job(name)
+
+
+@pytest.mark.parametrize("daemon", ["docker", "podman"])
+def test_a_container_array_waits_in_the_homes_queue_under_its_budget(home, daemon):
+    """tjob's admission on the container backend: with max_running=1 a second job waits Created/Queued
+    (no container yet) until the first ends, and an array's members run in turn."""
+    import uuid
+
+    import tjob
+
+    sock = daemon_socket(daemon)
+    config = ContainerBackendConfig(container_host=sock, container_runtime=daemon, network="none", max_running=1)
+    image = "localhost/tjob-bb:latest"
+    tag = uuid.uuid4().hex[:6]  # the daemon is shared with other tests' homes
+    with TrainerClient(backend_config=config) as client:
+        holder = client.train(trainer=CommandTrainer(["sleep", "600"], image=image), options=[Name(f"hold-{tag}")])
+        try:
+            client.wait_for_job_status(holder, {"Running"}, timeout=60)
+            name = client.train(trainer=CommandTrainer(["sh", "-c", "echo member $TJOB_ARRAY_INDEX"], image=image),
+                                options=[Name(f"pysweep-{tag}"), tjob.Array("0-2")])
+            assert name == f"pysweep-{tag}"
+            members = client.get_array(name)
+            assert [m.status for m in members] == ["Created"] * 3
+            assert [q.name for q in client.get_queue()] == [f"{name}-{i}" for i in range(3)]
+            client.cancel_job(holder)
+            jobs = client.wait_for_array(name, timeout=120)
+            assert [j.status for j in jobs] == ["Complete"] * 3
+            for i, j in enumerate(jobs):
+                assert "".join(client.get_job_logs(j.name)) == f"member {i}\n"
+            assert client.get_queue() == []
+            client.delete_job(name)
+            assert not [j for j in client.list_jobs() if j.name.startswith(name)]
+        finally:
+            client.delete_job(holder)

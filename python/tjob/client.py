@@ -203,9 +203,9 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
         elif isinstance(opt, Array):
             if not isinstance(opt.spec, str) or not opt.spec:
                 raise ValueError(f"Array({opt.spec!r}): give the indices as a string, such as '0-99%8'")
-            if backend != "local":
-                raise ValueError(f"Array option is not compatible with the {backend} backend: job arrays are the "
-                                 "local backend's (docs/scheduling.md)")
+            if backend == "kubernetes":
+                raise ValueError("Array option is not compatible with the kubernetes backend: job arrays are the "
+                                 "engine's, on the local and container backends (docs/scheduling.md)")
             req["_array"] = opt.spec
         elif isinstance(opt, RuntimePatch):
             raise ValueError("RuntimePatch: tjob does not patch runtimes; give a runtime that is as you need it "
@@ -285,7 +285,8 @@ def _config(backend_config) -> (str, Dict, Dict):
                              "podman or None (whichever answers)")
         cfg = {"backend": "container", "home": c.home, "pull_policy": c.pull_policy, "auto_remove": c.auto_remove,
                "container_host": c.container_host, "container_runtime": c.container_runtime, "image": c.image,
-               "network": c.network, "volumes": list(c.volumes), "grace_period": c.grace_period}
+               "network": c.network, "volumes": list(c.volumes), "grace_period": c.grace_period,
+               "max_running": c.max_running, "cpu_budget": c.cpu_budget, "memory_budget": c.memory_budget}
         return "container", cfg, {}
     if isinstance(backend_config, KubernetesBackendConfig):
         c = backend_config

@@ -325,6 +325,10 @@ class ContainerBackendConfig:
     network: str = "job"
     volumes: List[str] = field(default_factory=list)
     grace_period: Optional[float] = None
+    # Admission budgets of the home's container jobs (docs/scheduling.md), as LocalProcessBackendConfig's.
+    max_running: Optional[int] = None
+    cpu_budget: Optional[int] = None
+    memory_budget: Optional[Union[int, str]] = None  # bytes, or "16Gi"
 
 
 @dataclass
