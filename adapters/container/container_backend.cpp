@@ -64,7 +64,7 @@ std::int64_t unix_now() {
 
 struct container_log final : detail::piecewise_log {
   std::shared_ptr<backend::impl> b;
-  std::string what, container;
+  std::string what, container, job, step;  // container: empty while the job waits for admission
   log_options options;
   std::optional<http::body_stream> body;
   frame_decoder dec;
@@ -79,6 +79,13 @@ struct container_log final : detail::piecewise_log {
         dec(tty) {}
 
   asio::awaitable<bool> read_piece(std::string& out) override {
+    if (container.empty()) {
+      // The job waits for admission: its container comes when it is let in.
+      auto c = co_await b->await_container(job, step, options.follow);
+      if (!c) co_return false;  // it ended (or was deleted) before it had one, or this does not follow
+      container = c->id;
+      dec = frame_decoder(c->tty);
+    }
     auto where = what + " (container " + quote(container) + "): ";
     if (!body) {
       auto opened = co_await b->api->container_logs(container, options);
@@ -482,10 +489,51 @@ std::string backend::impl::container_of(const std::string& job, const std::strin
   return r >= 0 ? node_name(job, r) : job + "-" + step;
 }
 
+asio::awaitable<std::optional<seen>> backend::impl::await_container(const std::string& job,
+                                                                    const std::string& step, bool follow) {
+  detail::wake_signal sig(ctx.ex);
+  detail::wake_registration reg(waiters, &sig);
+  ensure_events();
+  auto of_step = [&](std::vector<seen>& cs) -> std::optional<seen> {
+    for (auto& c : cs)
+      if (c.step == step) return std::move(c);
+    return std::nullopt;
+  };
+  for (;;) {
+    auto found = co_await containers(job);
+    if (auto c = of_step(found.value())) co_return c;
+    if (!follow || stopping) co_return std::nullopt;
+    auto q = read_queue(job);
+    if (!q || !waits(*q) || is_terminal(queued_job(*q, std::nullopt).status)) {
+      // Its file moves only after its containers are made: one more look.
+      auto again = co_await containers(job);
+      co_return of_step(again.value());
+    }
+    // A file has no events: the daemon's (its containers made) or half a second.
+    co_await sig.wait_until(steady::now() + std::chrono::milliseconds(500));
+  }
+}
+
 asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const log_options& o) {
   auto found = co_await containers(name);
   auto cs = std::move(found).value();
-  if (cs.empty()) raise(not_found(name));
+  if (cs.empty()) {
+    // No container yet: a job that waits for admission reads as an empty
+    // log, and a follower waits for its container.
+    auto q = read_queue(name);
+    if (!q || q->state == "started") raise(not_found(name));
+    auto j = queued_job(*q, std::nullopt);
+    std::vector<std::string> steps;
+    for (const auto& s : j.steps) steps.push_back(s.name);
+    if (std::find(steps.begin(), steps.end(), o.step) == steps.end())
+      detail::throw_step_not_found(name, o.step, steps);
+    auto log = std::make_unique<container_log>(
+        shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step), std::string(), o,
+        false);
+    log->job = name;
+    log->step = o.step;
+    co_return log_stream(std::move(log));
+  }
   std::vector<std::string> known;
   for (const auto& c : cs) {
     if (c.step == o.step) {

@@ -209,6 +209,11 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
 
   // logs, cancel, delete, events
   asio::awaitable<log_stream> logs(const std::string& name, const log_options& o);
+  /// The container of `step` of a job that waited for admission, once it is
+  /// made (`follow`), or nullopt when the job ended without one (or at once,
+  /// without `follow`).
+  asio::awaitable<std::optional<seen>> await_container(const std::string& job, const std::string& step,
+                                                       bool follow);
   /// SIGTERM, then docker stop with the grace period; `force`: SIGKILL only.
   asio::awaitable<void> stop_all(const std::vector<seen>& cs, bool force);
   asio::awaitable<void> cancel(const std::string& name, bool force);

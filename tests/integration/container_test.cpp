@@ -869,7 +869,13 @@ TEST_CASE_TEMPLATE(
   CHECK(q[0].waits_for.find("1 of max_running 1 in use") != std::string::npos);
   CHECK(q[1].name == low);
   CHECK(docker_cli(sock, {"ps", "-a", "-q", "--filter", "name=low-node"}).empty());
+  // Its log: empty while it waits; a follower waits for its container (tjob run follows so).
+  CHECK(all_of(client.get_job_logs(low)).empty());
+  log_options follow;
+  follow.follow = true;
+  auto followed = std::async(std::launch::async, [&] { return all_of(client.get_job_logs(low, follow)); });
   client.cancel_job(holder);
+  CHECK(followed.get() == "low\n");
   auto h = client.wait_for_job_status(high, {job_status::complete}, 60s);
   auto l = client.wait_for_job_status(low, {job_status::complete}, 60s);
   REQUIRE(h.end_time);
