@@ -790,7 +790,13 @@ class container_changes final : public detail::change_watch {
 
   asio::awaitable<bool> changed(steady::time_point deadline) override {
     if (b_->stopping) fail(errc::shut_down, "the engine is shutting down");
-    co_return co_await sig_.wait_until(deadline);
+    // Jobs that wait for admission change in files only (another process's
+    // cancel, its owner's end): while any waits, look again each second.
+    std::error_code ec;
+    if (!fs::is_empty(b_->ctx.home / "containers" / ".queue", ec) && !ec)
+      deadline = std::min(deadline, steady::now() + std::chrono::seconds(1));
+    if (co_await sig_.wait_until(deadline)) co_return true;
+    co_return !ec && steady::now() < deadline;
   }
 
  private:

@@ -380,12 +380,14 @@ asio::awaitable<std::vector<backend::impl::pending_job>> backend::impl::admissio
     co_await timer.async_wait(asio::use_awaitable);
   }
   const auto t = wall_ms();
+  bool changed = false;  // a job's state: its watchers (and list watchers) look again
   for (auto it = pending.begin(); it != pending.end();) {
-    const auto& name = it->first;
+    const std::string name = it->first;  // (a copy: the entry may be erased)
     auto q = read_queue(name);
     if (!q || q->state == "failed") {  // deleted (or ended by someone else)
       it = pending.erase(it);
       ++generation[name];
+      changed = true;
       continue;
     }
     if (cancelled(name)) {
@@ -396,6 +398,7 @@ asio::awaitable<std::vector<backend::impl::pending_job>> backend::impl::admissio
       write_queue(*q);
       it = pending.erase(it);
       ++generation[name];
+      changed = true;
       continue;
     }
     if (q->state == "waiting") {
@@ -421,6 +424,7 @@ asio::awaitable<std::vector<backend::impl::pending_job>> backend::impl::admissio
         ctx.log->info("{}: {}", who(name), q->message);
         it = pending.erase(it);
         ++generation[name];
+        changed = true;
         continue;
       }
       if (all_met) {
@@ -430,6 +434,7 @@ asio::awaitable<std::vector<backend::impl::pending_job>> backend::impl::admissio
         q->seq = wall_ns();
         write_queue(*q);
         ++generation[name];
+        changed = true;
       }
     }
     ++it;
@@ -448,9 +453,11 @@ asio::awaitable<std::vector<backend::impl::pending_job>> backend::impl::admissio
     q->admitted_ms = t;
     write_queue(*q);
     ++generation[name];
+    changed = true;
     admitted.push_back(std::move(it->second));
     pending.erase(it);
   }
+  if (changed) waiters.notify_all();
   co_return admitted;
 }
 
