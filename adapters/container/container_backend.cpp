@@ -494,9 +494,11 @@ asio::awaitable<std::optional<seen>> backend::impl::await_container(const std::s
   detail::wake_signal sig(ctx.ex);
   detail::wake_registration reg(waiters, &sig);
   ensure_events();
+  // Once started: Docker ends a follow of a container that was made but not
+  // started yet at once, empty.
   auto of_step = [&](std::vector<seen>& cs) -> std::optional<seen> {
     for (auto& c : cs)
-      if (c.step == step) return std::move(c);
+      if (c.step == step && (c.state != "created" || !follow)) return std::move(c);
     return std::nullopt;
   };
   for (;;) {
@@ -504,11 +506,12 @@ asio::awaitable<std::optional<seen>> backend::impl::await_container(const std::s
     if (auto c = of_step(found.value())) co_return c;
     if (!follow || stopping) co_return std::nullopt;
     auto q = read_queue(job);
-    if (!q || !waits(*q) || is_terminal(queued_job(*q, std::nullopt).status)) {
-      // Its file moves only after its containers are made: one more look.
+    if (!q) {
+      // Its file moves only after its containers are made (and started): one more look.
       auto again = co_await containers(job);
       co_return of_step(again.value());
     }
+    if (!waits(*q) || is_terminal(queued_job(*q, std::nullopt).status)) co_return std::nullopt;
     // A file has no events: the daemon's (its containers made) or half a second.
     co_await sig.wait_until(steady::now() + std::chrono::milliseconds(500));
   }

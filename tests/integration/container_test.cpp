@@ -900,13 +900,32 @@ TEST_CASE_TEMPLATE("a waiting container job cancelled by another process ends ca
   auto holder = started_sleeper(client);
   auto waiting = client.train(shell_job("echo never", "waiting"));
   auto env = fx.env();
-  auto r = tjob::test::run({tjob::test::tjob_bin(), "cancel", waiting, "--backend", "container",
-                            "--container-host", "unix://" + sock},
-                           env);
+  // tjob run of a job that must wait: it follows the log of a container made later.
+  const std::vector<std::string> on = {"--backend", "container", "--container-host", "unix://" + sock};
+  std::vector<std::string> run = {tjob::test::tjob_bin(), "--max-running", "1", "run"};
+  run.insert(run.end(), on.begin(), on.end());
+  for (const auto& a : {"--network", "none", "--image", "localhost/tjob-bb:latest", "--name", "via-cli", "--",
+                        "echo", "from the CLI"})
+    run.emplace_back(a);
+  tjob::test::background cli(run, env);
+  REQUIRE(cli.wait_for_stderr("tjob: job via-cli started"));
+  wait_queued(client, "via-cli");
+  std::vector<std::string> queue = {tjob::test::tjob_bin(), "--max-running", "1", "queue"};
+  queue.insert(queue.end(), on.begin(), on.end());
+  auto listed = tjob::test::run(queue, env);
+  CHECK(listed.out.find("waiting") != std::string::npos);
+  CHECK(listed.out.find("via-cli") != std::string::npos);
+  CHECK(listed.out.find("a running slot (1 of max_running 1 in use)") != std::string::npos);
+  std::vector<std::string> cancel = {tjob::test::tjob_bin(), "cancel", waiting};
+  cancel.insert(cancel.end(), on.begin(), on.end());
+  auto r = tjob::test::run(cancel, env);
   CHECK_MESSAGE(r.exit_code == 0, (r.err));
   auto j = client.wait_for_job_status(waiting, {job_status::failed}, 30s);
   CHECK(j.reason == "cancelled");
   client.cancel_job(holder);
+  CHECK(cli.wait(60s) == 0);
+  CHECK(cli.out() == "from the CLI\n");
+  client.delete_job("via-cli");
   client.wait_for_job_status(holder, {job_status::failed}, 60s);
   // The room it would have had is free, and it never got a container.
   auto next = client.train(shell_job("echo next", "next"));
