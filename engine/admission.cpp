@@ -110,6 +110,27 @@ std::string never_fits(const admission_need& need, const admission_budget& b) {
   return out;
 }
 
+std::vector<queue_entry> queue_entries(const admission_plan& plan, const std::vector<queue_row>& rows) {
+  std::map<std::string_view, const queue_row*> by_name;
+  for (const auto& r : rows) by_name[r.job] = &r;
+  std::vector<queue_entry> out;
+  for (const auto& w : plan.queue) {
+    const auto& r = *by_name.at(w.job);
+    queue_entry e;
+    e.name = w.job;
+    e.position = w.position;
+    e.priority = r.priority;
+    e.waits_for =
+        w.waits_for.empty() ? "nothing: it fits, and starts when its owner next looks" : w.waits_for;
+    e.since = clock::time_point(std::chrono::milliseconds(r.since_ms));
+    e.cpus = r.need.cpus;
+    e.memory = r.need.memory;
+    e.gpus = r.need.gpus;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 admission_need need_of(const train_request& r) {
   admission_need need;
   if (const auto* ct = std::get_if<command_trainer>(&r.job_trainer)) {

@@ -65,6 +65,10 @@ struct admission_plan {
   std::string blocker;
 };
 
+/// The waiting jobs of `plan` as tjob queue lists them, from their `rows`
+/// (the rows plan_admission was given, or more).
+std::vector<queue_entry> queue_entries(const admission_plan& plan, const std::vector<queue_row>& rows);
+
 /// What the admitted jobs hold together: all plan_admission needs of them.
 struct admitted_usage {
   int running = 0, cpus = 0, gpus = 0;

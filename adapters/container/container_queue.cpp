@@ -307,24 +307,9 @@ detail::queue_row backend::impl::row_of(const queue_file& q) {
 asio::awaitable<std::vector<queue_entry>> backend::impl::queue_view() {
   auto files = read_queues();
   auto plan = co_await queue_plan(files);
-  std::map<std::string, const queue_file*> by_name;
-  for (const auto& q : files) by_name[q.job] = &q;
-  std::vector<queue_entry> out;
-  for (const auto& w : plan.queue) {
-    const auto& q = *by_name.at(w.job);
-    queue_entry e;
-    e.name = w.job;
-    e.position = w.position;
-    e.priority = q.priority;
-    e.waits_for =
-        w.waits_for.empty() ? "nothing: it fits, and starts when its owner next looks" : w.waits_for;
-    e.since = from_ms(q.since_ms);
-    e.cpus = q.need.cpus;
-    e.memory = q.need.memory;
-    e.gpus = q.need.gpus;
-    out.push_back(std::move(e));
-  }
-  co_return out;
+  std::vector<detail::queue_row> rows;
+  for (const auto& q : files) rows.push_back(row_of(q));
+  co_return detail::queue_entries(plan, rows);
 }
 
 // Where a waiting job that was not read with its queue stands: its place.

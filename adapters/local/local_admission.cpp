@@ -293,30 +293,10 @@ void engine_state::after_admission(const std::shared_ptr<job_rec>& j) {
 
 std::vector<queue_entry> engine_state::queue_view() {
   flush();
-  auto rows = db->load_queue();
-  std::map<std::string, detail::queue_row> by_name;
-  std::vector<detail::queue_row> plain;
-  for (const auto& q : rows) {
-    by_name[q.row.job] = q.row;
-    plain.push_back(q.row);
-  }
-  auto plan = detail::plan_admission(std::move(plain), budget);
-  std::vector<queue_entry> out;
-  for (const auto& w : plan.queue) {
-    const auto& r = by_name[w.job];
-    queue_entry e;
-    e.name = w.job;
-    e.position = w.position;
-    e.priority = r.priority;
-    e.waits_for =
-        w.waits_for.empty() ? "nothing: it fits, and starts when its owner next looks" : w.waits_for;
-    e.since = from_ms(r.since_ms);
-    e.cpus = r.need.cpus;
-    e.memory = r.need.memory;
-    e.gpus = r.need.gpus;
-    out.push_back(std::move(e));
-  }
-  return out;
+  std::vector<detail::queue_row> rows;
+  for (const auto& q : db->load_queue()) rows.push_back(q.row);
+  auto plan = detail::plan_admission(rows, budget);
+  return detail::queue_entries(plan, rows);
 }
 
 void engine_state::arm_deadline(const std::shared_ptr<job_rec>& j) {
