@@ -259,11 +259,12 @@ std::vector<std::string> train_all(trainer_client& client, const std::vector<tra
 
 std::vector<std::string> train_detached(const std::vector<train_request>& requests, engine_config config) {
   if (requests.empty()) return {};
-  // The cluster runs its jobs, and nothing here needs to stay. A container
-  // job needs an owner until the engine has admitted it (it may wait for the
-  // budget, its dependencies or its array: the daemon has no queue) and, with
-  // an active deadline, until it ends (the daemon has none): the supervisor.
-  const bool needs_owner = config.backend != backend_kind::kubernetes;
+  // The cluster (or a tjob serve) runs and owns its jobs, and nothing here
+  // needs to stay. A container job needs an owner until the engine has
+  // admitted it (it may wait for the budget, its dependencies or its array:
+  // the daemon has no queue) and, with an active deadline, until it ends (the
+  // daemon has none): the supervisor.
+  const bool needs_owner = config.backend == backend_kind::local || config.backend == backend_kind::container;
   if (!needs_owner) {
     trainer_client client(config);
     return train_all(client, requests);
