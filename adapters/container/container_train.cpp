@@ -334,8 +334,12 @@ asio::awaitable<void> backend::impl::create_job(pending_job& job, bool keep_dir)
   // Its place in the queue is its history now (its Queued and Admitted events).
   if (auto q = read_queue(name)) {
     q->state = "started";
+    try {
+      write_file(dir / ".tjob" / "admission.json", json::serialize(to_json(*q)));
+    } catch (const std::exception& e) {  // (its events then start with the daemon's)
+      ctx.log->warn("{}: {}", me, e.what());
+    }
     std::error_code ec;
-    write_file(dir / ".tjob" / "admission.json", json::serialize(to_json(*q)));
     fs::remove(queue_path(name), ec);
   }
   // Cancelled while its containers were made: they stop now.
