@@ -170,21 +170,36 @@ std::string to_yaml(const json::value& v) {
   return std::string(out.c_str()) + "\n";
 }
 
+namespace {
+
+// "42%", or "-" before any report.
+std::string progress_cell(const train_job& j) {
+  return j.progress_percent ? std::to_string(*j.progress_percent) + "%" : "-";
+}
+
+// The estimated time left as reported ("3m12s"), or "-".
+std::string eta_cell(const train_job& j) {
+  return j.estimated_remaining_seconds ? format_duration(std::chrono::seconds(*j.estimated_remaining_seconds))
+                                       : "-";
+}
+
+}  // namespace
+
 std::string render_jobs(const std::vector<train_job>& jobs, output_format f) {
   bool wide = f == output_format::wide;
   if (f != output_format::table && !wide) return render_list(jobs, f);
-  std::vector<std::vector<std::string>> rows{{"NAME", "STATUS", "RUNTIME", "STEPS", "AGE"}};
-  if (wide) rows[0].insert(rows[0].end(), {"NODES", "STARTED", "DURATION", "REASON", "ARRAY"});
+  std::vector<std::vector<std::string>> rows{{"NAME", "STATUS", "RUNTIME", "STEPS", "PROGRESS", "AGE"}};
+  if (wide) rows[0].insert(rows[0].end(), {"NODES", "STARTED", "DURATION", "ETA", "REASON", "ARRAY"});
   auto now = clock::now();
   for (const auto& j : jobs) {
     auto done =
         std::count_if(j.steps.begin(), j.steps.end(), [](const step& s) { return is_terminal(s.status); });
     rows.push_back({j.name, status_cell(j), or_dash(j.runtime), fmt::format("{}/{}", done, j.steps.size()),
-                    format_age(j.creation_timestamp, now)});
+                    progress_cell(j), format_age(j.creation_timestamp, now)});
     if (wide)
       rows.back().insert(rows.back().end(),
                          {std::to_string(j.num_nodes), j.start_time ? format_time(*j.start_time) : "-",
-                          ran_for(j, now), or_dash(j.reason), or_dash(j.array)});
+                          ran_for(j, now), eta_cell(j), or_dash(j.reason), or_dash(j.array)});
   }
   return table(rows);
 }
@@ -204,6 +219,17 @@ std::string render_job(const train_job& job, output_format f) {
                     job.end_time ? format_time(*job.end_time) : "-", ran_for(job, clock::now())});
   }
   std::string out = table(head);
+  // What its code last reported (train_job::progress_percent), once it has.
+  if (job.progress_percent || job.estimated_remaining_seconds || !job.metrics.empty()) {
+    std::string metrics;
+    for (const auto& [name, value] : job.metrics)
+      metrics += (metrics.empty() ? "" : " ") + name + "=" + value;
+    std::vector<std::vector<std::string>> progress{
+        {"PROGRESS", "ETA", "UPDATED", "METRICS"},
+        {progress_cell(job), eta_cell(job), job.progress_updated ? format_time(*job.progress_updated) : "-",
+         or_dash(metrics)}};
+    out += "\n" + table(progress);
+  }
   // ATTEMPT only for a job that has restarted (train_request::retry)
   const bool restarted =
       std::any_of(job.steps.begin(), job.steps.end(), [](const step& s) { return s.attempt > 1; });

@@ -34,7 +34,9 @@ bool same_state(const train_job& a, const train_job& b) {
   };
   return a.name == b.name && a.status == b.status && a.reason == b.reason && a.start_time == b.start_time &&
          a.end_time == b.end_time &&
-         std::equal(a.steps.begin(), a.steps.end(), b.steps.begin(), b.steps.end(), same_step);
+         std::equal(a.steps.begin(), a.steps.end(), b.steps.begin(), b.steps.end(), same_step) &&
+         a.progress_updated == b.progress_updated && a.progress_percent == b.progress_percent &&
+         a.estimated_remaining_seconds == b.estimated_remaining_seconds && a.metrics == b.metrics;
 }
 
 namespace {

@@ -126,6 +126,15 @@ json::object to_json(const train_job& job) {
   o["steps"] = std::move(steps);
   if (job.queue_position) o["queue_position"] = *job.queue_position;
   if (!job.array.empty()) o["array"] = job.array;
+  // Progress, once reported (a job without any looks as it did).
+  if (job.progress_percent) o["progress_percent"] = *job.progress_percent;
+  if (job.estimated_remaining_seconds) o["estimated_remaining_seconds"] = *job.estimated_remaining_seconds;
+  if (!job.metrics.empty()) {
+    json::object m;
+    for (const auto& [name, value] : job.metrics) m[name] = value;
+    o["metrics"] = std::move(m);
+  }
+  if (job.progress_updated) o["updated"] = time_text(*job.progress_updated);
   return o;
 }
 
@@ -214,6 +223,18 @@ train_job job_from_json(const json::value& v) {
   j.end_time = optional_time_at(o, "end_time", in);
   if (o.contains("queue_position")) j.queue_position = static_cast<int>(int_at(o, "queue_position", in));
   if (o.contains("array")) j.array = text_at(o, "array", in);
+  if (o.contains("progress_percent"))
+    j.progress_percent = static_cast<int>(int_at(o, "progress_percent", in));
+  if (o.contains("estimated_remaining_seconds"))
+    j.estimated_remaining_seconds = int_at(o, "estimated_remaining_seconds", in);
+  if (auto* m = o.if_contains("metrics")) {
+    if (!m->is_object()) malformed(in, "metrics");
+    for (const auto& [name, value] : m->get_object()) {
+      if (!value.is_string()) malformed(in, "metrics");
+      j.metrics.emplace_back(std::string(name), std::string(value.get_string()));
+    }
+  }
+  if (o.contains("updated")) j.progress_updated = time_at(o, "updated", in);
   auto* steps = o.if_contains("steps");
   if (!steps || !steps->is_array()) malformed(in, "steps");
   for (const auto& sv : steps->get_array()) {

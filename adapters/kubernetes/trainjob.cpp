@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <ctime>
 
 namespace tjob::kube {
@@ -202,8 +203,50 @@ std::vector<pod_step> steps_from_pods(const std::vector<const json::object*>& po
   return out;
 }
 
+namespace {
+
+// The controller's copy of what the training code last reported
+// (status.trainerStatus, Kubeflow's update_trainjob_status): the percentage
+// (0 to 100), the seconds left (0 or more), at most 256 metrics of names and
+// values of at most 64 bytes (the API's bounds; one past them is left out),
+// and when.
+void read_trainer_status(const json::object& status, train_job& j) {
+  const auto* ts = obj_of(status, "trainerStatus");
+  if (!ts) return;
+  auto number = [&](const char* key) -> std::optional<double> {
+    auto* v = ts->if_contains(key);
+    if (!v || !v->is_number()) return std::nullopt;
+    boost::system::error_code ec;
+    double d = v->to_number<double>(ec);
+    if (ec || !std::isfinite(d)) return std::nullopt;
+    return d;
+  };
+  if (auto p = number("progressPercentage"))
+    j.progress_percent = static_cast<int>(std::clamp(*p, 0.0, 100.0));
+  if (auto e = number("estimatedRemainingSeconds"))
+    j.estimated_remaining_seconds = static_cast<std::int64_t>(std::clamp(*e, 0.0, 1e15));
+  if (auto* metrics = arr_of(*ts, "metrics"))
+    for (const auto& m : *metrics) {
+      if (j.metrics.size() >= 256) break;
+      if (!m.is_object()) continue;
+      const auto& mo = m.get_object();
+      auto name = str_of(&mo, "name");
+      std::string value;
+      if (auto* v = mo.if_contains("value"); v && v->is_string())
+        value = std::string(v->get_string());
+      else if (v && v->is_number())
+        value = json::serialize(*v);
+      if (name.empty() || name.size() > 64 || value.size() > 64) continue;
+      j.metrics.emplace_back(std::move(name), std::move(value));
+    }
+  j.progress_updated = detail::parse_rfc3339(str_of(ts, "lastUpdatedTime"));
+}
+
+}  // namespace
+
 train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int fallback_nodes) {
   train_job j;
+  if (auto* st = obj_of(tj, "status")) read_trainer_status(*st, j);
   j.name = name_of(tj);
   j.runtime = runtime_of(tj);
   j.num_nodes = num_nodes_of(tj).value_or(fallback_nodes);

@@ -189,6 +189,15 @@ struct train_job {
   std::optional<int> queue_position;
   /// The job array it belongs to (train_request::array); empty: none.
   std::string array;
+  /// The latest progress its training code reported (Kubeflow's
+  /// update_trainjob_status; on Kubernetes the TrainJob's
+  /// status.trainerStatus): a percentage (0 to 100), the estimated seconds
+  /// left, its metrics (name and value, as reported, at most 256) and when.
+  /// Unset (empty) until a first report.
+  std::optional<int> progress_percent;
+  std::optional<std::int64_t> estimated_remaining_seconds;
+  std::vector<std::pair<std::string, std::string>> metrics;
+  std::optional<clock::time_point> progress_updated;
 };
 
 /// A job that waits for admission (engine::get_queue, `tjob queue`).
@@ -204,8 +213,8 @@ struct queue_entry {
 };
 
 /// Whether `a` and `b` are one job in one state as a watcher sees it: name,
-/// status, reason, start and end, and each step's name, status, exit code,
-/// reason and attempt (pids and the creation time aside). wait_for_jobs_change
+/// status, reason, start and end, each step's name, status, exit code, reason
+/// and attempt, and the reported progress (pids and the creation time aside). wait_for_jobs_change
 /// returns once this no longer holds for some job.
 bool same_state(const train_job& a, const train_job& b);
 

@@ -65,6 +65,15 @@ py::dict job_dict(const tjob::train_job& j) {
   d["status"] = std::string(tjob::to_string(j.status));
   d["reason"] = j.reason;
   d["array"] = j.array;
+  d["progress_percent"] =
+      j.progress_percent ? py::object(py::int_(*j.progress_percent)) : py::object(py::none());
+  d["estimated_remaining_seconds"] = j.estimated_remaining_seconds
+                                         ? py::object(py::int_(*j.estimated_remaining_seconds))
+                                         : py::object(py::none());
+  py::dict metrics;  // (in the order reported)
+  for (const auto& [name, value] : j.metrics) metrics[py::str(name)] = value;
+  d["metrics"] = metrics;
+  d["updated"] = seconds_of(j.progress_updated);
   return d;
 }
 

@@ -449,7 +449,9 @@ class _Base:
         return TrainJob(name=d["name"], runtime=runtimes.get(d["runtime"]), steps=steps, num_nodes=d["num_nodes"],
                         creation_timestamp=_time(d["creation_timestamp"]), status=d["status"],
                         start_time=_time(d["start_time"]), end_time=_time(d["end_time"]), reason=d["reason"],
-                        array=d["array"])
+                        array=d["array"], progress_percent=d["progress_percent"],
+                        estimated_remaining_seconds=d["estimated_remaining_seconds"], metrics=dict(d["metrics"]),
+                        updated=_time(d["updated"]))
 
     def _events(self, name: str, evs: List[Dict]) -> List[Event]:
         return [Event(involved_object_kind="Step" if e["step"] else "TrainJob",

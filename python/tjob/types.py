@@ -133,6 +133,12 @@ class TrainJob:
     end_time: Optional[datetime.datetime] = None
     reason: str = ""
     array: str = ""  # the job array it is a member of (the Array option); empty: none
+    # The latest progress its code reported (Kubeflow's update_trainjob_status; on Kubernetes the TrainJob's
+    # status.trainerStatus): None, None, {} and None until a first report.
+    progress_percent: Optional[int] = None
+    estimated_remaining_seconds: Optional[int] = None
+    metrics: Dict[str, str] = field(default_factory=dict)
+    updated: Optional[datetime.datetime] = None
 
 
 @dataclass

@@ -5,6 +5,7 @@
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
+#include <tjob/wire.hpp>
 
 #include <doctest/doctest.h>
 #include <boost/json.hpp>
@@ -711,4 +712,51 @@ TEST_CASE_FIXTURE(kube_fixture, "wait_for_jobs_change is woken by the cluster's 
   CHECK(seen[0].status == job_status::complete);
   c.delete_job(name);
   CHECK(c.wait_for_jobs_change(seen, {}, 60s).empty());
+}
+
+TEST_CASE_FIXTURE(kube_fixture,
+                  "the controller's status.trainerStatus is the job's progress, in get, -o json and list") {
+  if (!have_kubectl()) return;
+  trainer_client c(kube_config());
+  auto name = c.train(helper_job({"print", "trained\n"}, "reports"));
+  c.wait_for_job_status(name, {job_status::complete}, 60s);
+  auto before = c.get_job(name);
+  CHECK(!before.progress_percent);  // nothing reported yet
+  // A watcher of the job is woken by a report (progress is part of its state).
+  auto changed = std::async(std::launch::async, [&] { return c.wait_for_job_change(name, before, 30s); });
+  // What the real controller writes when the training code calls Kubeflow's
+  // update_trainjob_status (the percentage past 100 is clamped, as Kubeflow
+  // clamps; a metric over the API's 64 bytes is left out).
+  const std::string long_name(65, 'x');
+  kubectl({"patch", "trainjob", name, "--subresource=status", "--type=merge", "-p",
+           R"({"status":{"trainerStatus":{"progressPercentage":250,"estimatedRemainingSeconds":75,)"
+           R"("metrics":[{"name":"loss","value":"0.125"},{"name":"accuracy","value":"0.9"},)"
+           R"({"name":")" +
+               long_name + R"(","value":"1"}],"lastUpdatedTime":"2026-12-04T10:00:00Z"}}})"});
+  auto woken = changed.get();
+  CHECK(woken.progress_percent == 100);
+  auto j = c.get_job(name);
+  REQUIRE(j.progress_percent);
+  CHECK(*j.progress_percent == 100);
+  CHECK(j.estimated_remaining_seconds == 75);
+  REQUIRE(j.metrics.size() == 2);
+  CHECK(j.metrics[0] == std::pair<std::string, std::string>{"loss", "0.125"});
+  CHECK(j.metrics[1] == std::pair<std::string, std::string>{"accuracy", "0.9"});
+  REQUIRE(j.progress_updated);
+  auto got = tjob::test::run(cli({"get", name, "-o", "json"}), env());
+  REQUIRE(got.exit_code == 0);
+  auto o = json::parse(got.out).as_object();
+  CHECK(o.at("progress_percent") == 100);
+  CHECK(o.at("estimated_remaining_seconds") == 75);
+  CHECK(o.at("metrics").at("loss") == "0.125");
+  CHECK(o.at("updated") == "2026-12-04T10:00:00.000Z");
+  auto back = job_from_json(o);  // the wire form reads back the same
+  CHECK(back.metrics == j.metrics);
+  CHECK(back.progress_percent == j.progress_percent);
+  auto table = tjob::test::run(cli({"list"}), env()).out;
+  CHECK(table.find("PROGRESS") != std::string::npos);
+  CHECK(table.find("100%") != std::string::npos);
+  auto shown = tjob::test::run(cli({"get", name}), env()).out;
+  CHECK(shown.find("loss=0.125 accuracy=0.9") != std::string::npos);
+  CHECK(shown.find("1m15s") != std::string::npos);
 }
