@@ -237,7 +237,12 @@ void read_trainer_status(const json::object& status, train_job& j) {
       else if (v && v->is_number())
         value = json::serialize(*v);
       if (name.empty() || name.size() > 64 || value.size() > 64) continue;
-      j.metrics.emplace_back(std::move(name), std::move(value));
+      auto same =
+          std::find_if(j.metrics.begin(), j.metrics.end(), [&](const auto& kv) { return kv.first == name; });
+      if (same != j.metrics.end())
+        same->second = std::move(value);  // a name given twice: its last value
+      else
+        j.metrics.emplace_back(std::move(name), std::move(value));
     }
   j.progress_updated = detail::parse_rfc3339(str_of(ts, "lastUpdatedTime"));
 }
