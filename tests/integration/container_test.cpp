@@ -1033,7 +1033,7 @@ TEST_CASE_TEMPLATE(
   auto lost = client.wait_for_job_status(doomed, {job_status::failed}, 30s);
   CHECK(lost.reason == "lost");
   client.cancel_job(holder);
-  auto k = client.wait_for_job_status(kept, {job_status::complete}, 60s);
+  client.wait_for_job_status(kept, {job_status::complete}, 60s);
   CHECK(all_of(client.get_job_logs(kept)) == "kept\n");
   CHECK(client.get_job(doomed).reason == "lost");
   CHECK(docker_cli(sock, {"ps", "-a", "-q", "--filter", "name=doomed-node"}).empty());
