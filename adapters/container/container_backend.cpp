@@ -58,53 +58,6 @@ int rank_of(const std::string& step) {
   return ec == std::errc() && end == step.data() + step.size() ? rank : -1;
 }
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(clock::now().time_since_epoch()).count();
-}
-
-struct container_log final : detail::piecewise_log {
-  std::shared_ptr<backend::impl> b;
-  std::string what, container, job, step;  // container: empty while the job waits for admission
-  log_options options;
-  std::optional<http::body_stream> body;
-  frame_decoder dec;
-
-  container_log(std::shared_ptr<backend::impl> bk, std::string w, std::string c, log_options o, bool tty)
-      // the daemon's since is exact (Podman's too, though it prints whole seconds)
-      : piecewise_log(o.timestamps ? std::optional(detail::peer_stamps(true, std::nullopt)) : std::nullopt),
-        b(std::move(bk)),
-        what(std::move(w)),
-        container(std::move(c)),
-        options(std::move(o)),
-        dec(tty) {}
-
-  asio::awaitable<bool> read_piece(std::string& out) override {
-    if (container.empty()) {
-      // The job waits for admission: its container comes when it is let in.
-      auto c = co_await b->await_container(job, step, options.follow);
-      if (!c) co_return false;  // it ended (or was deleted) before it had one, or this does not follow
-      container = c->id;
-      dec = frame_decoder(c->tty);
-    }
-    auto where = what + " (container " + quote(container) + "): ";
-    if (!body) {
-      auto opened = co_await b->api->container_logs(container, options);
-      if (!opened) raise(prefixed(opened.error(), where));
-      body.emplace(std::move(*opened));
-    }
-    auto piece = co_await body->read_some();
-    if (!piece) raise(prefixed(piece.error(), where));
-    if (!*piece) {
-      if (!dec.at_boundary())
-        raise(failure(docker_errc::bad_answer, where + "the stream ended inside a frame"));
-      co_return false;
-    }
-    auto fed = dec.feed(**piece, [&](int, std::string_view p) { out.append(p); });
-    if (!fed) raise(prefixed(fed.error(), where));
-    co_return true;
-  }
-};
-
 // A waiter's view of one job: woken by the daemon's events for it; without
 // the event stream (the daemon restarting, or refusing /events) the status is
 // read again each second until the stream is back.
@@ -489,66 +442,6 @@ std::string backend::impl::container_of(const std::string& job, const std::strin
   return r >= 0 ? node_name(job, r) : job + "-" + step;
 }
 
-asio::awaitable<std::optional<seen>> backend::impl::await_container(const std::string& job,
-                                                                    const std::string& step, bool follow) {
-  detail::wake_signal sig(ctx.ex);
-  detail::wake_registration reg(waiters, &sig);
-  ensure_events();
-  // Once started: Docker ends a follow of a container that was made but not
-  // started yet at once, empty.
-  auto of_step = [&](std::vector<seen>& cs) -> std::optional<seen> {
-    for (auto& c : cs)
-      if (c.step == step && (c.state != "created" || !follow)) return std::move(c);
-    return std::nullopt;
-  };
-  for (;;) {
-    auto found = co_await containers(job);
-    if (auto c = of_step(found.value())) co_return c;
-    if (!follow || stopping) co_return std::nullopt;
-    auto q = read_queue(job);
-    if (!q) {
-      // Its file moves only after its containers are made (and started): one more look.
-      auto again = co_await containers(job);
-      co_return of_step(again.value());
-    }
-    if (!waits(*q) || is_terminal(queued_job(*q, std::nullopt).status)) co_return std::nullopt;
-    // A file has no events: the daemon's (its containers made) or half a second.
-    co_await sig.wait_until(steady::now() + std::chrono::milliseconds(500));
-  }
-}
-
-asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const log_options& o) {
-  auto found = co_await containers(name);
-  auto cs = std::move(found).value();
-  if (cs.empty()) {
-    // No container yet: a job that waits for admission reads as an empty
-    // log, and a follower waits for its container.
-    auto q = read_queue(name);
-    if (!q || q->state == "started") raise(not_found(name));
-    auto j = queued_job(*q, std::nullopt);
-    std::vector<std::string> steps;
-    for (const auto& s : j.steps) steps.push_back(s.name);
-    if (std::find(steps.begin(), steps.end(), o.step) == steps.end())
-      detail::throw_step_not_found(name, o.step, steps);
-    auto log = std::make_unique<container_log>(
-        shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step), std::string(), o,
-        false);
-    log->job = name;
-    log->step = o.step;
-    co_return log_stream(std::move(log));
-  }
-  std::vector<std::string> known;
-  for (const auto& c : cs) {
-    if (c.step == o.step) {
-      co_return log_stream(std::make_unique<container_log>(
-          shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step), c.id, o,
-          c.tty));
-    }
-    known.push_back(c.step);
-  }
-  detail::throw_step_not_found(name, o.step, known);
-}
-
 // --- cancel / delete ------------------------------------------------------
 
 asio::awaitable<void> backend::impl::stop_all(const std::vector<seen>& cs, bool force) {
@@ -647,71 +540,6 @@ asio::awaitable<void> backend::impl::remove(const std::string& name) {
     fs::remove_all(workdir(name), ec);
     if (ec) ctx.log->warn("{}: cannot remove its work dir: {}", who(name), ec.message());
   }
-}
-
-// --- events ---------------------------------------------------------------
-
-asio::awaitable<std::vector<event>> backend::impl::job_events(const std::string& name) {
-  auto found = co_await containers(name);
-  auto cs = std::move(found).value();
-  // Its time in the queue, from its queue file (moved to its work dir once
-  // its containers were made): Waiting, Queued, Admitted, or how it ended.
-  std::vector<event> out;
-  auto add = [&](std::int64_t ms, const char* reason, std::string message) {
-    if (ms <= 0) return;
-    event e;
-    e.seq = static_cast<std::int64_t>(out.size()) + 1;
-    e.time = clock::time_point(std::chrono::milliseconds(ms));
-    e.reason = reason;
-    e.message = std::move(message);
-    out.push_back(std::move(e));
-  };
-  std::optional<queue_file> q = read_queue(name);
-  if (!q || q->state == "started") {
-    q.reset();
-    std::ifstream in(workdir(name) / ".tjob" / "admission.json", std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    boost::system::error_code ec;
-    if (auto v = json::parse(text, ec); !ec && v.is_object()) q = queue_file_of(v.as_object());
-  }
-  if (cs.empty() && (!q || q->state == "started")) raise(not_found(name));
-  if (q) {
-    std::string deps;
-    for (const auto& [list, kind] : {std::pair{&q->after_ok, "after_ok"},
-                                     {&q->after_any, "after_any"},
-                                     {&q->after_not_ok, "after_not_ok"}})
-      for (const auto& d : *list) deps += (deps.empty() ? "" : ", ") + std::string(kind) + " " + d;
-    if (!deps.empty()) add(q->created_ms, "Waiting", "waits for " + deps);
-    if (q->seq > 0)
-      add(q->since_ms, "Queued",
-          "needs " + detail::describe_need(q->need) + ", priority " + std::to_string(q->priority));
-    add(q->admitted_ms, "Admitted",
-        fmt::format("admitted after {:.1f} s in the queue", (q->admitted_ms - q->since_ms) / 1000.0));
-    if (q->state == "failed")
-      add(q->ended_ms, q->reason == "cancelled" ? "Cancelled" : "StartFailed", q->message);
-  }
-  if (cs.empty()) co_return out;
-  auto daemon_ = co_await daemon();
-  auto& d = *daemon_.value();
-  std::int64_t since = cs.front().created - 1;
-  for (const auto& c : cs) since = std::min(since, c.created - 1);
-  json::object filters{{"label", json::array{std::string(label_job) + "=" + name}}};
-  auto opened = co_await d.events(filters, std::max<std::int64_t>(since, 1), unix_now() + 1);
-  auto body = std::move(opened).value();
-  http::line_splitter lines(1 << 20, "the event stream of " + d.describe());
-  std::vector<std::string> got;
-  auto handle = [&](const std::string& line) {
-    if (auto e = event_of_line(line, static_cast<std::int64_t>(out.size()) + 1)) out.push_back(std::move(*e));
-  };
-  for (;;) {
-    auto piece = co_await body.read_some();
-    if (!piece.value()) break;
-    got.clear();
-    lines.feed(**piece, got).value();
-    for (const auto& l : got) handle(l);
-  }
-  if (auto rest = lines.finish()) handle(*rest);
-  co_return out;
 }
 
 asio::awaitable<void> backend::impl::shutdown() {

@@ -1,6 +1,7 @@
-// Internals of the container backend, shared by its two source files:
-// container_backend.cpp (the daemon, reading jobs, events, logs, cancel,
-// delete) and container_train.cpp (creating a job's containers).
+// Internals of the container backend, shared by its source files:
+// container_backend.cpp (the daemon, reading jobs, events, cancel, delete),
+// container_logs.cpp (a node's log, a job's event log), container_train.cpp
+// (creating a job's containers) and container_queue.cpp (admission).
 #pragma once
 
 #include "adapters/container/container_backend.hpp"

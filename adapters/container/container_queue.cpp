@@ -16,6 +16,7 @@
 #include "engine/json_fields.hpp"
 #include "engine/names.hpp"
 #include "engine/times.hpp"
+#include "engine/trainer_checks.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -28,7 +29,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <set>
+#include <fstream>
 
 namespace tjob::container {
 
