@@ -131,6 +131,19 @@ std::vector<queue_entry> queue_entries(const admission_plan& plan, const std::ve
   return out;
 }
 
+std::string dependency_verdict(std::string_view job, std::string_view kind, std::optional<job_status> status,
+                               bool& met) {
+  met = false;
+  const auto dep = std::string(job);
+  if (!status) return "job " + dep + " was deleted before it ended (" + std::string(kind) + ")";
+  if (!is_terminal(*status)) return {};
+  const bool ok = *status == job_status::complete;
+  met = kind == "after_any" || (kind == "after_ok" && ok) || (kind == "after_not_ok" && !ok);
+  if (met) return {};
+  return "job " + dep + " ended " + std::string(to_string(*status)) + "; " + std::string(kind) +
+         " needs it " + (kind == "after_ok" ? "Complete" : "Failed");
+}
+
 admission_need need_of(const train_request& r) {
   admission_need need;
   if (const auto* ct = std::get_if<command_trainer>(&r.job_trainer)) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -93,6 +94,13 @@ admission_plan plan_admission(std::vector<queue_row> waiting, const admission_bu
 /// Why `need` can never fit in `budget` ("needs 8 CPUs; the budget is 2"),
 /// empty when it can.
 std::string never_fits(const admission_need& need, const admission_budget& budget);
+
+/// A dependency of `kind` (after_ok, after_any, after_not_ok) on `job`,
+/// whose status is `status` (nullopt: it is gone): `met` when it is met, and
+/// why it never can be ("job x ended Failed; after_ok needs it Complete"),
+/// empty while it may still be (docs/scheduling.md).
+std::string dependency_verdict(std::string_view job, std::string_view kind, std::optional<job_status> status,
+                               bool& met);
 
 /// What `r` is admitted for, all its nodes together (docs/scheduling.md): a
 /// command its cpus and memory (--resources), Python code its processes per

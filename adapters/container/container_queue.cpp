@@ -324,19 +324,13 @@ asio::awaitable<std::optional<int>> backend::impl::position_of(const std::string
 // Why a dependency can never be met ("" while it may be); `met` when it is.
 asio::awaitable<std::string> backend::impl::dependency_state(const std::string& dep, std::string_view kind,
                                                              bool& met) {
-  met = false;
   auto found = co_await find(dep);
-  if (!found) {
-    if (detail::means(found.error().code, errc::job_not_found))
-      co_return "job " + dep + " was deleted before it ended (" + std::string(kind) + ")";
+  std::optional<job_status> status;
+  if (found)
+    status = found->status;
+  else if (!detail::means(found.error().code, errc::job_not_found))
     raise(found.error());
-  }
-  if (!is_terminal(found->status)) co_return std::string();
-  const bool ok = found->status == job_status::complete;
-  met = kind == "after_any" || (kind == "after_ok" && ok) || (kind == "after_not_ok" && !ok);
-  if (met) co_return std::string();
-  co_return "job " + dep + " ended " + std::string(to_string(found->status)) + "; " + std::string(kind) +
-      " needs it " + (kind == "after_ok" ? "Complete" : "Failed");
+  co_return detail::dependency_verdict(dep, kind, status, met);
 }
 
 // One look at the queue: this process's waiting jobs that were cancelled or

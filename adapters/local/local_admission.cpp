@@ -74,24 +74,15 @@ void engine_state::end_backoff(const job_rec& j) {
 void engine_state::wait_backoff(const std::shared_ptr<job_rec>& j) { enlist(*this, backoff_waiting, j); }
 
 std::string engine_state::dependency_state(const job_rec::dependency& dep, bool& met) {
-  met = false;
   std::optional<job_status> status;
   if (auto o = owned(dep.job)) {
     status = o->row.status;
   } else if (auto row = load_fresh(dep.job)) {  // (a dead owner's job is recorded lost first)
     status = row->status;
-  } else {
-    return "job " + dep.job + " was deleted before it ended (" + dep.kind + ")";
   }
-  if (!is_terminal(*status)) return {};
-  if (db->has_event(dep.job, log_event::delete_requested))  // ended by its delete's cancel
-    return "job " + dep.job + " was deleted before it ended (" + dep.kind + ")";
-  const std::string_view kind = dep.kind;
-  const bool ok = *status == job_status::complete;
-  met = kind == "after_any" || (kind == "after_ok" && ok) || (kind == "after_not_ok" && !ok);
-  if (met) return {};
-  return "job " + dep.job + " ended " + std::string(to_string(*status)) + "; " + std::string(kind) +
-         " needs it " + (kind == "after_ok" ? "Complete" : "Failed");
+  if (status && is_terminal(*status) && db->has_event(dep.job, log_event::delete_requested))
+    status.reset();  // ended by its delete's cancel: deleted before it ended
+  return detail::dependency_verdict(dep.job, dep.kind, status, met);
 }
 
 void engine_state::dependency_round() {
