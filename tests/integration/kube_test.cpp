@@ -734,12 +734,16 @@ TEST_CASE_FIXTURE(kube_fixture,
   // What the real controller writes when the training code calls Kubeflow's
   // update_trainjob_status (the percentage past 100 is clamped, as Kubeflow
   // clamps; a metric over the API's 64 bytes is left out).
+  // `tjob list -w` prints a job again when it changes: a report is a change.
+  tjob::test::background watching(cli({"list", "-w"}), env());
+  REQUIRE(watching.wait_for_stdout(name));
   const std::string long_name(65, 'x');
   kubectl({"patch", "trainjob", name, "--subresource=status", "--type=merge", "-p",
            R"({"status":{"trainerStatus":{"progressPercentage":250,"estimatedRemainingSeconds":75,)"
            R"("metrics":[{"name":"loss","value":"0.125"},{"name":"accuracy","value":"0.9"},)"
            R"({"name":")" +
                long_name + R"(","value":"1"}],"lastUpdatedTime":"2026-12-04T10:00:00Z"}}})"});
+  CHECK(watching.wait_for_stdout("100%"));
   auto woken = changed.get();
   CHECK(woken.progress_percent == 100);
   auto j = c.get_job(name);
