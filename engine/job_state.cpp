@@ -93,6 +93,8 @@ std::string_view to_string(log_event e) noexcept {
       return event_reason(event_kind::restarting);
     case log_event::delete_requested:
       return "DeleteRequested";
+    case log_event::progress:
+      return "Progress";
   }
   return "Created";
 }

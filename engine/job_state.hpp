@@ -63,6 +63,9 @@ enum class log_event : std::uint8_t {
   /// "DeleteRequested": the job is being deleted (its cancel, then its rows
   /// go); to its dependents it never ended, however its cancel ends it
   delete_requested,
+  /// "Progress": what the training code reported (a percentage, the seconds
+  /// left, metrics; the event's data is their JSON, detail::progress_json)
+  progress,
 };
 inline constexpr log_event all_log_events[] = {log_event::created,        log_event::started,
                                                log_event::exited,         log_event::start_failed,
@@ -70,7 +73,8 @@ inline constexpr log_event all_log_events[] = {log_event::created,        log_ev
                                                log_event::setup,          log_event::queued,
                                                log_event::devices_leased, log_event::cancel_requested,
                                                log_event::admitted,       log_event::waiting,
-                                               log_event::restarting,     log_event::delete_requested};
+                                               log_event::restarting,     log_event::delete_requested,
+                                               log_event::progress};
 
 std::string_view to_string(log_event e) noexcept;
 std::optional<log_event> parse_log_event(std::string_view s) noexcept;

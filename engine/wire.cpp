@@ -87,6 +87,19 @@ job_status status_at(const json::object& o, const std::string& what) {
   return *s;
 }
 
+void read_progress(const json::object& o, const std::string& what, std::optional<int>& percent,
+                   std::optional<std::int64_t>& remaining, std::vector<std::pair<std::string, std::string>>& metrics) {
+  if (o.contains("progress_percent")) percent = static_cast<int>(int_at(o, "progress_percent", what));
+  if (o.contains("estimated_remaining_seconds")) remaining = int_at(o, "estimated_remaining_seconds", what);
+  if (auto* m = o.if_contains("metrics")) {
+    if (!m->is_object()) malformed(what, "metrics");
+    for (const auto& [name, value] : m->get_object()) {
+      if (!value.is_string()) malformed(what, "metrics");
+      metrics.emplace_back(std::string(name), std::string(value.get_string()));
+    }
+  }
+}
+
 std::vector<std::string> texts_at(const json::object& o, const char* key, const std::string& what) {
   auto* v = o.if_contains(key);
   if (!v || !v->is_array()) malformed(what, key);
@@ -99,6 +112,19 @@ std::vector<std::string> texts_at(const json::object& o, const char* key, const 
 }
 
 }  // namespace
+
+// Reported progress (a job's latest, a Progress event's): each field only
+// when it was reported.
+void put_progress(json::object& o, const std::optional<int>& percent, const std::optional<std::int64_t>& remaining,
+                  const std::vector<std::pair<std::string, std::string>>& metrics) {
+  if (percent) o["progress_percent"] = *percent;
+  if (remaining) o["estimated_remaining_seconds"] = *remaining;
+  if (!metrics.empty()) {
+    json::object m;
+    for (const auto& [name, value] : metrics) m[name] = value;
+    o["metrics"] = std::move(m);
+  }
+}
 
 json::object to_json(const train_job& job) {
   json::array steps;
@@ -127,13 +153,7 @@ json::object to_json(const train_job& job) {
   if (job.queue_position) o["queue_position"] = *job.queue_position;
   if (!job.array.empty()) o["array"] = job.array;
   // Progress, once reported (a job without any looks as it did).
-  if (job.progress_percent) o["progress_percent"] = *job.progress_percent;
-  if (job.estimated_remaining_seconds) o["estimated_remaining_seconds"] = *job.estimated_remaining_seconds;
-  if (!job.metrics.empty()) {
-    json::object m;
-    for (const auto& [name, value] : job.metrics) m[name] = value;
-    o["metrics"] = std::move(m);
-  }
+  put_progress(o, job.progress_percent, job.estimated_remaining_seconds, job.metrics);
   if (job.progress_updated) o["updated"] = time_text(*job.progress_updated);
   return o;
 }
@@ -145,6 +165,7 @@ json::object to_json(const event& ev) {
   o["step"] = ev.step;
   o["reason"] = ev.reason;
   o["message"] = ev.message;
+  put_progress(o, ev.progress_percent, ev.estimated_remaining_seconds, ev.metrics);
   return o;
 }
 
@@ -223,17 +244,7 @@ train_job job_from_json(const json::value& v) {
   j.end_time = optional_time_at(o, "end_time", in);
   if (o.contains("queue_position")) j.queue_position = static_cast<int>(int_at(o, "queue_position", in));
   if (o.contains("array")) j.array = text_at(o, "array", in);
-  if (o.contains("progress_percent"))
-    j.progress_percent = static_cast<int>(int_at(o, "progress_percent", in));
-  if (o.contains("estimated_remaining_seconds"))
-    j.estimated_remaining_seconds = int_at(o, "estimated_remaining_seconds", in);
-  if (auto* m = o.if_contains("metrics")) {
-    if (!m->is_object()) malformed(in, "metrics");
-    for (const auto& [name, value] : m->get_object()) {
-      if (!value.is_string()) malformed(in, "metrics");
-      j.metrics.emplace_back(std::string(name), std::string(value.get_string()));
-    }
-  }
+  read_progress(o, in, j.progress_percent, j.estimated_remaining_seconds, j.metrics);
   if (o.contains("updated")) j.progress_updated = time_at(o, "updated", in);
   auto* steps = o.if_contains("steps");
   if (!steps || !steps->is_array()) malformed(in, "steps");
@@ -260,6 +271,7 @@ event event_from_json(const json::value& v) {
   e.step = text_at(o, "step", what);
   e.reason = text_at(o, "reason", what);
   e.message = text_at(o, "message", what);
+  read_progress(o, what, e.progress_percent, e.estimated_remaining_seconds, e.metrics);
   return e;
 }
 

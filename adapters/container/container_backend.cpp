@@ -341,6 +341,7 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
     for (const auto& s : j.steps)
       if (s.reason == "Restarting") j.reason = s.reason;
   j.creation_timestamp = clock::time_point(std::chrono::seconds(created));
+  read_progress(workdir(name), j);
   return j;
 }
 
@@ -430,6 +431,8 @@ void backend::impl::on_event(const std::string& line) {
   if (job.empty()) return;
   ++generation[job];
   waiters.notify_all();
+  // (a node's end may be the job's: its reports end with it)
+  if (progress.reporting(job) && line.find("\"die\"") != std::string::npos) check_progress_end(job);
 }
 
 std::uint64_t backend::impl::mark(const std::string& job) {
@@ -520,6 +523,7 @@ asio::awaitable<void> backend::impl::remove(const std::string& name) {
     if (cfg.auto_remove && fs::exists(workdir(name) / ".tjob", ec)) fs::remove_all(workdir(name), ec);
     raise(not_found(name));
   }
+  progress.forget(name);
   co_await stop_all(cs, false);
   std::set<std::string> networks;
   for (const auto& c : cs) {
@@ -544,6 +548,7 @@ asio::awaitable<void> backend::impl::remove(const std::string& name) {
 
 asio::awaitable<void> backend::impl::shutdown() {
   stopping = true;
+  progress.stop();
   if (events) events->close();
   backoff_wake.notify();
   waiters.notify_all();

@@ -8,6 +8,7 @@
 #include "adapters/container/docker_api.hpp"
 #include "adapters/container/layout.hpp"
 #include "adapters/process/proc_info.hpp"
+#include "adapters/progress/progress_server.hpp"
 #include "engine/admission.hpp"
 #include "engine/fail.hpp"
 #include "engine/task_group.hpp"
@@ -38,6 +39,11 @@ using detail::raise;
 /// Labels as the list and inspect answers hold them ("Labels"; libpod "labels").
 std::map<std::string, std::string> labels_of(const json::object& o);
 
+/// The job's latest reported progress, from its work dir (container_progress.cpp).
+void read_progress(const fs::path& workdir, train_job& j);
+/// The job's Progress events, from its work dir, added to `out`.
+void read_progress_events(const fs::path& workdir, std::vector<event>& out);
+
 /// Writes (replaces) a file of the job's work dir.
 void write_file(const fs::path& p, std::string_view text);
 
@@ -67,6 +73,8 @@ struct node_program {
   std::string image, working_dir = workspace;
   std::vector<std::pair<std::string, std::string>> files;  // written under .tjob/
   json::object plan;                                       // a Python node's entry plan; empty for a command
+  std::string image_pythonpath;                            // the image's own PYTHONPATH
+  std::vector<std::string> volumes;                        // binds of tjob's own (the progress helper)
   std::int64_t memory = 0, nano_cpus = 0;
   int gpus = 0, procs = 1;
 };
@@ -129,6 +137,19 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   std::map<std::string, std::string> network_runtime;
   pid_t self_pid = 0;
   std::uint64_t self_start = 0;
+  /// The progress endpoint of the jobs this process made (host networking
+  /// only: nothing else reaches its loopback), from the first on; its CA,
+  /// the helper package's directory, and why there is none when it failed.
+  progress::server progress{ctx.ex, ctx.log};
+  std::string progress_ca, progress_helper, progress_off;
+  /// The job reports progress: its token and the CA into its work dir, the
+  /// variables and the helper's bind into `p`.
+  void open_progress(const std::string& job, const fs::path& dir, node_program& p);
+  /// What the job's code reported: .tjob/progress.json (the latest) and,
+  /// when `record`, a line of .tjob/progress.jsonl (its Progress events).
+  std::string take_progress(const std::string& job, const detail::progress_report& r, bool record);
+  /// A node of a job reporting here has exited: the job's reports end with the job.
+  void check_progress_end(const std::string& job);
 
   // the daemon
   /// The connected daemon; the failure lists every socket tried.
@@ -161,7 +182,8 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   // train (container_train.cpp)
   asio::awaitable<std::string> train(detail::checked_request c);
   node_program program_of(const std::string& who, train_request& r, const runtime& rt);
-  asio::awaitable<void> ensure_image(docker_api& d, const std::string& who, const std::string& image);
+  /// Inspects (or pulls) the image; its own PYTHONPATH.
+  asio::awaitable<std::string> ensure_image(docker_api& d, const std::string& who, const std::string& image);
   asio::awaitable<void> create_nodes(docker_api& d, const std::string& who, const train_request& r,
                                      const runtime& rt, node_program& p, train_rollback_state& undo);
   /// Removes what `undo` made, and `dir` unless it is empty.

@@ -196,6 +196,10 @@ asio::awaitable<std::vector<event>> backend::impl::job_events(const std::string&
     for (const auto& l : got) handle(l);
   }
   if (auto rest = lines.finish()) handle(*rest);
+  // What its code reported, among the daemon's events by time.
+  read_progress_events(workdir(name), out);
+  std::stable_sort(out.begin(), out.end(), [](const event& a, const event& b) { return a.time < b.time; });
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].seq = static_cast<std::int64_t>(i) + 1;
   co_return out;
 }
 

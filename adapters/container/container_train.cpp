@@ -37,15 +37,29 @@ constexpr const char* entry_sh =
 
 }  // namespace
 
-asio::awaitable<void> backend::impl::ensure_image(docker_api& d, const std::string& who,
-                                                  const std::string& image) {
+namespace {
+
+// The image's own PYTHONPATH (Config.Env), which a job's PYTHONPATH must keep.
+std::string pythonpath_of(const json::object& image) {
+  if (auto* config = obj_of(image, "Config"))
+    if (auto* env = detail::arr_of(*config, "Env"))
+      for (const auto& v : *env)
+        if (v.is_string() && v.as_string().starts_with("PYTHONPATH="))
+          return std::string(v.as_string().subview(11));
+  return {};
+}
+
+}  // namespace
+
+asio::awaitable<std::string> backend::impl::ensure_image(docker_api& d, const std::string& who,
+                                                         const std::string& image) {
   auto prefix = who + ": Failed to ensure image " + quote(image) + ": ";
   if (cfg.pull != pull_policy::always) {
     auto found = co_await d.image_inspect(image);
     // Kubeflow words every failure here as a failure to ensure the image.
     if (!found)
       raise(failure(docker_errc::refused, prefix + found.error().message, found.error().diagnostics));
-    if (*found) co_return;
+    if (*found) co_return pythonpath_of(**found);
   }
   if (cfg.pull == pull_policy::never)
     fail(errc::invalid_argument,
@@ -57,6 +71,8 @@ asio::awaitable<void> backend::impl::ensure_image(docker_api& d, const std::stri
       image, [&](const std::string& line) { ctx.log->info("{}: pull {}: {}", who, image, line); });
   if (!pulled)
     raise(failure(docker_errc::refused, prefix + pulled.error().message, pulled.error().diagnostics));
+  auto pulled_image = co_await d.image_inspect(image);
+  co_return pulled_image && *pulled_image ? pythonpath_of(**pulled_image) : std::string();
 }
 
 // What every node of the job runs: a command as it is, or Python code
@@ -140,6 +156,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
                                                       {label_memory, std::to_string(need.memory)},
                                                       {label_gpus, std::to_string(need.gpus)}};
   if (!r.array.empty()) admission_labels[label_array] = r.array;
+  if (cfg.network == container_network::host) open_progress(name, dir, p);
   python::torch_topology topo;
   topo.nnodes = std::to_string(r.num_nodes);
   topo.nproc_per_node = std::to_string(p.procs);
@@ -160,6 +177,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
     n.network = cfg.network;
     n.network_name = net;
     n.volumes = cfg.volumes;
+    n.volumes.insert(n.volumes.end(), p.volumes.begin(), p.volumes.end());
     n.memory = p.memory;
     n.nano_cpus = p.nano_cpus;
     n.gpus = p.gpus;
@@ -273,7 +291,7 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
                                          "; name a job that exists (tjob list), submitted before this one");
       there.value();
     }
-  co_await ensure_image(d, me, program.image);
+  program.image_pythonpath = co_await ensure_image(d, me, program.image);
 
   auto dir = workdir(name);
   // The job's work dir is the user's own (0700), as everything in $TJOB_HOME;

@@ -372,6 +372,7 @@ asio::awaitable<void> backend::delete_job(std::string name) {
   // The job's last writes must land before its rows go. (An ended job is no
   // longer in the job table: its record went with the commit of its end.)
   e.transact([&](detail::store& db) { db.delete_job(name); });
+  e.progress.forget(name);
   co_await e.remove_tree(e.jobs_dir / name, name);
 }
 
@@ -380,8 +381,11 @@ asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {
   e.flush();
   if (!e.owned(name) && !e.load_fresh(name)) e.throw_not_found(name);
   std::vector<event> out;
-  for (auto& r : e.db->load_events(name))
+  for (auto& r : e.db->load_events(name)) {
     out.push_back(event{r.seq, from_ms(r.time_ms), r.step, r.reason, r.message});
+    if (r.reason == detail::to_string(log_event::progress))
+      detail::apply_progress(out.back(), detail::progress_from_json(r.detail));
+  }
   co_return out;
 }
 
@@ -417,6 +421,7 @@ asio::awaitable<void> backend::shutdown() {
       j->watchers.notify_all();
     }
     if (e.admitter_wake) e.admitter_wake->notify();
+    e.progress.stop();
     e.watch.close();
     e.log_times.close();
   }

@@ -10,10 +10,12 @@
 #include "adapters/local/store.hpp"
 #include "adapters/local/venv_cache.hpp"
 #include "adapters/process/process_adapter.hpp"
+#include "adapters/progress/progress_server.hpp"
 #include "engine/backend.hpp"
 #include "engine/fail.hpp"
 #include "engine/job_state.hpp"
 #include "engine/names.hpp"
+#include "engine/progress.hpp"
 #include "engine/strings.hpp"
 #include "engine/trainer_checks.hpp"
 #include "engine/wake.hpp"
@@ -99,6 +101,9 @@ struct job_rec {
   int master_port = 0;
   int gpus_per_node = 0;
   std::vector<std::string> node_devices;  // CUDA_VISIBLE_DEVICES of each node, once leased
+  /// Where its code reports progress (KUBEFLOW_TRAINER_SERVER_*); empty when
+  /// this engine has no progress endpoint.
+  std::map<std::string, std::string> progress_env;
   /// Its row of the admission queue (need, priority), until it joins the queue.
   std::unique_ptr<detail::queue_row> admission;
   /// Its dependencies (train_request::after_*), while it waits for them.
@@ -221,6 +226,16 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::map<std::string, std::shared_ptr<detail::wake_list>> venv_building;
   std::map<std::string, std::pair<std::string, std::string>> python_identities;  // asked of scripts
   std::uint64_t self_start = 0;
+  /// The progress endpoint of this engine's jobs, listening from the first
+  /// job on; `progress_ca` is the home's CA that jobs verify it with, and
+  /// `progress_off` says why there is none (the job runs without).
+  progress::server progress;
+  std::string progress_ca, progress_off;
+  std::string progress_pythonpath;  ///< the helper package's directory (progress::python_helper)
+  /// The job's token and URL, its variables in progress_env, its token file in `files`.
+  boost::asio::awaitable<void> open_progress(std::shared_ptr<job_rec> j);
+  /// What the job's code reported: its latest progress, and an event when `record`.
+  std::string take_progress(const std::string& name, const detail::progress_report& r, bool record);
 
   // store
   void queue_write(std::function<void(detail::store&)> w, std::function<void()> after = {},

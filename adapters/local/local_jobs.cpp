@@ -55,6 +55,8 @@ train_job to_job(const detail::job_row& row) {
   j.array = row.array;
   for (const auto& s : row.steps)
     j.steps.push_back(step{s.name, s.status, s.exit_code, s.reason, s.pid, s.attempt});
+  if (!row.progress.empty())
+    detail::apply_progress(j, detail::progress_from_json(row.progress), from_ms(row.progress_ms));
   return j;
 }
 
@@ -67,7 +69,8 @@ engine_state::engine_state(const detail::backend_context& ctx)
       log(ctx.log),
       tasks(ctx.ex, log),
       watch(ctx.ex, log, tasks),
-      log_times(ctx.ex, log, tasks) {
+      log_times(ctx.ex, log, tasks),
+      progress(ctx.ex, log) {
   home = ctx.home;  // absolute, and checked by the engine
   jobs_dir = home / "jobs";
   auto db_path = home / "tjob.db";
@@ -375,6 +378,7 @@ bool engine_state::apply(job_rec& j, step_rec& s, job_event ev, std::string mess
       j.row.reason == detail::restarting_reason)
     j.row.reason.clear();  // any transition ends the wait
   if (j.row.status == job_status::failed && j.row.reason.empty()) j.row.reason = s.row.reason;
+  if (is_terminal(j.row.status)) progress.end(j.row.name, std::string(to_string(j.row.status)));
   if (ev.kind == event_kind::restarting && j.row.status == job_status::created)
     j.row.reason = detail::restarting_reason;
 

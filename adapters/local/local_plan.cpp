@@ -358,6 +358,53 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
   }
 }
 
+// The progress endpoint (made with the home's TLS files at the first job)
+// gets the job: its token goes into a file of the job's (0600), and the
+// variables Kubeflow's client reads into its code's environment.
+asio::awaitable<void> engine_state::open_progress(std::shared_ptr<job_rec> j) {
+  if (!progress.started() && progress_off.empty()) {
+    try {
+      progress::tls_files files;
+      std::filesystem::path helper;
+      co_await blocking([&] {
+        files = progress::home_tls(home / "progress");
+        helper = progress::python_helper(home / "progress");
+      });
+      progress.start(files);
+      progress_ca = files.ca_cert.string();
+      progress_pythonpath = helper.string();
+    } catch (const std::exception& e) {
+      progress_off = e.what();
+      log->warn("jobs of this engine cannot report progress: {}", progress_off);
+    }
+  }
+  if (!progress.started()) co_return;
+  const std::string token = progress::new_token(), token_path = j->dir + "/progress-token";
+  j->files.emplace_back(token_path, token);
+  auto url = progress.add(j->row.name, token,
+                          [w = weak_from_this(), name = j->row.name](const detail::progress_report& r, bool record) {
+                            auto self = w.lock();
+                            return self ? self->take_progress(name, r, record) : std::string("the engine has stopped");
+                          });
+  j->progress_env = progress::job_environment(url, progress_ca, token_path);
+}
+
+std::string engine_state::take_progress(const std::string& name, const detail::progress_report& r, bool record) {
+  auto j = owned(name);
+  if (!j || is_terminal(j->row.status)) return "the job has ended";
+  if (!read_only.empty()) throw std::runtime_error(read_only);
+  const auto t = now_ms();
+  j->row.progress = detail::progress_json(r);
+  j->row.progress_ms = t;
+  queue_write(
+      [name, t, data = j->row.progress, message = record ? detail::progress_message(r) : std::string(),
+       record](detail::store& db) { db.record_progress(name, t, data, message, record); },
+      [weak = std::weak_ptr<job_rec>(j)] {
+        if (auto jr = weak.lock()) jr->watchers.notify_all();
+      });
+  return {};
+}
+
 asio::awaitable<std::string> engine_state::train(detail::checked_request c) {
   check_running();
   auto& req = c.request;
@@ -368,6 +415,7 @@ asio::awaitable<std::string> engine_state::train(detail::checked_request c) {
   auto j = std::make_shared<job_rec>();
   plan_job(*j, req.name, req, c.rt);
   co_await record_job(j, c);
+  co_await open_progress(j);
   co_await make_job_files(j);
   j->row.steps.clear();
   const std::string name = req.name;

@@ -404,6 +404,16 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
     start_failure_watch(j);
     env.insert_or_assign("TJOB_FAILURE_DIR", failures_dir(*j).string());
   }
+  if (ph.final && !j->progress_env.empty()) {
+    for (const auto& [k, v] : j->progress_env) env.emplace(k, v);  // (the job's own settings win)
+    // `import tjob` finds the helper (report) after whatever the job's own path has
+    std::string base;
+    if (auto it = env.find("PYTHONPATH"); it != env.end())
+      base = it->second;
+    else if (const char* p = std::getenv("PYTHONPATH"))
+      base = p;
+    env.insert_or_assign("PYTHONPATH", base.empty() ? progress_pythonpath : base + ":" + progress_pythonpath);
+  }
   if (ph.final && index < j->node_devices.size())
     env.insert_or_assign("CUDA_VISIBLE_DEVICES", j->node_devices[index]);
   spec.env = process::merge_environment(environ, env);

@@ -118,6 +118,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
         exec(schema_sql());
         exec(admissions_sql());
         exec(attempts_sql());
+        exec(progress_sql());
         exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
         exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
       }
@@ -145,6 +146,10 @@ void store::open(std::chrono::milliseconds busy_timeout) {
       if (version == 3) {
         exec(attempts_sql());
         version = 4;
+      }
+      if (version == 4) {
+        exec(progress_sql());
+        version = 5;
       }
       exec(("PRAGMA user_version=" + std::to_string(version)).c_str());
       commit();
@@ -384,6 +389,22 @@ void store::append_event(const std::string& job, const std::string& step, std::i
   if (rc != SQLITE_DONE) fail(rc, "cannot append an event");
 }
 
+bool store::record_progress(const std::string& job, std::int64_t time_ms, const std::string& data,
+                            const std::string& message, bool event) {
+  auto* s = prepare("UPDATE jobs SET progress=?, progress_ms=? WHERE name=? AND status IN ('Created','Running')");
+  {
+    reset_guard g{s};
+    bind_text(s, 1, data);
+    sqlite3_bind_int64(s, 2, time_ms);
+    bind_text(s, 3, job);
+    int rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE) fail(rc, "cannot record the job's progress");
+  }
+  if (sqlite3_changes(db_) != 1) return false;
+  if (event) append_event(job, "", time_ms, log_event::progress, message, std::nullopt, data);
+  return true;
+}
+
 void store::delete_job(const std::string& job) {
   run_for_job("DELETE FROM jobs WHERE name=?", job, "cannot delete the job");
 }
@@ -435,7 +456,7 @@ std::vector<job_row> store::load_where(const char* where_sql, const std::string*
   static const std::string times = times_sql();
   // (a list leaves each job's spec, its whole request, unread: nothing listed needs it)
   std::string sql = std::string("SELECT name, runtime, num_nodes, created_ms, ") + (arg ? "spec" : "''") +
-                    ", status, reason, owner_pid, owner_start, array" + times + "FROM jobs ";
+                    ", status, reason, owner_pid, owner_start, array, progress, progress_ms" + times + "FROM jobs ";
   sql += where_sql;
   sql += " ORDER BY created_ms, name";
   auto* s = prepare(sql);
@@ -456,8 +477,10 @@ std::vector<job_row> store::load_where(const char* where_sql, const std::string*
       j.owner_pid = sqlite3_column_int64(s, 7);
       j.owner_start = static_cast<std::uint64_t>(sqlite3_column_int64(s, 8));
       j.array = text_of(s, 9);
-      j.started_ms = sqlite3_column_int64(s, 10);  // NULL reads as 0
-      j.ended_ms = sqlite3_column_int64(s, 11);
+      j.progress = text_of(s, 10);
+      j.progress_ms = sqlite3_column_int64(s, 11);
+      j.started_ms = sqlite3_column_int64(s, 12);  // NULL reads as 0
+      j.ended_ms = sqlite3_column_int64(s, 13);
       out.push_back(std::move(j));
     }
     if (rc != SQLITE_DONE) fail(rc, "cannot read jobs");

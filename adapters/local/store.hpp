@@ -51,6 +51,8 @@ struct job_row {
   std::vector<step_row> steps;
   std::int64_t started_ms = 0;  ///< its first Started event; 0: none
   std::int64_t ended_ms = 0;    ///< its last step-ending event, once the job has ended; 0: none
+  std::string progress;         ///< its latest reported progress (detail::progress_json); empty: none
+  std::int64_t progress_ms = 0;  ///< when it was reported
 };
 
 struct event_row {
@@ -111,6 +113,12 @@ class store {
                     const std::string& message, std::optional<int> exit_code = std::nullopt,
                     std::string_view detail = {});
   void delete_job(const std::string& job);
+  /// What the job's training code reported (`data`, detail::progress_json)
+  /// becomes its latest progress and, when `event`, a Progress event (the
+  /// data as its detail). False, and nothing written, when the job has
+  /// ended or is not in the store.
+  bool record_progress(const std::string& job, std::int64_t time_ms, const std::string& data,
+                       const std::string& message, bool event);
 
   std::optional<job_row> load_job(const std::string& name);
   /// Every job (oldest first) with its steps, in two statements; `spec` is

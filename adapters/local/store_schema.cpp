@@ -32,6 +32,13 @@ CREATE INDEX admissions_order ON admissions(admitted, priority DESC, seq, cpus, 
 )sql";
 }
 
+const char* progress_sql() {
+  return R"sql(
+ALTER TABLE jobs ADD COLUMN progress TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN progress_ms INTEGER NOT NULL DEFAULT 0;
+)sql";
+}
+
 const char* schema_sql() {
   return R"sql(
 CREATE TABLE jobs(

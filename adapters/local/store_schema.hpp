@@ -15,7 +15,10 @@ inline constexpr int application_id = 0x746a6f62;  // "tjob"
 // order as an index (`admissions_order`: admission reads the head of the
 // queue, not all of it, from the index alone: it covers every column the
 // planner reads).
-inline constexpr int schema_version = 4;
+// Version 5: each job's latest reported progress (`jobs.progress`, the JSON
+// of its last Progress event, and `jobs.progress_ms`, when), a cache of its
+// log as the status columns are.
+inline constexpr int schema_version = 5;
 
 /// The tables of a version-1 store (what migrations start from).
 const char* schema_sql();
@@ -23,6 +26,8 @@ const char* schema_sql();
 const char* admissions_sql();
 /// What version 4 adds: each step's attempt and the queue's order index.
 const char* attempts_sql();
+/// What version 5 adds: each job's latest progress.
+const char* progress_sql();
 /// The event names that are step transitions, as an SQL list ('Started',
 /// 'Exited', ...): all of them, or only those that end a step.
 std::string transitions_sql(bool endings_only);

@@ -225,11 +225,16 @@ struct event {
   std::string step;  ///< empty for job-level events
   /// One vocabulary on every backend: Created, Started, Exited, StartFailed,
   /// Cancelled, Lost, Setup, Queued, Admitted, Waiting, DevicesLeased,
-  /// CancelRequested, Restarting, DeleteRequested. The
+  /// CancelRequested, Restarting, DeleteRequested, Progress. The
   /// container and kubernetes backends map their peer's events to these and
   /// keep the peer's own word (a daemon's action, a cluster's reason) in `message`.
   std::string reason;
   std::string message;  ///< for a person
+  /// A Progress event (what the training code reported then): the fields as
+  /// train_job has them. Unset and empty on every other event.
+  std::optional<int> progress_percent;
+  std::optional<std::int64_t> estimated_remaining_seconds;
+  std::vector<std::pair<std::string, std::string>> metrics;
 };
 
 /// A setup phase of a local Python job as its Setup event reports it:

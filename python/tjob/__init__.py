@@ -5,6 +5,7 @@
 is the one line a Kubeflow program changes. The engine runs in this process; jobs live in
 $TJOB_HOME, where the `tjob` command and every other client see them.
 """
+from .report import flush, report
 from .client import STATUSES, AsyncTrainerClient, JobFailedError, TrainerClient
 from .types import (
     ARRAY_INDEX,
@@ -41,5 +42,5 @@ __all__ = [
     "ARRAY_INDEX", "ActiveDeadlineSeconds", "Array", "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
     "CustomTrainerContainer", "Dependencies", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
     "LocalProcessBackendConfig", "Name", "Priority", "QueueEntry", "Retries", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "Step",
-    "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient",
+    "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient", "flush", "report",
 ]

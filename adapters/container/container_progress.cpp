@@ -1,0 +1,149 @@
+// Progress reports of container jobs: the endpoint (adapters/progress) of
+// the process that made a job's containers, and what it keeps in the job's
+// work dir, where every process reads it: .tjob/progress.json (the latest,
+// replaced whole) and .tjob/progress.jsonl (one line per Progress event).
+//
+// Only jobs with host networking report: the endpoint listens on the host's
+// loopback, which a container on the job network or on none cannot reach
+// (docs/progress.md).
+#include "adapters/container/container_impl.hpp"
+
+#include "engine/json_fields.hpp"
+#include "engine/progress.hpp"
+
+#include <boost/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <cstdio>
+#include <fstream>
+
+namespace tjob::container {
+
+namespace {
+
+// Where a job's code finds the helper package (bound read-only).
+constexpr const char* helper_mount = "/opt/tjob/python";
+constexpr const char* token_file = "progress-token";
+constexpr const char* ca_file = "progress-ca.crt";
+constexpr const char* latest_file = "progress.json";
+constexpr const char* events_file = "progress.jsonl";
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string read_whole(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A report as a line of progress.jsonl and as progress.json: its fields and when.
+std::string stamped(const detail::progress_report& r, std::int64_t ms) {
+  auto v = boost::json::parse(detail::progress_json(r));
+  v.as_object()["time_ms"] = ms;
+  return boost::json::serialize(v);
+}
+
+std::int64_t time_of(const boost::json::object& o) {
+  auto* t = o.if_contains("time_ms");
+  return t && t->is_int64() ? t->as_int64() : 0;
+}
+
+}  // namespace
+
+void backend::impl::open_progress(const std::string& job, const fs::path& dir, node_program& p) {
+  if (!progress.started() && progress_off.empty()) {
+    // (once per process: a few small files, and the home's CA the first time)
+    try {
+      auto files = progress::home_tls(ctx.home / "progress");
+      progress_helper = progress::python_helper(ctx.home / "progress").string();
+      progress.start(files);
+      progress_ca = read_whole(files.ca_cert);
+    } catch (const std::exception& e) {
+      progress_off = e.what();
+      ctx.log->warn("container jobs of this process cannot report progress: {}", progress_off);
+    }
+  }
+  if (!progress.started()) return;
+  const auto token = progress::new_token();
+  write_file(dir / ".tjob" / token_file, token);
+  write_file(dir / ".tjob" / ca_file, progress_ca);
+  std::error_code ec;
+  fs::remove(dir / ".tjob" / latest_file, ec);
+  fs::remove(dir / ".tjob" / events_file, ec);
+  auto url = progress.add(job, token, [w = weak_from_this(), job](const detail::progress_report& r, bool record) {
+    auto self = w.lock();
+    return self ? self->take_progress(job, r, record) : std::string("the engine has stopped");
+  });
+  const std::string in_job = std::string(workspace) + "/.tjob/";
+  for (auto& [k, v] : progress::job_environment(url, in_job + ca_file, in_job + token_file))
+    p.env.emplace(k, v);  // (the job's own settings win)
+  std::string base = p.env.count("PYTHONPATH") ? p.env["PYTHONPATH"] : p.image_pythonpath;
+  p.env["PYTHONPATH"] = base.empty() ? helper_mount : base + ":" + helper_mount;
+  p.volumes.push_back(progress_helper + ":" + helper_mount + ":ro");
+}
+
+std::string backend::impl::take_progress(const std::string& job, const detail::progress_report& r, bool record) {
+  if (cancelled(job)) return "the job was cancelled";
+  const auto dir = workdir(job) / ".tjob";
+  const auto line = stamped(r, unix_ms());
+  auto tmp = dir / (std::string(latest_file) + ".tmp");
+  write_file(tmp, line);
+  fs::rename(tmp, dir / latest_file);
+  if (record) {
+    auto path = dir / events_file;
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot write " + path.string());
+    auto text = line + "\n";
+    auto n = ::write(fd, text.data(), text.size());
+    ::close(fd);
+    if (n != static_cast<ssize_t>(text.size()))
+      throw std::system_error(errno, std::generic_category(), "cannot write " + path.string());
+  }
+  ++generation[job];
+  waiters.notify_all();
+  return {};
+}
+
+void backend::impl::check_progress_end(const std::string& job) {
+  tasks.spawn(
+      [](std::shared_ptr<impl> self, std::string job) -> asio::awaitable<void> {
+        auto j = co_await self->find(job);
+        if (j && is_terminal(j->status)) self->progress.end(job, std::string(to_string(j->status)));
+      }(shared_from_this(), job),
+      "reading the end of " + job);
+}
+
+/// The job's latest report (from its work dir), into `j`.
+void read_progress(const fs::path& workdir, train_job& j) {
+  auto text = read_whole(workdir / ".tjob" / latest_file);
+  if (text.empty()) return;
+  boost::system::error_code ec;
+  auto v = boost::json::parse(text, ec);
+  if (ec || !v.is_object()) return;
+  detail::apply_progress(j, detail::progress_from_json(text),
+                         clock::time_point(std::chrono::milliseconds(time_of(v.as_object()))));
+}
+
+/// The job's Progress events (from its work dir), added to `out`.
+void read_progress_events(const fs::path& workdir, std::vector<event>& out) {
+  std::ifstream in(workdir / ".tjob" / events_file, std::ios::binary);
+  std::string line;
+  while (std::getline(in, line)) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(line, ec);
+    if (ec || !v.is_object()) continue;  // (a line cut short by a crash)
+    auto r = detail::progress_from_json(line);
+    event e;
+    e.time = clock::time_point(std::chrono::milliseconds(time_of(v.as_object())));
+    e.reason = "Progress";
+    e.message = detail::progress_message(r);
+    detail::apply_progress(e, r);
+    out.push_back(std::move(e));
+  }
+}
+
+}  // namespace tjob::container

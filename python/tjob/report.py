@@ -1,0 +1,167 @@
+"""tjob.report: training code reports its progress, on every backend.
+
+    import tjob
+    tjob.report(progress=40, eta=120, loss=0.31, accuracy=0.88)
+
+It speaks Kubeflow's protocol (update_trainjob_status in the Kubeflow SDK): a POST of
+{"trainerStatus": {...}} to $KUBEFLOW_TRAINER_SERVER_URL with the bearer token in the file
+$KUBEFLOW_TRAINER_SERVER_TOKEN names, verified against the CA in $KUBEFLOW_TRAINER_SERVER_CA_CERT.
+tjob sets these in every local and container job (the job's owner serves the endpoint on
+127.0.0.1); Kubeflow Trainer's controller sets them on Kubernetes. Outside a job it does nothing.
+
+This file needs only the standard library: tjob also puts it on a job's PYTHONPATH, so a job whose
+Python has no tjob installed can `import tjob` and report.
+
+report() never raises and never blocks the training loop for long (2 s at most). Reports closer
+together than `min_interval` (1 s) are not sent at once: the latest is kept and goes with the next
+call after the interval, or when the program exits, so the last report always arrives.
+"""
+import atexit
+import datetime
+import http.client
+import json
+import os
+import ssl
+import threading
+import time
+import urllib.parse
+
+__all__ = ["report"]
+
+_URL = "KUBEFLOW_TRAINER_SERVER_URL"
+_CA = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+_TOKEN = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+_MAX_METRICS = 256
+_TOKEN_TTL = 300.0
+
+min_interval = 1.0
+"""Seconds between two reports sent; calls in between are merged into the next one."""
+
+
+class _Reporter:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.conn = None
+        self.token = None
+        self.token_read = 0.0
+        self.last_sent = None
+        self.pending = None
+        self.registered = False
+
+    def _token(self, path):
+        now = time.monotonic()
+        if self.token and now - self.token_read < _TOKEN_TTL:
+            return self.token
+        try:
+            with open(path) as f:
+                self.token = f.read().strip()
+            self.token_read = now
+        except OSError:
+            self.token = None
+        return self.token
+
+    def _send(self, status):
+        url = os.environ.get(_URL)
+        token = self._token(os.environ.get(_TOKEN, ""))
+        if not url or not token:
+            return False
+        parts = urllib.parse.urlsplit(url)
+        body = json.dumps({"trainerStatus": status}).encode()
+        headers = {"Authorization": "Bearer " + token, "Content-Type": "application/json"}
+        for attempt in range(2):  # a kept connection the server has closed: once more on a new one
+            try:
+                if self.conn is None:
+                    ca = os.environ.get(_CA)
+                    ctx = ssl.create_default_context(cafile=ca if ca and os.path.exists(ca) else None)
+                    if parts.scheme == "https":
+                        self.conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=2, context=ctx)
+                    else:
+                        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=2)
+                self.conn.request("POST", parts.path or "/", body=body, headers=headers)
+                response = self.conn.getresponse()
+                response.read()
+                return response.status == 200
+            except (OSError, http.client.HTTPException):
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+                if attempt == 1:
+                    return False
+        return False
+
+    def report(self, progress, eta, metrics):
+        status = {"lastUpdatedTime": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+        if progress is not None:
+            status["progressPercentage"] = max(0, min(100, int(progress)))
+        if eta is not None:
+            status["estimatedRemainingSeconds"] = max(0, int(eta))
+        if metrics:
+            items = list(metrics.items())[:_MAX_METRICS]
+            status["metrics"] = [{"name": str(k), "value": _value(v)} for k, v in items]
+        with self.lock:
+            if not os.environ.get(_URL):
+                return False
+            if not self.registered:
+                atexit.register(self.flush)
+                self.registered = True
+            now = time.monotonic()
+            if self.last_sent is not None and now - self.last_sent < min_interval:
+                self.pending = _merge(self.pending, status)
+                return False
+            status = _merge(self.pending, status)
+            self.pending = None
+            ok = self._send(status)
+            if ok:
+                self.last_sent = now
+            return ok
+
+    def flush(self):
+        with self.lock:
+            if self.pending is None:
+                return True
+            status, self.pending = self.pending, None
+            ok = self._send(status)
+            if ok:
+                self.last_sent = time.monotonic()
+            return ok
+
+
+def _value(v):
+    if isinstance(v, float):
+        return "%.6g" % v
+    return str(v)
+
+
+def _merge(old, new):
+    """A report kept back, then a newer one: the newer fields win, metrics merge by name."""
+    if old is None:
+        return new
+    merged = dict(old)
+    merged.update({k: v for k, v in new.items() if k != "metrics"})
+    if "metrics" in old or "metrics" in new:
+        by_name = {m["name"]: m["value"] for m in old.get("metrics", [])}
+        by_name.update({m["name"]: m["value"] for m in new.get("metrics", [])})
+        merged["metrics"] = [{"name": k, "value": v} for k, v in list(by_name.items())[:_MAX_METRICS]]
+    return merged
+
+
+_reporter = _Reporter()
+
+
+def report(progress=None, eta=None, **metrics):
+    """Reports the job's progress: `progress` in percent (0 to 100), `eta` in seconds left, and any
+    metrics as keywords (loss=0.31). True when this report was taken now; False when there is no
+    endpoint (not in a job), it failed, or it was kept back to go with the next (see min_interval).
+    Never raises."""
+    try:
+        return _reporter.report(progress, eta, metrics)
+    except Exception:  # noqa: BLE001 - progress must never stop training
+        return False
+
+
+def flush():
+    """Sends a report kept back (report() does it at exit); True when there was none or it went."""
+    try:
+        return _reporter.flush()
+    except Exception:  # noqa: BLE001
+        return False
