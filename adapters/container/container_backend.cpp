@@ -431,8 +431,6 @@ void backend::impl::on_event(const std::string& line) {
   if (job.empty()) return;
   ++generation[job];
   waiters.notify_all();
-  // (a node's end may be the job's: its reports end with it)
-  if (progress.reporting(job) && line.find("\"die\"") != std::string::npos) check_progress_end(job);
 }
 
 std::uint64_t backend::impl::mark(const std::string& job) {

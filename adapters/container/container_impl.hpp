@@ -148,8 +148,8 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   /// What the job's code reported: .tjob/progress.json (the latest) and,
   /// when `record`, a line of .tjob/progress.jsonl (its Progress events).
   std::string take_progress(const std::string& job, const detail::progress_report& r, bool record);
-  /// A node of a job reporting here has exited: the job's reports end with the job.
-  void check_progress_end(const std::string& job);
+  static asio::awaitable<std::string> take_report(std::weak_ptr<impl> w, std::string job,
+                                                  detail::progress_report r, bool record);
 
   // the daemon
   /// The connected daemon; the failure lists every socket tried.

@@ -74,9 +74,8 @@ void backend::impl::open_progress(const std::string& job, const fs::path& dir, n
   std::error_code ec;
   fs::remove(dir / ".tjob" / latest_file, ec);
   fs::remove(dir / ".tjob" / events_file, ec);
-  auto url = progress.add(job, token, [w = weak_from_this(), job](const detail::progress_report& r, bool record) {
-    auto self = w.lock();
-    return self ? self->take_progress(job, r, record) : std::string("the engine has stopped");
+  auto url = progress.add(job, token, [w = weak_from_this(), job](detail::progress_report r, bool record) {
+    return take_report(w, job, std::move(r), record);
   });
   const std::string in_job = std::string(workspace) + "/.tjob/";
   for (auto& [k, v] : progress::job_environment(url, in_job + ca_file, in_job + token_file))
@@ -84,6 +83,18 @@ void backend::impl::open_progress(const std::string& job, const fs::path& dir, n
   std::string base = p.env.count("PYTHONPATH") ? p.env["PYTHONPATH"] : p.image_pythonpath;
   p.env["PYTHONPATH"] = base.empty() ? helper_mount : base + ":" + helper_mount;
   p.volumes.push_back(progress_helper + ":" + helper_mount + ":ro");
+}
+
+// A report is taken only while the job runs: the daemon says whether it does
+// (its containers; a Podman node may have exited with a restart to come).
+asio::awaitable<std::string> backend::impl::take_report(std::weak_ptr<impl> w, std::string job,
+                                                        detail::progress_report r, bool record) {
+  auto self = w.lock();
+  if (!self || self->stopping) co_return "the engine has stopped";
+  auto found = co_await self->find(job);
+  if (!found) co_return "the job is not found: " + found.error().message;
+  if (is_terminal(found->status)) co_return "the job has ended (" + std::string(to_string(found->status)) + ")";
+  co_return self->take_progress(job, r, record);
 }
 
 std::string backend::impl::take_progress(const std::string& job, const detail::progress_report& r, bool record) {
@@ -106,15 +117,6 @@ std::string backend::impl::take_progress(const std::string& job, const detail::p
   ++generation[job];
   waiters.notify_all();
   return {};
-}
-
-void backend::impl::check_progress_end(const std::string& job) {
-  tasks.spawn(
-      [](std::shared_ptr<impl> self, std::string job) -> asio::awaitable<void> {
-        auto j = co_await self->find(job);
-        if (j && is_terminal(j->status)) self->progress.end(job, std::string(to_string(j->status)));
-      }(shared_from_this(), job),
-      "reading the end of " + job);
 }
 
 /// The job's latest report (from its work dir), into `j`.

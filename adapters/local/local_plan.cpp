@@ -382,9 +382,11 @@ asio::awaitable<void> engine_state::open_progress(std::shared_ptr<job_rec> j) {
   const std::string token = progress::new_token(), token_path = j->dir + "/progress-token";
   j->files.emplace_back(token_path, token);
   auto url = progress.add(j->row.name, token,
-                          [w = weak_from_this(), name = j->row.name](const detail::progress_report& r, bool record) {
+                          [w = weak_from_this(), name = j->row.name](detail::progress_report r,
+                                                                      bool record) -> asio::awaitable<std::string> {
                             auto self = w.lock();
-                            return self ? self->take_progress(name, r, record) : std::string("the engine has stopped");
+                            co_return self ? self->take_progress(name, r, record)
+                                           : std::string("the engine has stopped");
                           });
   j->progress_env = progress::job_environment(url, progress_ca, token_path);
 }

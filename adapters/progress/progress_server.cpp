@@ -97,19 +97,19 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     return tls ? &*tls : nullptr;
   }
 
-  reply handle(const http::request<http::string_body>& req) {
+  asio::awaitable<reply> handle(const http::request<http::string_body>& req) {
     std::string_view target = req.target();
     if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
     if (target.substr(0, prefix.size()) != prefix || target.size() <= prefix.size() + suffix.size() ||
         target.substr(target.size() - suffix.size()) != suffix)
-      return error_reply(404, "not_found", "reports go to POST /v1/jobs/<job>/progress (KUBEFLOW_TRAINER_SERVER_URL)");
+      co_return error_reply(404, "not_found", "reports go to POST /v1/jobs/<job>/progress (KUBEFLOW_TRAINER_SERVER_URL)");
     std::string job(target.substr(prefix.size(), target.size() - prefix.size() - suffix.size()));
     if (req.method() != http::verb::post && req.method() != http::verb::put && req.method() != http::verb::patch)
-      return error_reply(405, "method_not_allowed", "report with POST");
+      co_return error_reply(405, "method_not_allowed", "report with POST");
     auto auth = req[http::field::authorization];
     bool bearer = auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ");
     if (!bearer)
-      return error_reply(401, "unauthorized",
+      co_return error_reply(401, "unauthorized",
                          "TrainJob " + job + ": a report needs Authorization: Bearer <token> (the file "
                                              "KUBEFLOW_TRAINER_SERVER_TOKEN names)");
     std::string_view given(auth.data() + 7, auth.size() - 7);
@@ -117,18 +117,18 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     if (it == jobs.end() || !same_token(given, it->second.token)) {
       for (const auto& [other, e] : jobs)
         if (same_token(given, e.token))
-          return error_reply(403, "forbidden",
+          co_return error_reply(403, "forbidden",
                              "TrainJob " + job + ": this token is TrainJob " + other +
                                  "'s; a job reports only its own progress");
       if (it == jobs.end())
-        return error_reply(404, "not_found", "TrainJob " + job + " does not report here (no such job of this engine)");
-      return error_reply(401, "unauthorized", "TrainJob " + job + ": the bearer token is wrong");
+        co_return error_reply(404, "not_found", "TrainJob " + job + " does not report here (no such job of this engine)");
+      co_return error_reply(401, "unauthorized", "TrainJob " + job + ": the bearer token is wrong");
     }
     auto& e = it->second;
     if (!e.ended.empty())
-      return error_reply(409, "ended", "TrainJob " + job + " has ended (" + e.ended + "); its progress is final");
+      co_return error_reply(409, "ended", "TrainJob " + job + " has ended (" + e.ended + "); its progress is final");
     auto parsed = detail::parse_progress_body(req.body());
-    if (!parsed.report) return error_reply(400, "bad_request", "TrainJob " + job + ": " + parsed.error);
+    if (!parsed.report) co_return error_reply(400, "bad_request", "TrainJob " + job + ": " + parsed.error);
     auto now = std::chrono::steady_clock::now();
     if (!e.gate.take(now)) {
       auto r = error_reply(429, "too_many_requests",
@@ -136,23 +136,31 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
                                        "dropped, send the next later",
                                        job, detail::progress_gate::per_second, detail::progress_gate::burst));
       r.retry_after = std::max(1, e.gate.retry_after());
-      return r;
+      co_return r;
     }
     bool record = e.gate.record(now);
-    std::string refused;
+    std::string refused, failed;
+    // (the entry may go while the sink works: only copies are used after it)
+    auto to = e.to;
     try {
-      refused = e.to(*parsed.report, record);
+      // (named, not a temporary in the co_await: docs/architecture.md's g++ 12 rule)
+      auto taking = to(std::move(*parsed.report), record);
+      refused = co_await std::move(taking);
     } catch (const std::exception& x) {
-      log->warn("job {}: its progress report was not stored: {}", job, x.what());
-      return error_reply(503, "unavailable", "TrainJob " + job + ": the report was not stored: " + x.what());
+      failed = x.what();
     }
-    if (!refused.empty()) return error_reply(409, "ended", "TrainJob " + job + ": " + refused);
+    if (!failed.empty()) {
+      log->warn("job {}: its progress report was not stored: {}", job, failed);
+      co_return error_reply(503, "unavailable", "TrainJob " + job + ": the report was not stored: " + failed);
+    }
+    if (!refused.empty()) co_return error_reply(409, "ended", "TrainJob " + job + ": " + refused);
     json::object o;
     o["status"] = "ok";
     o["event"] = record;
     if (parsed.dropped)
       o["dropped_metrics"] = parsed.dropped;  // past Kubeflow's 256, as its client truncates
-    return {200, json::serialize(o) + "\n"};
+    reply ok{200, json::serialize(o) + "\n"};
+    co_return ok;
   }
 
   asio::awaitable<void> serve(std::shared_ptr<tls_stream> stream) {
@@ -179,7 +187,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       } else {
         const auto& req = parser.get();
         keep = req.keep_alive();
-        r = handle(req);
+        r = co_await handle(req);
         if (r.status != 200 && r.status != 429) log->debug("progress report refused ({}): {}", r.status, r.body);
       }
       http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
@@ -262,11 +270,6 @@ void server::end(const std::string& job, std::string how) {
     s.jobs.erase(s.ended_order.front());
     s.ended_order.pop_front();
   }
-}
-
-bool server::reporting(const std::string& job) const {
-  auto it = impl_->jobs.find(job);
-  return it != impl_->jobs.end() && it->second.ended.empty();
 }
 
 void server::forget(const std::string& job) {

@@ -20,6 +20,7 @@
 #include "engine/progress.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
 
 #include <functional>
 #include <map>
@@ -34,7 +35,7 @@ namespace tjob::progress {
 
 /// Takes a job's report (`record`: it becomes an event, else only the
 /// latest); returns empty when taken, else why not (the job has ended: 409).
-using sink = std::function<std::string(const detail::progress_report& report, bool record)>;
+using sink = std::function<boost::asio::awaitable<std::string>(detail::progress_report report, bool record)>;
 
 /// The environment variables Kubeflow's client reads.
 inline constexpr const char* url_variable = "KUBEFLOW_TRAINER_SERVER_URL";
@@ -57,8 +58,6 @@ class server {
   std::string add(const std::string& job, const std::string& token, sink s);
   /// The job has ended (`how`: "Complete", "Failed"): its reports are refused.
   void end(const std::string& job, std::string how);
-  /// Whether the job reports here and has not ended.
-  bool reporting(const std::string& job) const;
   /// Forgets the job (deleted): its reports are refused as unknown.
   void forget(const std::string& job);
   /// Closes the listener and the connections.

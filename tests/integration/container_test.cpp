@@ -1054,3 +1054,75 @@ TEST_CASE_TEMPLATE("a container job that could never fit the budget is refused a
   for (const auto& j : client.list_jobs()) CHECK(j.name != "huge");  // (the daemon's jobs of other homes too)
   CHECK(!fs::exists(fs::path(fx.home()) / "containers" / "huge"));
 }
+
+TEST_CASE_TEMPLATE("a container job with host networking reports progress to the process that made it", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  auto cfg = fx.config(sock, container_network::host);
+  const auto src = tjob::test::source_dir();
+  cfg.container.volumes = host_volumes;
+  cfg.container.volumes.push_back(src + ":" + src + ":ro");
+  cfg.container.image = "localhost/tjob-host:bookworm";
+  trainer_client client(cfg);
+  // The helper (import tjob, on the PYTHONPATH tjob gives the job), then a
+  // body that is not a report, as Kubeflow's client would send it.
+  const std::string code =
+      "import os, subprocess, sys, tjob\n"
+      "print(os.environ['KUBEFLOW_TRAINER_SERVER_URL'], flush=True)\n"
+      "print('module', tjob.__file__, flush=True)\n"
+      "assert tjob.report(progress=50, eta=20, loss=0.5)\n"
+      "subprocess.run([sys.executable, '" +
+      src + "/tests/support/progress_probe.py', 'post', os.environ['KUBEFLOW_TRAINER_SERVER_URL'], "
+            "os.environ['KUBEFLOW_TRAINER_SERVER_TOKEN'], '{\"trainerStatus\": {\"progressPercentage\": \"x\"}}'], "
+            "check=True)\n";
+  train_request r;
+  command_trainer t;
+  t.command = {"/usr/bin/python3", "-c", code};
+  r.job_trainer = t;
+  auto name = client.train(r);
+  auto job = client.wait_for_job_status(name, {job_status::complete}, 120s);
+  auto log = all_of(client.get_job_logs(name));
+  CAPTURE(log);
+  CHECK(log.find("module /opt/tjob/python/tjob/__init__.py") != std::string::npos);
+  CHECK(log.find("posted 400") != std::string::npos);
+  CHECK(job.progress_percent == 50);
+  CHECK(job.estimated_remaining_seconds == 20);
+  CHECK(job.metrics == std::vector<std::pair<std::string, std::string>>{{"loss", "0.5"}});
+  REQUIRE(job.progress_updated);
+  // One Progress event, between the node's start and its end.
+  std::vector<std::string> reasons;
+  for (const auto& e : client.get_job_events(name))
+    if (e.step.empty() || e.reason != "Setup") reasons.push_back(e.reason);
+  auto at = std::find(reasons.begin(), reasons.end(), "Progress");
+  REQUIRE(at != reasons.end());
+  CHECK(std::count(reasons.begin(), reasons.end(), "Progress") == 1);
+  CHECK(std::find(reasons.begin(), at, "Started") != at);
+  CHECK(std::find(at, reasons.end(), "Exited") != reasons.end());
+  // Another process reads the same (from the job's work dir).
+  trainer_client other(cfg);
+  CHECK(other.get_job(name).progress_percent == 50);
+
+  // After its end, a report with its own token is refused, and nothing changes.
+  const auto url = log.substr(0, log.find('\n'));
+  const auto dir = fs::path(fx.home()) / "containers" / name / ".tjob";
+  auto late = tjob::test::run({"/usr/bin/python3", src + "/tests/support/progress_probe.py", "post", url,
+                               (dir / "progress-token").string(), R"({"trainerStatus": {"progressPercentage": 90}})"},
+                              {{"KUBEFLOW_TRAINER_SERVER_CA_CERT", (dir / "progress-ca.crt").string()}}, 60s);
+  CAPTURE(late.err);
+  CHECK(late.out.find("posted 409") != std::string::npos);
+  CHECK(client.get_job(name).progress_percent == 50);
+  client.delete_job(name);
+}
+
+TEST_CASE_TEMPLATE("a container job without host networking gets no progress endpoint", D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock, container_network::none));
+  auto name = client.train(shell_job("echo \"url=${KUBEFLOW_TRAINER_SERVER_URL:-none}\""));
+  client.wait_for_job_status(name, {job_status::complete}, 60s);
+  CHECK(all_of(client.get_job_logs(name)) == "url=none\n");
+  client.delete_job(name);
+}

@@ -374,6 +374,8 @@ INSERT INTO events(job,step,time_ms,reason,message,exit_code) VALUES('old','',1,
   CHECK(old->status == job_status::complete);
   CHECK(db.load_events("old").size() == 3);
   CHECK(db.load_queue().empty());
+  CHECK(old->progress.empty());  // version 5's column, empty for a job that never reported
+  CHECK(old->progress_ms == 0);
   // The queue works: a job joins it, is admitted, and leaves it when it ends.
   job_row j;
   j.name = "new";
@@ -466,4 +468,33 @@ TEST_CASE(
   CHECK(db.cancels_after(seen) == std::vector<std::string>{"j5"});
   CHECK(seen == before + 2);
   CHECK(db.cancels_after(seen).empty());
+}
+
+TEST_CASE("a report is the job's latest progress, an event when recorded, and refused once the job has ended") {
+  tjob::test::temp_dir d;
+  store db(d.path() / "tjob.db", std::chrono::milliseconds(1000));
+  db.begin();
+  REQUIRE(db.insert_job(sample("p")));
+  db.append_event("p", "", 1, log_event::created, "made");
+  CHECK(db.record_progress("p", 10, R"({"progress_percent":5})", "5%", true));
+  CHECK(db.record_progress("p", 20, R"({"progress_percent":6})", "", false));  // the latest only
+  db.commit();
+  auto row = db.load_job("p");
+  REQUIRE(row);
+  CHECK(row->progress == R"({"progress_percent":6})");
+  CHECK(row->progress_ms == 20);
+  auto events = db.load_events("p");
+  REQUIRE(events.size() == 2);
+  CHECK(events[1].reason == "Progress");
+  CHECK(events[1].message == "5%");
+  CHECK(events[1].detail == R"({"progress_percent":5})");
+  // The fold ignores Progress events: the status columns still match the log.
+  CHECK(db.fold_log(*row).status == row->status);
+  db.begin();
+  db.update_job_status("p", job_status::complete, "");
+  CHECK_FALSE(db.record_progress("p", 30, R"({"progress_percent":7})", "7%", true));
+  CHECK_FALSE(db.record_progress("gone", 30, "{}", "", true));
+  db.commit();
+  CHECK(db.load_job("p")->progress_ms == 20);
+  CHECK(db.load_events("p").size() == 2);
 }

@@ -1,0 +1,88 @@
+"""A job's code that reports progress to its engine the way Kubeflow's update_trainjob_status does
+(POST {"trainerStatus": ...} with a bearer token, TLS verified against the CA), with good and bad
+reports, for tests/integration/progress_test.cpp. Prints one line per report: CASE STATUS BODY.
+
+    progress_probe.py battery [OTHER_URL OTHER_TOKEN_FILE]   the cases below, in order
+    progress_probe.py post URL TOKEN_FILE BODY               one report (ends with `posted STATUS`)
+    progress_probe.py burst N                                N good reports at once
+"""
+import http.client
+import json
+import os
+import ssl
+import sys
+import urllib.parse
+
+URL = os.environ.get("KUBEFLOW_TRAINER_SERVER_URL", "")
+CA = os.environ.get("KUBEFLOW_TRAINER_SERVER_CA_CERT", "")
+TOKEN_FILE = os.environ.get("KUBEFLOW_TRAINER_SERVER_TOKEN", "")
+
+
+def token_of(path):
+    with open(path) as f:
+        return f.read().strip()
+
+
+def post(url, token, body, case):
+    parts = urllib.parse.urlsplit(url)
+    ctx = ssl.create_default_context(cafile=CA)  # the engine's certificate must verify against the CA
+    conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=10, context=ctx)
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = "Bearer " + token
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    conn.request("POST", parts.path, body=data, headers=headers)
+    r = conn.getresponse()
+    text = r.read().decode(errors="replace").strip()
+    conn.close()
+    print(case, r.status, text, flush=True)
+    return r.status
+
+
+def status(**fields):
+    return {"trainerStatus": fields}
+
+
+def battery(other_url, other_token_file):
+    mine = token_of(TOKEN_FILE)
+    post(URL, mine, status(progressPercentage=10, estimatedRemainingSeconds=90,
+                           metrics=[{"name": "loss", "value": "0.9"}]), "good")
+    post(URL, None, status(progressPercentage=11), "no-token")
+    post(URL, "0" * 64, status(progressPercentage=12), "wrong-token")
+    post(URL, mine, b"{not json", "not-json")
+    post(URL, mine, {"progressPercentage": 13}, "no-trainerStatus")
+    post(URL, mine, status(progressPercentage="half"), "percent-not-number")
+    post(URL, mine, status(metrics=[{"name": "lo\x07ss", "value": "1"}]), "control-name")
+    post(URL, mine, status(metrics=[{"name": "x" * 65, "value": "1"}]), "long-name")
+    post(URL, mine, status(metrics=[{"name": "loss", "value": ["1"]}]), "value-not-text")
+    if other_url:
+        post(other_url, mine, status(progressPercentage=99), "token-of-other-job")
+        post(URL, token_of(other_token_file), status(progressPercentage=98), "other-token-here")
+    post(URL, mine, status(progressPercentage=250, estimatedRemainingSeconds=-5), "clamped")
+    many = [{"name": "m%05d" % i, "value": str(i)} for i in range(10000)]
+    post(URL, mine, status(progressPercentage=60, metrics=many), "ten-thousand-metrics")
+    post(URL, mine, status(progressPercentage=70, estimatedRemainingSeconds=30,
+                           metrics=[{"name": "loss", "value": 0.25}, {"name": "accuracy", "value": "0.8"},
+                                    {"name": "loss", "value": "0.2"}]), "last")
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "battery":
+        battery(*(sys.argv[2:4] if len(sys.argv) >= 4 else (None, None)))
+    elif mode == "post":
+        post(sys.argv[2], token_of(sys.argv[3]), sys.argv[4].encode(), "posted")
+    elif mode == "burst":  # on one kept connection, as fast as it goes
+        mine = token_of(TOKEN_FILE)
+        parts = urllib.parse.urlsplit(URL)
+        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=10,
+                                           context=ssl.create_default_context(cafile=CA))
+        for i in range(int(sys.argv[2])):
+            body = json.dumps(status(progressPercentage=i % 101, metrics=[{"name": "i", "value": str(i)}]))
+            conn.request("POST", parts.path, body=body.encode(),
+                         headers={"Authorization": "Bearer " + mine, "Content-Type": "application/json"})
+            r = conn.getresponse()
+            print("burst-%d" % i, r.status, r.read().decode(errors="replace").strip(), flush=True)
+
+
+main()
