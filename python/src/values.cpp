@@ -35,6 +35,16 @@ void take(const py::dict& d, const char* key, T& out) {
   }
 }
 
+// Reported progress (a job's latest, a Progress event's): None where not reported.
+void put_progress(py::dict& d, const std::optional<int>& percent, const std::optional<std::int64_t>& remaining,
+                  const std::vector<std::pair<std::string, std::string>>& metrics) {
+  d["progress_percent"] = percent ? py::object(py::int_(*percent)) : py::object(py::none());
+  d["estimated_remaining_seconds"] = remaining ? py::object(py::int_(*remaining)) : py::object(py::none());
+  py::dict m;  // (in the order reported)
+  for (const auto& [name, value] : metrics) m[py::str(name)] = value;
+  d["metrics"] = m;
+}
+
 }  // namespace
 
 std::optional<double> seconds_of(const std::optional<clock::time_point>& t) {
@@ -65,14 +75,7 @@ py::dict job_dict(const tjob::train_job& j) {
   d["status"] = std::string(tjob::to_string(j.status));
   d["reason"] = j.reason;
   d["array"] = j.array;
-  d["progress_percent"] =
-      j.progress_percent ? py::object(py::int_(*j.progress_percent)) : py::object(py::none());
-  d["estimated_remaining_seconds"] = j.estimated_remaining_seconds
-                                         ? py::object(py::int_(*j.estimated_remaining_seconds))
-                                         : py::object(py::none());
-  py::dict metrics;  // (in the order reported)
-  for (const auto& [name, value] : j.metrics) metrics[py::str(name)] = value;
-  d["metrics"] = metrics;
+  put_progress(d, j.progress_percent, j.estimated_remaining_seconds, j.metrics);
   d["updated"] = seconds_of(j.progress_updated);
   return d;
 }
@@ -113,6 +116,7 @@ py::dict event_dict(const tjob::event& e) {
   d["step"] = e.step;
   d["reason"] = e.reason;
   d["message"] = e.message;
+  put_progress(d, e.progress_percent, e.estimated_remaining_seconds, e.metrics);
   return d;
 }
 

@@ -456,7 +456,9 @@ class _Base:
     def _events(self, name: str, evs: List[Dict]) -> List[Event]:
         return [Event(involved_object_kind="Step" if e["step"] else "TrainJob",
                       involved_object_name=e["step"] or name, message=e["message"], reason=e["reason"],
-                      event_time=_time(e["time"])) for e in evs]
+                      event_time=_time(e["time"]), progress_percent=e["progress_percent"],
+                      estimated_remaining_seconds=e["estimated_remaining_seconds"], metrics=dict(e["metrics"]))
+                for e in evs]
 
     def close(self):
         """Stops this client's engine. Jobs it started and still runs are later found lost (as with the

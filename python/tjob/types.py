@@ -163,6 +163,10 @@ class Event:
     message: str
     reason: str
     event_time: datetime.datetime
+    # A Progress event (tjob's): what the training code reported then. None and empty otherwise.
+    progress_percent: Optional[int] = None
+    estimated_remaining_seconds: Optional[int] = None
+    metrics: Dict[str, str] = field(default_factory=dict)
 
 
 # --- options -----------------------------------------------------------------------------------------
