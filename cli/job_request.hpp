@@ -38,6 +38,7 @@ struct job_options {
   std::vector<int> retry_on, no_retry_on;  // --retry-on, --no-retry-on: exit codes
   std::string retry_backoff;               // --retry-backoff: INITIAL[,FACTOR[,MAX]]
   std::string stream_step;                 // run: the one step to stream (default: every node)
+  bool no_progress = false;                // run: no status line on a terminal
 };
 
 /// The options of a job, for `run` and `train` alike.

@@ -4,6 +4,7 @@
 #include "cli/list_watch.hpp"
 #include "cli/render.hpp"
 #include "cli/run_job.hpp"
+#include "cli/status_line.hpp"
 #include "cli/serve_cmd.hpp"
 
 #include <tjob/client.hpp>
@@ -245,7 +246,11 @@ int cmd_run(const common_options& common, const job_options& jo) {
     steps.push_back(jo.stream_step);
   else
     steps = cli::job_steps(client, name);
-  cli::stream_steps(client, name, steps);
+  {
+    std::optional<cli::status_line> line;
+    if (!jo.no_progress && cli::status_line_wanted()) line.emplace(client, name);
+    cli::stream_steps(client, name, steps);
+  }  // (the status line is cleared before the last words)
   auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed},
                                         std::chrono::hours(24 * 365));
   interrupts.detach();
@@ -285,7 +290,7 @@ struct commands {
   job_options run_opts, train_opts;
   std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
   std::vector<std::string> job_names;  // get, delete, cancel: one or more
-  bool follow = false, prune_all = false, delete_all = false, all_steps = false, watch = false,
+  bool follow = false, no_progress = false, prune_all = false, delete_all = false, all_steps = false, watch = false,
        timestamps = false;
   std::string since;
   long long tail = -1;
@@ -375,6 +380,9 @@ void add_job_commands(CLI::App& app, commands& c) {
                     "its node's name, [node-1])");
   c.run->add_option("--grace", c.common.grace_seconds,
                     "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
+  c.run->add_flag("--no-progress", c.run_opts.no_progress,
+                  "No status line below the log on a terminal (the job's progress, its setup phase); "
+                  "without a terminal there is none");
   c.run->add_option("--array", c.run_opts.array,
                     "Run a job array (as tjob train --array: NAME-0 ... with $TJOB_ARRAY_INDEX, %N at "
                     "most N at once), stream every member's log after its name ([NAME-3] ...), and exit "
@@ -413,6 +421,8 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.logs = app.add_subcommand("logs", "Print a step's log; with -f, follow it until the step ends");
   c.logs->add_option("name", c.job_name, "Job name")->required();
   c.logs->add_flag("-f,--follow", c.follow, "Stream new output until the step ends");
+  c.logs->add_flag("--no-progress", c.no_progress,
+                   "With -f: no status line below the log on a terminal (the job's progress)");
   c.step_opt = c.logs->add_option("--step", c.step, "Step (default node-0)");
   c.logs->add_flag("--all-steps", c.all_steps,
                    "Every step's log, each line after its step (\"[node-1] ...\"); with -f, "
@@ -558,8 +568,11 @@ int run_query(commands& c) {
       for (const auto& s : client.get_job(name).steps) steps.push_back(s.name);
       if (!steps.empty()) cli::stream_steps(client, name, steps, lo);
     } else {
+      std::optional<cli::status_line> line;
+      if (c.follow && !c.no_progress && cli::status_line_wanted()) line.emplace(client, name);
       auto reader = client.get_job_logs(name, lo);
-      while (auto chunk = reader.read_some()) write_out(*chunk);
+      while (auto chunk = reader.read_some())
+        if (!cli::write_log(*chunk)) break;
     }
   } else if (*c.wait) {
     // An array: each member in turn, within the one timeout.

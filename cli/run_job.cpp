@@ -1,6 +1,7 @@
 #include "cli/run_job.hpp"
 
 #include "cli/job_request.hpp"
+#include "cli/status_line.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -23,6 +24,11 @@ bool write_out(std::string_view s) {
     s.remove_prefix(static_cast<std::size_t>(n));
   }
   return true;
+}
+
+bool write_log(std::string_view s) {
+  if (auto* line = active_status_line()) return line->write_log(s);
+  return write_out(s);
 }
 
 int tjob_args_end(CLI::App& app, int argc, char** argv) {
@@ -72,7 +78,7 @@ struct shared_out {
   void emit(std::string_view lines, const std::string& prefix) {
     std::lock_guard lock(mu);
     auto text = prefixed_lines(lines, prefix);
-    if (!text.empty() && !reader_gone && !write_out(text)) reader_gone = true;
+    if (!text.empty() && !reader_gone && !write_log(text)) reader_gone = true;
   }
 };
 
@@ -142,14 +148,14 @@ void stream_steps(trainer_client& client, const std::string& name, const std::ve
     options.step = steps.front();
     auto reader = client.get_job_logs(name, options);
     while (auto chunk = reader.read_some())
-      if (!write_out(*chunk)) break;  // nobody reads our output; the job goes on, and we wait for it
+      if (!write_log(*chunk)) break;  // nobody reads our output; the job goes on, and we wait for it
     return;
   }
   if (!options.follow) {  // what is stored, step after step
     for (const auto& step : steps) {
       options.step = step;
       auto text = client.get_job_logs(name, options).read_all();
-      if (!write_out(prefixed_lines(text, "[" + step + "] "))) return;
+      if (!write_log(prefixed_lines(text, "[" + step + "] "))) return;
     }
     return;
   }

@@ -21,6 +21,8 @@ namespace tjob::cli {
 /// Writes all of `s` to stdout; false when stdout is gone (a closed pipe:
 /// `tjob run ... | head`).
 bool write_out(std::string_view s);
+/// Writes log bytes: through the status line when one is shown (status_line.hpp), else write_out.
+bool write_log(std::string_view s);
 
 /// How many of argv's entries are tjob's: for `run` and `train` the first
 /// positional (FILE.py) ends them and the rest are the script's own, flags

@@ -14,6 +14,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <functional>
+#include <thread>
 
 using namespace std::chrono_literals;
 using tjob::test::helper_bin;
@@ -1247,4 +1249,126 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(del.exit_code == 0);
   CHECK(del.out == "deleted sweep-0\ndeleted sweep-2\ndeleted sweep-4\ndeleted sweep-7\n");
   CHECK(tjob({"get", "sweep"}).exit_code == 2);
+}
+
+namespace {
+
+// A tmux server of the test's own (a socket under its temp dir, no user
+// config): panes are real pseudo-terminals, and capture-pane is the screen a
+// person would see.
+struct terminal {
+  std::string sock;
+  terminal(const std::filesystem::path& dir, const std::string& name)
+      : sock((dir / ("tmux-" + name + ".sock")).string()) {}
+  ~terminal() { run({"tmux", "-S", sock, "kill-server"}); }
+  static bool available() { return run({"tmux", "-V"}).exit_code == 0 || tjob::test::skip("tmux is not installed"); }
+  void start(const std::string& window, std::vector<std::string> argv, const std::map<std::string, std::string>& env) {
+    // (no remain-on-exit: set before the session, it cost the pane its first line)
+    std::vector<std::string> cmd = {"tmux", "-S", sock, "-f", "/dev/null", "new-session", "-d", "-s", window,
+                                    "-x", "100", "-y", "24"};
+    for (const auto& [k, v] : env) {
+      cmd.push_back("-e");
+      cmd.push_back(k + "=" + v);
+    }
+    // The program's exit status is printed after it, and the pane stays for
+    // the test to read (`sh -c` runs the program from "$@", never as a line).
+    for (const auto& a : {"--", "/bin/sh", "-c", "\"$@\"; echo \"exit=$?\"; exec sleep 600", "sh"})
+      cmd.push_back(a);
+    cmd.insert(cmd.end(), argv.begin(), argv.end());
+    auto r = run(cmd, env);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  }
+  std::string screen(const std::string& window) const {
+    return run({"tmux", "-S", sock, "capture-pane", "-p", "-t", window}).out;
+  }
+  /// The screen once `holds` is true of it; fails after 60 s. (A screen has
+  /// no event to wait on: it is read again every 50 ms until then.)
+  std::string screen_when(const std::string& window, const std::function<bool(const std::string&)>& holds) const {
+    auto until = std::chrono::steady_clock::now() + 60s;
+    std::string s;
+    while (std::chrono::steady_clock::now() < until) {
+      s = screen(window);
+      if (holds(s)) return s;
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL("the screen never showed what was expected:\n" << s);
+    return s;
+  }
+};
+
+// The screen's lines, trailing blanks cut.
+std::vector<std::string> lines_of(const std::string& screen) {
+  std::vector<std::string> out;
+  std::istringstream in(screen);
+  std::string l;
+  while (std::getline(in, l)) {
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    out.push_back(l);
+  }
+  while (!out.empty() && out.back().empty()) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "on a terminal, tjob run and logs -f show the job's progress in a line below its log") {
+  if (!terminal::available()) return;
+  terminal term(dir.path(), "run"), follow(dir.path(), "follow"), plain_term(dir.path(), "plain");
+  tjob::test::gate gate;
+  auto env = this->env();
+  env["LANG"] = "C.UTF-8";
+  const std::string code =
+      "import sys, tjob\n"
+      "print('first line', flush=True)\n"
+      "assert tjob.report(progress=40, eta=90, loss=0.5)\n"
+      "open(sys.argv[1]).read()\n"
+      "print('second line', flush=True)\n";
+  term.start("run", {tjob_bin(), "run", "--name", "bar", "--", "/usr/bin/python3", "-c", code, gate.path()}, env);
+  auto has_bar = [](const std::string& s) { return s.find(" 40%") != std::string::npos; };
+  auto shown = lines_of(term.screen_when("run", has_bar));
+  CAPTURE(shown);
+  REQUIRE(shown.size() >= 3);
+  CHECK(shown[0] == "tjob: job bar started");
+  CHECK(shown[1] == "first line");
+  // the status line, below the log: the bar, the percentage, the ETA, the metrics, the time
+  const auto& status = shown[2];
+  CHECK(status.starts_with("████████░░░░░░░░░░░░  40%  ETA 1m 30s  loss=0.5  ["));
+  // Another terminal follows the same job's log, from another process.
+  follow.start("follow", {tjob_bin(), "logs", "-f", "bar"}, env);
+  auto followed = lines_of(follow.screen_when("follow", has_bar));
+  CAPTURE(followed);
+  REQUIRE(followed.size() == 2);
+  CHECK(followed[0] == "first line");
+  CHECK(followed[1].starts_with("████████░░░░░░░░░░░░  40%  ETA 1m 30s  loss=0.5"));
+
+  gate.release();
+  auto done = [](const std::string& s) { return s.find("Complete in") != std::string::npos; };
+  auto ended_screen = term.screen_when("run", done);
+  auto ended = lines_of(ended_screen);
+  CAPTURE(ended_screen);
+  REQUIRE(ended.size() >= 4);
+  CHECK(ended[1] == "first line");
+  CHECK(ended[2] == "second line");  // the line was cleared: the log goes on where it stood
+  CHECK(ended[3].starts_with("tjob: job bar Complete in"));
+  CHECK(term.screen("run").find("40%") == std::string::npos);
+  CHECK(lines_of(term.screen_when("run", [](const std::string& s) { return s.find("exit=") != std::string::npos; }))
+            .at(4) == "exit=0");
+  auto follow_end = lines_of(follow.screen_when("follow", [](const std::string& s) {
+    return s.find("second line") != std::string::npos && s.find("40%") == std::string::npos;
+  }));
+  CHECK(follow_end[0] == "first line");
+  CHECK(follow_end[1] == "second line");
+
+  // --no-progress, and no terminal: the log's bytes alone.
+  plain_term.start("plain", {tjob_bin(), "run", "--no-progress", "--name", "plain", "--", "/usr/bin/python3", "-c",
+                       "import tjob; print('one', flush=True); tjob.report(progress=70)"},
+             env);
+  auto plain = lines_of(plain_term.screen_when("plain", done));
+  CAPTURE(plain);
+  CHECK(plain[1] == "one");
+  CHECK(plain[2].starts_with("tjob: job plain Complete in"));
+  auto piped = tjob({"run", "--name", "piped", "--", "/usr/bin/python3", "-c",
+                     "import tjob; print('one', flush=True); tjob.report(progress=70)"});
+  CHECK(piped.out == "one\n");
+  CHECK(tjob({"get", "piped", "-o", "json"}).out.find("\"progress_percent\":70") != std::string::npos);
 }
