@@ -453,6 +453,15 @@ TEST_CASE_FIXTURE(fixture, "the README's main job trains the linear model under 
   CHECK(r.out.find("Training completed!\n") != std::string::npos);
   CHECK(r.out.find("[tjob] venv done in ") != std::string::npos);
   CHECK(r.err.find("Complete in") != std::string::npos);
+  // It reports its loss (tjob.report): the last epoch's is the job's.
+  auto name = r.err.substr(r.err.find("tjob: job ") + 10);
+  name = name.substr(0, name.find(' '));
+  auto got = boost::json::parse(tjob({"get", name, "-o", "json"}).out).as_object();
+  CHECK(got.at("progress_percent").as_int64() == 100);
+  CHECK(got.at("estimated_remaining_seconds").as_int64() == 0);
+  auto last = r.out.substr(r.out.find("Epoch 5/5, Loss: ") + 17, 6);
+  CHECK(std::stod(std::string(got.at("metrics").at("loss").as_string())) == doctest::Approx(std::stod(last)).epsilon(0.001));
+  CHECK(got.at("metrics").at("epoch").as_string() == "5");
 }
 
 TEST_CASE_FIXTURE(
