@@ -4,8 +4,8 @@
 #include "cli/list_watch.hpp"
 #include "cli/render.hpp"
 #include "cli/run_job.hpp"
-#include "cli/status_line.hpp"
 #include "cli/serve_cmd.hpp"
+#include "cli/status_line.hpp"
 
 #include <tjob/client.hpp>
 
@@ -290,8 +290,8 @@ struct commands {
   job_options run_opts, train_opts;
   std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
   std::vector<std::string> job_names;  // get, delete, cancel: one or more
-  bool follow = false, no_progress = false, prune_all = false, delete_all = false, all_steps = false, watch = false,
-       timestamps = false;
+  bool follow = false, no_progress = false, prune_all = false, delete_all = false, all_steps = false,
+       watch = false, timestamps = false;
   std::string since;
   long long tail = -1;
   int attempt = 0;

@@ -32,8 +32,8 @@ std::optional<std::string> phase_of(std::string_view text) {
   if (text.find(" done in ") != std::string_view::npos || text.find(" failed") != std::string_view::npos ||
       text.find(" from the cache") != std::string_view::npos)
     return std::string();
-  for (std::string_view start : {"building ", "checking ", "creating ", "installing ", "copying ", "waiting for ",
-                                 "pulling "})
+  for (std::string_view start :
+       {"building ", "checking ", "creating ", "installing ", "copying ", "waiting for ", "pulling "})
     if (text.starts_with(start)) return std::string(text);
   return std::nullopt;
 }
@@ -142,8 +142,10 @@ std::string status_line::line_locked() const {
   v.phase_seconds = std::chrono::duration<double>(now - phase_began_).count();
   if (seen_) {
     v.status = std::string(to_string(seen_->status));
-    if (seen_->queue_position) v.status += fmt::format(" (Queued #{})", *seen_->queue_position);
-    else if (!seen_->reason.empty()) v.status += " (" + seen_->reason + ")";
+    if (seen_->queue_position)
+      v.status += fmt::format(" (Queued #{})", *seen_->queue_position);
+    else if (!seen_->reason.empty())
+      v.status += " (" + seen_->reason + ")";
     v.percent = seen_->progress_percent;
     v.eta = seen_->estimated_remaining_seconds;
     v.metrics = seen_->metrics;

@@ -1,7 +1,7 @@
 #include "engine/progress.hpp"
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <boost/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -22,8 +22,9 @@ std::string text_problem(std::string_view s, bool name) {
     // C0 controls and DEL; C1 controls are U+0080..U+009F, 0xC2 0x80..0x9F in UTF-8
     bool control = c < 0x20 || c == 0x7f ||
                    (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) <= 0x9f);
-    if (control) return fmt::format("has a control character (byte {}: 0x{:02x})", i,
-                                    c == 0xc2 ? static_cast<unsigned char>(s[i + 1]) : c);
+    if (control)
+      return fmt::format("has a control character (byte {}: 0x{:02x})", i,
+                         c == 0xc2 ? static_cast<unsigned char>(s[i + 1]) : c);
   }
   return {};
 }
@@ -36,7 +37,8 @@ std::optional<double> number_of(const json::value& v) {
   return d;
 }
 
-void put_metric(std::vector<std::pair<std::string, std::string>>& metrics, std::string name, std::string value) {
+void put_metric(std::vector<std::pair<std::string, std::string>>& metrics, std::string name,
+                std::string value) {
   auto same = std::find_if(metrics.begin(), metrics.end(), [&](const auto& kv) { return kv.first == name; });
   if (same != metrics.end())
     same->second = std::move(value);
@@ -60,7 +62,8 @@ parsed_progress parse_progress_body(std::string_view body) {
   if (!doc.is_object()) return refuse("the body is not a JSON object: send {\"trainerStatus\": {...}}");
   auto* ts = doc.as_object().if_contains("trainerStatus");
   if (!ts || !ts->is_object())
-    return refuse("the body has no trainerStatus object: send {\"trainerStatus\": {\"progressPercentage\": ...}}");
+    return refuse(
+        "the body has no trainerStatus object: send {\"trainerStatus\": {\"progressPercentage\": ...}}");
   const auto& st = ts->as_object();
   progress_report r;
   if (auto* p = st.if_contains("progressPercentage"); p && !p->is_null()) {
@@ -74,7 +77,8 @@ parsed_progress parse_progress_body(std::string_view body) {
     r.remaining = static_cast<std::int64_t>(std::clamp(*d, 0.0, 1e15));
   }
   if (auto* m = st.if_contains("metrics"); m && !m->is_null()) {
-    if (!m->is_array()) return refuse("trainerStatus.metrics is not a list; give [{\"name\": ..., \"value\": ...}]");
+    if (!m->is_array())
+      return refuse("trainerStatus.metrics is not a list; give [{\"name\": ..., \"value\": ...}]");
     const auto& list = m->as_array();
     std::size_t i = 0;
     for (const auto& item : list) {
@@ -100,8 +104,8 @@ parsed_progress parse_progress_body(std::string_view body) {
       else
         return refuse(where + ".value (metric " + n + ") is missing or not a string or number");
       if (auto why = text_problem(value, false); !why.empty())
-        return refuse(fmt::format("{}.value (metric {}) {}; a value is printable text of at most {} bytes", where,
-                                  n, why, max_metric_bytes));
+        return refuse(fmt::format("{}.value (metric {}) {}; a value is printable text of at most {} bytes",
+                                  where, n, why, max_metric_bytes));
       put_metric(r.metrics, std::move(n), std::move(value));
     }
   }
@@ -146,7 +150,8 @@ progress_report progress_from_json(std::string_view text) {
   if (auto* m = o.if_contains("metrics"); m && m->is_object())
     for (const auto& kv : m->as_object()) {
       if (r.metrics.size() == max_metrics) break;
-      if (kv.value().is_string()) put_metric(r.metrics, std::string(kv.key()), std::string(kv.value().as_string()));
+      if (kv.value().is_string())
+        put_metric(r.metrics, std::string(kv.key()), std::string(kv.value().as_string()));
     }
   return r;
 }

@@ -24,8 +24,8 @@ inline constexpr std::size_t max_metrics = 256;
 inline constexpr std::size_t max_metric_bytes = 64;
 
 struct progress_report {
-  std::optional<int> percent;                 ///< 0 to 100
-  std::optional<std::int64_t> remaining;      ///< seconds, 0 or more
+  std::optional<int> percent;                                ///< 0 to 100
+  std::optional<std::int64_t> remaining;                     ///< seconds, 0 or more
   std::vector<std::pair<std::string, std::string>> metrics;  ///< names unique, in the order first given
   bool operator==(const progress_report&) const = default;
 };

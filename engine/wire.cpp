@@ -88,7 +88,8 @@ job_status status_at(const json::object& o, const std::string& what) {
 }
 
 void read_progress(const json::object& o, const std::string& what, std::optional<int>& percent,
-                   std::optional<std::int64_t>& remaining, std::vector<std::pair<std::string, std::string>>& metrics) {
+                   std::optional<std::int64_t>& remaining,
+                   std::vector<std::pair<std::string, std::string>>& metrics) {
   if (o.contains("progress_percent")) percent = static_cast<int>(int_at(o, "progress_percent", what));
   if (o.contains("estimated_remaining_seconds")) remaining = int_at(o, "estimated_remaining_seconds", what);
   if (auto* m = o.if_contains("metrics")) {
@@ -115,7 +116,8 @@ std::vector<std::string> texts_at(const json::object& o, const char* key, const 
 
 // Reported progress (a job's latest, a Progress event's): each field only
 // when it was reported.
-void put_progress(json::object& o, const std::optional<int>& percent, const std::optional<std::int64_t>& remaining,
+void put_progress(json::object& o, const std::optional<int>& percent,
+                  const std::optional<std::int64_t>& remaining,
                   const std::vector<std::pair<std::string, std::string>>& metrics) {
   if (percent) o["progress_percent"] = *percent;
   if (remaining) o["estimated_remaining_seconds"] = *remaining;

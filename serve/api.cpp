@@ -300,6 +300,23 @@ asio::awaitable<answer> api::handle(request req) {
     r.body = co_await config_.metrics_text();
     co_return r;
   }
+  // The dashboard: static files of the binary, no data (the page asks /v1 with the token).
+  if (seg.empty() || (seg.size() == 2 && seg[0] == "ui")) {
+    const std::string path = seg.empty() ? "/" : "/ui/" + seg[1];
+    if (const auto* file = web_file(path)) {
+      if (m != "GET") co_return not_allowed("GET");
+      reply r;
+      r.content_type = file->content_type;
+      r.body = file->body;
+      r.headers.emplace_back("Cache-Control", "no-cache");
+      r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+      // (its scripts and styles are its own files; fetch goes to this server only)
+      r.headers.emplace_back("Content-Security-Policy",
+                             "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                             "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'");
+      co_return r;
+    }
+  }
   if (seg.empty() || seg[0] != "v1")
     co_return error_reply(404, "not_found",
                           "no such route: " + req.target.substr(0, req.target.find('?')) +
@@ -623,7 +640,21 @@ answer api::watch(const query_map& q) {
 
 namespace tjob::serve {
 
-extern const char* const openapi_json;  // serve/openapi.json, embedded by the build
+extern const char* const openapi_json;    // serve/openapi.json, embedded by the build
+extern const char* const web_files[][3];  // web/, embedded by the build (cmake/embed_web.cmake)
+extern const std::size_t web_file_count;
+
+const web_asset* web_file(std::string_view path) {
+  static const std::vector<web_asset> files = [] {
+    std::vector<web_asset> out;
+    for (std::size_t i = 0; i < web_file_count; ++i)
+      out.push_back({web_files[i][0], web_files[i][1], web_files[i][2]});
+    return out;
+  }();
+  for (const auto& f : files)
+    if (f.path == path) return &f;
+  return nullptr;
+}
 
 const std::string& openapi_document() {
   static const std::string doc(openapi_json);

@@ -103,4 +103,13 @@ class api {
 /// The OpenAPI 3 document of the API (serve/openapi.json, built in).
 const std::string& openapi_document();
 
+/// A file of the dashboard (web/, built in): `path` is its URL path ("/",
+/// "/ui/app.js"). Served to anyone: it holds no data, and what it shows it
+/// asks of /v1 with the server's token.
+struct web_asset {
+  std::string_view path, content_type, body;
+};
+/// The file at `path`; null when there is none.
+const web_asset* web_file(std::string_view path);
+
 }  // namespace tjob::serve

@@ -11,8 +11,8 @@
 #include "engine/json_fields.hpp"
 #include "engine/progress.hpp"
 
-#include <boost/json.hpp>
 #include <spdlog/spdlog.h>
+#include <boost/json.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -31,7 +31,8 @@ constexpr const char* latest_file = "progress.json";
 constexpr const char* events_file = "progress.jsonl";
 
 std::int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -93,11 +94,13 @@ asio::awaitable<std::string> backend::impl::take_report(std::weak_ptr<impl> w, s
   if (!self || self->stopping) co_return "the engine has stopped";
   auto found = co_await self->find(job);
   if (!found) co_return "the job is not found: " + found.error().message;
-  if (is_terminal(found->status)) co_return "the job has ended (" + std::string(to_string(found->status)) + ")";
+  if (is_terminal(found->status))
+    co_return "the job has ended (" + std::string(to_string(found->status)) + ")";
   co_return self->take_progress(job, r, record);
 }
 
-std::string backend::impl::take_progress(const std::string& job, const detail::progress_report& r, bool record) {
+std::string backend::impl::take_progress(const std::string& job, const detail::progress_report& r,
+                                         bool record) {
   if (cancelled(job)) return "the job was cancelled";
   const auto dir = workdir(job) / ".tjob";
   const auto line = stamped(r, unix_ms());

@@ -72,7 +72,7 @@ asio::awaitable<std::string> backend::impl::ensure_image(docker_api& d, const st
   if (!pulled)
     raise(failure(docker_errc::refused, prefix + pulled.error().message, pulled.error().diagnostics));
   auto pulled_image = co_await d.image_inspect(image);
-  co_return pulled_image && *pulled_image ? pythonpath_of(**pulled_image) : std::string();
+  co_return pulled_image&&* pulled_image ? pythonpath_of(**pulled_image) : std::string();
 }
 
 // What every node of the job runs: a command as it is, or Python code

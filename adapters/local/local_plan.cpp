@@ -382,8 +382,8 @@ asio::awaitable<void> engine_state::open_progress(std::shared_ptr<job_rec> j) {
   const std::string token = progress::new_token(), token_path = j->dir + "/progress-token";
   j->files.emplace_back(token_path, token);
   auto url = progress.add(j->row.name, token,
-                          [w = weak_from_this(), name = j->row.name](detail::progress_report r,
-                                                                      bool record) -> asio::awaitable<std::string> {
+                          [w = weak_from_this(), name = j->row.name](
+                              detail::progress_report r, bool record) -> asio::awaitable<std::string> {
                             auto self = w.lock();
                             co_return self ? self->take_progress(name, r, record)
                                            : std::string("the engine has stopped");
@@ -391,7 +391,8 @@ asio::awaitable<void> engine_state::open_progress(std::shared_ptr<job_rec> j) {
   j->progress_env = progress::job_environment(url, progress_ca, token_path);
 }
 
-std::string engine_state::take_progress(const std::string& name, const detail::progress_report& r, bool record) {
+std::string engine_state::take_progress(const std::string& name, const detail::progress_report& r,
+                                        bool record) {
   auto j = owned(name);
   if (!j || is_terminal(j->row.status)) return "the job has ended";
   if (!read_only.empty()) throw std::runtime_error(read_only);

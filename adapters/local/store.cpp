@@ -391,7 +391,8 @@ void store::append_event(const std::string& job, const std::string& step, std::i
 
 bool store::record_progress(const std::string& job, std::int64_t time_ms, const std::string& data,
                             const std::string& message, bool event) {
-  auto* s = prepare("UPDATE jobs SET progress=?, progress_ms=? WHERE name=? AND status IN ('Created','Running')");
+  auto* s =
+      prepare("UPDATE jobs SET progress=?, progress_ms=? WHERE name=? AND status IN ('Created','Running')");
   {
     reset_guard g{s};
     bind_text(s, 1, data);
@@ -456,7 +457,8 @@ std::vector<job_row> store::load_where(const char* where_sql, const std::string*
   static const std::string times = times_sql();
   // (a list leaves each job's spec, its whole request, unread: nothing listed needs it)
   std::string sql = std::string("SELECT name, runtime, num_nodes, created_ms, ") + (arg ? "spec" : "''") +
-                    ", status, reason, owner_pid, owner_start, array, progress, progress_ms" + times + "FROM jobs ";
+                    ", status, reason, owner_pid, owner_start, array, progress, progress_ms" + times +
+                    "FROM jobs ";
   sql += where_sql;
   sql += " ORDER BY created_ms, name";
   auto* s = prepare(sql);

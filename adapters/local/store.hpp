@@ -49,9 +49,9 @@ struct job_row {
   std::int64_t owner_pid = 0;
   std::uint64_t owner_start = 0;
   std::vector<step_row> steps;
-  std::int64_t started_ms = 0;  ///< its first Started event; 0: none
-  std::int64_t ended_ms = 0;    ///< its last step-ending event, once the job has ended; 0: none
-  std::string progress;         ///< its latest reported progress (detail::progress_json); empty: none
+  std::int64_t started_ms = 0;   ///< its first Started event; 0: none
+  std::int64_t ended_ms = 0;     ///< its last step-ending event, once the job has ended; 0: none
+  std::string progress;          ///< its latest reported progress (detail::progress_json); empty: none
   std::int64_t progress_ms = 0;  ///< when it was reported
 };
 

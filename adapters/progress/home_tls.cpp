@@ -15,11 +15,11 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <utility>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 
 namespace tjob::progress {
 
@@ -44,7 +44,8 @@ using bio_ptr = std::unique_ptr<BIO, bio_free>;
   char buf[256] = "unknown error";
   if (auto e = ERR_get_error()) ERR_error_string_n(e, buf, sizeof buf);
   ERR_clear_error();
-  throw std::runtime_error(std::string("cannot make the progress endpoint's TLS files: ") + what + ": " + buf);
+  throw std::runtime_error(std::string("cannot make the progress endpoint's TLS files: ") + what + ": " +
+                           buf);
 }
 
 void check(int ok, const char* what) {
@@ -84,11 +85,11 @@ x509_ptr new_cert(EVP_PKEY* key, const char* cn) {
     openssl_failed("the validity");
   check(X509_set_pubkey(cert.get(), key), "the public key");
   X509_NAME* name = X509_get_subject_name(cert.get());
-  check(X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("tjob"), -1,
-                                   -1, 0),
+  check(X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("tjob"),
+                                   -1, -1, 0),
         "the name");
-  check(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn), -1, -1,
-                                   0),
+  check(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn), -1,
+                                   -1, 0),
         "the name");
   return cert;
 }
@@ -97,7 +98,8 @@ std::string pem_of(X509* cert, EVP_PKEY* key) {
   bio_ptr b(BIO_new(BIO_s_mem()));
   if (!b) openssl_failed("a buffer");
   if (cert) check(PEM_write_bio_X509(b.get(), cert), "the certificate's PEM");
-  if (key) check(PEM_write_bio_PrivateKey(b.get(), key, nullptr, nullptr, 0, nullptr, nullptr), "the key's PEM");
+  if (key)
+    check(PEM_write_bio_PrivateKey(b.get(), key, nullptr, nullptr, 0, nullptr, nullptr), "the key's PEM");
   char* data = nullptr;
   long n = BIO_get_mem_data(b.get(), &data);
   return std::string(data, static_cast<std::size_t>(n));
@@ -164,7 +166,8 @@ fs::path python_helper(const fs::path& dir) {
   for (const auto& d : {dir, root, package})
     if (::mkdir(d.c_str(), d == dir ? 0700 : 0755) != 0 && errno != EEXIST)
       throw std::system_error(errno, std::generic_category(), "cannot make " + d.string());
-  for (auto [name, text] : {std::pair{"__init__.py", helper_init_py}, std::pair{"report.py", helper_report_py}}) {
+  for (auto [name, text] :
+       {std::pair{"__init__.py", helper_init_py}, std::pair{"report.py", helper_report_py}}) {
     auto path = package / name;
     std::string want(text), have;
     if (FILE* f = std::fopen(path.c_str(), "rb")) {

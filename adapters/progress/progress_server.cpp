@@ -2,6 +2,10 @@
 
 #include <tjob/error.hpp>
 
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -12,10 +16,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/json.hpp>
-#include <fmt/format.h>
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
-#include <spdlog/spdlog.h>
 
 #include <deque>
 #include <optional>
@@ -86,7 +86,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     try {
       asio::ssl::context c(asio::ssl::context::tls_server);
       c.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
-                    asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+                    asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                    asio::ssl::context::no_tlsv1_1);
       c.use_certificate_chain_file(files.server_cert.string());
       c.use_private_key_file(files.server_key.string(), asio::ssl::context::pem);
       tls.emplace(std::move(c));
@@ -102,39 +103,45 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
     if (target.substr(0, prefix.size()) != prefix || target.size() <= prefix.size() + suffix.size() ||
         target.substr(target.size() - suffix.size()) != suffix)
-      co_return error_reply(404, "not_found", "reports go to POST /v1/jobs/<job>/progress (KUBEFLOW_TRAINER_SERVER_URL)");
+      co_return error_reply(404, "not_found",
+                            "reports go to POST /v1/jobs/<job>/progress (KUBEFLOW_TRAINER_SERVER_URL)");
     std::string job(target.substr(prefix.size(), target.size() - prefix.size() - suffix.size()));
-    if (req.method() != http::verb::post && req.method() != http::verb::put && req.method() != http::verb::patch)
+    if (req.method() != http::verb::post && req.method() != http::verb::put &&
+        req.method() != http::verb::patch)
       co_return error_reply(405, "method_not_allowed", "report with POST");
     auto auth = req[http::field::authorization];
     bool bearer = auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ");
     if (!bearer)
       co_return error_reply(401, "unauthorized",
-                         "TrainJob " + job + ": a report needs Authorization: Bearer <token> (the file "
-                                             "KUBEFLOW_TRAINER_SERVER_TOKEN names)");
+                            "TrainJob " + job +
+                                ": a report needs Authorization: Bearer <token> (the file "
+                                "KUBEFLOW_TRAINER_SERVER_TOKEN names)");
     std::string_view given(auth.data() + 7, auth.size() - 7);
     auto it = jobs.find(job);
     if (it == jobs.end() || !same_token(given, it->second.token)) {
       for (const auto& [other, e] : jobs)
         if (same_token(given, e.token))
           co_return error_reply(403, "forbidden",
-                             "TrainJob " + job + ": this token is TrainJob " + other +
-                                 "'s; a job reports only its own progress");
+                                "TrainJob " + job + ": this token is TrainJob " + other +
+                                    "'s; a job reports only its own progress");
       if (it == jobs.end())
-        co_return error_reply(404, "not_found", "TrainJob " + job + " does not report here (no such job of this engine)");
+        co_return error_reply(404, "not_found",
+                              "TrainJob " + job + " does not report here (no such job of this engine)");
       co_return error_reply(401, "unauthorized", "TrainJob " + job + ": the bearer token is wrong");
     }
     auto& e = it->second;
     if (!e.ended.empty())
-      co_return error_reply(409, "ended", "TrainJob " + job + " has ended (" + e.ended + "); its progress is final");
+      co_return error_reply(409, "ended",
+                            "TrainJob " + job + " has ended (" + e.ended + "); its progress is final");
     auto parsed = detail::parse_progress_body(req.body());
     if (!parsed.report) co_return error_reply(400, "bad_request", "TrainJob " + job + ": " + parsed.error);
     auto now = std::chrono::steady_clock::now();
     if (!e.gate.take(now)) {
-      auto r = error_reply(429, "too_many_requests",
-                           fmt::format("TrainJob {}: at most {} reports a second (a burst of {}); this one is "
-                                       "dropped, send the next later",
-                                       job, detail::progress_gate::per_second, detail::progress_gate::burst));
+      auto r =
+          error_reply(429, "too_many_requests",
+                      fmt::format("TrainJob {}: at most {} reports a second (a burst of {}); this one is "
+                                  "dropped, send the next later",
+                                  job, detail::progress_gate::per_second, detail::progress_gate::burst));
       r.retry_after = std::max(1, e.gate.retry_after());
       co_return r;
     }
@@ -167,7 +174,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     auto self = shared_from_this();
     beast::error_code ec;
     beast::get_lowest_layer(*stream).expires_after(std::chrono::seconds(10));
-    co_await stream->async_handshake(asio::ssl::stream_base::server, asio::redirect_error(asio::use_awaitable, ec));
+    co_await stream->async_handshake(asio::ssl::stream_base::server,
+                                     asio::redirect_error(asio::use_awaitable, ec));
     beast::flat_buffer buffer;
     while (!ec && !stopping) {
       http::request_parser<http::string_body> parser;
@@ -188,7 +196,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         const auto& req = parser.get();
         keep = req.keep_alive();
         r = co_await handle(req);
-        if (r.status != 200 && r.status != 429) log->debug("progress report refused ({}): {}", r.status, r.body);
+        if (r.status != 200 && r.status != 429)
+          log->debug("progress report refused ({}): {}", r.status, r.body);
       }
       http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
       res.set(http::field::content_type, "application/json");
@@ -245,7 +254,9 @@ void server::start(const tls_files& tls) {
   a.open(at.protocol(), ec);
   if (!ec) a.bind(at, ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw error(errc::backend_unavailable, "cannot listen for progress reports on 127.0.0.1: " + ec.message());
+  if (ec)
+    throw error(errc::backend_unavailable,
+                "cannot listen for progress reports on 127.0.0.1: " + ec.message());
   s.port = a.local_endpoint().port();
   s.acceptor.emplace(std::move(a));
   asio::co_spawn(s.ex, s.accept_loop(), asio::detached);
@@ -290,7 +301,8 @@ void server::stop() {
 
 std::string new_token() {
   unsigned char bytes[32];
-  if (RAND_bytes(bytes, sizeof bytes) != 1) throw error(errc::backend_unavailable, "cannot make a random token");
+  if (RAND_bytes(bytes, sizeof bytes) != 1)
+    throw error(errc::backend_unavailable, "cannot make a random token");
   return fmt::format("{:02x}", fmt::join(bytes, ""));
 }
 

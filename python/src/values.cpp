@@ -36,7 +36,8 @@ void take(const py::dict& d, const char* key, T& out) {
 }
 
 // Reported progress (a job's latest, a Progress event's): None where not reported.
-void put_progress(py::dict& d, const std::optional<int>& percent, const std::optional<std::int64_t>& remaining,
+void put_progress(py::dict& d, const std::optional<int>& percent,
+                  const std::optional<std::int64_t>& remaining,
                   const std::vector<std::pair<std::string, std::string>>& metrics) {
   d["progress_percent"] = percent ? py::object(py::int_(*percent)) : py::object(py::none());
   d["estimated_remaining_seconds"] = remaining ? py::object(py::int_(*remaining)) : py::object(py::none());

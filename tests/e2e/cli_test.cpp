@@ -11,10 +11,10 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
-#include <functional>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -460,7 +460,8 @@ TEST_CASE_FIXTURE(fixture, "the README's main job trains the linear model under 
   CHECK(got.at("progress_percent").as_int64() == 100);
   CHECK(got.at("estimated_remaining_seconds").as_int64() == 0);
   auto last = r.out.substr(r.out.find("Epoch 5/5, Loss: ") + 17, 6);
-  CHECK(std::stod(std::string(got.at("metrics").at("loss").as_string())) == doctest::Approx(std::stod(last)).epsilon(0.001));
+  CHECK(std::stod(std::string(got.at("metrics").at("loss").as_string())) ==
+        doctest::Approx(std::stod(last)).epsilon(0.001));
   CHECK(got.at("metrics").at("epoch").as_string() == "5");
 }
 
@@ -1270,11 +1271,14 @@ struct terminal {
   terminal(const std::filesystem::path& dir, const std::string& name)
       : sock((dir / ("tmux-" + name + ".sock")).string()) {}
   ~terminal() { run({"tmux", "-S", sock, "kill-server"}); }
-  static bool available() { return run({"tmux", "-V"}).exit_code == 0 || tjob::test::skip("tmux is not installed"); }
-  void start(const std::string& window, std::vector<std::string> argv, const std::map<std::string, std::string>& env) {
+  static bool available() {
+    return run({"tmux", "-V"}).exit_code == 0 || tjob::test::skip("tmux is not installed");
+  }
+  void start(const std::string& window, std::vector<std::string> argv,
+             const std::map<std::string, std::string>& env) {
     // (no remain-on-exit: set before the session, it cost the pane its first line)
-    std::vector<std::string> cmd = {"tmux", "-S", sock, "-f", "/dev/null", "new-session", "-d", "-s", window,
-                                    "-x", "100", "-y", "24"};
+    std::vector<std::string> cmd = {"tmux", "-S",   sock, "-f",  "/dev/null", "new-session", "-d",
+                                    "-s",   window, "-x", "100", "-y",        "24"};
     for (const auto& [k, v] : env) {
       cmd.push_back("-e");
       cmd.push_back(k + "=" + v);
@@ -1292,7 +1296,8 @@ struct terminal {
   }
   /// The screen once `holds` is true of it; fails after 60 s. (A screen has
   /// no event to wait on: it is read again every 50 ms until then.)
-  std::string screen_when(const std::string& window, const std::function<bool(const std::string&)>& holds) const {
+  std::string screen_when(const std::string& window,
+                          const std::function<bool(const std::string&)>& holds) const {
     auto until = std::chrono::steady_clock::now() + 60s;
     std::string s;
     while (std::chrono::steady_clock::now() < until) {
@@ -1320,7 +1325,8 @@ std::vector<std::string> lines_of(const std::string& screen) {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(fixture, "on a terminal, tjob run and logs -f show the job's progress in a line below its log") {
+TEST_CASE_FIXTURE(fixture,
+                  "on a terminal, tjob run and logs -f show the job's progress in a line below its log") {
   if (!terminal::available()) return;
   terminal term(dir.path(), "run"), follow(dir.path(), "follow"), plain_term(dir.path(), "plain");
   tjob::test::gate gate;
@@ -1332,7 +1338,8 @@ TEST_CASE_FIXTURE(fixture, "on a terminal, tjob run and logs -f show the job's p
       "assert tjob.report(progress=40, eta=90, loss=0.5)\n"
       "open(sys.argv[1]).read()\n"
       "print('second line', flush=True)\n";
-  term.start("run", {tjob_bin(), "run", "--name", "bar", "--", "/usr/bin/python3", "-c", code, gate.path()}, env);
+  term.start("run", {tjob_bin(), "run", "--name", "bar", "--", "/usr/bin/python3", "-c", code, gate.path()},
+             env);
   auto has_bar = [](const std::string& s) { return s.find(" 40%") != std::string::npos; };
   auto shown = lines_of(term.screen_when("run", has_bar));
   CAPTURE(shown);
@@ -1360,8 +1367,9 @@ TEST_CASE_FIXTURE(fixture, "on a terminal, tjob run and logs -f show the job's p
   CHECK(ended[2] == "second line");  // the line was cleared: the log goes on where it stood
   CHECK(ended[3].starts_with("tjob: job bar Complete in"));
   CHECK(term.screen("run").find("40%") == std::string::npos);
-  CHECK(lines_of(term.screen_when("run", [](const std::string& s) { return s.find("exit=") != std::string::npos; }))
-            .at(4) == "exit=0");
+  CHECK(lines_of(term.screen_when("run", [](const std::string& s) {
+          return s.find("exit=") != std::string::npos;
+        })).at(4) == "exit=0");
   auto follow_end = lines_of(follow.screen_when("follow", [](const std::string& s) {
     return s.find("second line") != std::string::npos && s.find("40%") == std::string::npos;
   }));
@@ -1369,9 +1377,10 @@ TEST_CASE_FIXTURE(fixture, "on a terminal, tjob run and logs -f show the job's p
   CHECK(follow_end[1] == "second line");
 
   // --no-progress, and no terminal: the log's bytes alone.
-  plain_term.start("plain", {tjob_bin(), "run", "--no-progress", "--name", "plain", "--", "/usr/bin/python3", "-c",
-                       "import tjob; print('one', flush=True); tjob.report(progress=70)"},
-             env);
+  plain_term.start("plain",
+                   {tjob_bin(), "run", "--no-progress", "--name", "plain", "--", "/usr/bin/python3", "-c",
+                    "import tjob; print('one', flush=True); tjob.report(progress=70)"},
+                   env);
   auto plain = lines_of(plain_term.screen_when("plain", done));
   CAPTURE(plain);
   CHECK(plain[1] == "one");

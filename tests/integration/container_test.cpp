@@ -1074,9 +1074,10 @@ TEST_CASE_TEMPLATE("a container job with host networking reports progress to the
       "print('module', tjob.__file__, flush=True)\n"
       "assert tjob.report(progress=50, eta=20, loss=0.5)\n"
       "subprocess.run([sys.executable, '" +
-      src + "/tests/support/progress_probe.py', 'post', os.environ['KUBEFLOW_TRAINER_SERVER_URL'], "
-            "os.environ['KUBEFLOW_TRAINER_SERVER_TOKEN'], '{\"trainerStatus\": {\"progressPercentage\": \"x\"}}'], "
-            "check=True)\n";
+      src +
+      "/tests/support/progress_probe.py', 'post', os.environ['KUBEFLOW_TRAINER_SERVER_URL'], "
+      "os.environ['KUBEFLOW_TRAINER_SERVER_TOKEN'], '{\"trainerStatus\": {\"progressPercentage\": \"x\"}}'], "
+      "check=True)\n";
   train_request r;
   command_trainer t;
   t.command = {"/usr/bin/python3", "-c", code};
@@ -1107,9 +1108,10 @@ TEST_CASE_TEMPLATE("a container job with host networking reports progress to the
   // After its end, a report with its own token is refused, and nothing changes.
   const auto url = log.substr(0, log.find('\n'));
   const auto dir = fs::path(fx.home()) / "containers" / name / ".tjob";
-  auto late = tjob::test::run({"/usr/bin/python3", src + "/tests/support/progress_probe.py", "post", url,
-                               (dir / "progress-token").string(), R"({"trainerStatus": {"progressPercentage": 90}})"},
-                              {{"KUBEFLOW_TRAINER_SERVER_CA_CERT", (dir / "progress-ca.crt").string()}}, 60s);
+  auto late =
+      tjob::test::run({"/usr/bin/python3", src + "/tests/support/progress_probe.py", "post", url,
+                       (dir / "progress-token").string(), R"({"trainerStatus": {"progressPercentage": 90}})"},
+                      {{"KUBEFLOW_TRAINER_SERVER_CA_CERT", (dir / "progress-ca.crt").string()}}, 60s);
   CAPTURE(late.err);
   CHECK(late.out.find("posted 409") != std::string::npos);
   CHECK(client.get_job(name).progress_percent == 50);

@@ -75,7 +75,8 @@ std::string first_line(trainer_client& c, const std::string& job) {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(fixture, "a job's reports reach get_job and its events; bad ones are refused and never stored") {
+TEST_CASE_FIXTURE(fixture,
+                  "a job's reports reach get_job and its events, and bad ones are refused and never stored") {
   trainer_client c(config());
   // B waits; A reports, also with B's token and to B's URL.
   c.train(command_job("job-b", "/bin/sh", {"-c", "echo \"$KUBEFLOW_TRAINER_SERVER_URL\"; exec sleep 300"}));
@@ -151,7 +152,8 @@ TEST_CASE_FIXTURE(fixture, "a job's reports reach get_job and its events; bad on
   CHECK(progress_events(c, "job-b").empty());
 }
 
-TEST_CASE_FIXTURE(fixture, "reports past the rate bound are refused with 429 and only the taken ones are kept") {
+TEST_CASE_FIXTURE(fixture,
+                  "reports past the rate bound are refused with 429 and only the taken ones are kept") {
   trainer_client c(config());
   c.train(command_job("burst", python, {probe(), "burst", "150"}));
   auto job = c.wait_for_job_status("burst", {job_status::complete}, 120s);
@@ -182,7 +184,8 @@ TEST_CASE_FIXTURE(fixture, "reports past the rate bound are refused with 429 and
   CHECK(job.metrics[0].second == taken.back());
 }
 
-TEST_CASE_FIXTURE(fixture, "tjob.report works in a job whose Python has no tjob, and defers to an installed tjob") {
+TEST_CASE_FIXTURE(fixture,
+                  "tjob.report works in a job whose Python has no tjob, and defers to an installed tjob") {
   trainer_client c(config());
   const std::string code =
       "import tjob, time\n"
@@ -203,12 +206,14 @@ TEST_CASE_FIXTURE(fixture, "tjob.report works in a job whose Python has no tjob,
   CHECK(job.metrics == std::vector<std::pair<std::string, std::string>>{{"loss", "0.25"}});
   auto events = progress_events(c, "helper");
   REQUIRE(events.size() == 2);
-  CHECK(events[0].metrics == std::vector<std::pair<std::string, std::string>>{{"loss", "0.5"}, {"step", "4"}});
+  CHECK(events[0].metrics ==
+        std::vector<std::pair<std::string, std::string>>{{"loss", "0.5"}, {"step", "4"}});
 
   // With a tjob package on the job's own path, `import tjob` is that package.
   const auto package = (dir.path() / "site").string();
   std::filesystem::create_directories(package + "/tjob");
-  std::filesystem::copy_file(tjob::test::source_dir() + "/python/tjob/report.py", package + "/tjob/report.py");
+  std::filesystem::copy_file(tjob::test::source_dir() + "/python/tjob/report.py",
+                             package + "/tjob/report.py");
   {
     std::ofstream init(package + "/tjob/__init__.py");
     init << "from .report import flush, report\n";
@@ -223,7 +228,8 @@ TEST_CASE_FIXTURE(fixture, "tjob.report works in a job whose Python has no tjob,
   CHECK(r.progress_percent == 80);
 }
 
-TEST_CASE_FIXTURE(fixture, "the home's CA is made once and verifies the endpoint; a job's token file is its own") {
+TEST_CASE_FIXTURE(fixture,
+                  "the home's CA is made once and verifies the endpoint, and a job's token file is its own") {
   trainer_client c(config());
   c.train(command_job("one", "/bin/true", {}));
   c.wait_for_job_status("one", {job_status::complete}, 30s);

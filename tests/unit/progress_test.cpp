@@ -11,7 +11,7 @@ using namespace tjob::detail;
 using namespace std::chrono_literals;
 using metrics_t = std::vector<std::pair<std::string, std::string>>;
 
-TEST_CASE("a body as Kubeflow's client sends it reads; null and missing fields are left unset") {
+TEST_CASE("a body as Kubeflow's client sends it reads, and null or missing fields are left unset") {
   auto p = parse_progress_body(R"({"trainerStatus": {"lastUpdatedTime": "2026-01-01T00:00:00+00:00",
     "progressPercentage": 42, "estimatedRemainingSeconds": 300,
     "metrics": [{"name": "loss", "value": "0.31"}, {"name": "accuracy", "value": 0.9}, {"name": "loss", "value": "0.3"}]}})");
@@ -19,7 +19,8 @@ TEST_CASE("a body as Kubeflow's client sends it reads; null and missing fields a
   CHECK(p.error.empty());
   CHECK(p.report->percent == 42);
   CHECK(p.report->remaining == 300);
-  CHECK(p.report->metrics == metrics_t{{"loss", "0.3"}, {"accuracy", "0.9"}});  // a name twice: its last value
+  CHECK(p.report->metrics ==
+        metrics_t{{"loss", "0.3"}, {"accuracy", "0.9"}});  // a name twice: its last value
   auto empty = parse_progress_body(R"({"trainerStatus": {"progressPercentage": null, "metrics": null}})");
   REQUIRE(empty.report);
   CHECK_FALSE(empty.report->percent);
@@ -28,14 +29,16 @@ TEST_CASE("a body as Kubeflow's client sends it reads; null and missing fields a
 }
 
 TEST_CASE("values past Kubeflow's bounds are clamped and metrics past 256 dropped, as its client does") {
-  auto p = parse_progress_body(R"({"trainerStatus": {"progressPercentage": 250, "estimatedRemainingSeconds": -5}})");
+  auto p = parse_progress_body(
+      R"({"trainerStatus": {"progressPercentage": 250, "estimatedRemainingSeconds": -5}})");
   REQUIRE(p.report);
   CHECK(p.report->percent == 100);
   CHECK(p.report->remaining == 0);
   CHECK(parse_progress_body(R"({"trainerStatus": {"progressPercentage": -3}})").report->percent == 0);
   CHECK(parse_progress_body(R"({"trainerStatus": {"progressPercentage": 37.9}})").report->percent == 37);
   std::string many = R"({"trainerStatus": {"metrics": [)";
-  for (int i = 0; i < 10000; ++i) many += fmt::format("{}{{\"name\": \"m{}\", \"value\": \"{}\"}}", i ? "," : "", i, i);
+  for (int i = 0; i < 10000; ++i)
+    many += fmt::format("{}{{\"name\": \"m{}\", \"value\": \"{}\"}}", i ? "," : "", i, i);
   many += "]}}";
   auto m = parse_progress_body(many);
   REQUIRE(m.report);
@@ -49,32 +52,35 @@ TEST_CASE("a body that is not a report is refused, naming the field and the fix"
     const char* body;
     const char* says;
   };
-  for (auto [body, says] : {
-           bad{"{not json", "not JSON"},
-           bad{"[1]", "not a JSON object"},
-           bad{R"({"progressPercentage": 5})", "no trainerStatus"},
-           bad{R"({"trainerStatus": 5})", "no trainerStatus"},
-           bad{R"({"trainerStatus": {"progressPercentage": "half"}})", "progressPercentage is not a number"},
-           bad{R"({"trainerStatus": {"estimatedRemainingSeconds": true}})", "estimatedRemainingSeconds"},
-           bad{R"({"trainerStatus": {"metrics": {"loss": 1}}})", "metrics is not a list"},
-           bad{R"({"trainerStatus": {"metrics": [5]}})", "metrics[0] is not an object"},
-           bad{R"({"trainerStatus": {"metrics": [{"value": "1"}]}})", "metrics[0].name is missing"},
-           bad{R"({"trainerStatus": {"metrics": [{"name": "", "value": "1"}]}})", "metrics[0].name is empty"},
-           bad{R"({"trainerStatus": {"metrics": [{"name": "a", "value": "1"}, {"name": "lo\u0007ss", "value": "1"}]}})",
-               "metrics[1].name has a control character (byte 2: 0x07)"},
-           bad{R"({"trainerStatus": {"metrics": [{"name": "x\u0085", "value": "1"}]}})", "control character"},
-           bad{R"({"trainerStatus": {"metrics": [{"name": "loss", "value": "a\nb"}]}})",
-               "metrics[0].value (metric loss) has a control character"},
-           bad{R"({"trainerStatus": {"metrics": [{"name": "loss", "value": [1]}]}})", "not a string or number"},
-           bad{R"({"trainerStatus": {"metrics": [{"name": "loss"}]}})", "missing"},
-       }) {
+  for (
+      auto [body, says] : {
+          bad{"{not json", "not JSON"},
+          bad{"[1]", "not a JSON object"},
+          bad{R"({"progressPercentage": 5})", "no trainerStatus"},
+          bad{R"({"trainerStatus": 5})", "no trainerStatus"},
+          bad{R"({"trainerStatus": {"progressPercentage": "half"}})", "progressPercentage is not a number"},
+          bad{R"({"trainerStatus": {"estimatedRemainingSeconds": true}})", "estimatedRemainingSeconds"},
+          bad{R"({"trainerStatus": {"metrics": {"loss": 1}}})", "metrics is not a list"},
+          bad{R"({"trainerStatus": {"metrics": [5]}})", "metrics[0] is not an object"},
+          bad{R"({"trainerStatus": {"metrics": [{"value": "1"}]}})", "metrics[0].name is missing"},
+          bad{R"({"trainerStatus": {"metrics": [{"name": "", "value": "1"}]}})", "metrics[0].name is empty"},
+          bad{R"({"trainerStatus": {"metrics": [{"name": "a", "value": "1"}, {"name": "lo\u0007ss", "value": "1"}]}})",
+              "metrics[1].name has a control character (byte 2: 0x07)"},
+          bad{R"({"trainerStatus": {"metrics": [{"name": "x\u0085", "value": "1"}]}})", "control character"},
+          bad{R"({"trainerStatus": {"metrics": [{"name": "loss", "value": "a\nb"}]}})",
+              "metrics[0].value (metric loss) has a control character"},
+          bad{R"({"trainerStatus": {"metrics": [{"name": "loss", "value": [1]}]}})",
+              "not a string or number"},
+          bad{R"({"trainerStatus": {"metrics": [{"name": "loss"}]}})", "missing"},
+      }) {
     CAPTURE(body);
     auto p = parse_progress_body(body);
     CHECK_FALSE(p.report);
     CHECK_MESSAGE(p.error.find(says) != std::string::npos, (p.error));
   }
   std::string long_name(65, 'x');
-  auto p = parse_progress_body(R"({"trainerStatus": {"metrics": [{"name": ")" + long_name + R"(", "value": "1"}]}})");
+  auto p = parse_progress_body(R"({"trainerStatus": {"metrics": [{"name": ")" + long_name +
+                               R"(", "value": "1"}]}})");
   CHECK_FALSE(p.report);
   CHECK(p.error.find("65 bytes; Kubeflow allows at most 64") != std::string::npos);
   std::string deep(20, '[');
@@ -108,7 +114,7 @@ TEST_CASE("the gate takes a burst, then the refill rate, and thins events past i
   CHECK(taken == 20);
   CHECK(g.retry_after() == 1);
   CHECK_FALSE(g.take(t + 100ms));  // half a report refilled
-  CHECK(g.take(t + 200ms));         // one
+  CHECK(g.take(t + 200ms));        // one
   CHECK_FALSE(g.take(t + 200ms));
   CHECK(g.take(t + 10s));  // (refilled to the burst, not past it)
   int later = 0;

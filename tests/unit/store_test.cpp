@@ -470,7 +470,8 @@ TEST_CASE(
   CHECK(db.cancels_after(seen).empty());
 }
 
-TEST_CASE("a report is the job's latest progress, an event when recorded, and refused once the job has ended") {
+TEST_CASE(
+    "a report is the job's latest progress, an event when recorded, and refused once the job has ended") {
   tjob::test::temp_dir d;
   store db(d.path() / "tjob.db", std::chrono::milliseconds(1000));
   db.begin();
