@@ -37,6 +37,16 @@ std::optional<double> number_of(const json::value& v) {
   return d;
 }
 
+}  // namespace
+
+std::string number_text(const json::value& v) {
+  if (v.is_int64()) return std::to_string(v.as_int64());
+  if (v.is_uint64()) return std::to_string(v.as_uint64());
+  return fmt::format("{}", v.as_double());  // the shortest text that reads back the same: 0.9, not 9E-1
+}
+
+namespace {
+
 void put_metric(std::vector<std::pair<std::string, std::string>>& metrics, std::string name,
                 std::string value) {
   auto same = std::find_if(metrics.begin(), metrics.end(), [&](const auto& kv) { return kv.first == name; });
@@ -100,7 +110,7 @@ parsed_progress parse_progress_body(std::string_view body) {
       if (v && v->is_string())
         value = std::string(v->as_string());
       else if (v && number_of(*v))
-        value = json::serialize(*v);
+        value = number_text(*v);
       else
         return refuse(where + ".value (metric " + n + ") is missing or not a string or number");
       if (auto why = text_problem(value, false); !why.empty())

@@ -7,6 +7,8 @@
 
 #include <tjob/types.hpp>
 
+#include <boost/json/fwd.hpp>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +48,9 @@ struct parsed_progress {
   std::size_t dropped = 0;
 };
 parsed_progress parse_progress_body(std::string_view body);
+
+/// A metric's value given as a JSON number, as text: 3, 0.9 (never 9E-1).
+std::string number_text(const boost::json::value& v);
 
 /// The body our own helper and Kubeflow's client send for `r`.
 std::string progress_body(const progress_report& r);

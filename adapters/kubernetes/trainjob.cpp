@@ -2,6 +2,7 @@
 
 #include "engine/job_state.hpp"
 #include "engine/json_fields.hpp"
+#include "engine/progress.hpp"
 #include "engine/runtimes.hpp"
 #include "engine/times.hpp"
 
@@ -235,7 +236,7 @@ void read_trainer_status(const json::object& status, train_job& j) {
       if (auto* v = mo.if_contains("value"); v && v->is_string())
         value = std::string(v->get_string());
       else if (v && v->is_number())
-        value = json::serialize(*v);
+        value = detail::number_text(*v);
       if (name.empty() || name.size() > 64 || value.size() > 64) continue;
       auto same =
           std::find_if(j.metrics.begin(), j.metrics.end(), [&](const auto& kv) { return kv.first == name; });
