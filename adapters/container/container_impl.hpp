@@ -140,7 +140,7 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   /// The progress endpoint of the jobs this process made (host networking
   /// only: nothing else reaches its loopback), from the first on; its CA,
   /// the helper package's directory, and why there is none when it failed.
-  progress::server progress{ctx.ex, ctx.log};
+  progress::server progress{ctx.ex, ctx.log, tasks};
   std::string progress_ca, progress_helper, progress_off;
   /// The job reports progress: its token and the CA into its work dir, the
   /// variables and the helper's bind into `p`.

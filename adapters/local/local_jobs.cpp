@@ -70,7 +70,7 @@ engine_state::engine_state(const detail::backend_context& ctx)
       tasks(ctx.ex, log),
       watch(ctx.ex, log, tasks),
       log_times(ctx.ex, log, tasks),
-      progress(ctx.ex, log) {
+      progress(ctx.ex, log, tasks) {
   home = ctx.home;  // absolute, and checked by the engine
   jobs_dir = home / "jobs";
   auto db_path = home / "tjob.db";

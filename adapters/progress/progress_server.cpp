@@ -6,8 +6,6 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
@@ -79,7 +77,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   std::deque<std::string> ended_order;
   std::vector<std::weak_ptr<tls_stream>> streams;
 
-  impl(asio::any_io_executor e, std::shared_ptr<spdlog::logger> l) : ex(std::move(e)), log(std::move(l)) {}
+  impl(asio::any_io_executor e, std::shared_ptr<spdlog::logger> l, detail::task_group& t)
+      : ex(std::move(e)), log(std::move(l)), tasks(t) {}
+  detail::task_group& tasks;  // the owner's: its shutdown joins the accept loop and the connections
 
   asio::ssl::context* context() {
     if (tls || !tls_error.empty()) return tls ? &*tls : nullptr;
@@ -232,13 +232,13 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       auto stream = std::make_shared<tls_stream>(beast::tcp_stream(std::move(socket)), *ctx);
       std::erase_if(streams, [](const auto& w) { return w.expired(); });
       streams.push_back(stream);
-      asio::co_spawn(ex, serve(stream), [self](std::exception_ptr) { --self->open; });
+      tasks.spawn(serve(stream), "a progress connection", [self](std::exception_ptr) { --self->open; });
     }
   }
 };
 
-server::server(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log)
-    : impl_(std::make_shared<impl>(std::move(ex), std::move(log))) {}
+server::server(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log, detail::task_group& tasks)
+    : impl_(std::make_shared<impl>(std::move(ex), std::move(log), tasks)) {}
 
 server::~server() { stop(); }
 
@@ -259,7 +259,7 @@ void server::start(const tls_files& tls) {
                 "cannot listen for progress reports on 127.0.0.1: " + ec.message());
   s.port = a.local_endpoint().port();
   s.acceptor.emplace(std::move(a));
-  asio::co_spawn(s.ex, s.accept_loop(), asio::detached);
+  s.tasks.spawn(s.accept_loop(), "the progress endpoint");
 }
 
 std::string server::add(const std::string& job, const std::string& token, sink to) {

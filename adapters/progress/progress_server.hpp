@@ -11,13 +11,14 @@
 // the job ended (409).
 //
 // Threading: the engine's executor only (construct, call and destroy there).
-// Lifetime: stop() before the owner goes; connections still open then end
-//   without calling a sink.
+// Lifetime: stop() before the owner joins its task group; connections still
+//   open then end without calling a sink.
 // Errors: start() throws tjob::error when the listener cannot be made.
 #pragma once
 
 #include "adapters/progress/home_tls.hpp"
 #include "engine/progress.hpp"
+#include "engine/task_group.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -44,7 +45,9 @@ inline constexpr const char* token_variable = "KUBEFLOW_TRAINER_SERVER_TOKEN";
 
 class server {
  public:
-  server(boost::asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log);
+  /// Its accept loop and connections are tasks of `tasks` (the owning
+  /// backend's): stop() ends them, and the backend's join waits for them.
+  server(boost::asio::any_io_executor ex, std::shared_ptr<spdlog::logger> log, detail::task_group& tasks);
   server(const server&) = delete;
   server& operator=(const server&) = delete;
   ~server();
