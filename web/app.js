@@ -28,6 +28,17 @@
     return r;
   }
 
+  // Reads a streamed answer (a watch, a followed log) to its end, its text piece by piece to `f`.
+  async function chunks(r, f) {
+    const reader = r.body.getReader();
+    const dec = new TextDecoder();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      f(dec.decode(value, { stream: true }));
+    }
+  }
+
   async function json(method, path) {
     const r = await api(method, path);
     const body = await r.json();
@@ -162,20 +173,16 @@
         }
         if (!r.ok) throw new Error("watch: " + r.status);
         setLive(true);
-        const reader = r.body.getReader();
-        const dec = new TextDecoder();
         let buf = "";
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          buf += dec.decode(value, { stream: true });
+        await chunks(r, (text) => {
+          buf += text;
           let nl;
           while ((nl = buf.indexOf("\n")) >= 0) {
             const line = buf.slice(0, nl);
             buf = buf.slice(nl + 1);
             if (line.trim()) onChange(JSON.parse(line));
           }
-        }
+        });
       } catch (e) {
         if (e instanceof AuthError) return showLogin(e.message);
       }
@@ -308,20 +315,16 @@
         pre.textContent = "(" + ((await r.json()).message || r.status) + ")";
         return;
       }
-      const reader = r.body.getReader();
-      const dec = new TextDecoder();
       let text = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        text += dec.decode(value, { stream: true });
+      await chunks(r, (piece) => {
+        text += piece;
         const lines = text.split("\n");
         if (lines.length > 2001) text = lines.slice(-2001).join("\n"); // the last 2,000 lines
         const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
         pre.textContent = text;
         pre.dataset.lines = String(text.split("\n").length - 1);
         if (stick) pre.scrollTop = pre.scrollHeight;
-      }
+      });
     } catch (e) {
       if (e.name !== "AbortError" && !(e instanceof AuthError)) pre.textContent += "\n(the log stream ended: " + e.message + ")";
     }
