@@ -25,7 +25,7 @@ std::string duration(double s) {
   return fmt::format("{:.0f}s", s);
 }
 
-// A setup phase that a "[tjob] " line begins (venv, pip, the cache, a wait),
+// A setup phase that a "[tjob] " line begins (venv, pip, the cache),
 // or that it ends ("... done in 0.6 s", "... failed after ..."): nullopt for
 // the other lines (limits, GPUs), which change nothing.
 std::optional<std::string> phase_of(std::string_view text) {
@@ -112,7 +112,11 @@ status_line::~status_line() {
   if (watcher_.joinable()) watcher_.join();
   active = nullptr;
   std::lock_guard lock(mu_);
-  if (drawn_ && !gone_) write_out(clear_line);
+  if (gone_) return;
+  std::string out;
+  if (drawn_) out = clear_line;
+  out += held_ + partial_;  // a phase that never ended says what it was; a last line without its newline
+  if (!out.empty()) write_out(out);
 }
 
 void status_line::watch() {
@@ -161,35 +165,75 @@ void status_line::redraw_locked() {
   drawn_ = true;
 }
 
+// The log's bytes go out as they come, but for tjob's own line that begins a
+// setup phase ("[tjob] creating a virtual environment ..."): that one is
+// shown as the phase in the status line instead, and its "... done in" line
+// is what stays on the screen. The line is printed after all when the phase
+// has output of its own (pip's lines follow it), fails, or never ends. So a
+// line that may be one of tjob's is held back until it is whole; any other
+// partial line goes out at once.
 bool status_line::write_log(std::string_view bytes) {
+  static constexpr std::string_view mark = "[tjob] ";
   std::lock_guard lock(mu_);
   if (gone_) return false;
-  // The phase from tjob's own whole lines.
-  partial_.append(bytes);
-  for (auto nl = partial_.find('\n'); nl != std::string::npos; nl = partial_.find('\n')) {
-    std::string_view l(partial_.data(), nl);
-    if (l.starts_with("[tjob] ")) {
-      if (auto p = phase_of(l.substr(7))) {
-        phase_ = *p;
-        phase_began_ = std::chrono::steady_clock::now();
-      }
-    } else if (!l.empty()) {
-      phase_.clear();  // the job's own output: its setup is over
-    }
-    partial_.erase(0, nl + 1);
-  }
-  if (partial_.size() > 4096) partial_.clear();
   std::string out;
-  if (drawn_) out = clear_line;
-  drawn_ = false;
-  out.append(bytes);
-  at_line_start_ = !bytes.empty() ? bytes.back() == '\n' : at_line_start_;
+  auto emit = [&](std::string_view text) {
+    if (text.empty()) return;
+    if (drawn_) out += clear_line;
+    drawn_ = false;
+    out.append(text);
+    at_line_start_ = text.back() == '\n';
+  };
+  while (!bytes.empty()) {
+    if (passing_) {  // the rest of a line already going out
+      auto nl = bytes.find('\n');
+      auto piece = bytes.substr(0, nl == std::string_view::npos ? bytes.size() : nl + 1);
+      emit(piece);
+      bytes.remove_prefix(piece.size());
+      if (nl != std::string_view::npos) passing_ = false;
+      continue;
+    }
+    auto nl = bytes.find('\n');
+    partial_.append(bytes.substr(0, nl == std::string_view::npos ? bytes.size() : nl + 1));
+    bytes.remove_prefix(nl == std::string_view::npos ? bytes.size() : nl + 1);
+    const bool whole = !partial_.empty() && partial_.back() == '\n';
+    const std::string_view line(partial_.data(), partial_.size() - (whole ? 1 : 0));
+    const bool ours = line.starts_with(mark);
+    if (!whole) {
+      // held while it may still be one of tjob's lines (and not without end)
+      if ((ours || mark.starts_with(line)) && partial_.size() < 4096) continue;
+      emit(held_);
+      held_.clear();
+      emit(partial_);
+      partial_.clear();
+      passing_ = true;
+      continue;
+    }
+    auto phase = ours ? phase_of(line.substr(mark.size())) : std::nullopt;
+    if (phase && !phase->empty()) {  // a phase begins: the status line shows it
+      held_ = partial_;
+      phase_ = *phase;
+      phase_began_ = std::chrono::steady_clock::now();
+    } else {
+      if (phase) {  // it ends: its line stays
+        if (line.find(" failed") != std::string_view::npos) emit(held_);
+        held_.clear();
+        phase_.clear();
+      } else if (!ours && !held_.empty()) {  // the phase's own output: after its line
+        emit(held_);
+        held_.clear();
+      }
+      emit(partial_);
+    }
+    partial_.clear();
+  }
   if (at_line_start_) {
+    if (drawn_) out += clear_line;
     out += clear_line;
     out += line_locked();
     drawn_ = true;
   }
-  if (!write_out(out)) gone_ = true;
+  if (!out.empty() && !write_out(out)) gone_ = true;
   return !gone_;
 }
 

@@ -3,7 +3,8 @@
 // ETA and the latest metrics the job's code reported (tjob.report, Kubeflow's
 // update_trainjob_status); before any report, the setup phase under way
 // (venv, pip, the cached venv: tjob's "[tjob] " lines) or the job's status,
-// with a spinner and the time it has taken.
+// with a spinner and the time it has taken. The line that begins a phase is
+// shown there rather than printed; the line that ends it is printed.
 //
 // Only on a TTY (status_line_wanted): without one, or with --no-progress,
 // nothing of this runs and the output is the log's bytes alone.
@@ -52,7 +53,8 @@ class status_line {
   /// Stops the watcher and clears the line: what follows starts on a clean line.
   ~status_line();
 
-  /// Writes log bytes above the line (false: stdout is gone).
+  /// Writes log bytes above the line (false: stdout is gone). tjob's own
+  /// lines that begin a setup phase are shown in the line instead.
   bool write_log(std::string_view bytes);
 
  private:
@@ -68,6 +70,8 @@ class status_line {
   std::optional<train_job> seen_;
   std::string phase_, partial_;
   bool drawn_ = false, at_line_start_ = true, gone_ = false;
+  bool passing_ = false;  // the rest of a partial line that went out goes out as it comes
+  std::string held_;      // tjob's line that began the phase under way, not printed (yet)
   unsigned tick_ = 0;
   std::atomic<bool> stop_{false};
   std::thread watcher_;

@@ -1376,6 +1376,35 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(follow_end[0] == "first line");
   CHECK(follow_end[1] == "second line");
 
+  // A setup phase is shown in the line while it runs, not as a line of its
+  // own; the line that ends it stays (and a pipe gets both, as before).
+  terminal setup_term(dir.path(), "setup");
+  auto script = dir.path() / "hello.py";
+  std::ofstream(script) << "print('hello from the job')\n";
+  auto setup_env = env;
+  setup_env["PIP_CONFIG_FILE"] = "/dev/null";
+  const std::vector<std::string> python_job = {
+      "run",    "--python",  "/usr/bin/python3", "--runtime",
+      "python", "--refresh", script.string()};  // (built again: not a cache hit)
+  std::vector<std::string> on_tty = {tjob_bin()};
+  on_tty.insert(on_tty.end(), python_job.begin(), python_job.end());
+  setup_term.start("setup", on_tty, setup_env);
+  auto set_up = setup_term.screen_when("setup", done);
+  CAPTURE(set_up);
+  CHECK(set_up.find("[tjob] venv done in ") != std::string::npos);
+  CHECK(set_up.find("[tjob] creating a virtual environment") == std::string::npos);
+  CHECK(set_up.find("hello from the job") != std::string::npos);
+  auto piped_setup = run(
+      [&] {
+        std::vector<std::string> a = {tjob_bin()};
+        a.insert(a.end(), python_job.begin(), python_job.end());
+        return a;
+      }(),
+      setup_env, 300s);
+  CHECK(piped_setup.out.find("[tjob] creating a virtual environment with /usr/bin/python3") !=
+        std::string::npos);
+  CHECK(piped_setup.out.find("[tjob] venv done in ") != std::string::npos);
+
   // --no-progress, and no terminal: the log's bytes alone.
   plain_term.start("plain",
                    {tjob_bin(), "run", "--no-progress", "--name", "plain", "--", "/usr/bin/python3", "-c",
