@@ -4,11 +4,12 @@ reports, for tests/integration/progress_test.cpp. Prints one line per report: CA
 
     progress_probe.py battery [OTHER_URL OTHER_TOKEN_FILE]   the cases below, in order
     progress_probe.py post URL TOKEN_FILE BODY               one report (ends with `posted STATUS`)
-    progress_probe.py burst N                                N good reports at once
+    progress_probe.py burst N                                N good reports at once (pipelined on one connection)
 """
 import http.client
 import json
 import os
+import socket
 import ssl
 import sys
 import urllib.parse
@@ -72,17 +73,30 @@ def main():
         battery(*(sys.argv[2:4] if len(sys.argv) >= 4 else (None, None)))
     elif mode == "post":
         post(sys.argv[2], token_of(sys.argv[3]), sys.argv[4].encode(), "posted")
-    elif mode == "burst":  # on one kept connection, as fast as it goes
+    elif mode == "burst":  # N reports written at once on one connection (pipelined), then the N answers
         mine = token_of(TOKEN_FILE)
         parts = urllib.parse.urlsplit(URL)
-        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=10,
-                                           context=ssl.create_default_context(cafile=CA))
-        for i in range(int(sys.argv[2])):
-            body = json.dumps(status(progressPercentage=i % 101, metrics=[{"name": "i", "value": str(i)}]))
-            conn.request("POST", parts.path, body=body.encode(),
-                         headers={"Authorization": "Bearer " + mine, "Content-Type": "application/json"})
-            r = conn.getresponse()
-            print("burst-%d" % i, r.status, r.read().decode(errors="replace").strip(), flush=True)
-
+        ctx = ssl.create_default_context(cafile=CA)
+        raw = socket.create_connection((parts.hostname, parts.port), timeout=30)
+        conn = ctx.wrap_socket(raw, server_hostname=parts.hostname)
+        n = int(sys.argv[2])
+        out = b""
+        for i in range(n):
+            body = json.dumps(status(progressPercentage=i % 101, metrics=[{"name": "i", "value": str(i)}])).encode()
+            out += ("POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                    "Content-Length: %d\r\n\r\n" % (parts.path, parts.hostname, mine, len(body))).encode() + body
+        conn.sendall(out)
+        buf = b""
+        for i in range(n):
+            while b"\r\n\r\n" not in buf:
+                buf += conn.recv(65536)
+            head, buf = buf.split(b"\r\n\r\n", 1)
+            lines = head.decode().split("\r\n")
+            length = next(int(l.split(":", 1)[1]) for l in lines if l.lower().startswith("content-length:"))
+            while len(buf) < length:
+                buf += conn.recv(65536)
+            text, buf = buf[:length], buf[length:]
+            print("burst-%d" % i, lines[0].split()[1], text.decode(errors="replace").strip(), flush=True)
+        conn.close()
 
 main()
