@@ -104,6 +104,7 @@ struct job_rec {
   /// Where its code reports progress (KUBEFLOW_TRAINER_SERVER_*); empty when
   /// this engine has no progress endpoint.
   std::map<std::string, std::string> progress_env;
+  std::string progress_token;  // its token, for jobs/<name>/progress-token (0600)
   /// Its row of the admission queue (need, priority), until it joins the queue.
   std::unique_ptr<detail::queue_row> admission;
   /// Its dependencies (train_request::after_*), while it waits for them.

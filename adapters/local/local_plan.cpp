@@ -339,6 +339,11 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
         if (auto ec = detail::append_file(path, text))
           throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
       }
+      if (!j->progress_token.empty()) {
+        const auto path = j->dir + "/progress-token";
+        if (auto ec = detail::append_file(path, j->progress_token))
+          throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
+      }
       for (const auto& s : j->steps) {
         int fd = ::open(s.log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
         if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + s.log_path);
@@ -379,8 +384,9 @@ asio::awaitable<void> engine_state::open_progress(std::shared_ptr<job_rec> j) {
     }
   }
   if (!progress.started()) co_return;
-  const std::string token = progress::new_token(), token_path = j->dir + "/progress-token";
-  j->files.emplace_back(token_path, token);
+  const std::string token_path = j->dir + "/progress-token";
+  j->progress_token = progress::new_token();  // (written by make_job_files; not in `files`, which make work/)
+  const std::string& token = j->progress_token;
   auto url = progress.add(j->row.name, token,
                           [w = weak_from_this(), name = j->row.name](
                               detail::progress_report r, bool record) -> asio::awaitable<std::string> {

@@ -246,6 +246,14 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(tjob::test::read_file(token).size() == 64);
   CHECK((std::filesystem::status(token).permissions() & std::filesystem::perms::others_all) ==
         std::filesystem::perms::none);
+  // The token file costs the job no work dir: a command job run in a directory it names has none.
+  auto elsewhere = command_job("elsewhere", "/bin/true", {});
+  std::get<command_trainer>(elsewhere.job_trainer).working_dir = "/";
+  c.train(elsewhere);
+  c.wait_for_job_status("elsewhere", {job_status::complete}, 30s);
+  const auto job_dir = std::filesystem::path(home()) / "jobs" / "elsewhere";
+  CHECK(std::filesystem::exists(job_dir / "progress-token"));
+  CHECK_FALSE(std::filesystem::exists(job_dir / "work"));
   // A second engine on the home uses the same CA.
   trainer_client c2(config());
   c2.train(command_job("two", "/bin/true", {}));
