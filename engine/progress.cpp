@@ -29,6 +29,8 @@ std::string text_problem(std::string_view s, bool name) {
   return {};
 }
 
+}  // namespace
+
 std::optional<double> number_of(const json::value& v) {
   if (!v.is_number()) return std::nullopt;
   boost::system::error_code ec;
@@ -37,15 +39,9 @@ std::optional<double> number_of(const json::value& v) {
   return d;
 }
 
-}  // namespace
+int percent_of(double d) { return static_cast<int>(std::clamp(d, 0.0, 100.0)); }
 
-std::string number_text(const json::value& v) {
-  if (v.is_int64()) return std::to_string(v.as_int64());
-  if (v.is_uint64()) return std::to_string(v.as_uint64());
-  return fmt::format("{}", v.as_double());  // the shortest text that reads back the same: 0.9, not 9E-1
-}
-
-namespace {
+std::int64_t remaining_of(double d) { return static_cast<std::int64_t>(std::clamp(d, 0.0, 1e15)); }
 
 void put_metric(std::vector<std::pair<std::string, std::string>>& metrics, std::string name,
                 std::string value) {
@@ -56,7 +52,11 @@ void put_metric(std::vector<std::pair<std::string, std::string>>& metrics, std::
     metrics.emplace_back(std::move(name), std::move(value));
 }
 
-}  // namespace
+std::string number_text(const json::value& v) {
+  if (v.is_int64()) return std::to_string(v.as_int64());
+  if (v.is_uint64()) return std::to_string(v.as_uint64());
+  return fmt::format("{}", v.as_double());  // the shortest text that reads back the same: 0.9, not 9E-1
+}
 
 parsed_progress parse_progress_body(std::string_view body) {
   parsed_progress out;
@@ -79,12 +79,12 @@ parsed_progress parse_progress_body(std::string_view body) {
   if (auto* p = st.if_contains("progressPercentage"); p && !p->is_null()) {
     auto d = number_of(*p);
     if (!d) return refuse("trainerStatus.progressPercentage is not a number; give 0 to 100");
-    r.percent = static_cast<int>(std::clamp(*d, 0.0, 100.0));
+    r.percent = percent_of(*d);
   }
   if (auto* e = st.if_contains("estimatedRemainingSeconds"); e && !e->is_null()) {
     auto d = number_of(*e);
     if (!d) return refuse("trainerStatus.estimatedRemainingSeconds is not a number; give the seconds left");
-    r.remaining = static_cast<std::int64_t>(std::clamp(*d, 0.0, 1e15));
+    r.remaining = remaining_of(*d);
   }
   if (auto* m = st.if_contains("metrics"); m && !m->is_null()) {
     if (!m->is_array())
@@ -137,26 +137,30 @@ std::string progress_body(const progress_report& r) {
   return json::serialize(body);
 }
 
-std::string progress_json(const progress_report& r) {
+json::object progress_object(const progress_report& r) {
   json::object o;
   if (r.percent) o["progress_percent"] = *r.percent;
   if (r.remaining) o["estimated_remaining_seconds"] = *r.remaining;
   json::object m;
   for (const auto& [n, v] : r.metrics) m[n] = v;
   o["metrics"] = std::move(m);
-  return json::serialize(o);
+  return o;
 }
 
+std::string progress_json(const progress_report& r) { return json::serialize(progress_object(r)); }
+
 progress_report progress_from_json(std::string_view text) {
-  progress_report r;
   boost::system::error_code ec;
   auto doc = json::parse(text, ec);
-  if (ec || !doc.is_object()) return r;
-  const auto& o = doc.as_object();
+  return ec || !doc.is_object() ? progress_report{} : progress_from_json(doc.as_object());
+}
+
+progress_report progress_from_json(const json::object& o) {
+  progress_report r;
   if (auto* p = o.if_contains("progress_percent"))
-    if (auto d = number_of(*p)) r.percent = static_cast<int>(std::clamp(*d, 0.0, 100.0));
+    if (auto d = number_of(*p)) r.percent = percent_of(*d);
   if (auto* e = o.if_contains("estimated_remaining_seconds"))
-    if (auto d = number_of(*e)) r.remaining = static_cast<std::int64_t>(std::clamp(*d, 0.0, 1e15));
+    if (auto d = number_of(*e)) r.remaining = remaining_of(*d);
   if (auto* m = o.if_contains("metrics"); m && m->is_object())
     for (const auto& kv : m->as_object()) {
       if (r.metrics.size() == max_metrics) break;

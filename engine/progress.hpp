@@ -49,6 +49,15 @@ struct parsed_progress {
 };
 parsed_progress parse_progress_body(std::string_view body);
 
+/// A JSON number that is finite, as a double; nullopt for anything else.
+std::optional<double> number_of(const boost::json::value& v);
+/// A reported number within Kubeflow's bounds: a percentage 0 to 100, seconds left 0 or more.
+int percent_of(double d);
+std::int64_t remaining_of(double d);
+/// Adds a metric, or gives a name already there its new value (a name given twice keeps its last).
+void put_metric(std::vector<std::pair<std::string, std::string>>& metrics, std::string name,
+                std::string value);
+
 /// A metric's value given as a JSON number, as text: 3, 0.9 (never 9E-1).
 std::string number_text(const boost::json::value& v);
 
@@ -58,9 +67,13 @@ std::string progress_body(const progress_report& r);
 /// How a report is kept (a Progress event's data, a job's latest): compact
 /// JSON {"progress_percent", "estimated_remaining_seconds", "metrics": {}}.
 std::string progress_json(const progress_report& r);
+/// The same, as an object (to add members to before it is written).
+boost::json::object progress_object(const progress_report& r);
 /// Reads what progress_json wrote; what does not read is left out (stored
 /// data is never a reason to fail a read).
 progress_report progress_from_json(std::string_view text);
+/// The same, of JSON already parsed (its other members are not read).
+progress_report progress_from_json(const boost::json::object& o);
 /// The Progress event's message, for a person: "37%, 2m 0s left: loss=0.31
 /// accuracy=0.9" (cut near 200 bytes, saying how many metrics are left out).
 std::string progress_message(const progress_report& r);

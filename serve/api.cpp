@@ -656,6 +656,11 @@ const web_asset* web_file(std::string_view path) {
   return nullptr;
 }
 
+bool token_free(std::string_view method, std::string_view target) {
+  return target.substr(0, 8) == "/healthz" ||
+         (method == "GET" && web_file(target.substr(0, target.find('?'))));
+}
+
 const std::string& openapi_document() {
   static const std::string doc(openapi_json);
   return doc;

@@ -112,4 +112,8 @@ struct web_asset {
 /// The file at `path`; null when there is none.
 const web_asset* web_file(std::string_view path);
 
+/// Whether a request needs no token even over TCP: /healthz, and a GET of
+/// the dashboard's files (they hold no data: a browser loads them without it).
+bool token_free(std::string_view method, std::string_view target);
+
 }  // namespace tjob::serve

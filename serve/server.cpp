@@ -386,11 +386,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       }
       auto req_msg = parser.release();
       bool keep_alive = req_msg.keep_alive();
-      // (the dashboard's files hold no data: a browser loads them without the token)
-      const bool open_route =
-          std::string_view(target).substr(0, 8) == "/healthz" ||
-          (method == "GET" && web_file(std::string_view(target).substr(0, target.find('?'))));
-      if (needs_token && !open_route) {
+      if (needs_token && !token_free(method, target)) {
         auto auth = req_msg[http::field::authorization];
         std::string_view given;
         bool bearer = auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ");

@@ -44,6 +44,9 @@ void read_progress(const fs::path& workdir, train_job& j);
 /// The job's Progress events, from its work dir, added to `out`.
 void read_progress_events(const fs::path& workdir, std::vector<event>& out);
 
+/// Now, as milliseconds since the epoch (queue files, progress reports).
+std::int64_t wall_ms();
+
 /// Writes (replaces) a file of the job's work dir.
 void write_file(const fs::path& p, std::string_view text);
 

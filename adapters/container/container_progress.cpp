@@ -30,12 +30,6 @@ constexpr const char* ca_file = "progress-ca.crt";
 constexpr const char* latest_file = "progress.json";
 constexpr const char* events_file = "progress.jsonl";
 
-std::int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string read_whole(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -43,9 +37,9 @@ std::string read_whole(const fs::path& p) {
 
 // A report as a line of progress.jsonl and as progress.json: its fields and when.
 std::string stamped(const detail::progress_report& r, std::int64_t ms) {
-  auto v = boost::json::parse(detail::progress_json(r));
-  v.as_object()["time_ms"] = ms;
-  return boost::json::serialize(v);
+  auto o = detail::progress_object(r);
+  o["time_ms"] = ms;
+  return boost::json::serialize(o);
 }
 
 std::int64_t time_of(const boost::json::object& o) {
@@ -103,7 +97,7 @@ std::string backend::impl::take_progress(const std::string& job, const detail::p
                                          bool record) {
   if (cancelled(job)) return "the job was cancelled";
   const auto dir = workdir(job) / ".tjob";
-  const auto line = stamped(r, unix_ms());
+  const auto line = stamped(r, wall_ms());
   auto tmp = dir / (std::string(latest_file) + ".tmp");
   write_file(tmp, line);
   fs::rename(tmp, dir / latest_file);
@@ -129,7 +123,7 @@ void read_progress(const fs::path& workdir, train_job& j) {
   boost::system::error_code ec;
   auto v = boost::json::parse(text, ec);
   if (ec || !v.is_object()) return;
-  detail::apply_progress(j, detail::progress_from_json(text),
+  detail::apply_progress(j, detail::progress_from_json(v.as_object()),
                          clock::time_point(std::chrono::milliseconds(time_of(v.as_object()))));
 }
 
@@ -141,7 +135,7 @@ void read_progress_events(const fs::path& workdir, std::vector<event>& out) {
     boost::system::error_code ec;
     auto v = boost::json::parse(line, ec);
     if (ec || !v.is_object()) continue;  // (a line cut short by a crash)
-    auto r = detail::progress_from_json(line);
+    auto r = detail::progress_from_json(v.as_object());
     event e;
     e.time = clock::time_point(std::chrono::milliseconds(time_of(v.as_object())));
     e.reason = "Progress";

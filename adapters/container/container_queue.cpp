@@ -37,11 +37,11 @@ using detail::quote;
 using detail::str_of;
 using detail::who;
 
-namespace {
-
 std::int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(clock::now().time_since_epoch()).count();
 }
+
+namespace {
 
 std::int64_t wall_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch()).count();

@@ -216,19 +216,13 @@ void read_trainer_status(const json::object& status, train_job& j) {
   if (!ts) return;
   auto number = [&](const char* key) -> std::optional<double> {
     auto* v = ts->if_contains(key);
-    if (!v || !v->is_number()) return std::nullopt;
-    boost::system::error_code ec;
-    double d = v->to_number<double>(ec);
-    if (ec || !std::isfinite(d)) return std::nullopt;
-    return d;
+    return v ? detail::number_of(*v) : std::nullopt;
   };
-  if (auto p = number("progressPercentage"))
-    j.progress_percent = static_cast<int>(std::clamp(*p, 0.0, 100.0));
-  if (auto e = number("estimatedRemainingSeconds"))
-    j.estimated_remaining_seconds = static_cast<std::int64_t>(std::clamp(*e, 0.0, 1e15));
+  if (auto p = number("progressPercentage")) j.progress_percent = detail::percent_of(*p);
+  if (auto e = number("estimatedRemainingSeconds")) j.estimated_remaining_seconds = detail::remaining_of(*e);
   if (auto* metrics = arr_of(*ts, "metrics"))
     for (const auto& m : *metrics) {
-      if (j.metrics.size() >= 256) break;
+      if (j.metrics.size() >= detail::max_metrics) break;
       if (!m.is_object()) continue;
       const auto& mo = m.get_object();
       auto name = str_of(&mo, "name");
@@ -237,13 +231,9 @@ void read_trainer_status(const json::object& status, train_job& j) {
         value = std::string(v->get_string());
       else if (v && v->is_number())
         value = detail::number_text(*v);
-      if (name.empty() || name.size() > 64 || value.size() > 64) continue;
-      auto same =
-          std::find_if(j.metrics.begin(), j.metrics.end(), [&](const auto& kv) { return kv.first == name; });
-      if (same != j.metrics.end())
-        same->second = std::move(value);  // a name given twice: its last value
-      else
-        j.metrics.emplace_back(std::move(name), std::move(value));
+      if (name.empty() || name.size() > detail::max_metric_bytes || value.size() > detail::max_metric_bytes)
+        continue;
+      detail::put_metric(j.metrics, std::move(name), std::move(value));  // a name given twice: its last value
     }
   j.progress_updated = detail::parse_rfc3339(str_of(ts, "lastUpdatedTime"));
 }

@@ -401,7 +401,7 @@ std::string engine_state::take_progress(const std::string& name, const detail::p
                                         bool record) {
   auto j = owned(name);
   if (!j || is_terminal(j->row.status)) return "the job has ended";
-  if (!read_only.empty()) throw std::runtime_error(read_only);
+  check_writable("record the job's progress");
   const auto t = now_ms();
   j->row.progress = detail::progress_json(r);
   j->row.progress_ms = t;

@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -129,26 +130,33 @@ void write_whole(const fs::path& path, const std::string& text, mode_t mode) {
     throw std::system_error(errno, std::generic_category(), "cannot write " + path.string());
 }
 
+// `cert` issued by `issuer` (its name and key) with `extensions` (NID, value).
+void issue(X509* cert, X509* issuer, EVP_PKEY* issuer_key,
+           std::initializer_list<std::pair<int, const char*>> extensions, const char* what) {
+  X509_set_issuer_name(cert, X509_get_subject_name(issuer));
+  for (const auto& [nid, value] : extensions) add_ext(cert, issuer, nid, value);
+  if (!X509_sign(cert, issuer_key, EVP_sha256())) openssl_failed(what);
+}
+
 void make_files(const tls_files& f) {
   auto ca_key = new_key();
   auto ca = new_cert(ca_key.get(), "tjob progress CA");
-  X509_set_issuer_name(ca.get(), X509_get_subject_name(ca.get()));
-  add_ext(ca.get(), ca.get(), NID_basic_constraints, "critical,CA:TRUE,pathlen:0");
-  add_ext(ca.get(), ca.get(), NID_key_usage, "critical,keyCertSign,cRLSign");
-  add_ext(ca.get(), ca.get(), NID_subject_key_identifier, "hash");
-  add_ext(ca.get(), ca.get(), NID_authority_key_identifier, "keyid:always");
-  if (!X509_sign(ca.get(), ca_key.get(), EVP_sha256())) openssl_failed("signing the CA");
-
+  issue(ca.get(), ca.get(), ca_key.get(),
+        {{NID_basic_constraints, "critical,CA:TRUE,pathlen:0"},
+         {NID_key_usage, "critical,keyCertSign,cRLSign"},
+         {NID_subject_key_identifier, "hash"},
+         {NID_authority_key_identifier, "keyid:always"}},
+        "signing the CA");
   auto key = new_key();
   auto cert = new_cert(key.get(), "localhost");
-  X509_set_issuer_name(cert.get(), X509_get_subject_name(ca.get()));
-  add_ext(cert.get(), ca.get(), NID_basic_constraints, "critical,CA:FALSE");
-  add_ext(cert.get(), ca.get(), NID_key_usage, "critical,digitalSignature");
-  add_ext(cert.get(), ca.get(), NID_ext_key_usage, "serverAuth");
-  add_ext(cert.get(), ca.get(), NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1,IP:::1");
-  add_ext(cert.get(), ca.get(), NID_subject_key_identifier, "hash");
-  add_ext(cert.get(), ca.get(), NID_authority_key_identifier, "keyid:always");
-  if (!X509_sign(cert.get(), ca_key.get(), EVP_sha256())) openssl_failed("signing the server certificate");
+  issue(cert.get(), ca.get(), ca_key.get(),
+        {{NID_basic_constraints, "critical,CA:FALSE"},
+         {NID_key_usage, "critical,digitalSignature"},
+         {NID_ext_key_usage, "serverAuth"},
+         {NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1,IP:::1"},
+         {NID_subject_key_identifier, "hash"},
+         {NID_authority_key_identifier, "keyid:always"}},
+        "signing the server certificate");
 
   // The key first and the CA last: a CA file present means all three are.
   write_whole(f.server_key, pem_of(nullptr, key.get()), 0600);
