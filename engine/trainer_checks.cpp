@@ -6,7 +6,12 @@
 
 #include <tjob/error.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <random>
+#include <utility>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -91,7 +96,65 @@ void check_command(const std::string& who, const command_trainer& ct) {
   check_env(who, ct.env);
 }
 
+namespace {
+
+// Whether nobody holds `port` on any local address: torch's TCPStore binds
+// [::] and 0.0.0.0, so that is what is tried (dual-stack where the machine
+// has IPv6). Binding sends nothing.
+bool port_is_free(int port) {
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  bool ok = false;
+  if (fd >= 0) {
+    int off = 0;
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+    sockaddr_in6 a6{};
+    a6.sin6_family = AF_INET6;
+    a6.sin6_addr = in6addr_any;
+    a6.sin6_port = htons(static_cast<std::uint16_t>(port));
+    ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a6), sizeof a6) == 0;
+    ::close(fd);
+    return ok;
+  }
+  fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in a4{};
+  a4.sin_family = AF_INET;
+  a4.sin_addr.s_addr = htonl(INADDR_ANY);
+  a4.sin_port = htons(static_cast<std::uint16_t>(port));
+  ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a4), sizeof a4) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// The kernel's port range for bind(0) and connect(): 32768-60999 unless the
+// machine says otherwise.
+std::pair<int, int> ephemeral_range() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  if (in >> lo >> hi && lo > 0 && hi >= lo && hi <= 65535) return {lo, hi};
+  return {32768, 60999};
+}
+
+}  // namespace
+
+std::pair<int, int> rendezvous_port_range() {
+  auto [lo, hi] = ephemeral_range();
+  // Below the ephemeral range where it leaves room (Linux's default), else
+  // above it; ports under 10000 are left to well-known services.
+  if (lo - 1 >= 10000 + 1024) return {std::max(10000, lo - 16384), lo - 1};
+  if (hi + 1 + 1024 <= 65535) return {hi + 1, 65535};
+  return {0, 0};
+}
+
 int free_port() {
+  static thread_local std::mt19937 rng{std::random_device{}()};
+  if (auto [lo, hi] = rendezvous_port_range(); lo > 0) {
+    std::uniform_int_distribution<int> pick(lo, hi);
+    for (int tries = 0; tries < 64; ++tries)
+      if (int port = pick(rng); port_is_free(port)) return port;
+  }
+  // No room outside the ephemeral range, or all tried are taken: let the
+  // kernel pick one (it may be handed out again before torch binds it).
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 29500;
   sockaddr_in addr{};

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace tjob::detail {
 
@@ -29,8 +30,17 @@ inline std::string who(const std::string& name) { return "TrainJob " + quote(nam
 /// A command trainer's command (not empty, no NUL) and env.
 void check_command(const std::string& who, const command_trainer& ct);
 
-/// A TCP port on 127.0.0.1 nobody listens on now (the kernel picks it), for a
-/// torch rendezvous: concurrent jobs do not collide on 29500.
+/// A TCP port nobody holds now, for a torch rendezvous, so that concurrent
+/// jobs do not collide on 29500. It is drawn at random from
+/// rendezvous_port_range(), outside the kernel's ephemeral range: a port the
+/// kernel picked for us and we let go could be handed to another program's
+/// bind(0) or connect() in the seconds before torchrun binds it (it was, in
+/// CI: "Address already in use").
 int free_port();
+
+/// The ports free_port() draws from: below the kernel's ephemeral range
+/// (ip_local_port_range) where it leaves room, else above it; {0, 0} when
+/// neither does, and free_port() falls back to a port the kernel picks.
+std::pair<int, int> rendezvous_port_range();
 
 }  // namespace tjob::detail

@@ -1,5 +1,6 @@
 #include "engine/names.hpp"
 #include "engine/strings.hpp"
+#include "engine/trainer_checks.hpp"
 #include "tests/support/test_support.hpp"
 
 #include "engine/spec_json.hpp"
@@ -11,6 +12,7 @@
 #include <boost/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <vector>
 
@@ -173,4 +175,25 @@ TEST_CASE("array_members refuses a bad spec, a missing name and a member name to
   auto msg = tjob::test::message_of([&] { tjob::array_members(req, "0-99"); });
   CHECK(msg.find("member '" + req.name + "-99'") != std::string::npos);
   CHECK(msg.find("shorter name") != std::string::npos);
+}
+
+TEST_CASE("a torch rendezvous port is outside the kernel's ephemeral range and free to bind") {
+  int lo = 0, hi = 0;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  REQUIRE(static_cast<bool>(range >> lo >> hi));
+  auto [from, to] = rendezvous_port_range();
+  if (from == 0) {
+    MESSAGE("this machine's ephemeral range leaves no room around it");
+    return;
+  }
+  CHECK((to < lo || from > hi));
+  std::set<int> seen;
+  for (int i = 0; i < 50; ++i) {
+    int port = free_port();
+    CHECK(port >= from);
+    CHECK(port <= to);
+    CHECK((port < lo || port > hi));
+    seen.insert(port);
+  }
+  CHECK(seen.size() > 10);  // drawn at random, so concurrent jobs rarely meet
 }
