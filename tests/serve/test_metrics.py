@@ -1,6 +1,7 @@
 """GET /metrics in Prometheus' text format, scraped by a real Prometheus (Debian's) that the test starts on
 loopback, with the server's bearer token."""
 import json
+import random
 import shutil
 import socket
 import subprocess
@@ -82,11 +83,22 @@ def test_setup_phases_and_the_venv_cache_are_measured(server, tmp_path):
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A port nobody holds, drawn below the kernel's ephemeral range: one that
+    bind(0) picked and we let go can be handed to another program before the
+    torch pods bind it."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    for _ in range(64):
+        port = random.randint(max(10000, low - 16384), low - 1)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_prometheus_scrapes_tjob(make_server, tmp_path):

@@ -654,6 +654,19 @@ class Controller:
 
 
 def free_port():
+    """A port nobody holds, drawn below the kernel's ephemeral range: one that
+    bind(0) picked and we let go can be handed to another program before the
+    torch pods bind it."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    for _ in range(64):
+        port = random.randint(max(10000, low - 16384), low - 1)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
