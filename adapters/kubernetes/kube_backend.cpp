@@ -553,27 +553,23 @@ class kube_watch final : public detail::job_watch {
         fail(errc::job_not_found,
              "TrainJob " + quote(name_) + " was deleted from " + b_->where + " while it was waited for");
       // The watches said it changed, and it did not (yet): wait for a change.
-      after_change_ = job.value().status == last_;
-      last_ = job->status;
+      after_change_ = same_state(job.value(), last_);
+      last_ = *job;
       co_return std::move(*job);
     }
     // The first read: a job that is not there is an error now, and a
     // runtime's node count is known before the watches answer.
     read_ = true;
     auto job = co_await b_->get(name_);
-    last_ = job.status;
+    last_ = job;
     co_return job;
   }
 
+  // Any change of the job's state wakes the waiter, not only its status: a
+  // step's, or a progress report (wait_for_job_change).
   asio::awaitable<bool> changed(steady::time_point deadline) override {
-    auto seen = last_;
-    bool gone = false;
     bool ok = co_await b_->watch_until(
-        name_, deadline,
-        [&](const std::optional<train_job>& j) {
-          gone = !j;
-          return gone || j->status != seen;
-        },
+        name_, deadline, [&](const std::optional<train_job>& j) { return !j || !same_state(*j, last_); },
         after_change_);
     co_return ok;
   }
@@ -583,7 +579,7 @@ class kube_watch final : public detail::job_watch {
  private:
   std::shared_ptr<backend::impl> b_;
   std::string name_;
-  job_status last_ = job_status::created;
+  train_job last_;  // as last read
   bool read_ = false, after_change_ = false;
 };
 

@@ -724,11 +724,16 @@ TEST_CASE_FIXTURE(kube_fixture,
   CHECK(!before.progress_percent);  // nothing reported yet
   // A watcher of the job is woken by a report (progress is part of its state).
   // (Other changes of the finished job, its pods', may come first: each wakes it too.)
+  // A wait that runs to its own timeout was not woken by the report: that
+  // fails the case (the timeout is far beyond any wake-up).
+  bool timed_out = false;
   auto changed = std::async(std::launch::async, [&] {
     auto seen = before;
-    for (auto until = std::chrono::steady_clock::now() + 60s;
-         !seen.progress_percent && std::chrono::steady_clock::now() < until;)
-      seen = c.wait_for_job_change(name, seen, 30s);
+    while (!seen.progress_percent && !timed_out) {
+      auto asked = std::chrono::steady_clock::now();
+      seen = c.wait_for_job_change(name, seen, 60s);
+      timed_out = std::chrono::steady_clock::now() - asked >= 60s;
+    }
     return seen;
   });
   // What the real controller writes when the training code calls Kubeflow's
@@ -745,6 +750,7 @@ TEST_CASE_FIXTURE(kube_fixture,
                long_name + R"(","value":"1"}],"lastUpdatedTime":"2026-12-04T10:00:00Z"}}})"});
   CHECK(watching.wait_for_stdout("100%"));
   auto woken = changed.get();
+  CHECK_FALSE(timed_out);
   CHECK(woken.progress_percent == 100);
   auto j = c.get_job(name);
   REQUIRE(j.progress_percent);
