@@ -164,7 +164,7 @@ struct local_log final : log_stream::impl {
       if (!wake) {
         wake = std::make_unique<detail::wake_signal>(e->ex);
         reg = std::make_unique<detail::wake_registration>(owned->watchers, wake.get());
-        log_wd = e->watch.add(e->jobs_dir / job / "logs", wake.get());
+        log_wd = e->watch.add(e->log_dir(job), wake.get());
         co_return;  // re-check once the watch is in place: nothing can slip between
       }
       co_await wake->wait_until(steady::time_point::max());
@@ -451,7 +451,7 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
   }
   if (std::find(steps.begin(), steps.end(), options.step) == steps.end())
     detail::throw_step_not_found(name, options.step, steps);
-  auto path = e.jobs_dir / name / "logs" / (options.step + ".log");
+  auto path = e.step_log(name, options.step);
   // One log holds every attempt, one after another; an attempt is its part.
   std::uint64_t start = 0, limit = std::numeric_limits<std::uint64_t>::max();
   if (options.attempt) {

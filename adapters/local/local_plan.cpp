@@ -327,13 +327,13 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
   for (auto& s : j->row.steps) {
     step_rec sr;
     sr.row = s;
-    sr.log_path = j->dir + "/logs/" + s.name + ".log";
+    sr.log_path = j->dir + "/" + s.name + ".log";  // (step_log, without looking for an old layout)
     j->steps.push_back(std::move(sr));
   }
   std::optional<std::system_error> made_not;
   try {
     co_await blocking([&] {
-      make_private_dirs(j->dir + "/logs");
+      make_private_dirs(j->dir);
       if (needs_work) make_private_dirs(work);
       for (const auto& [path, text] : j->files) {
         if (auto ec = detail::append_file(path, text))

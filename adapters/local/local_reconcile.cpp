@@ -150,7 +150,7 @@ std::size_t engine_state::reconcile_rows(const std::vector<detail::job_row>& row
 foreign_watch::foreign_watch(engine_state& e, const detail::job_row& row, bool logs)
     : e_(e), name_(row.name), logs_(logs), wake_(e.ex) {
   store_wd_ = e_.watch.add(e_.home, &wake_, e_.store_wake_file);
-  if (logs) log_wd_ = e_.watch.add(e_.jobs_dir / row.name / "logs", &wake_);
+  if (logs) log_wd_ = e_.watch.add(e_.log_dir(row.name), &wake_);
   if (row.owner_pid > 0) {
     int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(row.owner_pid), 0));
     if (fd >= 0) {
@@ -168,7 +168,7 @@ foreign_watch::~foreign_watch() {
 
 asio::awaitable<bool> foreign_watch::wait_until(steady::time_point deadline) {
   // The log directory appears just after the job's row; watch it once it is there.
-  if (logs_ && log_wd_ < 0) log_wd_ = e_.watch.add(e_.jobs_dir / name_ / "logs", &wake_);
+  if (logs_ && log_wd_ < 0) log_wd_ = e_.watch.add(e_.log_dir(name_), &wake_);
   if (!owner_ || !owner_->is_open()) co_return co_await wake_.wait_until(deadline);
   using namespace asio::experimental::awaitable_operators;
   auto r = co_await (wake_.wait_until(deadline) ||

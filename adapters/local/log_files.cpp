@@ -111,7 +111,9 @@ std::optional<clock::time_point> modified_time(const std::filesystem::path& path
 }
 
 std::filesystem::path times_path_of(const std::filesystem::path& log_path) {
-  return log_path.parent_path().parent_path() / "log-times" / log_path.stem();
+  auto dir = log_path.parent_path();
+  if (dir.filename() == "logs") dir = dir.parent_path();  // a job made by an older tjob
+  return dir / "log-times" / log_path.stem();
 }
 
 boost::system::error_code append_time_record(const std::filesystem::path& times_path, log_time_record r) {

@@ -52,9 +52,9 @@ struct log_time_record {
   std::int64_t ns;  ///< since the epoch
 };
 
-/// `jobs/<name>/log-times/<step>` for `jobs/<name>/logs/<step>.log`: beside
-/// the logs, not among them, so that a follower's watch of the logs is not
-/// woken by them.
+/// `jobs/<name>/log-times/<step>` for `jobs/<name>/<step>.log` (or an older
+/// tjob's `jobs/<name>/logs/<step>.log`): in a directory of their own, so
+/// that a follower's watch of the job's directory is not woken by them.
 std::filesystem::path times_path_of(const std::filesystem::path& log_path);
 
 /// Appends one record (the directory is made when missing).

@@ -119,6 +119,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
         exec(admissions_sql());
         exec(attempts_sql());
         exec(progress_sql());
+        exec(steps_without_rowid_sql());
         exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
         exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
       }
@@ -150,6 +151,10 @@ void store::open(std::chrono::milliseconds busy_timeout) {
       if (version == 4) {
         exec(progress_sql());
         version = 5;
+      }
+      if (version == 5) {
+        exec(steps_without_rowid_sql());
+        version = 6;
       }
       exec(("PRAGMA user_version=" + std::to_string(version)).c_str());
       commit();

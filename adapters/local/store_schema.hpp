@@ -18,7 +18,13 @@ inline constexpr int application_id = 0x746a6f62;  // "tjob"
 // Version 5: each job's latest reported progress (`jobs.progress`, the JSON
 // of its last Progress event, and `jobs.progress_ms`, when), a cache of its
 // log as the status columns are.
-inline constexpr int schema_version = 5;
+// Version 6: `steps` is a WITHOUT ROWID table (one B-tree keyed by job and
+// name instead of a table and its primary key's index: fewer pages written
+// per new job). `events` keeps AUTOINCREMENT: a process that owns jobs reads
+// the cancels other processes append after the last seq it saw
+// (cancels_after), so a seq must never be handed out twice, which plain
+// rowids do once the newest events are deleted with their job.
+inline constexpr int schema_version = 6;
 
 /// The tables of a version-1 store (what migrations start from).
 const char* schema_sql();
@@ -28,6 +34,8 @@ const char* admissions_sql();
 const char* attempts_sql();
 /// What version 5 adds: each job's latest progress.
 const char* progress_sql();
+/// Version 6: the steps table rebuilt WITHOUT ROWID, its rows kept.
+const char* steps_without_rowid_sql();
 /// The event names that are step transitions, as an SQL list ('Started',
 /// 'Exited', ...): all of them, or only those that end a step.
 std::string transitions_sql(bool endings_only);

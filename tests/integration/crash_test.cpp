@@ -138,7 +138,7 @@ TEST_CASE("an engine SIGKILLed at random points again and again loses no job, no
       const auto& st = job.steps[0];
       CHECK(is_terminal(job.status));  // nothing left Created or Running
       auto log =
-          tjob::test::read_file(std::filesystem::path(fx.home()) / "jobs" / name / "logs" / "node-0.log");
+          tjob::test::read_file(std::filesystem::path(fx.home()) / "jobs" / name / "node-0.log");
       auto want = expected_log(tag, i);
       INFO("log " << departure(want, log));
       if (st.reason == "lost" || st.reason == "cancelled") {

@@ -5,10 +5,13 @@
 #include <tjob/client.hpp>
 
 #include <doctest/doctest.h>
+#include <sqlite3.h>
 
 #include <sys/stat.h>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 using namespace tjob;
@@ -44,7 +47,7 @@ TEST_CASE_FIXTURE(fixture, "a job runs to Complete and its log is captured byte 
   CHECK(*job.start_time <= *job.end_time);
   std::string expected = bytes + payload + "to stderr\n";
   CHECK(c.get_job_logs(name).read_all() == expected);
-  CHECK(tjob::test::read_file(c.home() / "jobs" / name / "logs" / "node-0.log") == expected);
+  CHECK(tjob::test::read_file(c.home() / "jobs" / name / "node-0.log") == expected);
   // Lines keep their '\n'; joined, they are the log.
   auto reader = c.get_job_logs(name);
   std::vector<std::string> lines;
@@ -136,7 +139,7 @@ TEST_CASE_FIXTURE(fixture, "each job gets its own working dir unless it names on
   CHECK((st.st_mode & 0777) == 0700);
   REQUIRE(::stat((c.home() / "tjob.db").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
-  REQUIRE(::stat((c.home() / "jobs" / a / "logs" / "node-0.log").c_str(), &st) == 0);
+  REQUIRE(::stat((c.home() / "jobs" / a / "node-0.log").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
 }
 
@@ -326,7 +329,7 @@ TEST_CASE_FIXTURE(fixture, "a stalled follower neither holds the job back nor lo
   REQUIRE(stalled.next().has_value());  // reads one line, then stops reading
   auto job = c.wait_for_job_status(name, {job_status::complete}, 120s);
   CHECK(job.status == job_status::complete);
-  auto path = c.home() / "jobs" / name / "logs" / "node-0.log";
+  auto path = c.home() / "jobs" / name / "node-0.log";
   CHECK(std::filesystem::file_size(path) == 20000000u);
   // The stalled reader resumes where it was and gets the rest.
   std::size_t total = 100;
@@ -444,4 +447,41 @@ TEST_CASE_FIXTURE(fixture,
   trainer_client c(cfg);
   CHECK(code_of([&] { c.list_venv_cache(); }) == errc::invalid_argument);
   CHECK(message_of([&] { c.prune_venv_cache(0s); }).find("--backend local") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(
+    fixture, "a job's log is its directory's <step>.log, and an older tjob's logs/<step>.log is still read") {
+  namespace fs = std::filesystem;
+  const fs::path h = home();
+  fs::create_directories(h / "jobs" / "done-job" / "logs");
+  {
+    // The store and a log as the last version-5 tjob left them (tests/data/store-v5.sql).
+    std::ifstream in(tjob::test::source_dir() + "/tests/data/store-v5.sql");
+    REQUIRE(in);
+    std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open((h / "tjob.db").c_str(), &raw) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(raw);
+    std::ofstream(h / "jobs" / "done-job" / "logs" / "node-0.log") << "first line\nsecond line\n";
+  }
+  trainer_client c(config());
+  CHECK(c.get_job_logs("done-job").read_all() == "first line\nsecond line\n");
+  log_options last;
+  last.tail = 1;
+  CHECK(c.get_job_logs("done-job", last).read_all() == "second line\n");
+  log_options follow;
+  follow.follow = true;  // the job has ended: the follower reads it all and ends
+  CHECK(c.get_job_logs("done-job", follow).read_all() == "first line\nsecond line\n");
+  auto cli = tjob::test::run({tjob::test::tjob_bin(), "logs", "done-job"}, env());
+  CHECK(cli.exit_code == 0);
+  CHECK(cli.out == "first line\nsecond line\n");
+  c.delete_job("done-job");
+  CHECK_FALSE(fs::exists(h / "jobs" / "done-job"));
+  // A new job's log is in its own directory, with no logs/ made for it.
+  auto name = c.train(helper_job({"print", "new\n"}));
+  c.wait_for_job_status(name, {job_status::complete}, 30s);
+  CHECK(tjob::test::read_file(h / "jobs" / name / "node-0.log") == "new\n");
+  CHECK_FALSE(fs::exists(h / "jobs" / name / "logs"));
+  CHECK(c.get_job_logs(name).read_all() == "new\n");
 }

@@ -101,7 +101,7 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(largest <= (1u << 20) + 1);
   CHECK(pieces >= 100);
   if (!tjob::test::under_sanitizer()) CHECK(peak - before < 48l << 20);  // pieces, not the line
-  CHECK(fs::file_size(fs::path(home()) / "jobs" / name / "logs" / "node-0.log") ==
+  CHECK(fs::file_size(fs::path(home()) / "jobs" / name / "node-0.log") ==
         static_cast<std::uintmax_t>(size + 1));
   CHECK(c.get_job(name).status == job_status::complete);
 }
@@ -119,14 +119,14 @@ TEST_CASE_FIXTURE(fixture, "everything in TJOB_HOME is the user's alone: directo
     auto py = c.train(r);
     c.wait_for_job_status(py, {job_status::complete}, 120s);
     fs::path h = home();
-    for (const auto& d : {h, h / "jobs", h / "jobs" / "modes", h / "jobs" / "modes" / "logs",
+    for (const auto& d : {h, h / "jobs", h / "jobs" / "modes", h / "jobs" / "modes",
                           h / "jobs" / py / "work", h / "cache", h / "cache" / "venvs"}) {
       CAPTURE(d);
       CHECK(mode_of(d) == 0700u);
     }
     for (const auto& f :
          {h / "tjob.db", h / "tjob.db-wal", h / "tjob.db-shm", h / "tjob.db-wake",
-          h / "jobs" / "modes" / "logs" / "node-0.log", h / "jobs" / py / "logs" / "node-0.log"}) {
+          h / "jobs" / "modes" / "node-0.log", h / "jobs" / py / "node-0.log"}) {
       CAPTURE(f);
       CHECK(mode_of(f) == 0600u);
     }

@@ -88,10 +88,12 @@ TEST_CASE("line_start finds the beginning of the line that holds a byte") {
 TEST_CASE(
     "a line's time is the first record at or past its end, and older_than bounds what since leaves out") {
   tjob::test::temp_dir d;
-  auto log = d.path() / "j" / "logs" / "node-0.log";
+  auto log = d.path() / "j" / "node-0.log";
   std::filesystem::create_directories(log.parent_path());
   auto times_path = times_path_of(log);
   CHECK(times_path == d.path() / "j" / "log-times" / "node-0");
+  // an older tjob's jobs/<name>/logs/<step>.log has its times in the same place
+  CHECK(times_path_of(d.path() / "j" / "logs" / "node-0.log") == times_path);
   auto at = [](std::int64_t ns) {
     return tjob::clock::time_point(
         std::chrono::duration_cast<tjob::clock::duration>(std::chrono::nanoseconds(ns)));

@@ -1,4 +1,5 @@
 #include "adapters/local/store.hpp"
+#include "adapters/local/store_schema.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/error.hpp>
@@ -10,8 +11,13 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
 using namespace tjob;
 using namespace tjob::detail;
@@ -498,4 +504,131 @@ TEST_CASE(
   db.commit();
   CHECK(db.load_job("p")->progress_ms == 20);
   CHECK(db.load_events("p").size() == 2);
+}
+
+namespace {
+
+// Every row of `sql`'s answer as text, columns joined by '|'.
+std::vector<std::string> rows_of(const std::filesystem::path& path, const char* sql) {
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  REQUIRE(sqlite3_prepare_v2(raw, sql, -1, &s, nullptr) == SQLITE_OK);
+  std::vector<std::string> out;
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    std::string row;
+    for (int c = 0; c < sqlite3_column_count(s); ++c) {
+      auto* t = sqlite3_column_text(s, c);
+      row += (c ? "|" : "") + (t ? std::string(reinterpret_cast<const char*>(t)) : std::string("NULL"));
+    }
+    out.push_back(std::move(row));
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(raw);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a version-5 store made by the last version-5 tjob is migrated: steps without rowid, nothing lost") {
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  {
+    std::ifstream in(tjob::test::source_dir() + "/tests/data/store-v5.sql");
+    REQUIRE(in);
+    std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+    char* err = nullptr;
+    int rc = sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, &err);
+    INFO((err ? err : ""));
+    REQUIRE(rc == SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  const char* steps_sql =
+      "SELECT job, name, status, exit_code, reason, pid, pid_start, attempt FROM steps ORDER BY job, name";
+  const char* events_sql =
+      "SELECT seq, job, step, time_ms, reason, message, exit_code, detail FROM events ORDER BY seq";
+  const char* jobs_sql = "SELECT * FROM jobs ORDER BY name";
+  auto steps_before = rows_of(path, steps_sql);
+  auto events_before = rows_of(path, events_sql);
+  auto jobs_before = rows_of(path, jobs_sql);
+  REQUIRE(rows_of(path, "PRAGMA user_version") == std::vector<std::string>{"5"});
+  REQUIRE(steps_before.size() == 4);
+  {
+    store db(path, std::chrono::milliseconds(1000));
+    // What tjob shows of the old jobs.
+    auto done = db.load_job("done-job");
+    REQUIRE(done);
+    CHECK(done->status == job_status::complete);
+    auto failed = db.load_job("failed-job");
+    REQUIRE(failed);
+    CHECK(failed->status == job_status::failed);
+    REQUIRE(failed->steps.size() == 1);
+    CHECK(failed->steps[0].exit_code == 3);
+    auto retried = db.load_job("retried");
+    REQUIRE(retried);
+    REQUIRE(retried->steps.size() == 1);
+    CHECK(retried->steps[0].attempt == 2);
+    auto reported = db.load_job("reported");
+    REQUIRE(reported);
+    CHECK(reported->progress.find("\"progress_percent\":40") != std::string::npos);
+    for (const auto* j : {&*done, &*failed, &*retried, &*reported}) {
+      auto folded = db.fold_log(*j);  // the log still folds to the status columns
+      CHECK(folded.status == j->status);
+    }
+    CHECK(db.load_jobs().size() == 4);
+  }
+  CHECK(rows_of(path, "PRAGMA user_version") == std::vector<std::string>{"6"});
+  auto made = rows_of(path, "SELECT sql FROM sqlite_master WHERE name='steps'");
+  REQUIRE(made.size() == 1);
+  CHECK(made[0].find("WITHOUT ROWID") != std::string::npos);
+  CHECK(rows_of(path, "SELECT name FROM sqlite_master WHERE name LIKE 'sqlite_autoindex_steps%'").empty());
+  // Every row as it was.
+  CHECK(rows_of(path, steps_sql) == steps_before);
+  CHECK(rows_of(path, events_sql) == events_before);
+  CHECK(rows_of(path, jobs_sql) == jobs_before);
+  // The migrated store works: a new job's steps and events, and a deleted
+  // job's steps go with it (the foreign key holds on the new table).
+  store db(path, std::chrono::milliseconds(1000));
+  auto seq_before = db.last_event_seq();
+  db.begin();
+  REQUIRE(db.insert_job(sample("after")));
+  db.append_event("after", "", 10, log_event::created, "made");
+  db.delete_job("done-job");
+  db.commit();
+  CHECK(db.last_event_seq() > seq_before);
+  REQUIRE(db.load_job("after"));
+  CHECK(db.load_job("after")->steps.size() == 1);
+  CHECK_FALSE(db.load_job("done-job"));
+  CHECK(rows_of(path, "SELECT count(*) FROM steps WHERE job='done-job'") == std::vector<std::string>{"0"});
+  CHECK(rows_of(path, "SELECT count(*) FROM events WHERE job='done-job'") == std::vector<std::string>{"0"});
+}
+
+TEST_CASE("a new store is made at the current version, steps without rowid, events' seq never reused") {
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  {
+    store db(path, std::chrono::milliseconds(1000));
+    db.begin();
+    REQUIRE(db.insert_job(sample("a")));
+    db.append_event("a", "", 1, log_event::created, "made");
+    REQUIRE(db.insert_job(sample("b")));
+    db.append_event("b", "", 2, log_event::created, "made");
+    db.commit();
+    auto last = db.last_event_seq();
+    // The newest events go with their job; the next event's seq is still new
+    // (a cursor at `last` sees it: cancels_after).
+    db.begin();
+    db.delete_job("b");
+    db.append_event("a", "", 3, log_event::cancel_requested, "cancel requested");
+    db.commit();
+    auto cursor = last;
+    CHECK(db.cancels_after(cursor) == std::vector<std::string>{"a"});
+  }
+  CHECK(rows_of(path, "PRAGMA user_version") == std::vector<std::string>{std::to_string(schema_version)});
+  auto made = rows_of(path, "SELECT sql FROM sqlite_master WHERE name='steps'");
+  REQUIRE(made.size() == 1);
+  CHECK(made[0].find("WITHOUT ROWID") != std::string::npos);
 }
