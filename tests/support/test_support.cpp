@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <stdexcept>
 
@@ -350,34 +351,21 @@ bool on_inotify(const std::filesystem::path& what, std::uint32_t events, const s
 }  // namespace
 
 void gate::release() {
-  // A job blocked in its open() of the FIFO sends no inotify event until a
-  // writer comes (IN_OPEN is sent once an open is done), so waiting for the
-  // job's IN_OPEN before opening would wait out the deadline whenever the job
-  // got there first. Opened read-write, the FIFO is open at once (Linux),
-  // which lets the job's open finish: its IN_OPEN, after ours, says it holds
-  // the FIFO, and our close then gives its read the end of file.
-  int ino = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  REQUIRE(ino >= 0);
-  REQUIRE(::inotify_add_watch(ino, path_.c_str(), IN_OPEN) >= 0);
-  int fd = ::open(path_.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  // The job's open() of the FIFO for reading blocks until a writer comes, and
+  // no inotify event says that it has begun to wait (IN_OPEN is sent once an
+  // open is done, and two of them in a row are merged into one). A blocking
+  // open for writing returns once the job is there: it is made on a thread,
+  // and past the deadline the test opens the FIFO for reading itself to let
+  // that thread go, and fails.
+  auto opened =
+      std::async(std::launch::async, [p = path_] { return ::open(p.c_str(), O_WRONLY | O_CLOEXEC); });
+  bool job_came = opened.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  int unblock = job_came ? -1 : ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  int fd = opened.get();
+  if (unblock >= 0) ::close(unblock);
+  if (fd >= 0) ::close(fd);  // the job reads the end of file
+  REQUIRE_MESSAGE(job_came, "the job never opened " << path_ << " (did it die?)");
   REQUIRE(fd >= 0);
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  int opens = 0;
-  while (opens < 2) {
-    auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{ino, POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(left.count()));
-    alignas(inotify_event) char buf[4096];
-    for (ssize_t n; (n = ::read(ino, buf, sizeof buf)) > 0;)
-      for (char* at = buf; at < buf + n;
-           at += sizeof(inotify_event) + reinterpret_cast<inotify_event*>(at)->len)
-        if (reinterpret_cast<inotify_event*>(at)->mask & IN_OPEN) ++opens;
-  }
-  ::close(ino);
-  ::close(fd);
-  REQUIRE_MESSAGE(opens >= 2, "the job never opened " << path_ << " (did it die?)");
 }
 
 bool wait_for_file_change(const std::filesystem::path& dir, const std::function<bool()>& holds,
