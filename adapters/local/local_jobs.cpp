@@ -73,6 +73,7 @@ engine_state::engine_state(const detail::backend_context& ctx)
       progress(ctx.ex, log, tasks) {
   home = ctx.home;  // absolute, and checked by the engine
   jobs_dir = home / "jobs";
+  log_times.write_last_records_on(pool.get_executor());  // off the path from a step's end to its waiters
   auto db_path = home / "tjob.db";
   store_wake_file = detail::store::wake_path(db_path).filename().string();
   // A store that exists but cannot be written (a read-only mount, another
@@ -304,6 +305,7 @@ void engine_state::flush() {
     if (w.after) done.push_back(std::move(w.after));
   for (auto& d : done) d();
   committed.notify_all();
+  log_times.write_held();  // the ended steps' last line times, now that their ends are committed
 }
 
 // ---------------------------------------------------------------------------

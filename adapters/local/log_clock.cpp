@@ -4,6 +4,7 @@
 #include "adapters/local/log_files.hpp"
 
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace tjob::detail {
@@ -42,7 +44,20 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
   int next_id = 0;
   bool reading = false;
   bool closed = false;
-  bool unavailable = false;  // inotify could not be had; said once
+  bool unavailable = false;                           // inotify could not be had; said once
+  std::optional<asio::any_io_executor> last_records;  // write_last_records_on
+  struct last_record {
+    std::filesystem::path times_path;
+    log_time_record r;
+    std::string log_path;
+  };
+  std::vector<last_record> held;  // finished logs' last records, until write_held
+
+  static void write(const std::vector<last_record>& records, spdlog::logger& l) {
+    for (const auto& h : records)
+      if (auto ec = append_time_record(h.times_path, h.r))
+        l.warn("cannot write the line times of {}: {}", h.log_path, ec.message());
+  }
 
   bool ensure_open() {
     if (descriptor.is_open()) return true;
@@ -59,15 +74,21 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
     return true;
   }
 
-  // Appends a record when the log has grown since the last one. Times never
-  // go back (a clock set back keeps the last).
-  void record(entry& e) {
+  // The record to append when the log has grown since the last one. Times
+  // never go back (a clock set back keeps the last).
+  static std::optional<log_time_record> next_record(const entry& e) {
     struct stat st {};
-    if (::stat(e.log_path.c_str(), &st) != 0) return;
+    if (::stat(e.log_path.c_str(), &st) != 0) return std::nullopt;
     auto size = static_cast<std::uint64_t>(st.st_size);
-    if (size <= e.last.size) return;
+    if (size <= e.last.size) return std::nullopt;
     std::int64_t ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    log_time_record r{size, std::max(ns, e.last.ns)};
+    return log_time_record{size, std::max(ns, e.last.ns)};
+  }
+
+  void record(entry& e) {
+    auto next = next_record(e);
+    if (!next) return;
+    auto r = *next;
     if (auto ec = append_time_record(e.times_path, r)) {
       if (!std::exchange(e.complained, true))
         log->warn("cannot write the line times of {}: {}", e.log_path, ec.message());
@@ -141,7 +162,11 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
   void finish(int id) {
     auto it = entries.find(id);
     if (it == entries.end()) return;
-    record(it->second);
+    if (!last_records) {
+      record(it->second);
+    } else if (auto r = next_record(it->second)) {
+      held.push_back({it->second.times_path, *r, it->second.log_path});
+    }
     if (it->second.wd >= 0) {
       by_wd.erase(it->second.wd);
       if (descriptor.is_open()) ::inotify_rm_watch(descriptor.native_handle(), it->second.wd);
@@ -155,9 +180,18 @@ log_clock::log_clock(asio::any_io_executor ex, std::shared_ptr<spdlog::logger> l
 
 log_clock::~log_clock() { close(); }
 
+void log_clock::write_last_records_on(asio::any_io_executor pool) { impl_->last_records = std::move(pool); }
+
+void log_clock::write_held() {
+  if (impl_->held.empty()) return;
+  asio::post(*impl_->last_records,
+             [records = std::exchange(impl_->held, {}), l = impl_->log] { impl::write(records, *l); });
+}
+
 log_clock::tracked log_clock::track(const std::string& log_path) { return {impl_, impl_->add(log_path)}; }
 
 void log_clock::close() {
+  impl::write(std::exchange(impl_->held, {}), *impl_->log);
   impl_->closed = true;
   boost::system::error_code ignored;
   impl_->rest.cancel();

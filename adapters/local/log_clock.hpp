@@ -54,6 +54,17 @@ class log_clock {
   tracked track(const std::string& log_path);
   /// Stops watching (the tracked logs still get their last records).
   void close();
+  /// Where a finished log's last record is written (the engine's pool),
+  /// once write_held() is called (after the commit that follows the step's
+  /// end): a log's first record makes its times file, and on a disk
+  /// filesystem that costs a directory and an inode, which the step's end
+  /// and the waiters it wakes would otherwise wait for, and which would
+  /// contend with that commit's writes. A reader that comes first gives the
+  /// log's last lines its modification time, which is the time that record
+  /// holds. Without it (tests), the record is written at once.
+  void write_last_records_on(boost::asio::any_io_executor pool);
+  /// Hands the last records held since the last call to the pool.
+  void write_held();
 
  private:
   std::shared_ptr<impl> impl_;

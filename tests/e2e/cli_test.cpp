@@ -848,13 +848,15 @@ TEST_CASE_FIXTURE(
   for (std::string line; std::getline(lines, line);) {
     auto tid = line.substr(0, line.find(' '));
     if (line.find("CLONE_VFORK") != std::string::npos && spawner.empty()) spawner = tid;  // the job's spawn
-    if (line.find("/jobs/pooled/logs\"") != std::string::npos && line.find("= 0") != std::string::npos)
+    if (line.find("/jobs/pooled\"") != std::string::npos && line.find("= 0") != std::string::npos)
       maker = tid;
   }
   CAPTURE(tjob::test::read_file(trace));
   REQUIRE_FALSE(spawner.empty());
   REQUIRE_FALSE(maker.empty());
   CHECK(maker != spawner);
+  CHECK(tjob::test::read_file(std::filesystem::path(env().at("TJOB_HOME")) / "jobs" / "pooled" /
+                              "node-0.log") == "x");
 }
 
 TEST_CASE_FIXTURE(fixture,
