@@ -1,14 +1,16 @@
 """GET /metrics in Prometheus' text format, scraped by a real Prometheus (Debian's) that the test starts on
 loopback, with the server's bearer token."""
 import json
-import random
 import shutil
-import socket
 import subprocess
+import sys
 import urllib.parse
 import urllib.request
 
-from conftest import HELPER, DEADLINE, unavailable
+from conftest import HELPER, DEADLINE, SUPPORT, unavailable
+
+sys.path.insert(0, SUPPORT)
+from kube_standin import free_port  # noqa: E402  (below the ephemeral range, as its torch pods' ports)
 
 
 def metric(text, name, **labels):
@@ -80,25 +82,6 @@ def test_setup_phases_and_the_venv_cache_are_measured(server, tmp_path):
     server.submit([HELPER, "exit", "0"], name="plain")
     server.wait("plain")
     assert metric(server.get("/metrics").body, "tjob_setup_seconds_count", phase="cache copy") == 2
-
-
-def free_port():
-    """A port nobody holds, drawn below the kernel's ephemeral range: one that
-    bind(0) picked and we let go can be handed to another program before the
-    torch pods bind it."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low = int(f.read().split()[0])
-    for _ in range(64):
-        port = random.randint(max(10000, low - 16384), low - 1)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_prometheus_scrapes_tjob(make_server, tmp_path):

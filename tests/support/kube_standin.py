@@ -656,7 +656,7 @@ class Controller:
 def free_port():
     """A port nobody holds, drawn below the kernel's ephemeral range: one that
     bind(0) picked and we let go can be handed to another program before the
-    torch pods bind it."""
+    torch pods (or another program given the port) bind it."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         low = int(f.read().split()[0])
     for _ in range(64):
