@@ -162,7 +162,7 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
   void finish(int id) {
     auto it = entries.find(id);
     if (it == entries.end()) return;
-    if (!last_records) {
+    if (!last_records || closed) {  // (after close() nothing would write what is held)
       record(it->second);
     } else if (auto r = next_record(it->second)) {
       held.push_back({it->second.times_path, *r, it->second.log_path});
