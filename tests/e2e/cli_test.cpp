@@ -1352,7 +1352,11 @@ TEST_CASE_FIXTURE(fixture,
       "print('second line', flush=True)\n";
   term.start("run", {tjob_bin(), "run", "--name", "bar", "--", "/usr/bin/python3", "-c", code, gate.path()},
              env);
-  auto has_bar = [](const std::string& s) { return s.find(" 40%") != std::string::npos; };
+  // The bar and the log line come by different ways (through tjob serve: the
+  // job's state and its log stream), so the screen is read once both are on it.
+  auto has_bar = [](const std::string& s) {
+    return s.find(" 40%") != std::string::npos && s.find("first line") != std::string::npos;
+  };
   auto shown = lines_of(term.screen_when("run", has_bar));
   CAPTURE(shown);
   REQUIRE(shown.size() >= 3);
