@@ -450,7 +450,14 @@ asio::awaitable<outcome<http::body_stream>> docker_api::events(const json::objec
                                                                std::int64_t since, std::int64_t until) {
   std::string q = "/events?filters=" + http::url_encode(json::serialize(filters));
   if (since > 0) q += "&since=" + std::to_string(since);
-  if (until > 0) q += "&until=" + std::to_string(until);
+  // Podman's file event log stops reading when `until` comes, even when it
+  // has not read the file through yet: an `until` a few milliseconds ahead
+  // (a call at the end of a second) returned none of a job's events. Not
+  // streaming reads what is there and ends, which is what `until` is for.
+  if (until > 0 && info_.kind == daemon_kind::podman)
+    q += "&stream=false";
+  else if (until > 0)
+    q += "&until=" + std::to_string(until);
   auto body = co_await stream("GET", std::move(q), "reading events");
   co_return body;
 }
