@@ -420,8 +420,16 @@ asio::awaitable<outcome<json::array>> docker_api::container_list(const std::vect
   json::array l;
   for (const auto& s : labels) l.emplace_back(s);
   json::object filters{{"label", std::move(l)}};
-  auto r =
-      co_await call("GET", "/containers/json?all=1&filters=" + http::url_encode(json::serialize(filters)));
+  const std::string method = "GET";  // (named, not temporaries in the co_await: g++ 12)
+  const std::string target = "/containers/json?all=1&filters=" + http::url_encode(json::serialize(filters));
+  auto r = co_await call(method, target);
+  // Podman answers 500 when a container in the list exits while it is being
+  // listed ("read /proc/<pid>/cgroup: no such process"): the next list does
+  // not see that process. A list is safe to ask for again; twice more at most.
+  for (int again = 0; again < 2 && r && r->status == 500 && r->body.find("/proc/") != std::string::npos &&
+                      r->body.find("no such") != std::string::npos;
+       ++again)
+    r = co_await call(method, target);
   if (!r) co_return r.error();
   if (r->status != 200) co_return refuse("listing containers", *r);
   auto v = parse_json(r->body, "listing containers");

@@ -280,3 +280,23 @@ TEST_CASE("the Docker API's refusals have codes by status, and a lookup of nothi
             "GET /containers/json?all=1&filters=%7B%22label%22%3A%5B%5D%7D HTTP/1.1",
             "POST /containers/create?name=c HTTP/1.1", "GET /containers/c3/json HTTP/1.1"});
 }
+
+TEST_CASE("a container list that met a container exiting is asked again, and other refusals are not") {
+  asio::io_context io;
+  const std::string exiting =
+      R"({"cause":"no such process","message":"read /proc/12929/cgroup: no such process","response":500})";
+  canned_server server(io,
+                       {answer(500, exiting), answer(200, "[]"), answer(500, exiting), answer(500, exiting),
+                        answer(500, exiting), answer(500, R"({"message":"driver failed"})")});
+  container::docker_api d(io.get_executor(), server.endpoint());
+  auto once = run(io, d.container_list({}));  // Podman's race, then the list
+  REQUIRE(once.has_value());
+  CHECK(once->empty());
+  auto thrice = run(io, d.container_list({}));  // three times: that is not a race any more
+  REQUIRE_FALSE(thrice.has_value());
+  CHECK(thrice.error().message.find("no such process") != std::string::npos);
+  auto other = run(io, d.container_list({}));  // any other failure is said at once
+  REQUIRE_FALSE(other.has_value());
+  CHECK(other.error().code == container::docker_errc::daemon_failed);
+  CHECK(server.requests().size() == 6);
+}
