@@ -183,7 +183,7 @@ TEST_CASE("a torch rendezvous port is outside the kernel's ephemeral range and f
   REQUIRE(static_cast<bool>(range >> lo >> hi));
   auto [from, to] = rendezvous_port_range();
   if (from == 0) {
-    MESSAGE("this machine's ephemeral range leaves no room around it");
+    tjob::test::not_applicable("this machine's ephemeral range leaves no room around it");
     return;
   }
   CHECK((to < lo || from > hi));
