@@ -44,6 +44,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -60,6 +61,44 @@ double cpu_seconds() {
   ::getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// CPU time by thread name (its comm: the reactor is this process's main
+// thread, tjob-bench; the engine names its pool and checkpoint threads), in
+// ns, from each task's schedstat. Threads of one name are summed.
+std::map<std::string, double> thread_cpu_ns() {
+  std::map<std::string, double> out;
+  std::error_code ec;
+  for (auto& t : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::string name;
+    double ns = 0;
+    if (FILE* f = std::fopen((t.path() / "comm").c_str(), "r")) {
+      char buf[32] = {};
+      if (std::fgets(buf, sizeof buf, f)) name = buf;
+      std::fclose(f);
+    }
+    if (!name.empty() && name.back() == '\n') name.pop_back();
+    if (FILE* f = std::fopen((t.path() / "schedstat").c_str(), "r")) {
+      if (std::fscanf(f, "%lf", &ns) != 1) ns = 0;
+      std::fclose(f);
+    }
+    out[name] += ns;
+  }
+  return out;
+}
+
+// {"name":µs per run,...} of the CPU each thread spent since `before`.
+std::string thread_cpu_json(const std::map<std::string, double>& before, int runs) {
+  std::string out = "{";
+  for (const auto& [name, ns] : thread_cpu_ns()) {
+    auto it = before.find(name);
+    double d = ns - (it == before.end() ? 0 : it->second);
+    if (out.size() > 1) out += ",";
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "\"%s\":%.1f", name.c_str(), d / 1e3 / runs);
+    out += buf;
+  }
+  return out + "}";
 }
 
 long rss_bytes() {
@@ -151,6 +190,7 @@ struct bench {
     std::vector<double> lat;
     lat.reserve(static_cast<std::size_t>(n));
     int next = 0, running = k;
+    auto threads0 = thread_cpu_ns();
     double cpu0 = cpu_seconds();
     auto t0 = steady::now();
     auto ex = co_await asio::this_coro::executor;
@@ -175,8 +215,9 @@ struct bench {
     double cpu = cpu_seconds() - cpu0;
     std::printf(
         "{\"runs\":%d,\"in_flight\":%d,\"wall_s\":%.6f,\"per_s\":%.3f,\"cpu_us_per_run\":%.3f,"
-        "\"p50_us\":%.3f,\"p99_us\":%.3f}\n",
-        n, k, wall, n / wall, cpu / n * 1e6, pct(lat, 0.5), pct(lat, 0.99));
+        "\"p50_us\":%.3f,\"p99_us\":%.3f,\"cpu_us_per_run_by_thread\":%s}\n",
+        n, k, wall, n / wall, cpu / n * 1e6, pct(lat, 0.5), pct(lat, 0.99),
+        thread_cpu_json(threads0, n).c_str());
   }
 
   // Every job submitted at once; the engine's queue lets K run at a time.

@@ -97,6 +97,12 @@ admission_plan plan_admission(std::vector<queue_row> rows, const admission_budge
   return plan;
 }
 
+bool fits_regardless(const queue_row& r, const admission_budget& b) {
+  // What shortfall() checks, with every admitted sum possible.
+  return b.max_running <= 0 && b.cpus <= 0 && (b.memory == 0 || r.need.memory == 0) && r.need.gpus <= 0 &&
+         r.group_limit <= 0;
+}
+
 std::string never_fits(const admission_need& need, const admission_budget& b) {
   std::vector<std::string> why;
   if (b.cpus > 0 && need.cpus > b.cpus)

@@ -91,6 +91,10 @@ admission_plan plan_admission(std::vector<queue_row> rows, const admission_budge
 admission_plan plan_admission(std::vector<queue_row> waiting, const admission_budget& budget,
                               admitted_usage used);
 
+/// Whether `row` fits whatever the admitted jobs hold: no limit of `budget`
+/// or of its array applies to it. The caller need not sum them.
+bool fits_regardless(const queue_row& row, const admission_budget& budget);
+
 /// Why `need` can never fit in `budget` ("needs 8 CPUs; the budget is 2"),
 /// empty when it can.
 std::string never_fits(const admission_need& need, const admission_budget& budget);

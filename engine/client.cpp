@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include <pthread.h>
 #include <future>
 #include <optional>
 #include <string>
@@ -20,7 +21,10 @@ struct trainer_client::impl {
       : cfg(config),
         eng(std::in_place, ctx.get_executor(), std::move(config)),
         work(ctx.get_executor()),
-        thread([this] { ctx.run(); }) {}
+        thread([this] {
+          ::pthread_setname_np(::pthread_self(), "tjob-engine");  // the reactor, as top -H shows it
+          ctx.run();
+        }) {}
 
   ~impl() {
     try {

@@ -8,6 +8,7 @@
 #include <boost/asio/post.hpp>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <csignal>
@@ -74,6 +75,8 @@ engine_state::engine_state(const detail::backend_context& ctx)
   home = ctx.home;  // absolute, and checked by the engine
   jobs_dir = home / "jobs";
   log_times.write_last_records_on(pool.get_executor());  // off the path from a step's end to its waiters
+  // Named, so that `top -H`, perf and the benches tell its work from the reactor's.
+  asio::post(pool, [] { ::pthread_setname_np(::pthread_self(), "tjob-pool"); });
   auto db_path = home / "tjob.db";
   store_wake_file = detail::store::wake_path(db_path).filename().string();
   // A store that exists but cannot be written (a read-only mount, another
@@ -184,6 +187,14 @@ std::string join_admission_queue(detail::store& db, detail::queue_row adm,
   } else {
     // It is the first to wait at its priority: it starts now if it fits
     // beside the admitted jobs.
+    // With no limit that could hold it back (no budget set), the admitted
+    // jobs' sums are not read: a scan of them per job (7 % of the reactor's
+    // time per job at 64 running, in perf).
+    if (detail::fits_regardless(adm, budget)) {
+      adm.admitted = true;
+      db.enqueue(adm);
+      return {};
+    }
     std::vector<detail::queue_row> rows{adm};
     auto plan = detail::plan_admission(std::move(rows), budget, db.admitted_totals());
     adm.admitted = std::find(plan.admit.begin(), plan.admit.end(), adm.job) != plan.admit.end();
@@ -243,7 +254,10 @@ asio::awaitable<bool> engine_state::insert_job(detail::job_row row, std::string 
 void engine_state::start_checkpoint() {
   if (checkpoint_running || stopping) return;
   checkpoint_running = true;
-  if (!checkpoint_thread) checkpoint_thread = std::make_unique<asio::thread_pool>(1);
+  if (!checkpoint_thread) {
+    checkpoint_thread = std::make_unique<asio::thread_pool>(1);
+    asio::post(*checkpoint_thread, [] { ::pthread_setname_np(::pthread_self(), "tjob-checkpoint"); });
+  }
   asio::post(*checkpoint_thread, [w = weak_from_this(), c = checkpointer.get(), ex = ex] {
     auto why = c->run();
     asio::post(ex, [w, why = std::move(why)] {

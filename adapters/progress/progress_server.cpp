@@ -264,9 +264,12 @@ void server::start(const tls_files& tls) {
 
 std::string server::add(const std::string& job, const std::string& token, sink to) {
   auto& s = *impl_;
-  auto& e = s.jobs[job];
-  e = impl::job_entry{token, std::move(to), {}, {}};
-  std::erase(s.ended_order, job);
+  auto [it, added] = s.jobs.try_emplace(job);
+  // Only a job that ended before (a retry's next attempt) is in ended_order:
+  // a new one skips the scan of up to max_ended names (a profile showed it as
+  // 8 % of the reactor's time per job).
+  if (!added && !it->second.ended.empty()) std::erase(s.ended_order, job);
+  it->second = impl::job_entry{token, std::move(to), {}, {}};
   return fmt::format("https://127.0.0.1:{}{}{}{}", s.port, prefix, job, suffix);
 }
 
@@ -284,8 +287,10 @@ void server::end(const std::string& job, std::string how) {
 }
 
 void server::forget(const std::string& job) {
-  impl_->jobs.erase(job);
-  std::erase(impl_->ended_order, job);
+  auto it = impl_->jobs.find(job);
+  if (it == impl_->jobs.end()) return;
+  if (!it->second.ended.empty()) std::erase(impl_->ended_order, job);
+  impl_->jobs.erase(it);
 }
 
 void server::stop() {

@@ -5,6 +5,7 @@
 // throws for them.
 #include "adapters/container/docker_api.hpp"
 #include "adapters/http/http_client.hpp"
+#include "adapters/process/proc_info.hpp"
 #include "adapters/process/process_adapter.hpp"
 #include "engine/outcome.hpp"
 #include "tests/support/test_support.hpp"
@@ -23,6 +24,7 @@
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
 
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -203,6 +205,28 @@ TEST_CASE("reap of a child that has not exited says so on a non-blocking pidfd, 
   REQUIRE(reaped.has_value());
   REQUIRE(reaped->has_value());
   CHECK((*reaped)->code == 3);
+}
+
+TEST_CASE("a child's start time is the one /proc/<pid>/stat gives, which other processes check it by") {
+  // spawn() knows it from the clock around the clone when no tick boundary
+  // fell within it; either way it must be exactly what /proc says, or a
+  // reconciling process would take the live job for a lost one.
+  tjob::test::temp_dir dir;
+  asio::io_context io;
+  for (int i = 0; i < 100; ++i) {
+    process::spawn_spec s;
+    s.executable = "/bin/sleep";
+    s.argv = {s.executable, "60"};
+    s.stdout_path = (dir.path() / "log").string();
+    auto c = process::child::spawn(io.get_executor(), s);
+    REQUIRE(c.has_value());
+    auto from_proc = process::start_time(c->pid());
+    CHECK(c->signal_group(SIGKILL));
+    REQUIRE(from_proc.has_value());
+    CHECK(c->start_time() == *from_proc);
+    auto reaped = c->reap();
+    REQUIRE(reaped.has_value());
+  }
 }
 
 TEST_CASE(
