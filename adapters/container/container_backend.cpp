@@ -276,6 +276,12 @@ bool restart_pending(const seen& c, bool stopped) {
   return c.restarts < std::atoi(it->second.c_str());
 }
 
+bool backend::impl::for_good(const seen& c) const {
+  if (c.state != "exited" && c.state != "dead" && c.state != "stopped") return false;
+  auto job = c.labels.find(label_job);
+  return !restart_pending(c, job != c.labels.end() && cancelled(job->second));
+}
+
 bool backend::impl::cancelled(const std::string& job) const {
   std::error_code ec;
   return fs::exists(workdir(job) / ".tjob" / "cancelled", ec);
@@ -427,9 +433,17 @@ asio::awaitable<outcome<void>> backend::impl::follow_events() {
 }
 
 void backend::impl::on_event(const std::string& line) {
-  auto job = job_of_event(line);
-  if (job.empty()) return;
-  ++generation[job];
+  auto e = container_event_of(line);
+  if (e.job.empty()) return;
+  if (e.action == "die" && !e.id.empty() && died.insert(e.id).second) {
+    died_order.push_back(e.id);
+    constexpr std::size_t max_died = 4096;
+    if (died_order.size() > max_died) {
+      died.erase(died_order.front());
+      died_order.pop_front();
+    }
+  }
+  ++generation[e.job];
   waiters.notify_all();
 }
 

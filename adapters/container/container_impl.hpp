@@ -19,9 +19,11 @@
 #include <boost/json/object.hpp>
 
 #include <unistd.h>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -135,6 +137,10 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   detail::task_group tasks;  // the events loop
   bool stopping = false;
   std::map<std::string, json::object> exited;  // inspect answers of exited containers (final)
+  // The containers the event stream said died (the last max_died): a log
+  // follower on Podman ends on it (container_logs.cpp).
+  std::set<std::string, std::less<>> died;
+  std::deque<std::string> died_order;
   // The runtime-name label of each job network seen (Kubeflow keeps a job's
   // runtime there, not on its containers); a network's labels never change.
   std::map<std::string, std::string> network_runtime;
@@ -162,6 +168,9 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   /// The containers of one job (or of every job), oldest first.
   asio::awaitable<outcome<std::vector<seen>>> containers(const std::string& job);
   bool cancelled(const std::string& job) const;
+  /// The container has ended and will not be started again (no restart
+  /// pending): its log is whole.
+  bool for_good(const seen& c) const;
   fs::path workdir(const std::string& job) const;
   train_job to_job(const std::string& name, std::vector<seen> cs);
   failure not_found(const std::string& name) const;

@@ -27,12 +27,54 @@ std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(clock::now().time_since_epoch()).count();
 }
 
+// Ends a follower's stream once the event stream says its container died
+// (Podman ends a follow only after its cleanup, about 160 ms later); the
+// follower then reads what is left without following.
+struct died_watch {
+  explicit died_watch(asio::any_io_executor ex) : sig(std::move(ex)) {}
+  detail::wake_signal sig;
+  http::body_stream* body = nullptr;  // the follow, while it is open
+  bool gone = false;                  // the follower was dropped
+  bool died = false;
+};
+
+asio::awaitable<void> watch_died(std::shared_ptr<backend::impl> b, std::shared_ptr<died_watch> w,
+                                 std::string id) {
+  detail::wake_registration reg(b->waiters, &w->sig);
+  while (!w->gone && !b->stopping) {
+    if (b->died.contains(id)) {
+      w->died = true;
+      if (w->body) w->body->close();
+      co_return;
+    }
+    co_await w->sig.wait_until(steady::time_point::max());
+  }
+}
+
 struct container_log final : detail::piecewise_log {
   std::shared_ptr<backend::impl> b;
   std::string what, container, job, step;  // container: empty while the job waits for admission
   log_options options;
   std::optional<http::body_stream> body;
   frame_decoder dec;
+  // A follow on Podman: what was handed out so far, and once the container
+  // died, how much of the log read again is skipped (that much was).
+  std::shared_ptr<died_watch> watch;
+  std::uint64_t emitted = 0, skip = 0;
+  bool following = false;  // the open stream follows
+  bool rereading = false;
+  bool raw = false;  // a TTY's log: no frames
+  // Its container had ended for good when the log was asked for: its log is
+  // whole, and a follow would only wait (Podman ends a follow of an ended
+  // container a poll interval later, 250 ms; Docker at once).
+  bool whole = false;
+
+  ~container_log() override {
+    if (!watch) return;
+    watch->gone = true;
+    watch->body = nullptr;
+    watch->sig.notify();
+  }
 
   container_log(std::shared_ptr<backend::impl> bk, std::string w, std::string c, log_options o, bool tty)
       // the daemon's since is exact (Podman's too, though it prints whole seconds)
@@ -41,7 +83,8 @@ struct container_log final : detail::piecewise_log {
         what(std::move(w)),
         container(std::move(c)),
         options(std::move(o)),
-        dec(tty) {}
+        dec(tty),
+        raw(tty) {}
 
   asio::awaitable<bool> read_piece(std::string& out) override {
     if (container.empty()) {
@@ -50,21 +93,66 @@ struct container_log final : detail::piecewise_log {
       if (!c) co_return false;  // it ended (or was deleted) before it had one, or this does not follow
       container = c->id;
       dec = frame_decoder(c->tty);
+      raw = c->tty;
+      whole = b->for_good(*c);
     }
     auto where = what + " (container " + quote(container) + "): ";
     if (!body) {
-      auto opened = co_await b->api->container_logs(container, options);
+      auto asked = options;
+      if (whole) asked.follow = false;
+      auto opened = co_await b->api->container_logs(container, asked);
       if (!opened) raise(prefixed(opened.error(), where));
       body.emplace(std::move(*opened));
+      following = asked.follow;
+      // Reading the log again from its start gives the same bytes first only
+      // without tail and since; then a follow can end at the container's death.
+      if (asked.follow && !options.tail && !options.since && b->api->info().kind == daemon_kind::podman) {
+        b->ensure_events();
+        watch = std::make_shared<died_watch>(b->ctx.ex);
+        watch->body = &*body;
+        b->tasks.spawn(watch_died(b, watch, container), "a log follower's container");
+      }
     }
     auto piece = co_await body->read_some();
-    if (!piece) raise(prefixed(piece.error(), where));
-    if (!*piece) {
-      if (!dec.at_boundary())
-        raise(failure(docker_errc::bad_answer, where + "the stream ended inside a frame"));
-      co_return false;
+    const bool died = !piece && watch && watch->died;
+    const bool ended = piece && !*piece;
+    if (ended && !dec.at_boundary())
+      raise(failure(docker_errc::bad_answer, where + "the stream ended inside a frame"));
+    if ((died || ended) && following && !rereading && !options.tail && !options.since) {
+      // The follow ended: Podman's at the container's death (our watch; its
+      // own ends only after the cleanup), Docker's at the exit, which can
+      // come before the log driver has the last line without a newline (so
+      // `docker logs -f` loses it). The log is read once more without
+      // following, what was handed out skipped: byte-exact, and whole.
+      b->ctx.log->debug(
+          "{}: {}; the rest of its log is read without following ({} bytes were handed out)", what,
+          died ? "container " + quote(container) + " died" : std::string("the follow ended"), emitted);
+      if (watch) watch->body = nullptr;
+      body.reset();
+      rereading = true;
+      skip = emitted;
+      dec = frame_decoder(raw);
+      auto rest = options;
+      rest.follow = false;
+      auto opened = co_await b->api->container_logs(container, rest);
+      if (!opened) {
+        if (died) raise(prefixed(opened.error(), where));
+        co_return false;  // gone meanwhile (deleted, the daemon stopping): what was read stands
+      }
+      body.emplace(std::move(*opened));
+      co_return true;
     }
-    auto fed = dec.feed(**piece, [&](int, std::string_view p) { out.append(p); });
+    if (!piece) raise(prefixed(piece.error(), where));
+    if (ended) co_return false;
+    auto fed = dec.feed(**piece, [&](int, std::string_view p) {
+      if (skip > 0) {
+        const auto n = std::min<std::uint64_t>(skip, p.size());
+        p.remove_prefix(n);
+        skip -= n;
+      }
+      out.append(p);
+      emitted += p.size();
+    });
     if (!fed) raise(prefixed(fed.error(), where));
     co_return true;
   }
@@ -125,9 +213,11 @@ asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const l
   std::vector<std::string> known;
   for (const auto& c : cs) {
     if (c.step == o.step) {
-      co_return log_stream(std::make_unique<container_log>(
+      auto log = std::make_unique<container_log>(
           shared_from_this(), "the log of TrainJob " + quote(name) + " step " + quote(o.step), c.id, o,
-          c.tty));
+          c.tty);
+      log->whole = for_good(c);
+      co_return log_stream(std::move(log));
     }
     known.push_back(c.step);
   }

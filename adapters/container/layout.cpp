@@ -109,13 +109,21 @@ job_status status_of(const std::string& state, std::optional<int> exit_code) {
   return job_status::failed;  // removing, dead
 }
 
-std::string job_of_event(std::string_view line) {
+std::string job_of_event(std::string_view line) { return container_event_of(line).job; }
+
+container_event container_event_of(std::string_view line) {
   boost::system::error_code ec;
   auto v = boost::json::parse(line, ec);
   if (ec || !v.is_object()) return {};
-  auto* actor = detail::obj_of(v.as_object(), "Actor");
+  auto& o = v.as_object();
+  auto* actor = detail::obj_of(o, "Actor");
   auto* attrs = actor ? detail::obj_of(*actor, "Attributes") : nullptr;
-  return attrs ? detail::str_of(*attrs, label_job) : std::string();
+  container_event e;
+  if (!attrs || (e.job = detail::str_of(*attrs, label_job)).empty()) return {};
+  e.id = detail::str_of(*actor, "ID");
+  e.action = detail::str_of(o, "Action");
+  if (e.action.empty()) e.action = detail::str_of(o, "status");  // the API before 1.22
+  return e;
 }
 
 detail::log_event log_event_of_action(std::string_view action) {

@@ -75,6 +75,13 @@ job_status status_of(const std::string& state, std::optional<int> exit_code);
 /// label); empty for anything else, malformed lines included.
 std::string job_of_event(std::string_view line);
 
+/// A line of /events about a job's container: the job, the container's ID
+/// and the action ("die", "start", ...); empty fields for anything else.
+struct container_event {
+  std::string job, id, action;
+};
+container_event container_event_of(std::string_view line);
+
 /// The event log's name for a daemon's container action: create → Created,
 /// start → Started, die and oom → Exited, kill and stop → CancelRequested,
 /// anything else (pull, attach, connect, exec, destroy, ...) → Setup.

@@ -9,6 +9,9 @@
 
 #include <doctest/doctest.h>
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <boost/json/parse.hpp>
 
 #include <chrono>
@@ -153,6 +156,56 @@ TEST_CASE_TEMPLATE("a command job runs in a container with its output, Kubeflow'
   CHECK(docker_cli(sock, {"network", "ls", "--filter", "label=trainer.kubeflow.org/trainjob-name=cmd-ok",
                           "--format", "{{.Name}}"}) == "");
   CHECK_FALSE(fs::exists(fs::path(fx.home()) / "containers" / name));
+}
+
+TEST_CASE_TEMPLATE(
+    "a followed container log is whole and byte-exact: to its last line without a newline, "
+    "whether the follow ends at the container's death or it had ended before",
+    D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  // The engine's own log, to see which way each follow ended.
+  auto lines = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+  auto config = fx.config(sock);
+  config.logger = std::make_shared<spdlog::logger>("container-follow", lines);
+  config.logger->set_level(spdlog::level::debug);
+  trainer_client client(config);
+  // stdout and stderr interleaved, lines of many lengths, a last line with no
+  // newline; the follower comes while the job sleeps.
+  const std::string script =
+      "i=0; while [ $i -lt 300 ]; do echo \"out $i $(printf %0$((i+1))d 0)\"; echo \"err $i\" >&2; "
+      "i=$((i+1)); done; "
+      "sleep 1; echo last; printf 'no newline'";
+  auto name = client.train(shell_job(script));
+  client.wait_for_job_status(name, {job_status::running}, 60s);
+  auto followed =
+      std::async(std::launch::async, [&] { return all_of(client.get_job_logs(name, {.follow = true})); });
+  REQUIRE(followed.wait_for(60s) == std::future_status::ready);
+  auto live = followed.get();
+  client.wait_for_job_status(name, {job_status::complete}, 60s);
+  auto whole = all_of(client.get_job_logs(name, {}));
+  CHECK(whole.size() > 300 * 100);
+  CHECK(whole.ends_with("last\nno newline"));
+  CHECK(live == whole);
+  // A follow of the ended container: the same bytes.
+  CHECK(all_of(client.get_job_logs(name, {.follow = true})) == whole);
+  auto said = lines->last_formatted();
+  auto told = [&](const std::string& what) {
+    return std::count_if(said.begin(), said.end(),
+                         [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  };
+  // The first follow ended, and the rest was read again with what was handed
+  // out skipped: on Podman at the container's death (its own follow ends
+  // only after its cleanup), on Docker when its follow ended (before the last
+  // line without a newline, which `docker logs -f` loses). The second follow
+  // found the container ended and did not follow.
+  CHECK(told("the rest of its log is read without following") == 1);
+  if (std::string(D::name) == "podman")
+    CHECK(told("died; the rest of its log") == 1);
+  else
+    CHECK(told("the follow ended; the rest of its log") == 1);
+  client.delete_job(name);
 }
 
 TEST_CASE_TEMPLATE(
