@@ -27,9 +27,9 @@ std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(clock::now().time_since_epoch()).count();
 }
 
-// Ends a follower's stream once the event stream says its container died
-// (Podman ends a follow only after its cleanup, about 160 ms later); the
-// follower then reads what is left without following.
+// Ends a follower's stream on Podman once the event stream says its container
+// died (Podman ends a follow only after its cleanup and a poll interval,
+// about 250 ms later); the follower then reads what is left without following.
 struct died_watch {
   explicit died_watch(asio::any_io_executor ex) : sig(std::move(ex)) {}
   detail::wake_signal sig;
@@ -57,8 +57,8 @@ struct container_log final : detail::piecewise_log {
   log_options options;
   std::optional<http::body_stream> body;
   frame_decoder dec;
-  // A follow on Podman: what was handed out so far, and once the container
-  // died, how much of the log read again is skipped (that much was).
+  // A follow: what was handed out so far and, once the follow ended and the
+  // log is read again, how much of it is still to skip (that much was).
   std::shared_ptr<died_watch> watch;
   std::uint64_t emitted = 0, skip = 0;
   bool following = false;  // the open stream follows
