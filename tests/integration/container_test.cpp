@@ -172,11 +172,12 @@ TEST_CASE_TEMPLATE(
   config.logger->set_level(spdlog::level::debug);
   trainer_client client(config);
   // stdout and stderr interleaved, lines of many lengths, a last line with no
-  // newline; the follower comes while the job sleeps.
+  // newline; the follower comes while the job sleeps (3 s: the follow must
+  // begin before the container ends, even on a slow sanitizer build).
   const std::string script =
       "i=0; while [ $i -lt 300 ]; do echo \"out $i $(printf %0$((i+1))d 0)\"; echo \"err $i\" >&2; "
       "i=$((i+1)); done; "
-      "sleep 1; echo last; printf 'no newline'";
+      "sleep 3; echo last; printf 'no newline'";
   auto name = client.train(shell_job(script));
   client.wait_for_job_status(name, {job_status::running}, 60s);
   auto followed =
