@@ -12,9 +12,11 @@
  *                                pidfd each), then reports the time to start
  *                                them and this process's memory and descriptors
  *                                per run; kills them after.
- *   floor wake N UNTIL           N runs of `UNTIL <deadline ns>` one at a time;
+ *   floor wake N UNTIL [LOAD]    N runs of `UNTIL <deadline ns>` one at a time;
  *                                how long after it exits (the time it writes
- *                                last) the parent is woken by its exit (pidfd).
+ *                                last) the parent is woken by its exit (pidfd);
+ *                                with LOAD, that many /bin/true children cycle
+ *                                in the same loop meanwhile.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -256,21 +258,46 @@ static int mode_hold(int n, char** argv) {
   return 0;
 }
 
-static int mode_wake(int n, const char* until) {
+/* A load child: /bin/true started again as soon as it has exited. */
+static void start_load(struct run* r, int ep, int slot) {
+  char* argv[] = {(char*)"/bin/true", NULL};
+  start_with(r, argv, 0);
+  struct epoll_event e = {.events = EPOLLIN, .data = {.u64 = (uint64_t)slot + 1}};
+  epoll_ctl(ep, EPOLL_CTL_ADD, r->pidfd, &e);
+}
+
+static int mode_wake(int n, const char* until, int load) {
   int64_t* lat = malloc(sizeof(int64_t) * (size_t)n);
   int ep = epoll_create1(EPOLL_CLOEXEC);
+  /* `load` other children cycling in the same loop: the wake-up under load. */
+  struct run* others = calloc((size_t)(load > 0 ? load : 1), sizeof(struct run));
+  for (int k = 0; k < load; ++k) start_load(&others[k], ep, k);
   for (int i = 0; i < n; ++i) {
     char deadline[32];
     snprintf(deadline, sizeof deadline, "%lld", (long long)(now_ns() + 20 * 1000000LL));
     char* argv[] = {(char*)until, deadline, NULL};
     struct run r;
     start(&r, argv);
-    struct epoll_event e = {.events = EPOLLIN};
+    struct epoll_event e = {.events = EPOLLIN, .data = {.u64 = 0}};
     epoll_ctl(ep, EPOLL_CTL_ADD, r.pidfd, &e);
-    struct epoll_event got;
-    while (epoll_wait(ep, &got, 1, -1) < 0 && errno == EINTR) {
+    int64_t woken = 0;
+    while (!woken) {
+      struct epoll_event got;
+      int m = epoll_wait(ep, &got, 1, -1);
+      if (m < 0 && errno == EINTR) continue;
+      if (m <= 0) die("epoll_wait");
+      if (got.data.u64 == 0) {
+        woken = now_ns();
+        break;
+      }
+      /* a load child ended: reaped, and started again */
+      struct run* o = &others[got.data.u64 - 1];
+      siginfo_t si;
+      waitid((idtype_t)P_PIDFD, (id_t)o->pidfd, &si, WEXITED);
+      epoll_ctl(ep, EPOLL_CTL_DEL, o->pidfd, NULL);
+      close(o->pidfd);
+      start_load(o, ep, (int)(got.data.u64 - 1));
     }
-    int64_t woken = now_ns();
     siginfo_t si;
     waitid((idtype_t)P_PIDFD, (id_t)r.pidfd, &si, WEXITED);
     epoll_ctl(ep, EPOLL_CTL_DEL, r.pidfd, NULL);
@@ -284,7 +311,13 @@ static int mode_wake(int n, const char* until) {
     text[m] = 0;
     lat[i] = woken - strtoll(text, NULL, 10);
   }
-  printf("{\"runs\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f}\n", n, pct(lat, n, 0.5), pct(lat, n, 0.99));
+  for (int k = 0; k < load; ++k) {
+    siginfo_t si;
+    waitid((idtype_t)P_PIDFD, (id_t)others[k].pidfd, &si, WEXITED);
+    close(others[k].pidfd);
+  }
+  printf("{\"runs\":%d,\"load\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f}\n", n, load, pct(lat, n, 0.5),
+         pct(lat, n, 0.99));
   return 0;
 }
 
@@ -292,8 +325,9 @@ int main(int argc, char** argv) {
   if (argc >= 5 && strcmp(argv[1], "spawn") == 0) return mode_spawn(atoi(argv[2]), atoi(argv[3]), argv + 4);
   if (argc >= 3 && strcmp(argv[1], "ingest") == 0) return mode_ingest(argv + 2);
   if (argc >= 4 && strcmp(argv[1], "hold") == 0) return mode_hold(atoi(argv[2]), argv + 3);
-  if (argc == 4 && strcmp(argv[1], "wake") == 0) return mode_wake(atoi(argv[2]), argv[3]);
+  if ((argc == 4 || argc == 5) && strcmp(argv[1], "wake") == 0)
+    return mode_wake(atoi(argv[2]), argv[3], argc == 5 ? atoi(argv[4]) : 0);
   fprintf(stderr,
-          "usage: floor spawn N K PROG [ARGS] | ingest PROG [ARGS] | hold N PROG [ARGS] | wake N UNTIL\n");
+          "usage: floor spawn N K PROG [ARGS] | ingest PROG [ARGS] | hold N PROG [ARGS] | wake N UNTIL [LOAD]\n");
   return 2;
 }

@@ -7,7 +7,8 @@
 //   tjob-bench HOME ingest PROG [ARGS]      one job and one live follower
 //   tjob-bench HOME hold N PROG [ARGS]      N jobs left running: launch time,
 //                                           memory and descriptors per job
-//   tjob-bench HOME wake N UNTIL            wake-up of a waiter after each exit
+//   tjob-bench HOME wake N UNTIL [LOAD]     wake-up of a waiter after each exit
+//                                           (with LOAD /bin/true jobs cycling)
 //   tjob-bench HOME python PY INDEX MARKER  Python jobs with a package: submit
 //                                           until MARKER is in the log; the
 //                                           first of a new home, a cache miss,
@@ -323,6 +324,25 @@ struct bench {
 
   asio::awaitable<void> wake() {
     int n = std::stoi(args.at(0));
+    // With LOAD, that many /bin/true jobs cycle in the same engine meanwhile:
+    // the wake-up under load.
+    const int load = args.size() > 2 ? std::stoi(args.at(2)) : 0;
+    bool measuring = true;
+    int cycling = load;
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer load_done(ex, steady::time_point::max());
+    for (int k = 0; k < load; ++k)
+      asio::co_spawn(
+          ex,
+          [&]() -> asio::awaitable<void> {
+            while (measuring) {
+              auto request = command_job(true_argv);  // (a named local: g++ 12 and co_await)
+              auto name = co_await eng.train(std::move(request));
+              co_await eng.wait_for_job_status(name, complete_only, 600s);
+            }
+            if (--cycling == 0) load_done.cancel();
+          },
+          asio::detached);
     std::vector<double> lat;
     for (int i = 0; i < n; ++i) {
       auto deadline = steady::now() + 20ms;
@@ -338,7 +358,13 @@ struct bench {
       if (!line) throw std::runtime_error("job " + name + " left no exit time");
       lat.push_back(static_cast<double>(woken - std::stoll(*line)) / 1e3);
     }
-    std::printf("{\"runs\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f}\n", n, pct(lat, 0.5), pct(lat, 0.99));
+    measuring = false;
+    if (load > 0) {
+      boost::system::error_code ec;
+      co_await load_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    std::printf("{\"runs\":%d,\"load\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f}\n", n, load, pct(lat, 0.5),
+                pct(lat, 0.99));
   }
 
   // Submit until the training function has printed MARKER (it does so first).
