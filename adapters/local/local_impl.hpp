@@ -364,8 +364,7 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// Where the hook writes a job's worker failures ($TJOB_FAILURE_DIR).
   std::filesystem::path failures_dir(const job_rec& j) const { return jobs_dir / j.row.name / "failures"; }
   /// A step's log, `jobs/<name>/<step>.log`; a job made by a tjob of store
-  /// version 5 or older has it in `jobs/<name>/logs/`, which readers use
-  /// when that is where the file is (log_dir).
+  /// version 5 or older has it in `jobs/<name>/logs/` (log_dir).
   std::filesystem::path step_log(const std::string& job, const std::string& step) const;
   /// The directory a follower of the job's logs watches: the job's own, or
   /// its `logs/` for a job made by an older tjob.

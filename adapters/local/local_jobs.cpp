@@ -468,13 +468,7 @@ void engine_state::fail_unfinished(job_rec& j, const std::string& why) {
 }
 
 std::filesystem::path engine_state::step_log(const std::string& job, const std::string& step) const {
-  auto path = jobs_dir / job / (step + ".log");
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    auto old = jobs_dir / job / "logs" / (step + ".log");
-    if (std::filesystem::exists(old, ec)) return old;
-  }
-  return path;
+  return log_dir(job) / (step + ".log");
 }
 
 std::filesystem::path engine_state::log_dir(const std::string& job) const {
