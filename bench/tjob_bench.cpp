@@ -43,6 +43,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -329,40 +330,53 @@ struct bench {
     const int load = args.size() > 2 ? std::stoi(args.at(2)) : 0;
     bool measuring = true;
     int cycling = load;
+    std::exception_ptr failed;  // the first failure, of a load job or of the measurement
     auto ex = co_await asio::this_coro::executor;
     asio::steady_timer load_done(ex, steady::time_point::max());
+    // The load's coroutines use this frame: each ends (and is counted) before
+    // this returns, whatever fails.
     for (int k = 0; k < load; ++k)
       asio::co_spawn(
           ex,
           [&]() -> asio::awaitable<void> {
-            while (measuring) {
-              auto request = command_job(true_argv);  // (a named local: g++ 12 and co_await)
-              auto name = co_await eng.train(std::move(request));
-              co_await eng.wait_for_job_status(name, complete_only, 600s);
+            try {
+              while (measuring) {
+                auto request = command_job(true_argv);  // (a named local: g++ 12 and co_await)
+                auto name = co_await eng.train(std::move(request));
+                co_await eng.wait_for_job_status(name, complete_only, 600s);
+              }
+            } catch (...) {
+              if (!failed) failed = std::current_exception();
+              measuring = false;
             }
             if (--cycling == 0) load_done.cancel();
           },
           asio::detached);
     std::vector<double> lat;
-    for (int i = 0; i < n; ++i) {
-      auto deadline = steady::now() + 20ms;
-      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
-      std::vector<std::string> argv{args.at(1), std::to_string(ns)};
-      auto name = co_await eng.train(command_job(std::move(argv)));
-      co_await eng.wait_for_job_status(name, complete_only, 60s);
-      auto woken =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch()).count();
-      // Its last words are the time it exited (bench/until.c).
-      auto log = co_await eng.get_job_logs(name, whole_log);
-      auto line = co_await log.next();
-      if (!line) throw std::runtime_error("job " + name + " left no exit time");
-      lat.push_back(static_cast<double>(woken - std::stoll(*line)) / 1e3);
+    try {
+      for (int i = 0; i < n && measuring; ++i) {
+        auto deadline = steady::now() + 20ms;
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+        std::vector<std::string> argv{args.at(1), std::to_string(ns)};
+        auto name = co_await eng.train(command_job(std::move(argv)));
+        co_await eng.wait_for_job_status(name, complete_only, 60s);
+        auto woken =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch()).count();
+        // Its last words are the time it exited (bench/until.c).
+        auto log = co_await eng.get_job_logs(name, whole_log);
+        auto line = co_await log.next();
+        if (!line) throw std::runtime_error("job " + name + " left no exit time");
+        lat.push_back(static_cast<double>(woken - std::stoll(*line)) / 1e3);
+      }
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
     }
     measuring = false;
-    if (load > 0) {
+    if (cycling > 0) {
       boost::system::error_code ec;
       co_await load_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
+    if (failed) std::rethrow_exception(failed);
     std::printf("{\"runs\":%d,\"load\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f}\n", n, load, pct(lat, 0.5),
                 pct(lat, 0.99));
   }
