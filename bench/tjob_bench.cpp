@@ -182,6 +182,37 @@ const tjob::log_options follow{.follow = true};
 const tjob::log_options whole_log{};
 const std::vector<std::string> true_argv{"/bin/true"};
 
+// Coroutines a case runs beside its own, which use its frame: join() waits
+// until every one has ended, then rethrows the first failure (a detached
+// coroutine's failure would be swallowed, and its end never counted).
+class workers {
+ public:
+  explicit workers(asio::any_io_executor ex) : ex_(std::move(ex)), done_(ex_, steady::time_point::max()) {}
+  /// `f`: a callable returning asio::awaitable<void>, kept alive by co_spawn.
+  template <class F>
+  void start(F f) {
+    ++left_;
+    asio::co_spawn(ex_, std::move(f), [this](std::exception_ptr e) {
+      if (e && !failed_) failed_ = e;
+      if (--left_ == 0) done_.cancel();
+    });
+  }
+  bool failed() const { return failed_ != nullptr; }
+  asio::awaitable<void> join() {
+    if (left_ > 0) {
+      boost::system::error_code ec;
+      co_await done_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    if (failed_) std::rethrow_exception(failed_);
+  }
+
+ private:
+  asio::any_io_executor ex_;
+  asio::steady_timer done_;
+  int left_ = 0;
+  std::exception_ptr failed_;
+};
+
 struct bench {
   tjob::engine& eng;
   std::vector<std::string> args;  // after the mode
@@ -191,28 +222,22 @@ struct bench {
     std::vector<std::string> argv(args.begin() + 2, args.end());
     std::vector<double> lat;
     lat.reserve(static_cast<std::size_t>(n));
-    int next = 0, running = k;
+    int next = 0;
     auto threads0 = thread_cpu_ns();
     double cpu0 = cpu_seconds();
     auto t0 = steady::now();
-    auto ex = co_await asio::this_coro::executor;
-    asio::steady_timer done(ex, steady::time_point::max());
+    workers submitters(co_await asio::this_coro::executor);
     for (int w = 0; w < k; ++w)
-      asio::co_spawn(
-          ex,
-          [&]() -> asio::awaitable<void> {
-            while (next < n) {
-              ++next;
-              auto t = steady::now();
-              auto name = co_await eng.train(command_job(argv));
-              co_await eng.wait_for_job_status(name, complete_only, 600s);
-              lat.push_back(seconds_since(t) * 1e6);
-            }
-            if (--running == 0) done.cancel();
-          },
-          asio::detached);
-    boost::system::error_code ec;
-    co_await done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      submitters.start([&]() -> asio::awaitable<void> {
+        while (next < n && !submitters.failed()) {
+          ++next;
+          auto t = steady::now();
+          auto name = co_await eng.train(command_job(argv));
+          co_await eng.wait_for_job_status(name, complete_only, 600s);
+          lat.push_back(seconds_since(t) * 1e6);
+        }
+      });
+    co_await submitters.join();
     double wall = seconds_since(t0);
     double cpu = cpu_seconds() - cpu0;
     std::printf(
@@ -230,24 +255,18 @@ struct bench {
     std::vector<std::string> argv(args.begin() + 2, args.end());
     double cpu0 = cpu_seconds();
     auto t0 = steady::now();
-    auto ex = co_await asio::this_coro::executor;
-    asio::steady_timer done(ex, steady::time_point::max());
-    int submitting = n, left = n;
+    workers submitters(co_await asio::this_coro::executor);
+    int submitting = n;
     double submitted = 0;
     // All at once: each submission its own coroutine, as many callers would
     // submit (the engine commits them together).
     for (int i = 0; i < n; ++i)
-      asio::co_spawn(
-          ex,
-          [&]() -> asio::awaitable<void> {
-            auto name = co_await eng.train(command_job(argv));
-            if (--submitting == 0) submitted = seconds_since(t0);
-            co_await eng.wait_for_job_status(name, complete_only, 3600s);
-            if (--left == 0) done.cancel();
-          },
-          asio::detached);
-    boost::system::error_code ec;
-    co_await done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      submitters.start([&]() -> asio::awaitable<void> {
+        auto name = co_await eng.train(command_job(argv));
+        if (--submitting == 0) submitted = seconds_since(t0);
+        co_await eng.wait_for_job_status(name, complete_only, 3600s);
+      });
+    co_await submitters.join();
     double wall = seconds_since(t0);
     double cpu = cpu_seconds() - cpu0;
     // The decisions made while at least half the jobs still waited: the queue
@@ -329,32 +348,21 @@ struct bench {
     // the wake-up under load.
     const int load = args.size() > 2 ? std::stoi(args.at(2)) : 0;
     bool measuring = true;
-    int cycling = load;
-    std::exception_ptr failed;  // the first failure, of a load job or of the measurement
-    auto ex = co_await asio::this_coro::executor;
-    asio::steady_timer load_done(ex, steady::time_point::max());
-    // The load's coroutines use this frame: each ends (and is counted) before
-    // this returns, whatever fails.
+    // The load's coroutines use this frame: joined before it returns,
+    // whatever fails.
+    workers loaders(co_await asio::this_coro::executor);
     for (int k = 0; k < load; ++k)
-      asio::co_spawn(
-          ex,
-          [&]() -> asio::awaitable<void> {
-            try {
-              while (measuring) {
-                auto request = command_job(true_argv);  // (a named local: g++ 12 and co_await)
-                auto name = co_await eng.train(std::move(request));
-                co_await eng.wait_for_job_status(name, complete_only, 600s);
-              }
-            } catch (...) {
-              if (!failed) failed = std::current_exception();
-              measuring = false;
-            }
-            if (--cycling == 0) load_done.cancel();
-          },
-          asio::detached);
+      loaders.start([&]() -> asio::awaitable<void> {
+        while (measuring && !loaders.failed()) {
+          auto request = command_job(true_argv);  // (a named local: g++ 12 and co_await)
+          auto name = co_await eng.train(std::move(request));
+          co_await eng.wait_for_job_status(name, complete_only, 600s);
+        }
+      });
     std::vector<double> lat;
+    std::exception_ptr failed;
     try {
-      for (int i = 0; i < n && measuring; ++i) {
+      for (int i = 0; i < n && !loaders.failed(); ++i) {
         auto deadline = steady::now() + 20ms;
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
         std::vector<std::string> argv{args.at(1), std::to_string(ns)};
@@ -369,13 +377,10 @@ struct bench {
         lat.push_back(static_cast<double>(woken - std::stoll(*line)) / 1e3);
       }
     } catch (...) {
-      if (!failed) failed = std::current_exception();
+      failed = std::current_exception();
     }
     measuring = false;
-    if (cycling > 0) {
-      boost::system::error_code ec;
-      co_await load_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    }
+    co_await loaders.join();  // (a load job's failure is rethrown here)
     if (failed) std::rethrow_exception(failed);
     std::printf("{\"runs\":%d,\"load\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f}\n", n, load, pct(lat, 0.5),
                 pct(lat, 0.99));
