@@ -22,6 +22,8 @@
 //                                           N jobs handed to supervisors
 //                                           (train_detached): one each, or one
 //                                           for all as a job array's members
+#include "alloc_count.hpp"
+
 #include <tjob/client.hpp>
 #include <tjob/engine.hpp>
 #include <tjob/spec.hpp>
@@ -87,6 +89,25 @@ std::map<std::string, double> thread_cpu_ns() {
     out[name] += ns;
   }
   return out;
+}
+
+// "allocations_per_run":total,"allocations_per_run_by_thread":{"name":n,...},
+// each since `before`.
+std::string allocations_json(const std::map<std::string, std::uint64_t>& before, int runs) {
+  std::string by = "{";
+  double total = 0;
+  for (const auto& [name, n] : tjob::bench::allocations_by_thread()) {
+    auto it = before.find(name);
+    const double d = static_cast<double>(n - (it == before.end() ? 0 : it->second)) / runs;
+    total += d;
+    if (by.size() > 1) by += ",";
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "\"%s\":%.1f", name.c_str(), d);
+    by += buf;
+  }
+  char head[64];
+  std::snprintf(head, sizeof head, "\"allocations_per_run\":%.1f,", total);
+  return head + std::string("\"allocations_per_run_by_thread\":") + by + "}";
 }
 
 // {"name":µs per run,...} of the CPU each thread spent since `before`.
@@ -224,6 +245,7 @@ struct bench {
     lat.reserve(static_cast<std::size_t>(n));
     int next = 0;
     auto threads0 = thread_cpu_ns();
+    auto allocations0 = tjob::bench::allocations_by_thread();
     double cpu0 = cpu_seconds();
     auto t0 = steady::now();
     workers submitters(co_await asio::this_coro::executor);
@@ -242,9 +264,9 @@ struct bench {
     double cpu = cpu_seconds() - cpu0;
     std::printf(
         "{\"runs\":%d,\"in_flight\":%d,\"wall_s\":%.6f,\"per_s\":%.3f,\"cpu_us_per_run\":%.3f,"
-        "\"p50_us\":%.3f,\"p99_us\":%.3f,\"cpu_us_per_run_by_thread\":%s}\n",
+        "\"p50_us\":%.3f,\"p99_us\":%.3f,\"cpu_us_per_run_by_thread\":%s,%s}\n",
         n, k, wall, n / wall, cpu / n * 1e6, pct(lat, 0.5), pct(lat, 0.99),
-        thread_cpu_json(threads0, n).c_str());
+        thread_cpu_json(threads0, n).c_str(), allocations_json(allocations0, n).c_str());
   }
 
   // Every job submitted at once; the engine's queue lets K run at a time.
