@@ -14,7 +14,9 @@ namespace asio = boost::asio;
 
 namespace detail {
 
-asio::awaitable<runtime_catalog> backend::runtimes(bool report) { co_return ctx_.runtimes(report); }
+asio::awaitable<std::shared_ptr<const runtime_catalog>> backend::runtimes(bool report) {
+  co_return ctx_.runtimes(report);
+}
 
 asio::awaitable<std::vector<venv_cache_entry>> backend::list_venv_cache() {
   throw error(errc::invalid_argument,

@@ -35,8 +35,10 @@ struct backend_context {
   std::filesystem::path home;
   std::shared_ptr<spdlog::logger> log;
   /// The engine's runtime catalog (built in, $TJOB_HOME/runtimes, runtime_dirs),
-  /// read afresh on each call; `report` logs each manifest that cannot be used.
-  std::function<runtime_catalog(bool report)> runtimes;
+  /// read afresh on each call (shared while nothing changed: a `train` copies
+  /// one runtime, not the catalog); `report` logs each manifest that cannot be
+  /// used.
+  std::function<std::shared_ptr<const runtime_catalog>(bool report)> runtimes;
 };
 
 /// A request the engine has checked (detail::check_request): its name and
@@ -104,7 +106,7 @@ class backend {
   virtual boost::asio::awaitable<void> delete_job(std::string name) = 0;
   virtual boost::asio::awaitable<std::vector<event>> get_job_events(std::string name) = 0;
   /// The runtimes jobs can use. Default: the engine's own catalog.
-  virtual boost::asio::awaitable<runtime_catalog> runtimes(bool report);
+  virtual boost::asio::awaitable<std::shared_ptr<const runtime_catalog>> runtimes(bool report);
   /// The venv cache of local Python jobs; other backends have none (an error
   /// that says so).
   virtual boost::asio::awaitable<std::vector<venv_cache_entry>> list_venv_cache();

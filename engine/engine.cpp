@@ -155,13 +155,13 @@ engine::engine(asio::any_io_executor ex, engine_config config) : impl_(std::make
   ctx.cfg = e.cfg;
   ctx.home = e.home;
   ctx.log = e.log;
-  ctx.runtimes = [dirs = e.cfg.runtime_dirs, home = e.home, log = e.log,
+  auto runtime_dirs = e.cfg.runtime_dirs;
+  if (runtime_dirs.empty()) runtime_dirs.push_back(e.home / "runtimes");
+  ctx.runtimes = [dirs = std::move(runtime_dirs), log = e.log,
                   cache = std::make_shared<detail::runtime_cache>()](bool report) {
-    auto d = dirs;
-    if (d.empty()) d.push_back(home / "runtimes");
-    auto cat = cache->load(d);
+    auto cat = cache->load(dirs);
     if (report)
-      for (const auto& p : cat.problems) log->warn("runtime skipped: {}", p);
+      for (const auto& p : cat->problems) log->warn("runtime skipped: {}", p);
     return cat;
   };
   e.backend = detail::make_backend(std::move(ctx));
@@ -203,7 +203,7 @@ asio::awaitable<std::string> engine::train(train_request req) {
   detail::checked_request checked;
   checked.generated_name = req.name.empty();
   auto catalog = co_await e.backend->runtimes(true);
-  checked.rt = detail::check_request(req, catalog);
+  checked.rt = detail::check_request(req, *catalog);
   checked.request = std::move(req);
   co_return co_await e.backend->train(std::move(checked));
 }
@@ -333,18 +333,18 @@ asio::awaitable<std::vector<event>> engine::get_job_events(std::string name) {
 
 asio::awaitable<std::vector<runtime>> engine::list_runtimes() {
   auto cat = co_await impl_->backend->runtimes(true);
-  co_return std::move(cat.runtimes);
+  co_return cat->runtimes;
 }
 
 asio::awaitable<std::vector<std::string>> engine::runtime_problems() {
   auto cat = co_await impl_->backend->runtimes(false);
-  co_return std::move(cat.problems);
+  co_return cat->problems;
 }
 
 asio::awaitable<runtime> engine::get_runtime(std::string name) {
   auto cat = co_await impl_->backend->runtimes(true);
-  auto* r = cat.find(name);
-  if (!r) fail(errc::runtime_not_found, cat.not_found_message(name));
+  auto* r = cat->find(name);
+  if (!r) fail(errc::runtime_not_found, cat->not_found_message(name));
   co_return *r;
 }
 

@@ -220,14 +220,14 @@ std::vector<runtime_cache::stamp> runtime_cache::stamps_of(const std::vector<std
   return out;
 }
 
-const runtime_catalog& runtime_cache::load(const std::vector<std::filesystem::path>& dirs) {
+std::shared_ptr<const runtime_catalog> runtime_cache::load(const std::vector<std::filesystem::path>& dirs) {
   auto stamps = stamps_of(dirs);
   if (!catalog_ || dirs != dirs_ || stamps != stamps_) {
-    catalog_ = load_runtimes(dirs);
+    catalog_ = std::make_shared<const runtime_catalog>(load_runtimes(dirs));
     dirs_ = dirs;
     stamps_ = std::move(stamps);
   }
-  return *catalog_;
+  return catalog_;
 }
 
 const runtime* runtime_catalog::find(std::string_view name) const {

@@ -48,7 +48,7 @@ runtime_catalog load_runtimes(const std::vector<std::filesystem::path>& dirs);
 /// `train` does not parse YAML when nothing changed.
 class runtime_cache {
  public:
-  const runtime_catalog& load(const std::vector<std::filesystem::path>& dirs);
+  std::shared_ptr<const runtime_catalog> load(const std::vector<std::filesystem::path>& dirs);
 
  private:
   struct stamp {
@@ -59,7 +59,7 @@ class runtime_cache {
   };
   static std::vector<stamp> stamps_of(const std::vector<std::filesystem::path>& dirs);
 
-  std::optional<runtime_catalog> catalog_;
+  std::shared_ptr<const runtime_catalog> catalog_;
   std::vector<std::filesystem::path> dirs_;
   std::vector<stamp> stamps_;
 };

@@ -646,9 +646,9 @@ asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {
   co_return co_await impl_->job_events(name);
 }
 asio::awaitable<void> backend::shutdown() { co_await impl_->shutdown(); }
-asio::awaitable<detail::runtime_catalog> backend::runtimes(bool) {
+asio::awaitable<std::shared_ptr<const detail::runtime_catalog>> backend::runtimes(bool) {
   auto found = co_await impl_->cluster_runtimes();
-  co_return impl_->catalog(std::move(found).value());
+  co_return std::make_shared<const detail::runtime_catalog>(impl_->catalog(std::move(found).value()));
 }
 
 }  // namespace tjob::kube

@@ -34,7 +34,7 @@ class backend final : public detail::backend {
   boost::asio::awaitable<std::vector<event>> get_job_events(std::string name) override;
   boost::asio::awaitable<void> shutdown() override;
   /// The cluster's TrainingRuntimes and ClusterTrainingRuntimes.
-  boost::asio::awaitable<detail::runtime_catalog> runtimes(bool report) override;
+  boost::asio::awaitable<std::shared_ptr<const detail::runtime_catalog>> runtimes(bool report) override;
 
   struct impl;
 

@@ -416,7 +416,8 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   }
   if (ph.final && index < j->node_devices.size())
     env.insert_or_assign("CUDA_VISIBLE_DEVICES", j->node_devices[index]);
-  spec.env = process::merge_environment(environ, env);
+  spec.env = process::environment_entries(env);
+  spec.inherited_env = environ;
   spec.cwd = ph.cwd;
   if (!ph.title.empty()) log_progress(*j, s, "[tjob] " + ph.title + "\n");
   spec.stdout_path = s.log_path;

@@ -35,7 +35,8 @@ asio::awaitable<std::optional<std::pair<std::string, std::string>>> engine_state
   process::spawn_spec spec;
   spec.executable = given;
   spec.argv = {given, "-I", "-S", "-c", "import os, sys; print(os.path.realpath(sys.executable))"};
-  spec.env = process::merge_environment(environ, venv.env);
+  spec.env = process::environment_entries(venv.env);
+  spec.inherited_env = environ;
   spec.cwd = venv.cwd;
   auto out = co_await capture_output(std::move(spec), std::chrono::seconds(30));
   if (!out) co_return std::nullopt;

@@ -29,8 +29,8 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
 
   struct entry {
     std::string log_path;
-    std::filesystem::path times_path;
-    int wd = -1;  // its inotify watch; -1: none
+    std::filesystem::path times_path;  // made at the first record: a silent job never needs it
+    int wd = -1;                       // its inotify watch; -1: none
     log_time_record last{0, 0};
     bool complained = false;
   };
@@ -85,11 +85,16 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
     return log_time_record{size, std::max(ns, e.last.ns)};
   }
 
+  static const std::filesystem::path& times_path(entry& e) {
+    if (e.times_path.empty()) e.times_path = times_path_of(e.log_path);
+    return e.times_path;
+  }
+
   void record(entry& e) {
     auto next = next_record(e);
     if (!next) return;
     auto r = *next;
-    if (auto ec = append_time_record(e.times_path, r)) {
+    if (auto ec = append_time_record(times_path(e), r)) {
       if (!std::exchange(e.complained, true))
         log->warn("cannot write the line times of {}: {}", e.log_path, ec.message());
       return;
@@ -138,7 +143,6 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
     int id = next_id++;
     entry e;
     e.log_path = log_path;
-    e.times_path = times_path_of(log_path);
     if (ensure_open()) {
       e.wd = ::inotify_add_watch(descriptor.native_handle(), log_path.c_str(), IN_MODIFY);
       if (e.wd >= 0) {
@@ -165,7 +169,7 @@ struct log_clock::impl : std::enable_shared_from_this<impl> {
     if (!last_records || closed) {  // (after close() nothing would write what is held)
       record(it->second);
     } else if (auto r = next_record(it->second)) {
-      held.push_back({it->second.times_path, *r, it->second.log_path});
+      held.push_back({times_path(it->second), *r, it->second.log_path});
     }
     if (it->second.wd >= 0) {
       by_wd.erase(it->second.wd);

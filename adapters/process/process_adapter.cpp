@@ -91,15 +91,42 @@ std::optional<std::string> find_executable(std::string_view name, std::string_vi
   return std::nullopt;
 }
 
-std::vector<std::string> merge_environment(char** base, const std::map<std::string, std::string>& overlay) {
-  std::vector<std::string> out;
-  for (char** e = base; e && *e; ++e) {
-    std::string_view entry(*e);
-    auto eq = entry.find('=');
-    std::string key(entry.substr(0, eq));
-    if (overlay.count(key) == 0) out.emplace_back(entry);
+namespace {
+std::string_view key_of(std::string_view entry) { return entry.substr(0, entry.find('=')); }
+}  // namespace
+
+std::vector<char*> merge_environment(char* const* base, const std::vector<std::string>& overlay) {
+  std::vector<char*> out;
+  std::size_t n = 0;
+  for (char* const* e = base; e && *e; ++e) ++n;
+  out.reserve(n + overlay.size() + 1);
+  // The overlay is a few variables and the base a few dozen: a scan of the
+  // overlay per entry costs less than the strings a lookup would build
+  // (this ran once per spawn and was 48 allocations a job).
+  for (char* const* e = base; e && *e; ++e) {
+    const std::string_view key = key_of(*e);
+    bool overridden = false;
+    for (const auto& o : overlay)
+      if (key_of(o) == key) {
+        overridden = true;
+        break;
+      }
+    if (!overridden) out.push_back(*e);
   }
-  for (const auto& [k, v] : overlay) out.push_back(k + "=" + v);
+  for (const auto& o : overlay) out.push_back(const_cast<char*>(o.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+std::vector<std::string> environment_entries(const std::map<std::string, std::string>& vars) {
+  std::vector<std::string> out;
+  out.reserve(vars.size());
+  for (const auto& [k, v] : vars) {
+    std::string e;
+    e.reserve(k.size() + 1 + v.size());
+    e.append(k).append(1, '=').append(v);
+    out.push_back(std::move(e));
+  }
   return out;
 }
 
@@ -369,10 +396,7 @@ detail::outcome<child> child::spawn(asio::any_io_executor ex, const spawn_spec& 
   argv.reserve(spec.argv.size() + 1);
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  std::vector<char*> envp;
-  envp.reserve(spec.env.size() + 1);
-  for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
+  std::vector<char*> envp = merge_environment(spec.inherited_env, spec.env);
 #if TJOB_SPAWN_WITH_POSIX_SPAWN
   int pidfd = -1;
   pid_t pid = spawn_portable(spec, argv, envp, pidfd, ec, failed_step);

@@ -48,10 +48,13 @@ inline boost::system::error_code make_error_code(process_errc e) noexcept {
 struct spawn_spec {
   std::string executable;         ///< absolute path (see find_executable)
   std::vector<std::string> argv;  ///< argv[0] as the user gave it
-  std::vector<std::string> env;   ///< complete environment, "KEY=VALUE"
-  std::string cwd;                ///< working directory of the child
-  bool new_session = false;       ///< setsid() instead of a new process group
-  int stdin_fd = -1;              ///< -1: /dev/null
+  std::vector<std::string> env;   ///< "KEY=VALUE", over `inherited_env`
+  /// Entries the child also gets, each one whose key `env` does not set (as
+  /// `environ`; null: none). Read at the spawn, not copied.
+  char* const* inherited_env = nullptr;
+  std::string cwd;           ///< working directory of the child
+  bool new_session = false;  ///< setsid() instead of a new process group
+  int stdin_fd = -1;         ///< -1: /dev/null
   /// Where stdout and stderr go: a file the child opens for appending
   /// (created 0600), so a job writes its output straight into its log; or,
   /// when `stdout_fd` is not -1, that descriptor (the caller keeps it).
@@ -75,8 +78,13 @@ std::string describe(const exit_status& s);
 std::optional<std::string> find_executable(std::string_view name, std::string_view path_env,
                                            std::string_view cwd);
 
-/// The environment `base` (as `environ`) with `overlay` laid on top.
-std::vector<std::string> merge_environment(char** base, const std::map<std::string, std::string>& overlay);
+/// The environment `base` (as `environ`; may be null) with `overlay`'s
+/// "KEY=VALUE" entries laid on top, null-terminated: pointers into both,
+/// nothing copied.
+std::vector<char*> merge_environment(char* const* base, const std::vector<std::string>& overlay);
+
+/// "KEY=VALUE" for each variable of `vars`.
+std::vector<std::string> environment_entries(const std::map<std::string, std::string>& vars);
 
 /// A running (or exited, not yet waited for) child process in its own process
 /// group. Holds one descriptor: its pidfd.

@@ -515,7 +515,7 @@ asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {
   co_return out;
 }
 
-asio::awaitable<detail::runtime_catalog> backend::runtimes(bool) {
+asio::awaitable<std::shared_ptr<const detail::runtime_catalog>> backend::runtimes(bool) {
   // The server's catalog: its runtime directories, not this machine's.
   auto r = impl_->make("GET", "/v1/runtimes");
   auto v = co_await impl_->call_json(std::move(r));
@@ -528,7 +528,7 @@ asio::awaitable<detail::runtime_catalog> backend::runtimes(bool) {
     for (const auto& p : problems->as_array())
       if (p.is_string()) cat.problems.emplace_back(p.as_string());
   cat.how_to_add = "add a ClusterTrainingRuntime manifest to a runtime directory of " + impl_->where();
-  co_return cat;
+  co_return std::make_shared<const detail::runtime_catalog>(std::move(cat));
 }
 
 asio::awaitable<std::vector<venv_cache_entry>> backend::list_venv_cache() {

@@ -40,7 +40,7 @@ class backend final : public detail::backend {
   boost::asio::awaitable<void> cancel_job(std::string name, cancel_options options) override;
   boost::asio::awaitable<void> delete_job(std::string name) override;
   boost::asio::awaitable<std::vector<event>> get_job_events(std::string name) override;
-  boost::asio::awaitable<detail::runtime_catalog> runtimes(bool report) override;
+  boost::asio::awaitable<std::shared_ptr<const detail::runtime_catalog>> runtimes(bool report) override;
   boost::asio::awaitable<std::vector<venv_cache_entry>> list_venv_cache() override;
   boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(
       std::chrono::seconds unused_for) override;

@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <fstream>
 #include <set>
 
@@ -35,9 +36,18 @@ TEST_CASE("find_executable searches PATH like execvp and relative paths from cwd
 
 TEST_CASE("merge_environment lays the overlay over the base") {
   const char* base_c[] = {"A=1", "PATH=/bin", "B=x=y", nullptr};
-  auto env = merge_environment(const_cast<char**>(base_c), {{"A", "2"}, {"C", "$(rm -rf /)"}});
-  std::set<std::string> got(env.begin(), env.end());
-  CHECK(got == std::set<std::string>{"A=2", "PATH=/bin", "B=x=y", "C=$(rm -rf /)"});
+  const auto overlay = environment_entries({{"A", "2"}, {"C", "$(rm -rf /)"}, {"AB", "3"}});
+  auto env = merge_environment(const_cast<char**>(base_c), overlay);
+  REQUIRE(!env.empty());
+  CHECK(env.back() == nullptr);  // as execve wants it
+  env.pop_back();
+  std::multiset<std::string> got(env.begin(), env.end());
+  CHECK(got == std::multiset<std::string>{"A=2", "AB=3", "PATH=/bin", "B=x=y", "C=$(rm -rf /)"});
+  // The base's entries are passed as they are, not copied.
+  CHECK(std::count(env.begin(), env.end(), base_c[1]) == 1);
+  // No base: the overlay alone.
+  auto alone = merge_environment(nullptr, overlay);
+  CHECK(alone.size() == overlay.size() + 1);
 }
 
 TEST_CASE("exit statuses are described for a person") {
