@@ -120,6 +120,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
         exec(attempts_sql());
         exec(progress_sql());
         exec(steps_without_rowid_sql());
+        exec(events_without_autoincrement_sql());
         exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
         exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
       }
@@ -155,6 +156,10 @@ void store::open(std::chrono::milliseconds busy_timeout) {
       if (version == 5) {
         exec(steps_without_rowid_sql());
         version = 6;
+      }
+      if (version == 6) {
+        exec(events_without_autoincrement_sql());
+        version = 7;
       }
       exec(("PRAGMA user_version=" + std::to_string(version)).c_str());
       commit();
@@ -377,8 +382,10 @@ void store::append_event(const std::string& job, const std::string& step, std::i
                          log_event what, const std::string& message, std::optional<int> exit_code,
                          std::string_view detail) {
   const std::string_view reason = to_string(what);
-  auto* s = prepare(
-      "INSERT INTO events(job, step, time_ms, reason, message, exit_code, detail) VALUES(?,?,?,?,?,?,?)");
+  static const std::string sql =
+      std::string("INSERT INTO events(seq, job, step, time_ms, reason, message, exit_code, detail) VALUES(") +
+      next_event_seq_sql + ",?,?,?,?,?,?,?)";
+  auto* s = prepare(sql);
   reset_guard g{s};
   bind_text(s, 1, job);
   bind_text(s, 2, step);
@@ -412,6 +419,9 @@ bool store::record_progress(const std::string& job, std::int64_t time_ms, const 
 }
 
 void store::delete_job(const std::string& job) {
+  // Its events go with it (the foreign key): the highest seq given so far is
+  // kept first, so that no seq is given twice (event_seq).
+  exec("UPDATE event_seq SET hwm = max(hwm, coalesce((SELECT max(seq) FROM events), 0))");
   run_for_job("DELETE FROM jobs WHERE name=?", job, "cannot delete the job");
 }
 

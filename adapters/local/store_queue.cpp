@@ -2,6 +2,7 @@
 // reading its head by the index admissions_order, the admitted jobs' sums,
 // and the log's new cancels. The rest of the store is store.cpp.
 #include "adapters/local/store.hpp"
+#include "adapters/local/store_schema.hpp"
 #include "adapters/local/store_sql.hpp"
 
 #include <sqlite3.h>
@@ -30,7 +31,8 @@ void store::enqueue(const queue_row& row) {
 }
 
 std::int64_t store::next_queue_seq() {
-  return read_int64("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1");
+  static const std::string sql = std::string("SELECT ") + next_event_seq_sql;
+  return read_int64(sql.c_str());
 }
 
 namespace {

@@ -63,6 +63,33 @@ ALTER TABLE steps_v6 RENAME TO steps;
 )sql";
 }
 
+// The events table as version 7 has it: the same columns, a plain rowid.
+// (DROP TABLE takes the old one's index and sqlite_sequence row with it;
+// the sqlite_sequence table itself stays, empty, as SQLite keeps it.)
+const char* events_without_autoincrement_sql() {
+  return R"sql(
+CREATE TABLE event_seq(hwm INTEGER NOT NULL);
+INSERT INTO event_seq(hwm)
+  SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),
+             coalesce((SELECT max(seq) FROM events), 0));
+CREATE TABLE events_v7(
+  seq     INTEGER PRIMARY KEY,
+  job     TEXT NOT NULL REFERENCES jobs(name) ON DELETE CASCADE,
+  step    TEXT NOT NULL,
+  time_ms INTEGER NOT NULL,
+  reason  TEXT NOT NULL,
+  message TEXT NOT NULL,
+  exit_code INTEGER,
+  detail  TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO events_v7(seq, job, step, time_ms, reason, message, exit_code, detail)
+  SELECT seq, job, step, time_ms, reason, message, exit_code, detail FROM events;
+DROP TABLE events;
+ALTER TABLE events_v7 RENAME TO events;
+CREATE INDEX events_by_job ON events(job, seq);
+)sql";
+}
+
 const char* schema_sql() {
   return R"sql(
 CREATE TABLE jobs(

@@ -20,11 +20,16 @@ inline constexpr int application_id = 0x746a6f62;  // "tjob"
 // log as the status columns are.
 // Version 6: `steps` is a WITHOUT ROWID table (one B-tree keyed by job and
 // name instead of a table and its primary key's index: fewer pages written
-// per new job). `events` keeps AUTOINCREMENT: a process that owns jobs reads
-// the cancels other processes append after the last seq it saw
-// (cancels_after), so a seq must never be handed out twice, which plain
-// rowids do once the newest events are deleted with their job.
-inline constexpr int schema_version = 6;
+// per new job).
+// Version 7: `events` without AUTOINCREMENT, whose sqlite_sequence row every
+// event read and wrote (a page in every commit). A seq must still never be
+// handed out twice: a process that owns jobs reads the cancels other
+// processes append after the last seq it saw (cancels_after), and plain
+// rowids would hand out the newest seqs again once they were deleted with
+// their job. So `event_seq` keeps the highest seq ever given (written when a
+// job is deleted, not per event), and an event's seq is one past both it and
+// the newest event's (next_event_seq_sql).
+inline constexpr int schema_version = 7;
 
 /// The tables of a version-1 store (what migrations start from).
 const char* schema_sql();
@@ -36,6 +41,12 @@ const char* attempts_sql();
 const char* progress_sql();
 /// Version 6: the steps table rebuilt WITHOUT ROWID, its rows kept.
 const char* steps_without_rowid_sql();
+/// Version 7: the events table rebuilt without AUTOINCREMENT, its rows kept,
+/// and `event_seq` made from its sqlite_sequence row.
+const char* events_without_autoincrement_sql();
+/// An expression (a scalar subquery): the seq the next event gets.
+inline constexpr const char* next_event_seq_sql =
+    "(SELECT max(hwm, coalesce((SELECT max(seq) FROM events), 0)) + 1 FROM event_seq)";
 /// The event names that are step transitions, as an SQL list ('Started',
 /// 'Exited', ...): all of them, or only those that end a step.
 std::string transitions_sql(bool endings_only);

@@ -530,22 +530,32 @@ std::vector<std::string> rows_of(const std::filesystem::path& path, const char* 
 
 }  // namespace
 
+namespace {
+
+// The store the last version-5 tjob made (tests/data/store-v5.sql), at
+// `path`, then `more` run on it.
+void make_v5_store(const std::filesystem::path& path, const std::string& more = "") {
+  std::ifstream in(tjob::test::source_dir() + "/tests/data/store-v5.sql");
+  REQUIRE(in);
+  std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  sql += more;
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+  char* err = nullptr;
+  int rc = sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, &err);
+  INFO((err ? err : ""));
+  REQUIRE(rc == SQLITE_OK);
+  sqlite3_close(raw);
+}
+
+}  // namespace
+
 TEST_CASE(
-    "a version-5 store made by the last version-5 tjob is migrated: steps without rowid, nothing lost") {
+    "a version-5 store made by the last version-5 tjob is migrated: steps without rowid, events without "
+    "AUTOINCREMENT, nothing lost") {
   tjob::test::temp_dir d;
   auto path = d.path() / "tjob.db";
-  {
-    std::ifstream in(tjob::test::source_dir() + "/tests/data/store-v5.sql");
-    REQUIRE(in);
-    std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    sqlite3* raw = nullptr;
-    REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
-    char* err = nullptr;
-    int rc = sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, &err);
-    INFO((err ? err : ""));
-    REQUIRE(rc == SQLITE_OK);
-    sqlite3_close(raw);
-  }
+  make_v5_store(path);
   const char* steps_sql =
       "SELECT job, name, status, exit_code, reason, pid, pid_start, attempt FROM steps ORDER BY job, name";
   const char* events_sql =
@@ -580,11 +590,17 @@ TEST_CASE(
     }
     CHECK(db.load_jobs().size() == 4);
   }
-  CHECK(rows_of(path, "PRAGMA user_version") == std::vector<std::string>{"6"});
+  CHECK(rows_of(path, "PRAGMA user_version") == std::vector<std::string>{"7"});
   auto made = rows_of(path, "SELECT sql FROM sqlite_master WHERE name='steps'");
   REQUIRE(made.size() == 1);
   CHECK(made[0].find("WITHOUT ROWID") != std::string::npos);
   CHECK(rows_of(path, "SELECT name FROM sqlite_master WHERE name LIKE 'sqlite_autoindex_steps%'").empty());
+  auto events_made = rows_of(path, "SELECT sql FROM sqlite_master WHERE name='events'");
+  REQUIRE(events_made.size() == 1);
+  CHECK(events_made[0].find("AUTOINCREMENT") == std::string::npos);
+  CHECK(rows_of(path, "SELECT count(*) FROM sqlite_master WHERE name='events_by_job'") ==
+        std::vector<std::string>{"1"});
+  CHECK(rows_of(path, "SELECT hwm FROM event_seq") == std::vector<std::string>{"15"});
   // Every row as it was.
   CHECK(rows_of(path, steps_sql) == steps_before);
   CHECK(rows_of(path, events_sql) == events_before);
@@ -604,6 +620,22 @@ TEST_CASE(
   CHECK_FALSE(db.load_job("done-job"));
   CHECK(rows_of(path, "SELECT count(*) FROM steps WHERE job='done-job'") == std::vector<std::string>{"0"});
   CHECK(rows_of(path, "SELECT count(*) FROM events WHERE job='done-job'") == std::vector<std::string>{"0"});
+}
+
+TEST_CASE("a version-5 store whose newest events went with their job keeps their seqs used after migration") {
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  // As a deletion left it: sqlite_sequence says 15, the newest event is 13.
+  make_v5_store(path, "DELETE FROM events WHERE seq > 13;");
+  REQUIRE(rows_of(path, "SELECT max(seq) FROM events") == std::vector<std::string>{"13"});
+  store db(path, std::chrono::milliseconds(1000));
+  std::int64_t cursor = 15;  // a process that had read up to 15
+  db.begin();
+  db.append_event("done-job", "", 10, log_event::cancel_requested, "cancel requested");
+  db.commit();
+  CHECK(db.last_event_seq() == 16);
+  CHECK(db.cancels_after(cursor) == std::vector<std::string>{"done-job"});
+  CHECK(db.next_queue_seq() == 17);
 }
 
 TEST_CASE("a new store is made at the current version, steps without rowid, events' seq never reused") {
