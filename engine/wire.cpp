@@ -6,8 +6,11 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <limits>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace tjob {
 
@@ -536,7 +539,29 @@ python_trainer python_from(spec_reader& r, bool allow_source_file) {
   if (auto v = r.text("function")) t.function = std::move(*v);
   if (auto* v = r.get("function_args")) {
     if (!v->is_object()) r.refuse("function_args", "must be a JSON object of keyword arguments");
-    if (!v->get_object().empty()) t.function_args = json::serialize(*v);
+    if (!v->get_object().empty()) {
+      // Boost.JSON 1.81 reads a number of more than 17 significant digits to
+      // within an ulp, not exactly, so the text it writes for a double may
+      // read back as another one, and that one's as the first (fuzz_api_spec
+      // found such a pair). The arguments are written and read until a text
+      // comes again; the least text of that cycle is kept, which is the same
+      // from wherever in the cycle it starts, so the spec encodes to itself.
+      std::vector<std::string> seen{json::serialize(*v)};
+      std::string text;
+      for (;;) {
+        auto next = json::serialize(json::parse(seen.back()));
+        if (auto at = std::find(seen.begin(), seen.end(), next); at != seen.end()) {
+          text = *std::min_element(at, seen.end());
+          break;
+        }
+        if (seen.size() == 8)
+          r.refuse("function_args",
+                   "holds a number with more digits than a double keeps, which does not read back as "
+                   "itself; pass it as a string");
+        seen.push_back(std::move(next));
+      }
+      t.function_args = std::move(text);
+    }
   }
   if (auto v = r.texts("args")) t.args = std::move(*v);
   if (auto v = r.texts("packages_to_install")) t.packages_to_install = std::move(*v);
