@@ -250,10 +250,18 @@ sqlite3_stmt* store::prepare(std::string_view sql) {
   return s;
 }
 
-void store::begin() { exec("BEGIN IMMEDIATE"); }
+// BEGIN and COMMIT as cached statements: sqlite3_exec compiled each one
+// again, 4 % of the reactor's time with jobs one at a time (perf).
+void store::step_cached(const char* sql) {
+  auto* s = prepare(sql);
+  reset_guard g{s};
+  if (int rc = sqlite3_step(s); rc != SQLITE_DONE) fail(rc, "write failed");
+}
+
+void store::begin() { step_cached("BEGIN IMMEDIATE"); }
 void store::commit() {
   wal_pages_ = 0;
-  exec("COMMIT");
+  step_cached("COMMIT");
   // A checkpoint that runs while this connection writes cannot copy what it
   // writes meanwhile, so the WAL starts over only when one has caught up:
   // ask again each time it has grown by checkpoint_pages, not on every commit.
