@@ -429,7 +429,7 @@ bool store::record_progress(const std::string& job, std::int64_t time_ms, const 
 void store::delete_job(const std::string& job) {
   // Its events go with it (the foreign key): the highest seq given so far is
   // kept first, so that no seq is given twice (event_seq).
-  exec("UPDATE event_seq SET hwm = max(hwm, coalesce((SELECT max(seq) FROM events), 0))");
+  step_cached("UPDATE event_seq SET hwm = max(hwm, coalesce((SELECT max(seq) FROM events), 0))");
   run_for_job("DELETE FROM jobs WHERE name=?", job, "cannot delete the job");
 }
 
@@ -596,7 +596,7 @@ bool store::has_event(const std::string& job, log_event what) {
 std::optional<std::vector<std::string>> store::lease_devices(const std::string& job,
                                                              const std::vector<std::string>& devices,
                                                              std::size_t n) {
-  exec(
+  step_cached(
       "DELETE FROM device_leases WHERE job NOT IN "
       "(SELECT name FROM jobs WHERE status IN ('Created','Running'))");
   std::vector<std::string> leased;

@@ -179,7 +179,8 @@ class store {
   void close() noexcept;
   sqlite3_stmt* prepare(std::string_view sql);
   void exec(const char* sql);
-  void step_cached(const char* sql);  ///< one statement without rows, prepared once
+  /// One statement without rows, prepared once (not compiled again per call as exec is).
+  void step_cached(const char* sql);
   [[noreturn]] void fail(int rc, std::string_view what);
   std::vector<job_row> load_where(const char* where_sql, const std::string* arg);
   void load_steps(job_row& job);
