@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -150,7 +151,8 @@ TEST_CASE("fold: Queued is the reason of a waiting job until it is admitted or a
 }
 
 TEST_CASE("admission property: the plan from the admitted jobs' sums is the plan from every row") {
-  unsigned seed = std::random_device{}();
+  const char* fixed = std::getenv("TJOB_TEST_SEED");  // to replay a failure
+  unsigned seed = fixed != nullptr ? static_cast<unsigned>(std::stoul(fixed)) : std::random_device{}();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -177,6 +179,9 @@ TEST_CASE("admission property: the plan from the admitted jobs' sums is the plan
     b.cpus = pick(0, 12);
     b.memory = static_cast<std::uint64_t>(pick(0, 8)) << 30;
     b.gpus = pick(0, 2);
+    // Both limits off at random is 1 round in 117, so 500 rounds could miss
+    // the case below (CI did, seed 147776367): every 8th round has them off.
+    if (round % 8 == 0) b.max_running = b.cpus = 0;
     admitted_usage used;
     std::vector<queue_row> waiting;
     for (const auto& r : rows) {
