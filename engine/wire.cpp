@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <set>
 #include <string>
@@ -524,6 +525,22 @@ command_trainer command_from(spec_reader& r) {
   return t;
 }
 
+// Boost.JSON reads a number beyond a double's range as an infinity, and
+// writes that as `Infinity`, which is not JSON (fuzz_api_spec found it).
+bool finite_numbers(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::double_:
+      return std::isfinite(v.get_double());
+    case json::kind::array:
+      return std::all_of(v.get_array().begin(), v.get_array().end(), finite_numbers);
+    case json::kind::object:
+      return std::all_of(v.get_object().begin(), v.get_object().end(),
+                         [](const json::key_value_pair& kv) { return finite_numbers(kv.value()); });
+    default:
+      return true;
+  }
+}
+
 python_trainer python_from(spec_reader& r, bool allow_source_file) {
   python_trainer t;
   if (auto v = r.text("source")) t.source = std::move(*v);
@@ -539,6 +556,10 @@ python_trainer python_from(spec_reader& r, bool allow_source_file) {
   if (auto v = r.text("function")) t.function = std::move(*v);
   if (auto* v = r.get("function_args")) {
     if (!v->is_object()) r.refuse("function_args", "must be a JSON object of keyword arguments");
+    if (!finite_numbers(*v))
+      r.refuse("function_args",
+               "holds a number beyond a double's range (such as 1e400), which JSON cannot carry back; pass "
+               "it as a string");
     if (!v->get_object().empty()) {
       // Boost.JSON 1.81 reads a number of more than 17 significant digits to
       // within an ulp, not exactly, so the text it writes for a double may
@@ -549,7 +570,14 @@ python_trainer python_from(spec_reader& r, bool allow_source_file) {
       std::vector<std::string> seen{json::serialize(*v)};
       std::string text;
       for (;;) {
-        auto next = json::serialize(json::parse(seen.back()));
+        // (a double within an ulp of the largest may read back as infinity)
+        boost::system::error_code ec;
+        auto back = json::parse(seen.back(), ec);
+        if (ec || !finite_numbers(back))
+          r.refuse("function_args",
+                   "holds a number at the edge of a double's range, which does not read back as itself; "
+                   "pass it as a string");
+        auto next = json::serialize(back);
         if (auto at = std::find(seen.begin(), seen.end(), next); at != seen.end()) {
           text = *std::min_element(at, seen.end());
           break;

@@ -39,3 +39,22 @@ TEST_CASE("a spec's function arguments encode to the same spec again, also a num
     CHECK(got.as_object().size() == json::parse(args).as_object().size());
   }
 }
+
+TEST_CASE("a function argument beyond a double's range is refused by name, not a crash") {
+  // Found by fuzz_api_spec: Boost.JSON reads 1e400 as infinity and writes it
+  // as `Infinity`, which no JSON reader takes back.
+  const std::vector<std::string> cases{R"({"a":1e400})", R"({"a":[-1e999,2]})",
+                                       R"({"a":{"b":[1)" + std::string(340, '6') + "]}}"};
+  for (const auto& args : cases) {
+    CAPTURE(args);
+    try {
+      (void)tjob::request_from_json(python_spec(args));
+      FAIL("accepted");
+    } catch (const tjob::spec_error& e) {
+      CHECK(e.field() == "trainer.function_args");
+      CHECK(std::string(e.what()).find("pass it as a string") != std::string::npos);
+    }
+  }
+  // the largest double is still a number
+  CHECK_NOTHROW((void)tjob::request_from_json(python_spec(R"({"a":1.7976931348623157e308})")));
+}
