@@ -180,6 +180,8 @@ def test_bad_input_is_a_value_error_naming_the_field_before_anything_is_created(
             (dict(trainer=CustomTrainer(func=closure)), "closure over x"),
             (dict(trainer=CustomTrainer(func=needs, func_args={"a": 1})), "needs b"),
             (dict(trainer=CustomTrainer(func=needs, func_args={"a": 1, "b": object()})), "JSON"),
+            (dict(trainer=CustomTrainer(func=needs, func_args={"a": 1, "b": [float("inf")]})), "infinite float"),
+            (dict(trainer=CustomTrainer(func=needs, func_args={"a": float("nan"), "b": 2})), "NaN"),
             (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1},
                                         resources_per_node={"gpu": -1})), "gpu=-1"),
             (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1},

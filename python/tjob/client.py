@@ -138,8 +138,13 @@ def _function_source(func: Callable, func_args: Optional[Dict]) -> Dict:
         raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
 
     try:
-        encoded = json.dumps(args, default=marker)
-    except (TypeError, ValueError) as e:
+        encoded = json.dumps(args, default=marker, allow_nan=False)
+    except ValueError as e:
+        if "Out of range float" in str(e):  # NaN and the infinities: Python writes them, JSON has none
+            raise ValueError("CustomTrainer.func_args holds a NaN or an infinite float, which JSON cannot carry; "
+                             "pass it as a string") from None
+        raise ValueError(f"CustomTrainer.func_args must be JSON-serialisable: {e}")
+    except TypeError as e:
         raise ValueError(f"CustomTrainer.func_args must be JSON-serialisable: {e}")
     return {"source": source, "function": name, "function_args": encoded}
 
