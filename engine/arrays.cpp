@@ -1,5 +1,6 @@
 // Job arrays (tjob/spec.hpp): the spec as Slurm's --array reads it, and the
 // members' requests.
+#include "engine/json_fields.hpp"
 #include "engine/names.hpp"
 
 #include <tjob/error.hpp>
@@ -107,7 +108,16 @@ std::vector<train_request> array_members(const train_request& request, std::stri
   if (const auto* p = std::get_if<python_trainer>(&request.job_trainer); p && !p->function_args.empty()) {
     boost::system::error_code ec;
     auto v = json::parse(p->function_args, ec);
-    if (auto probe = v; !ec && put_index(probe, 0)) args = std::move(v);  // kept only when it has a marker
+    if (auto probe = v; !ec && put_index(probe, 0)) {  // kept only when it has a marker
+      // (written again with each index, a number beyond a double's range would become `Infinity`)
+      if (!detail::finite_numbers(v))
+        throw error(
+            errc::invalid_argument,
+            "job array " + detail::quote(request.name) +
+                ": function_args holds a number beyond a double's range (such as 1e400), which cannot "
+                "be written again with each member's ARRAY_INDEX; pass it as a string");
+      args = std::move(v);
+    }
   }
   std::vector<train_request> out;
   out.reserve(spec.indices.size());

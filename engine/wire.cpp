@@ -1,5 +1,7 @@
 // Jobs, events, runtimes and specs as JSON (tjob/wire.hpp): one encoding for
 // the CLI's -o json, tjob serve and its clients.
+#include "engine/json_fields.hpp"
+
 #include <tjob/wire.hpp>
 
 #include <fmt/chrono.h>
@@ -7,7 +9,6 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <set>
 #include <string>
@@ -525,22 +526,6 @@ command_trainer command_from(spec_reader& r) {
   return t;
 }
 
-// Boost.JSON reads a number beyond a double's range as an infinity, and
-// writes that as `Infinity`, which is not JSON (fuzz_api_spec found it).
-bool finite_numbers(const json::value& v) {
-  switch (v.kind()) {
-    case json::kind::double_:
-      return std::isfinite(v.get_double());
-    case json::kind::array:
-      return std::all_of(v.get_array().begin(), v.get_array().end(), finite_numbers);
-    case json::kind::object:
-      return std::all_of(v.get_object().begin(), v.get_object().end(),
-                         [](const json::key_value_pair& kv) { return finite_numbers(kv.value()); });
-    default:
-      return true;
-  }
-}
-
 python_trainer python_from(spec_reader& r, bool allow_source_file) {
   python_trainer t;
   if (auto v = r.text("source")) t.source = std::move(*v);
@@ -556,7 +541,7 @@ python_trainer python_from(spec_reader& r, bool allow_source_file) {
   if (auto v = r.text("function")) t.function = std::move(*v);
   if (auto* v = r.get("function_args")) {
     if (!v->is_object()) r.refuse("function_args", "must be a JSON object of keyword arguments");
-    if (!finite_numbers(*v))
+    if (!detail::finite_numbers(*v))
       r.refuse("function_args",
                "holds a number beyond a double's range (such as 1e400), which JSON cannot carry back; pass "
                "it as a string");
@@ -573,7 +558,7 @@ python_trainer python_from(spec_reader& r, bool allow_source_file) {
         // (a double within an ulp of the largest may read back as infinity)
         boost::system::error_code ec;
         auto back = json::parse(seen.back(), ec);
-        if (ec || !finite_numbers(back))
+        if (ec || !detail::finite_numbers(back))
           r.refuse("function_args",
                    "holds a number at the edge of a double's range, which does not read back as itself; "
                    "pass it as a string");

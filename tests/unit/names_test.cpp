@@ -152,6 +152,18 @@ TEST_CASE(
   req.job_trainer = p;
   CHECK(std::get<tjob::python_trainer>(tjob::array_members(req, "0").front().job_trainer).function_args ==
         p.function_args);
+  // A number beyond a double's range cannot be written again with the index
+  // (Boost.JSON would write `Infinity`): refused, naming the array and the field.
+  p.function_args = R"({"lr":1e400,"trial":{"__tjob__":"array_index"}})";
+  req.job_trainer = p;
+  auto why = tjob::test::message_of([&] { tjob::array_members(req, "0-1"); });
+  CHECK(why.find("job array 'sweep': function_args") != std::string::npos);
+  CHECK(why.find("pass it as a string") != std::string::npos);
+  // without the marker the text goes to the function as given (Python reads it as inf)
+  p.function_args = R"({"lr":1e400})";
+  req.job_trainer = p;
+  CHECK(std::get<tjob::python_trainer>(tjob::array_members(req, "0").front().job_trainer).function_args ==
+        p.function_args);
 }
 
 TEST_CASE("array_members refuses a bad spec, a missing name and a member name too long, before any member") {
