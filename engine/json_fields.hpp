@@ -1,5 +1,6 @@
 // Reading fields of JSON answers (Docker, Kubernetes) that may be missing or
-// of another type: absent is "" or nullptr, never an exception.
+// of another type: absent is "" or nullptr, never an exception; and whether
+// a value's numbers are all finite (what JSON can carry).
 #pragma once
 
 #include <boost/json/object.hpp>
@@ -7,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-
 #include <string>
 #include <string_view>
 
