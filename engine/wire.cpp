@@ -541,10 +541,6 @@ python_trainer python_from(spec_reader& r, bool allow_source_file) {
   if (auto v = r.text("function")) t.function = std::move(*v);
   if (auto* v = r.get("function_args")) {
     if (!v->is_object()) r.refuse("function_args", "must be a JSON object of keyword arguments");
-    if (!detail::finite_numbers(*v))
-      r.refuse("function_args",
-               "holds a number beyond a double's range (such as 1e400), which JSON cannot carry back; pass "
-               "it as a string");
     if (!v->get_object().empty()) {
       // Boost.JSON 1.81 reads a number of more than 17 significant digits to
       // within an ulp, not exactly, so the text it writes for a double may
@@ -552,28 +548,28 @@ python_trainer python_from(spec_reader& r, bool allow_source_file) {
       // found such a pair). The arguments are written and read until a text
       // comes again; the least text of that cycle is kept, which is the same
       // from wherever in the cycle it starts, so the spec encodes to itself.
-      std::vector<std::string> seen{json::serialize(*v)};
-      std::string text;
+      // Each reading must be finite: Boost.JSON reads 1e400 (or a number
+      // within an ulp of the largest double) as an infinity and writes that
+      // as `Infinity`, which it cannot read back.
+      json::value now = *v;
+      std::vector<std::string> seen;
       for (;;) {
-        // (a double within an ulp of the largest may read back as infinity)
-        boost::system::error_code ec;
-        auto back = json::parse(seen.back(), ec);
-        if (ec || !detail::finite_numbers(back))
+        if (!detail::finite_numbers(now))
           r.refuse("function_args",
-                   "holds a number at the edge of a double's range, which does not read back as itself; "
+                   "holds a number beyond a double's range (such as 1e400), which JSON cannot carry back; "
                    "pass it as a string");
-        auto next = json::serialize(back);
-        if (auto at = std::find(seen.begin(), seen.end(), next); at != seen.end()) {
-          text = *std::min_element(at, seen.end());
+        auto text = json::serialize(now);
+        if (auto at = std::find(seen.begin(), seen.end(), text); at != seen.end()) {
+          t.function_args = *std::min_element(at, seen.end());
           break;
         }
         if (seen.size() == 8)
           r.refuse("function_args",
                    "holds a number with more digits than a double keeps, which does not read back as "
                    "itself; pass it as a string");
-        seen.push_back(std::move(next));
+        seen.push_back(std::move(text));
+        now = json::parse(seen.back());  // finite numbers are written as JSON
       }
-      t.function_args = std::move(text);
     }
   }
   if (auto v = r.texts("args")) t.args = std::move(*v);
