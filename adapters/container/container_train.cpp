@@ -346,7 +346,10 @@ asio::awaitable<void> backend::impl::create_job(pending_job& job, bool keep_dir)
   if (failed) {
     // (a coroutine cannot co_await in a catch block or a destructor: the
     // rollback is a step of its own, run on every failure)
-    co_await undo_train(d, me, undo, keep_dir ? fs::path() : dir);
+    // (named: a conditional's temporary in a co_await is destroyed twice by
+    // g++ 12, which crashed every failed start; tools/coawait_check)
+    const auto remove_dir = keep_dir ? fs::path() : dir;
+    co_await undo_train(d, me, undo, remove_dir);
     std::rethrow_exception(failed);
   }
   // Its place in the queue is its history now (its Queued and Admitted events).

@@ -173,13 +173,15 @@ outcome<json::value> parse_answer(const std::string& server, const std::string& 
 
 asio::awaitable<outcome<json::value>> api::get(std::string path) {
   auto what = "GET " + path_only(path);
-  auto resp = co_await send("GET", std::move(path), {}, {});
+  std::string no_body, no_type;  // (named: a braced list in a co_await, docs/architecture.md)
+  auto resp = co_await send("GET", std::move(path), no_body, no_type);
   co_return parse_answer(conn_.server, what, resp);
 }
 
 asio::awaitable<outcome<std::optional<json::value>>> api::get_if(std::string path) {
   auto what = "GET " + path_only(path);
-  auto resp = co_await send("GET", std::move(path), {}, {});
+  std::string no_body, no_type;  // (named: a braced list in a co_await, docs/architecture.md)
+  auto resp = co_await send("GET", std::move(path), no_body, no_type);
   if (resp && resp->status == 404) co_return std::optional<json::value>();
   auto v = parse_answer(conn_.server, what, resp);
   if (!v) co_return v.error();
@@ -200,7 +202,8 @@ asio::awaitable<outcome<json::value>> api::merge_patch(std::string path, json::v
 
 asio::awaitable<outcome<json::value>> api::del(std::string path) {
   auto what = "DELETE " + path_only(path);
-  auto resp = co_await send("DELETE", std::move(path), {}, {});
+  std::string no_body, no_type;
+  auto resp = co_await send("DELETE", std::move(path), no_body, no_type);
   co_return parse_answer(conn_.server, what, resp);
 }
 

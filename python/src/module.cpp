@@ -373,7 +373,8 @@ class client {
   std::shared_ptr<call> cancel_job(std::string name, bool force, py::object done) {
     return core_->start<bool>(
         [name, force](tjob::engine& e) -> asio::awaitable<bool> {
-          co_await e.cancel_job(name, tjob::cancel_options{.force = force});
+          tjob::cancel_options how{.force = force};  // (named: docs/architecture.md, g++ 12)
+          co_await e.cancel_job(name, how);
           co_return true;
         },
         std::move(done), [](bool) { return py::none(); });

@@ -1109,6 +1109,29 @@ TEST_CASE_TEMPLATE("a container job that could never fit the budget is refused a
   CHECK(!fs::exists(fs::path(fx.home()) / "containers" / "huge"));
 }
 
+TEST_CASE_TEMPLATE("a container that cannot start is refused with the daemon's reason and leaves nothing", D,
+                   TJOB_DAEMONS) {
+  // Issue 41: the rollback of a failed start destroyed a path twice (g++ 12)
+  // and the process died of a double free.
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  auto r = shell_job("echo never", "nostart");
+  std::get<command_trainer>(r.job_trainer).working_dir = "/bin/busybox";  // a file in the image
+  auto why = message_of([&] { client.train(r); });
+  CAPTURE(why);
+  CHECK(why.find("nostart") != std::string::npos);
+  CHECK(why.find("node-0") != std::string::npos);
+  CHECK(code_of([&] { client.get_job("nostart"); }) == errc::job_not_found);
+  CHECK(!fs::exists(fs::path(fx.home()) / "containers" / "nostart"));
+  // the name is free again, and the engine goes on
+  auto name = client.train(shell_job("echo again", "nostart"));
+  client.wait_for_job_status(name, {job_status::complete}, 60s);
+  CHECK(all_of(client.get_job_logs(name)) == "again\n");
+  client.delete_job(name);
+}
+
 TEST_CASE_TEMPLATE("a container job with host networking reports progress to the process that made it", D,
                    TJOB_DAEMONS) {
   fixture fx;

@@ -49,6 +49,24 @@ def test_the_container_backend_behind_the_server(make_server, daemon):
     run_a_job(s, "srv-" + daemon, "hello from srv-" + daemon)
 
 
+@pytest.mark.parametrize("daemon", ["docker", "podman"])
+def test_a_container_that_cannot_start_is_an_error_and_the_server_lives_on(make_server, daemon):
+    # Issue 41: the rollback of a failed start destroyed a path twice (g++ 12), and one such request
+    # killed the server with every job it owned.
+    sock = daemon_socket(daemon)
+    s = make_server(["--backend", "container", "--container-host", sock, "--container-runtime", daemon,
+                     "--network", "none"])
+    r = s.post("/v1/jobs", {"name": "nostart", "trainer": {"kind": "command", "command": ["echo", "never"],
+                                                           "working_dir": "/bin/busybox",
+                                                           "image": "localhost/tjob-bb:latest"}})
+    assert r.status in (400, 502, 503), r
+    assert "nostart" in r.json()["message"], r
+    assert s.proc.poll() is None, s.log()
+    assert s.get("/v1/jobs/nostart").status == 404
+    assert not os.path.exists(os.path.join(s.home, "containers", "nostart"))
+    run_a_job(s, "after-" + daemon, "hello from after-" + daemon)
+
+
 def test_the_kubernetes_backend_behind_the_server(make_server, tmp_path):
     d = str(tmp_path / "standin")
     os.makedirs(d)
