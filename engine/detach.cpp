@@ -424,9 +424,11 @@ int supervisor_main() {
   respond({{"names", std::move(answer)}});
   // From here on nobody reads our output: the supervisor's own messages go to
   // the first job's directory.
+  // (the job's own directory, which its code cannot write; O_NOFOLLOW all the same)
   const auto job_dir = client->home() / (cfg.backend == backend_kind::container ? "containers" : "jobs") /
-                       names.front() / (cfg.backend == backend_kind::container ? ".tjob" : "");
-  int logfd = ::open((job_dir / "supervisor.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+                       names.front();
+  int logfd =
+      ::open((job_dir / "supervisor.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   ::dup2(null, STDIN_FILENO);
   ::dup2(logfd >= 0 ? logfd : null, STDOUT_FILENO);

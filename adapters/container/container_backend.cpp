@@ -283,13 +283,28 @@ bool backend::impl::for_good(const seen& c) const {
 }
 
 bool backend::impl::cancelled(const std::string& job) const {
-  std::error_code ec;
-  return fs::exists(workdir(job) / ".tjob" / "cancelled", ec);
+  auto d = state(job);
+  return d && d->exists("cancelled");
 }
 
 bool backend::impl::deadline_passed(const std::string& job) const {
-  std::error_code ec;
-  return fs::exists(workdir(job) / ".tjob" / "deadline-exceeded", ec);
+  auto d = state(job);
+  return d && d->exists("deadline-exceeded");
+}
+
+std::optional<job_dir> backend::impl::state(const std::string& job) const {
+  return job_dir::open(ctx.home / "containers", job);
+}
+
+void backend::impl::set_marker(const std::string& job, const char* marker, std::string_view text) const {
+  auto d = state(job);
+  if (!d) {
+    make_private_dir(ctx.home / "containers");
+    make_private_dir(workdir(job));
+    d = state(job);
+  }
+  if (!d) fail(errc::invalid_argument, who(job) + ": cannot open its directory " + workdir(job).string());
+  d->mark(marker, text);
 }
 
 fs::path backend::impl::workdir(const std::string& job) const { return ctx.home / "containers" / job; }
@@ -305,7 +320,9 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
   });
   std::vector<job_status> statuses;
   std::int64_t created = 0;
-  bool was_cancelled = cancelled(name), past_deadline = was_cancelled && deadline_passed(name);
+  const auto dir = state(name);
+  const bool was_cancelled = dir && dir->exists("cancelled");
+  const bool past_deadline = was_cancelled && dir->exists("deadline-exceeded");
   int nodes = 0;
   for (const auto& c : cs) {
     step s;
@@ -347,7 +364,7 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
     for (const auto& s : j.steps)
       if (s.reason == "Restarting") j.reason = s.reason;
   j.creation_timestamp = clock::time_point(std::chrono::seconds(created));
-  read_progress(workdir(name), j);
+  if (dir) read_progress(*dir, j);
   return j;
 }
 
@@ -484,18 +501,14 @@ asio::awaitable<void> backend::impl::cancel(const std::string& name, bool force)
     auto q = read_queue(name);
     if (!q || q->state == "started") raise(not_found(name));
     if (is_terminal(queued_job(*q, std::nullopt).status)) co_return;
-    std::error_code ec;
-    fs::create_directories(workdir(name) / ".tjob", ec);
-    write_file(workdir(name) / ".tjob" / "cancelled", "");
+    set_marker(name, "cancelled");
     ++generation[name];
     waiters.notify_all();
     co_return;
   }
   auto j = to_job(name, cs);
   if (is_terminal(j.status)) co_return;
-  std::error_code ec;
-  fs::create_directories(workdir(name) / ".tjob", ec);
-  write_file(workdir(name) / ".tjob" / "cancelled", "");
+  set_marker(name, "cancelled");
   co_await stop_all(cs, force);
 }
 
@@ -503,9 +516,7 @@ asio::awaitable<void> backend::impl::enforce_deadline(std::string name, std::chr
   container_watch w(shared_from_this(), name);
   if (!co_await detail::ran_past_deadline(w, limit)) co_return;
   ctx.log->info("{}: its active deadline of {} s passed; stopping it", who(name), limit.count());
-  std::error_code ec;
-  fs::create_directories(workdir(name) / ".tjob", ec);
-  write_file(workdir(name) / ".tjob" / "deadline-exceeded", std::to_string(limit.count()) + "\n");
+  set_marker(name, "deadline-exceeded", std::to_string(limit.count()) + "\n");
   co_await cancel(name, false);
 }
 
@@ -522,8 +533,7 @@ asio::awaitable<void> backend::impl::remove(const std::string& name) {
     if (auto q = read_queue(name); q && q->state != "started") {
       // It never had a container: its queue file is the job. Marked
       // cancelled first, so an owner about to make its containers stops.
-      fs::create_directories(workdir(name) / ".tjob", ec);
-      write_file(workdir(name) / ".tjob" / "cancelled", "");
+      set_marker(name, "cancelled");
       fs::remove(queue_path(name), ec);
       if (cfg.auto_remove) fs::remove_all(workdir(name), ec);
       ++generation[name];
@@ -532,7 +542,7 @@ asio::awaitable<void> backend::impl::remove(const std::string& name) {
     }
     // Nothing of it in the daemon (its containers removed behind our back):
     // the work dir this engine made for it is all that is left.
-    if (cfg.auto_remove && fs::exists(workdir(name) / ".tjob", ec)) fs::remove_all(workdir(name), ec);
+    if (cfg.auto_remove && state(name)) fs::remove_all(workdir(name), ec);
     raise(not_found(name));
   }
   progress.forget(name);

@@ -6,6 +6,7 @@
 
 #include "adapters/container/container_backend.hpp"
 #include "adapters/container/docker_api.hpp"
+#include "adapters/container/job_dir.hpp"
 #include "adapters/container/layout.hpp"
 #include "adapters/process/proc_info.hpp"
 #include "adapters/progress/progress_server.hpp"
@@ -41,15 +42,16 @@ using detail::raise;
 /// Labels as the list and inspect answers hold them ("Labels"; libpod "labels").
 std::map<std::string, std::string> labels_of(const json::object& o);
 
-/// The job's latest reported progress, from its work dir (container_progress.cpp).
-void read_progress(const fs::path& workdir, train_job& j);
-/// The job's Progress events, from its work dir, added to `out`.
-void read_progress_events(const fs::path& workdir, std::vector<event>& out);
+/// The job's latest reported progress, from its state (container_progress.cpp).
+void read_progress(const job_dir& state, train_job& j);
+/// The job's Progress events, from its state, added to `out`.
+void read_progress_events(const job_dir& state, std::vector<event>& out);
 
 /// Now, as milliseconds since the epoch (queue files, progress reports).
 std::int64_t wall_ms();
 
-/// Writes (replaces) a file of the job's work dir.
+/// Writes (replaces) a file of tjob's own (a queue file, a file of the job's
+/// inputs): never one of a directory the job can write (job_dir is for those).
 void write_file(const fs::path& p, std::string_view text);
 
 /// One container of a job, as the daemon reports it.
@@ -76,7 +78,7 @@ struct node_program {
   std::vector<std::string> cmd;
   std::map<std::string, std::string> env;
   std::string image, working_dir = workspace;
-  std::vector<std::pair<std::string, std::string>> files;  // written under .tjob/
+  std::vector<std::pair<std::string, std::string>> files;  // written into its inputs (/workspace/.tjob)
   json::object plan;                                       // a Python node's entry plan; empty for a command
   std::string image_pythonpath;                            // the image's own PYTHONPATH
   std::vector<std::string> volumes;                        // binds of tjob's own (the progress helper)
@@ -151,11 +153,11 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   /// the helper package's directory, and why there is none when it failed.
   progress::server progress{ctx.ex, ctx.log, tasks};
   std::string progress_ca, progress_helper, progress_off;
-  /// The job reports progress: its token and the CA into its work dir, the
+  /// The job reports progress: its token and the CA into its inputs, the
   /// variables and the helper's bind into `p`.
-  void open_progress(const std::string& job, const fs::path& dir, node_program& p);
-  /// What the job's code reported: .tjob/progress.json (the latest) and,
-  /// when `record`, a line of .tjob/progress.jsonl (its Progress events).
+  void open_progress(const std::string& job, node_program& p);
+  /// What the job's code reported, in its state: progress.json (the latest)
+  /// and, when `record`, a line of progress.jsonl (its Progress events).
   std::string take_progress(const std::string& job, const detail::progress_report& r, bool record);
   static asio::awaitable<std::string> take_report(std::weak_ptr<impl> w, std::string job,
                                                   detail::progress_report r, bool record);
@@ -168,10 +170,18 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   /// The containers of one job (or of every job), oldest first.
   asio::awaitable<outcome<std::vector<seen>>> containers(const std::string& job);
   bool cancelled(const std::string& job) const;
+  /// The job's state directory (job_dir.hpp); nullopt when it has none.
+  std::optional<job_dir> state(const std::string& job) const;
+  /// Creates a marker in the job's state (cancelled, deadline-exceeded),
+  /// making its directory if it has none.
+  void set_marker(const std::string& job, const char* marker, std::string_view text = {}) const;
   /// The container has ended and will not be started again (no restart
   /// pending): its log is whole.
   bool for_good(const seen& c) const;
+  /// The job's directory (job_dir.hpp), its workspace and its inputs.
   fs::path workdir(const std::string& job) const;
+  fs::path workspace_of(const std::string& job) const { return workdir(job) / workspace_dir_name; }
+  fs::path inputs_of(const std::string& job) const { return workdir(job) / inputs_dir_name; }
   train_job to_job(const std::string& name, std::vector<seen> cs);
   failure not_found(const std::string& name) const;
   /// The job, or job_not_found (a failure, for the waiter to decide on).

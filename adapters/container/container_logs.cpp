@@ -244,8 +244,8 @@ asio::awaitable<std::vector<event>> backend::impl::job_events(const std::string&
   std::optional<queue_file> q = read_queue(name);
   if (!q || q->state == "started") {
     q.reset();
-    std::ifstream in(workdir(name) / ".tjob" / "admission.json", std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto dir = state(name);
+    auto text = dir ? dir->read("admission.json") : std::string();
     boost::system::error_code ec;
     if (auto v = json::parse(text, ec); !ec && v.is_object()) q = queue_file_of(v.as_object());
   }
@@ -287,7 +287,7 @@ asio::awaitable<std::vector<event>> backend::impl::job_events(const std::string&
   }
   if (auto rest = lines.finish()) handle(*rest);
   // What its code reported, among the daemon's events by time.
-  read_progress_events(workdir(name), out);
+  if (auto dir = state(name)) read_progress_events(*dir, out);
   std::stable_sort(out.begin(), out.end(), [](const event& a, const event& b) { return a.time < b.time; });
   for (std::size_t i = 0; i < out.size(); ++i) out[i].seq = static_cast<std::int64_t>(i) + 1;
   co_return out;

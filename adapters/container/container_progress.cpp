@@ -1,7 +1,9 @@
 // Progress reports of container jobs: the endpoint (adapters/progress) of
 // the process that made a job's containers, and what it keeps in the job's
-// work dir, where every process reads it: .tjob/progress.json (the latest,
-// replaced whole) and .tjob/progress.jsonl (one line per Progress event).
+// state (job_dir.hpp: never where the job can write), where every process
+// reads it: progress.json (the latest, replaced whole) and progress.jsonl
+// (one line per Progress event). The job reads its token and the CA from its
+// inputs, bound read-only at /workspace/.tjob.
 //
 // Only jobs with host networking report: the endpoint listens on the host's
 // loopback, which a container on the job network or on none cannot reach
@@ -18,6 +20,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 namespace tjob::container {
 
@@ -49,7 +52,7 @@ std::int64_t time_of(const boost::json::object& o) {
 
 }  // namespace
 
-void backend::impl::open_progress(const std::string& job, const fs::path& dir, node_program& p) {
+void backend::impl::open_progress(const std::string& job, node_program& p) {
   if (!progress.started() && progress_off.empty()) {
     // (once per process: a few small files, and the home's CA the first time)
     try {
@@ -64,15 +67,16 @@ void backend::impl::open_progress(const std::string& job, const fs::path& dir, n
   }
   if (!progress.started()) return;
   const auto token = progress::new_token();
-  write_file(dir / ".tjob" / token_file, token);
-  write_file(dir / ".tjob" / ca_file, progress_ca);
-  std::error_code ec;
-  fs::remove(dir / ".tjob" / latest_file, ec);
-  fs::remove(dir / ".tjob" / events_file, ec);
+  write_file(inputs_of(job) / token_file, token);
+  write_file(inputs_of(job) / ca_file, progress_ca);
+  if (auto d = state(job)) {
+    d->remove(latest_file);
+    d->remove(events_file);
+  }
   auto url = progress.add(job, token, [w = weak_from_this(), job](detail::progress_report r, bool record) {
     return take_report(w, job, std::move(r), record);
   });
-  const std::string in_job = std::string(workspace) + "/.tjob/";
+  const std::string in_job = std::string(inputs_mount) + "/";
   for (auto& [k, v] : progress::job_environment(url, in_job + ca_file, in_job + token_file))
     p.env.emplace(k, v);  // (the job's own settings win)
   std::string base = p.env.count("PYTHONPATH") ? p.env["PYTHONPATH"] : p.image_pythonpath;
@@ -95,30 +99,20 @@ asio::awaitable<std::string> backend::impl::take_report(std::weak_ptr<impl> w, s
 
 std::string backend::impl::take_progress(const std::string& job, const detail::progress_report& r,
                                          bool record) {
-  if (cancelled(job)) return "the job was cancelled";
-  const auto dir = workdir(job) / ".tjob";
+  auto d = state(job);
+  if (!d) return "the job has no directory here";
+  if (d->exists("cancelled")) return "the job was cancelled";
   const auto line = stamped(r, wall_ms());
-  auto tmp = dir / (std::string(latest_file) + ".tmp");
-  write_file(tmp, line);
-  fs::rename(tmp, dir / latest_file);
-  if (record) {
-    auto path = dir / events_file;
-    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot write " + path.string());
-    auto text = line + "\n";
-    auto n = ::write(fd, text.data(), text.size());
-    ::close(fd);
-    if (n != static_cast<ssize_t>(text.size()))
-      throw std::system_error(errno, std::generic_category(), "cannot write " + path.string());
-  }
+  d->replace(latest_file, line);
+  if (record) d->append(events_file, line + "\n");
   ++generation[job];
   waiters.notify_all();
   return {};
 }
 
-/// The job's latest report (from its work dir), into `j`.
-void read_progress(const fs::path& workdir, train_job& j) {
-  auto text = read_whole(workdir / ".tjob" / latest_file);
+/// The job's latest report (from its state), into `j`.
+void read_progress(const job_dir& state, train_job& j) {
+  auto text = state.read(latest_file);
   if (text.empty()) return;
   boost::system::error_code ec;
   auto v = boost::json::parse(text, ec);
@@ -127,9 +121,9 @@ void read_progress(const fs::path& workdir, train_job& j) {
                          clock::time_point(std::chrono::milliseconds(time_of(v.as_object()))));
 }
 
-/// The job's Progress events (from its work dir), added to `out`.
-void read_progress_events(const fs::path& workdir, std::vector<event>& out) {
-  std::ifstream in(workdir / ".tjob" / events_file, std::ios::binary);
+/// The job's Progress events (from its state), added to `out`.
+void read_progress_events(const job_dir& state, std::vector<event>& out) {
+  std::istringstream in(state.read(events_file));
   std::string line;
   while (std::getline(in, line)) {
     boost::system::error_code ec;

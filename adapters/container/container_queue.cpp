@@ -2,7 +2,7 @@
 // so a job that must wait has no container yet: its place is a file of the
 // home, $TJOB_HOME/containers/.queue/<job>.json, which every process on the
 // home reads (once its containers are made, the file moves to its work dir,
-// .tjob/admission.json, for its events). What the running jobs hold is read from the daemon (the
+// admission.json in its state, job_dir.hpp, for its events). What the running jobs hold is read from the daemon (the
 // labels tjob puts on their containers); the decision is made under a lock
 // file of the home (containers/.queue.lock), so two processes never admit
 // into the same room. The process that submitted a waiting job (its owner:

@@ -156,7 +156,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
                                                       {label_memory, std::to_string(need.memory)},
                                                       {label_gpus, std::to_string(need.gpus)}};
   if (!r.array.empty()) admission_labels[label_array] = r.array;
-  if (cfg.network == container_network::host) open_progress(name, dir, p);
+  if (cfg.network == container_network::host) open_progress(name, p);
   python::torch_topology topo;
   topo.nnodes = std::to_string(r.num_nodes);
   topo.nproc_per_node = std::to_string(p.procs);
@@ -171,6 +171,8 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
     n.network_id = undo.network_id;
     n.runtime = rt.name;
     n.workdir = dir.string();
+    n.workspace_dir = workspace_of(name).string();
+    n.inputs_dir = inputs_of(name).string();
     n.cmd = p.cmd;
     n.env = p.env;
     n.working_dir = p.working_dir;
@@ -189,7 +191,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
       for (auto& f : python::torchrun_flags(topo)) flags.emplace_back(std::move(f));
       p.plan["torchrun_args"] = std::move(flags);
       auto own = "plan-" + std::to_string(rank) + ".json";
-      write_file(dir / ".tjob" / own, json::serialize(p.plan));
+      write_file(inputs_of(name) / own, json::serialize(p.plan));
       n.cmd.push_back(std::string(workspace) + "/.tjob/" + own);
     }
     auto where = me + ": node-" + std::to_string(rank) + " (container " + quote(n.container_name) + "): ";
@@ -294,25 +296,35 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   program.image_pythonpath = co_await ensure_image(d, me, program.image);
 
   auto dir = workdir(name);
-  // The job's work dir is the user's own (0700), as everything in $TJOB_HOME;
-  // so are the home's parents where they are missing (a fresh machine has no
-  // ~/.local/state).
+  // The job's directories are the user's own (0700), as everything in
+  // $TJOB_HOME; so are the home's parents where they are missing (a fresh
+  // machine has no ~/.local/state). Its workspace is the job's to write; its
+  // inputs and its state are not (job_dir.hpp).
   std::vector<fs::path> missing;
   for (auto p = ctx.home; !p.empty() && p != p.parent_path() && !fs::exists(p); p = p.parent_path())
     missing.push_back(p);
-  missing.insert(missing.begin(),
-                 {dir / ".tjob", dir, ctx.home / "containers" / ".queue", ctx.home / "containers"});
-  for (auto it = missing.rbegin(); it != missing.rend(); ++it)
-    if (::mkdir(it->c_str(), 0700) != 0 && errno != EEXIST)
-      fail(errc::invalid_argument,
-           me + ": cannot create its work dir " + it->string() + ": " + std::strerror(errno));
+  std::reverse(missing.begin(), missing.end());
+  missing.push_back(ctx.home / "containers");
+  missing.push_back(ctx.home / "containers" / ".queue");
+  for (const auto& p : missing)
+    if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST)
+      fail(errc::invalid_argument, me + ": cannot create its work dir " + p.string() + ": " + std::strerror(errno));
+  // The job's own: made here, never a link (make_private_dir refuses one).
+  for (const auto& p : {dir, inputs_of(name), workspace_of(name), workspace_of(name) / ".tjob"}) {
+    try {
+      make_private_dir(p);
+    } catch (const error& e) {
+      fail(errc::invalid_argument, me + ": " + e.what() + "; remove what is in the way, or choose another name");
+    }
+  }
 
   std::exception_ptr failed;
   try {
-    for (const auto& [file, text] : program.files) write_file(dir / ".tjob" / file, text);
-    std::error_code ec;
-    fs::remove(dir / ".tjob" / "cancelled", ec);
-    fs::remove(dir / ".tjob" / "deadline-exceeded", ec);
+    for (const auto& [file, text] : program.files) write_file(inputs_of(name) / file, text);
+    if (auto state_dir = state(name)) {
+      state_dir->remove("cancelled");
+      state_dir->remove("deadline-exceeded");
+    }
     pending_job job{std::move(c), std::move(program), need};
     co_await enqueue(std::move(job));
   } catch (...) {
@@ -356,7 +368,7 @@ asio::awaitable<void> backend::impl::create_job(pending_job& job, bool keep_dir)
   if (auto q = read_queue(name)) {
     q->state = "started";
     try {
-      write_file(dir / ".tjob" / "admission.json", json::serialize(to_json(*q)));
+      if (auto state_dir = state(name)) state_dir->replace("admission.json", json::serialize(to_json(*q)));
     } catch (const std::exception& e) {  // (its events then start with the daemon's)
       ctx.log->warn("{}: {}", me, e.what());
     }

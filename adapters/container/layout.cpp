@@ -25,7 +25,9 @@ json::object create_body(const node_spec& n) {
   json::array cmd;
   for (const auto& a : n.cmd) cmd.emplace_back(a);
   json::array binds;
-  binds.emplace_back(n.workdir + ":" + workspace + ":rw");
+  binds.emplace_back((n.workspace_dir.empty() ? n.workdir : n.workspace_dir) + ":" + workspace + ":rw");
+  // (after /workspace: the daemon mounts it on top, and the job cannot change it)
+  if (!n.inputs_dir.empty()) binds.emplace_back(n.inputs_dir + ":" + inputs_mount + ":ro");
   for (const auto& v : n.volumes) binds.emplace_back(v);
 
   json::object host{{"Binds", std::move(binds)}, {"Init", true}, {"AutoRemove", false}};
@@ -96,6 +98,8 @@ void check_volume(const std::string& v) {
   if (host.empty() || host.front() != '/' || target.empty() || target.front() != '/')
     bad("both paths must be absolute");
   if (target == workspace) bad("/workspace is the job's work dir already");
+  if (target == inputs_mount || target.starts_with(std::string(inputs_mount) + "/"))
+    bad("/workspace/.tjob is where tjob gives the job its files");
   if (v.find('\0') != std::string::npos || v.find('\n') != std::string::npos)
     bad("it holds a control character");
 }

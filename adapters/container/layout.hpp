@@ -36,6 +36,8 @@ inline constexpr const char* label_memory = "tjob/memory";
 inline constexpr const char* label_gpus = "tjob/gpus";
 inline constexpr const char* label_array = "tjob/array";
 inline constexpr const char* workspace = "/workspace";
+/// Where a node reads what tjob gives it (inputs_dir, read-only).
+inline constexpr const char* inputs_mount = "/workspace/.tjob";
 
 inline std::string network_name(const std::string& job) { return job + "-net"; }
 inline std::string node_name(const std::string& job, int rank) {
@@ -44,7 +46,10 @@ inline std::string node_name(const std::string& job, int rank) {
 
 /// One node container to create.
 struct node_spec {
-  std::string job, step, container_name, image, network_id, runtime, workdir;
+  std::string job, step, container_name, image, network_id, runtime;
+  std::string workdir;        ///< the job's directory (the workdir label, as Kubeflow's)
+  std::string workspace_dir;  ///< bound read-write at /workspace; empty: workdir
+  std::string inputs_dir;     ///< bound read-only at /workspace/.tjob; empty: none
   std::vector<std::string> cmd;
   std::map<std::string, std::string> env;
   std::string working_dir = workspace;

@@ -1132,6 +1132,108 @@ TEST_CASE_TEMPLATE("a container that cannot start is refused with the daemon's r
   client.delete_job(name);
 }
 
+namespace {
+
+// Host files a job tries to make tjob write through links (issue 41).
+struct victims {
+  fs::path dir;
+  static constexpr const char* names[] = {"cancelled",     "deadline-exceeded", "admission.json",
+                                          "progress.json", "progress.jsonl",    "progress.json.tmp"};
+  explicit victims(const fs::path& d) : dir(d) {
+    fs::create_directories(dir);
+    for (const char* f : names) std::ofstream(dir / f) << "a host file\n";
+  }
+  void untouched() const {
+    for (const char* f : names) {
+      std::ifstream in(dir / f, std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      CHECK_MESSAGE(text == "a host file\n", f);
+    }
+  }
+  // A job that links every name tjob used to write under /workspace/.tjob to
+  // a host file, then the directory itself, says what it managed, and waits.
+  std::string script() const {
+    std::string s = "v=" + dir.string() + "\n";
+    s += "for f in cancelled deadline-exceeded admission.json progress.json progress.jsonl progress.json.tmp; do\n"
+         "  busybox ln -sf \"$v/$f\" /workspace/.tjob/$f 2>/dev/null && echo \"linked $f\"\n"
+         "done\n"
+         "busybox rm -rf /workspace/.tjob 2>/dev/null\n"
+         "busybox mv /workspace/.tjob /workspace/moved 2>/dev/null && echo moved\n"
+         "busybox ln -s \"$v\" /workspace/.tjob 2>/dev/null && echo relinked\n"
+         "echo '{\"progress_percent\": 99}' > /workspace/.tjob/progress.json 2>/dev/null && echo faked\n"
+         "echo ready\n"
+         "exec sleep 600\n";
+    return s;
+  }
+};
+
+bool said_any(const std::string& log, std::initializer_list<const char*> words) {
+  for (const char* w : words)
+    if (log.find(w) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a container job cannot make the engine write host files, or fake its own state", D,
+                   TJOB_DAEMONS) {
+  // Issue 41: tjob kept its files in /workspace/.tjob, the job's to write,
+  // and wrote them from the host (as root) following links: a cancel, a
+  // deadline or a progress report wrote through a link into any host file.
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  victims v(fs::path(fx.home()).parent_path() / ("victims-" + std::string(D::name)));
+  trainer_client client(fx.config(sock));
+  auto linker = shell_job(v.script(), "linker-cancel");
+  linker.active_deadline = 120s;  // (the bound of the follow below, should the job never say ready)
+  auto cancelled = client.train(linker);
+  auto deadline = shell_job(v.script(), "linker-deadline");
+  deadline.active_deadline = 3s;
+  client.train(deadline);
+  // A job that writes every name of tjob's state into its workspace, and ends well.
+  auto faker = client.train(shell_job(
+      "for f in cancelled deadline-exceeded admission.json progress.json progress.jsonl; do\n"
+      "  echo '{\"progress_percent\": 99, \"time_ms\": 1}' > /workspace/$f\n"
+      "done\n"
+      "echo '{\"progress_percent\": 99}' > /workspace/.tjob/progress.json 2>/dev/null && echo faked\n"
+      "echo done\n",
+      "faker"));
+
+  auto log_of = [&](const std::string& name) { return all_of(client.get_job_logs(name)); };
+  {
+    auto follow = client.get_job_logs(cancelled, {.follow = true});
+    std::optional<std::string> line;
+    while ((line = follow.next()) && *line != "ready\n") {
+    }
+    REQUIRE_MESSAGE(line, "the job never said ready: " << log_of(cancelled));
+  }
+  client.cancel_job(cancelled);
+  auto c = client.wait_for_job_status(cancelled, {job_status::failed}, 60s);
+  CHECK(c.reason == "cancelled");
+  auto d = client.wait_for_job_status("linker-deadline", {job_status::failed}, 60s);
+  CHECK(d.reason == "DeadlineExceeded");
+  auto f = client.wait_for_job_status(faker, {job_status::complete}, 60s);
+  CHECK(f.reason.empty());
+  CHECK(!f.progress_percent);
+  for (const auto& name : {cancelled, std::string("linker-deadline"), faker}) {
+    auto log = log_of(name);
+    CAPTURE(name);
+    CAPTURE(log);
+    CHECK_FALSE(said_any(log, {"linked", "moved", "relinked", "faked"}));  // /workspace/.tjob is read-only
+    CHECK(!client.get_job(name).progress_percent);
+  }
+  v.untouched();
+  // tjob's own files are beside the workspace, out of the job's reach.
+  const auto dir = fs::path(fx.home()) / "containers" / cancelled;
+  CHECK(fs::exists(dir / "cancelled"));
+  CHECK(fs::exists(dir / "admission.json"));
+  CHECK(fs::is_directory(dir / "workspace"));
+  CHECK(fs::exists(fs::path(fx.home()) / "containers" / "linker-deadline" / "deadline-exceeded"));
+  for (const auto& name : {cancelled, std::string("linker-deadline"), faker}) client.delete_job(name);
+  v.untouched();
+}
+
 TEST_CASE_TEMPLATE("a container job with host networking reports progress to the process that made it", D,
                    TJOB_DAEMONS) {
   fixture fx;
@@ -1145,8 +1247,17 @@ TEST_CASE_TEMPLATE("a container job with host networking reports progress to the
   trainer_client client(cfg);
   // The helper (import tjob, on the PYTHONPATH tjob gives the job), then a
   // body that is not a report, as Kubeflow's client would send it.
+  // It first tries to link the files tjob writes for a report to host files
+  // (issue 41): /workspace/.tjob is read-only, and tjob writes elsewhere.
+  victims v(fs::path(fx.home()).parent_path() / ("victims-" + std::string(D::name)));
   const std::string code =
       "import os, subprocess, sys, tjob\n"
+      "for f in ('progress.json', 'progress.jsonl', 'progress.json.tmp'):\n"
+      "    try:\n"
+      "        os.symlink('" + v.dir.string() + "/' + f, '/workspace/.tjob/' + f)\n"
+      "        print('linked', f, flush=True)\n"
+      "    except OSError as e:\n"
+      "        print('refused', f, e.errno, flush=True)\n"
       "print(os.environ['KUBEFLOW_TRAINER_SERVER_URL'], flush=True)\n"
       "print('module', tjob.__file__, flush=True)\n"
       "assert tjob.report(progress=50, eta=20, loss=0.5)\n"
@@ -1164,6 +1275,8 @@ TEST_CASE_TEMPLATE("a container job with host networking reports progress to the
   auto log = all_of(client.get_job_logs(name));
   CAPTURE(log);
   CHECK(log.find("module /opt/tjob/python/tjob/__init__.py") != std::string::npos);
+  CHECK(log.find("linked") == std::string::npos);
+  CHECK(log.find("refused progress.jsonl 30") != std::string::npos);  // EROFS
   CHECK(log.find("posted 400") != std::string::npos);
   CHECK(job.progress_percent == 50);
   CHECK(job.estimated_remaining_seconds == 20);
@@ -1183,8 +1296,8 @@ TEST_CASE_TEMPLATE("a container job with host networking reports progress to the
   CHECK(other.get_job(name).progress_percent == 50);
 
   // After its end, a report with its own token is refused, and nothing changes.
-  const auto url = log.substr(0, log.find('\n'));
-  const auto dir = fs::path(fx.home()) / "containers" / name / ".tjob";
+  const auto url = log.substr(log.find("https://"), log.find('\n', log.find("https://")) - log.find("https://"));
+  const auto dir = fs::path(fx.home()) / "containers" / name / "inputs";
   auto late =
       tjob::test::run({"/usr/bin/python3", src + "/tests/support/progress_probe.py", "post", url,
                        (dir / "progress-token").string(), R"({"trainerStatus": {"progressPercentage": 90}})"},
@@ -1193,6 +1306,7 @@ TEST_CASE_TEMPLATE("a container job with host networking reports progress to the
   CHECK(late.out.find("posted 409") != std::string::npos);
   CHECK(client.get_job(name).progress_percent == 50);
   client.delete_job(name);
+  v.untouched();
 }
 
 TEST_CASE_TEMPLATE("a container job without host networking gets no progress endpoint", D, TJOB_DAEMONS) {

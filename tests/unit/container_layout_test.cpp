@@ -1,12 +1,19 @@
 // The pure parts of the container backend: log frames, line splitting,
 // endpoints, the create body (GPU DeviceRequest included) and status mapping.
 #include "adapters/container/docker_api.hpp"
+#include "adapters/container/job_dir.hpp"
 #include "adapters/container/layout.hpp"
 #include "adapters/http/http_client.hpp"
 
 #include <tjob/error.hpp>
 
 #include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
 #include <boost/json/serialize.hpp>
 
 using namespace tjob;
@@ -108,6 +115,8 @@ TEST_CASE("create_body lays a node out as Kubeflow does, with limits and a GPU r
   n.network_id = "net123";
   n.runtime = "torch-distributed";
   n.workdir = "/home/u/.tjob/containers/j1";
+  n.workspace_dir = "/home/u/.tjob/containers/j1/workspace";
+  n.inputs_dir = "/home/u/.tjob/containers/j1/inputs";
   n.cmd = {"python3", "x.py"};
   n.env = {{"A", "1; $(rm -rf /)"}};
   n.network = container_network::job;
@@ -128,8 +137,12 @@ TEST_CASE("create_body lays a node out as Kubeflow does, with limits and a GPU r
   CHECK(host.at("Init") == true);
   CHECK(host.at("Memory") == 268435456);
   CHECK(host.at("NanoCpus") == 500000000);
-  CHECK(host.at("Binds").as_array()[0] == "/home/u/.tjob/containers/j1:/workspace:rw");
-  CHECK(host.at("Binds").as_array()[1] == "/data:/data:ro");
+  // The workspace is the job's; its inputs are bound read-only on top, at
+  // /workspace/.tjob; tjob's own state (the job's dir) is not bound at all.
+  CHECK(labels.at(label_workdir) == "/home/u/.tjob/containers/j1");
+  CHECK(host.at("Binds").as_array()[0] == "/home/u/.tjob/containers/j1/workspace:/workspace:rw");
+  CHECK(host.at("Binds").as_array()[1] == "/home/u/.tjob/containers/j1/inputs:/workspace/.tjob:ro");
+  CHECK(host.at("Binds").as_array()[2] == "/data:/data:ro");
   CHECK(json::serialize(host.at("DeviceRequests")) ==
         R"([{"Driver":"","Count":2,"DeviceIDs":null,"Capabilities":[["gpu"]],"Options":{}}])");
   CHECK(b.at("NetworkingConfig").at("EndpointsConfig").at("j1-net").at("Aliases").as_array()[0] ==
@@ -165,7 +178,8 @@ TEST_CASE("status_of maps container states as Kubeflow does") {
 TEST_CASE("check_volume wants absolute HOST:CONTAINER[:ro|rw]") {
   check_volume("/usr:/usr:ro");
   check_volume("/data:/data");
-  for (const char* bad : {"usr:/usr", "/usr", "/a:/b:xx", "/a:/workspace", "/a:rel"})
+  for (const char* bad :
+       {"usr:/usr", "/usr", "/a:/b:xx", "/a:/workspace", "/a:rel", "/a:/workspace/.tjob", "/a:/workspace/.tjob/x:ro"})
     CHECK(code_of([&] { check_volume(bad); }) == errc::invalid_argument);
 }
 
@@ -195,4 +209,87 @@ TEST_CASE("a daemon's container events are told in the event log's vocabulary, t
   REQUIRE(podman.has_value());
   CHECK(podman->reason == "Started");
   CHECK(podman->message == "container p: start");
+}
+
+namespace {
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    char t[] = "/tmp/tjob-jobdir-XXXXXX";
+    path = ::mkdtemp(t);
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("a job's state files are written without following a link the job may have made (issue 41)") {
+  namespace fs = std::filesystem;
+  temp_dir t;
+  const auto containers = t.path / "containers";
+  const auto victim = t.path / "victim";
+  fs::create_directories(victim);
+  for (const char* f : {"cancelled", "deadline-exceeded", "progress.jsonl", "progress.json", "hard"})
+    std::ofstream(victim / f) << "host file\n";
+  auto untouched = [&] {
+    for (const char* f : {"cancelled", "deadline-exceeded", "progress.jsonl", "progress.json", "hard"})
+      CHECK_MESSAGE(read_file(victim / f) == "host file\n", f);
+  };
+
+  SUBCASE("a job of the old layout: its state was inside its workspace") {
+    // containers/j/.tjob/ was /workspace/.tjob, the job's to write: every
+    // name a link to a host file, and a hard link to one.
+    const auto state = containers / "j" / ".tjob";
+    fs::create_directories(state);
+    for (const char* f : {"cancelled", "deadline-exceeded", "progress.jsonl", "progress.json"})
+      fs::create_symlink(victim / f, state / f);
+    fs::create_symlink(victim / "progress.json", state / "progress.json.tmp");
+    fs::create_hard_link(victim / "hard", state / "admission.json");
+    auto d = job_dir::open(containers, "j");
+    REQUIRE(d);
+    CHECK(d->legacy());
+    CHECK_FALSE(d->exists("cancelled"));      // a link is not a marker
+    CHECK(d->read("progress.json").empty());  // nor a file to read
+    d->mark("cancelled");                     // made in place of nothing: the link stays, unfollowed
+    d->mark("deadline-exceeded", "3\n");
+    d->replace("progress.json", "{}");  // replaces the link itself
+    CHECK(d->read("progress.json") == "{}");
+    CHECK(fs::is_symlink(state / "cancelled"));
+    CHECK(code_of([&] { d->append("progress.jsonl", "x\n"); }) == errc::invalid_argument);
+    CHECK(code_of([&] { d->append("admission.json", "x\n"); }) == errc::invalid_argument);  // two names
+    untouched();
+  }
+
+  SUBCASE("the layout of now: its state is beside its workspace, out of its reach") {
+    fs::create_directories(containers / "j" / "workspace" / ".tjob");
+    fs::create_directories(containers / "j" / "inputs");
+    auto d = job_dir::open(containers, "j");
+    REQUIRE(d);
+    CHECK_FALSE(d->legacy());
+    d->mark("cancelled");
+    CHECK(d->exists("cancelled"));
+    CHECK(fs::exists(containers / "j" / "cancelled"));
+    d->append("progress.jsonl", "a\n");
+    d->append("progress.jsonl", "b\n");
+    CHECK(d->read("progress.jsonl") == "a\nb\n");
+    d->remove("progress.jsonl");
+    CHECK_FALSE(d->exists("progress.jsonl"));
+    untouched();
+  }
+
+  SUBCASE("the job's directory itself a link: not opened") {
+    fs::create_directories(containers);
+    fs::create_symlink(victim, containers / "j");
+    CHECK_FALSE(job_dir::open(containers, "j"));
+    CHECK_FALSE(job_dir::open(containers, ".."));
+    CHECK_FALSE(job_dir::open(containers, "a/b"));
+    CHECK(code_of([&] { make_private_dir(containers / "j"); }) == errc::invalid_argument);
+    untouched();
+  }
 }
