@@ -81,6 +81,7 @@ struct common_options {
   bool no_venv_cache = false;
   std::optional<long long> venv_cache_ttl;  // seconds
   std::string server, token_file, server_ca;
+  bool insecure = false;
   std::optional<int> max_running, cpu_budget;  // admission budgets
   std::string memory_budget;
 };
@@ -127,13 +128,14 @@ engine_config remote_config(const common_options& o, const std::string& server) 
   cfg.remote.server = server;
   if (!o.token_file.empty()) cfg.remote.token_file = std::filesystem::absolute(o.token_file);
   if (!o.server_ca.empty()) cfg.remote.ca_file = std::filesystem::absolute(o.server_ca);
+  cfg.remote.insecure = o.insecure;
   return cfg;
 }
 
 engine_config make_config(const common_options& o) {
   if (auto server = server_of(o); !server.empty()) return remote_config(o, server);
-  if (!o.token_file.empty() || !o.server_ca.empty())
-    throw usage_error("--token-file and --server-ca are for a client of tjob serve; add --server URL");
+  if (!o.token_file.empty() || !o.server_ca.empty() || o.insecure)
+    throw usage_error("--token-file, --server-ca and --insecure are for a client of tjob serve; add --server URL");
   engine_config cfg;
   if (!o.home.empty()) cfg.home = o.home;
   if (!o.runtime_dirs.empty()) {
@@ -361,6 +363,9 @@ void add_common_options(CLI::App& app, common_options& common) {
   app.add_option("--token-file", common.token_file,
                  "With --server over TCP: the file of the server's bearer token ($TJOB_HOME/serve.token "
                  "there); $TJOB_TOKEN gives the token itself");
+  app.add_flag("--insecure", common.insecure,
+               "With a tcp:// --server off loopback: send the token over plain HTTP anyway (anyone on the "
+               "path reads it); without it such a server is refused: use https://");
   app.add_option("--server-ca", common.server_ca,
                  "With an https --server: the PEM file of the CA that signed its certificate "
                  "($TJOB_SERVER_CA; default: the system's trust store)");

@@ -32,8 +32,19 @@ void add_serve_options(CLI::App* cmd, serve_options& o) {
                   "when missing");
   cmd->add_option("--tls-cert", o.tls_cert, "TLS on TCP: the certificate chain (PEM)");
   cmd->add_option("--tls-key", o.tls_key, "TLS on TCP: the private key (PEM)");
+  cmd->add_flag("--inherit-environment", o.inherit_environment,
+                "Local jobs get this server's whole environment under their own env (default: only PATH, "
+                "HOME, the locale, proxies, pip's and CUDA's settings; docs/security.md)");
+  cmd->add_flag("--insecure", o.insecure,
+                "Serve plain HTTP on a TCP address off loopback (the token and every job cross the network in "
+                "clear); without it, such a --listen needs --tls-cert and --tls-key");
   cmd->add_option("--max-connections", o.max_connections,
-                  "Connections open at once; one more is answered 503 (default 1024)");
+                  "Connections open at once, per listener; one more is answered 503 (default 1024)");
+  cmd->add_option("--max-pending-per-peer", o.max_pending_per_peer,
+                  "TCP connections from one address that have not sent the token yet (default 16; a quarter "
+                  "of --max-connections in all)");
+  cmd->add_option("--header-timeout", o.header_timeout,
+                  "Seconds a TCP connection without the token yet has to send a request's header (default 10)");
   cmd->add_option("--idle-timeout", o.idle_timeout,
                   "Seconds an idle or stalled connection is kept (default 60)");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "The largest job spec accepted (default 1048576)");
@@ -71,6 +82,7 @@ std::string load_token(const std::string& given, const std::filesystem::path& ho
       if (!ok) throw usage_error("cannot write the token file " + path.string());
     }
   }
+  if (auto why = secret_file_problem(path); !why.empty()) throw usage_error("--token-file " + path.string() + " " + why);
   std::ifstream in(path);
   if (!in) throw usage_error("--token-file " + path.string() + ": cannot read it");
   std::stringstream text;
@@ -148,6 +160,11 @@ void tell_parent(int& fd, const std::string& what) {
 int run_serve(engine_config config, const serve_options& o) {
   std::signal(SIGPIPE, SIG_IGN);
   if (o.idle_timeout <= 0) throw usage_error("--idle-timeout must be more than 0 seconds");
+  if (o.header_timeout <= 0) throw usage_error("--header-timeout must be more than 0 seconds");
+  if (o.max_pending_per_peer < 1) throw usage_error("--max-pending-per-peer must be 1 or more");
+  if (!o.tls_key.empty())
+    if (auto why = secret_file_problem(o.tls_key); !why.empty())
+      throw usage_error("--tls-key " + o.tls_key + " " + why);
   if (o.max_connections < 1) throw usage_error("--max-connections must be 1 or more");
   // Before any thread exists (the engine's): fork is safe only then.
   int ready = o.detach ? detach_server(config.home.empty() ? default_home() : config.home) : -1;
@@ -162,6 +179,9 @@ int run_serve(engine_config config, const serve_options& o) {
 int serve_in_foreground(engine_config config, const serve_options& o, int& ready) {
   auto logger = make_logger();
   asio::io_context io(1);
+  // A submitter gets what it asks for and the documented allow-list of the
+  // server's environment, not the server's secrets (docs/security.md).
+  config.clean_job_environment = !o.inherit_environment;
   engine eng(io.get_executor(), config);
   serve::server_config sc;
   sc.listen = o.listen;
@@ -171,7 +191,10 @@ int serve_in_foreground(engine_config config, const serve_options& o, int& ready
   sc.tls_cert = o.tls_cert;
   sc.tls_key = o.tls_key;
   sc.max_connections = o.max_connections;
+  sc.max_pending_per_peer = o.max_pending_per_peer;
+  sc.insecure = o.insecure;
   sc.idle_timeout = std::chrono::milliseconds(static_cast<long long>(o.idle_timeout * 1000));
+  sc.header_timeout = std::chrono::milliseconds(static_cast<long long>(o.header_timeout * 1000));
   sc.max_body_bytes = o.max_body_bytes;
   sc.logger = logger;
   sc.backend = std::string(to_string(config.backend));

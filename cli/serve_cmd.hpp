@@ -15,8 +15,9 @@ namespace tjob::cli {
 struct serve_options {
   std::vector<std::string> listen;
   std::string token_file, tls_cert, tls_key;
-  std::size_t max_connections = 1024;
-  double idle_timeout = 60;
+  std::size_t max_connections = 1024, max_pending_per_peer = 16;
+  double idle_timeout = 60, header_timeout = 10;
+  bool insecure = false, inherit_environment = false;
   std::size_t max_body_bytes = 1 << 20;
   bool detach = false;
 };

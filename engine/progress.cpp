@@ -214,9 +214,14 @@ bool progress_gate::take(std::chrono::steady_clock::time_point now) {
   return true;
 }
 
-bool progress_gate::record(std::chrono::steady_clock::time_point now) {
-  if (recorded_ >= events && now - last_recorded_ < thin_after) return false;
+bool progress_gate::record(std::chrono::steady_clock::time_point now, std::size_t bytes) {
+  if (recorded_bytes_ + bytes > most_bytes) return false;
+  if (recorded_ >= events) {
+    const auto steps = std::min<std::size_t>((recorded_ - events) / per_step, max_doublings);
+    if (now - last_recorded_ < thin_after * (std::int64_t{1} << steps)) return false;
+  }
   ++recorded_;
+  recorded_bytes_ += bytes;
   last_recorded_ = now;
   return true;
 }

@@ -84,26 +84,33 @@ void apply_progress(event& e, const progress_report& r);
 
 /// How fast one job's reports are taken: a bucket of `burst` reports that
 /// refills at `per_second`; a report that finds it empty is refused (429),
-/// and nothing of it is kept. And how many of the taken ones become events:
-/// all of them up to `events` per job, then one each `thin_after` (the
-/// latest fields always change).
+/// and nothing of it is kept. And how many of the taken ones become events
+/// (the latest fields always change), so that what a job keeps is bounded
+/// however long it runs: all of them up to `events`, then one each
+/// `thin_after`, an interval that doubles after each further `per_step`
+/// events up to `max_doublings` (a month-long job keeps about 18,000, ten
+/// years of reports fewer than 30,000), and none past `most_bytes` of
+/// reports; 256 metrics of 64-byte names and values bound a report.
+/// The count is the owning process's: an owner that takes a job over after
+/// a restart counts anew.
 class progress_gate {
  public:
   static constexpr double burst = 20, per_second = 5;
-  static constexpr std::size_t events = 10'000;
+  static constexpr std::size_t events = 10'000, per_step = 1'000, max_doublings = 20;
+  static constexpr std::size_t most_bytes = 64u << 20;
   static constexpr std::chrono::seconds thin_after{10};
 
   /// Whether a report arriving at `now` is taken.
   bool take(std::chrono::steady_clock::time_point now);
-  /// Whether the taken report becomes an event (call after take).
-  bool record(std::chrono::steady_clock::time_point now);
+  /// Whether the taken report, of `bytes` as stored, becomes an event (call after take).
+  bool record(std::chrono::steady_clock::time_point now, std::size_t bytes = 0);
   /// Seconds until one more report would be taken (Retry-After).
   int retry_after() const;
 
  private:
   double tokens_ = burst;
   std::optional<std::chrono::steady_clock::time_point> refilled_;
-  std::size_t recorded_ = 0;
+  std::size_t recorded_ = 0, recorded_bytes_ = 0;
   std::chrono::steady_clock::time_point last_recorded_{};
 };
 

@@ -4,6 +4,11 @@
 
 #include <tjob/wire.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
 #include <fmt/format.h>
 #include <openssl/evp.h>
 #include <boost/asio/this_coro.hpp>
@@ -215,16 +220,22 @@ std::optional<key_record> read_record(const std::filesystem::path& file, std::ch
 }
 
 void write_record(const std::filesystem::path& file, const key_record& r) {
-  std::filesystem::create_directories(file.parent_path());
+  // Private as everything in $TJOB_HOME (0700, 0600), whatever the umask and
+  // the home's own mode (an administrator's /var/lib/tjob may be 0755).
+  std::filesystem::create_directories(file.parent_path().parent_path().parent_path());
+  for (const auto& d : {file.parent_path().parent_path(), file.parent_path()})
+    if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST)
+      throw error(errc::store_unavailable, "cannot create " + d.string() + ": " + std::strerror(errno));
+  ::chmod(file.parent_path().c_str(), 0700);  // (one an older tjob made 0755)
   auto tmp = file;
   tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    json::object o{{"name", r.name}, {"digest", r.digest}};
-    out << json::serialize(o);
-    if (!out.flush())
-      throw error(errc::store_unavailable, "cannot write the Idempotency-Key record " + tmp.string());
-  }
+  json::object o{{"name", r.name}, {"digest", r.digest}};
+  const auto text = json::serialize(o);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  bool ok = fd >= 0 && ::fchmod(fd, 0600) == 0 &&
+            ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw error(errc::store_unavailable, "cannot write the Idempotency-Key record " + tmp.string());
   std::filesystem::rename(tmp, file);
 }
 

@@ -83,6 +83,54 @@ bool same_token(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+// One listener's budget: its connections, and those of them (TCP) that have
+// not shown the token yet, in all and per peer address.
+struct listener_budget {
+  std::size_t open = 0, pending = 0;
+  std::map<asio::ip::address, std::size_t> pending_by_peer;
+};
+
+// A TCP connection's place among the pending ones, given back when it shows
+// the token or ends.
+class pending_slot {
+ public:
+  pending_slot(listener_budget& b, asio::ip::address peer) : b_(&b), peer_(std::move(peer)) {
+    ++b_->pending;
+    ++b_->pending_by_peer[peer_];
+  }
+  pending_slot(const pending_slot&) = delete;
+  pending_slot& operator=(const pending_slot&) = delete;
+  ~pending_slot() { release(); }
+  bool held() const { return b_ != nullptr; }
+  void release() {
+    if (!b_) return;
+    --b_->pending;
+    if (auto it = b_->pending_by_peer.find(peer_); it != b_->pending_by_peer.end() && --it->second == 0)
+      b_->pending_by_peer.erase(it);
+    b_ = nullptr;
+  }
+
+ private:
+  listener_budget* b_;
+  asio::ip::address peer_;
+};
+
+// A field for the access log: quoted, with what would end or break the field escaped.
+std::string log_quoted(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 struct server::impl : std::enable_shared_from_this<server::impl> {
@@ -97,7 +145,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   std::vector<asio::ip::tcp::acceptor> tcp_acceptors;
   std::vector<std::string> bound;
   std::vector<std::filesystem::path> socket_files;
-  std::size_t open = 0;                          // connections being served
+  std::list<listener_budget> budgets;            // one per acceptor (accept_loop)
+  std::size_t open = 0;                          // connections being served, every listener's
   std::list<asio::cancellation_signal> signals;  // one per connection: a drain emits them all
   asio::steady_timer all_closed;
   bool stopping = false;
@@ -128,8 +177,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     if (!cfg.logger) return;
     auto path = target.substr(0, target.find('?'));
     auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
-    cfg.logger->info("msg=request peer={} method={} path=\"{}\" status={} ms={:.2f} bytes={}", peer, method,
-                     std::string(path), status, ms, bytes);
+    // (a method is an HTTP token, or "-": no quote or space can be in it)
+    cfg.logger->info("msg=request peer={} method={} path={} status={} ms={:.2f} bytes={}", peer, method,
+                     log_quoted(path), status, ms, bytes);
   }
 
   void bind_unix(const std::string& path) {
@@ -173,6 +223,12 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     if (ec || results.empty())
       throw error(errc::invalid_argument, "tcp://" + l.host + ": cannot resolve the host: " + ec.message());
     auto ep = results.begin()->endpoint();
+    if (!tls && !cfg.insecure && !ep.address().is_loopback())
+      throw error(errc::invalid_argument,
+                  fmt::format("tcp://{}:{}: {} is not a loopback address, and without TLS the token and every job "
+                              "would cross the network in clear; give --tls-cert and --tls-key, or --insecure to "
+                              "serve plain HTTP there anyway",
+                              l.host, l.port, ep.address().to_string()));
     asio::ip::tcp::acceptor a(eng.get_executor());
     a.open(ep.protocol());
     a.set_option(asio::socket_base::reuse_address(true));
@@ -207,9 +263,10 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
 
   // --- one connection
 
-  void closed_one() {
+  void closed_one(listener_budget& b) {
     stats.connection_closed();
     --open;
+    --b.open;
     wake_if_drained();
   }
 
@@ -258,21 +315,23 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   }
 
   template <class Stream>
-  asio::awaitable<void> serve_connection(Stream stream, std::string peer, bool needs_token) {
+  asio::awaitable<void> serve_connection(Stream stream, std::string peer, listener_budget& budget,
+                                         std::unique_ptr<pending_slot> pending) {
     auto self = shared_from_this();
     auto& sig = signals.emplace_back();
     auto sig_it = std::prev(signals.end());
     struct leave {
       impl& s;
+      listener_budget& b;
       std::list<asio::cancellation_signal>::iterator it;
       ~leave() {
         s.signals.erase(it);
-        s.closed_one();
+        s.closed_one(b);
       }
-    } on_exit{*this, sig_it};
+    } on_exit{*this, budget, sig_it};
     (void)sig;
     try {
-      co_await serve_requests(stream, peer, needs_token, *sig_it);
+      co_await serve_requests(stream, peer, pending.get(), *sig_it);
     } catch (const std::exception& e) {
       if (cfg.logger) cfg.logger->debug("msg=\"connection ended\" peer={} error=\"{}\"", peer, e.what());
     }
@@ -310,11 +369,16 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     socket.close(ec);
   }
 
+  // `pending`: a TCP connection's slot among those that have not shown the
+  // token (null on the unix socket, which needs none): its header must come
+  // within header_timeout, and its first request with the token frees it.
   template <class Stream>
-  asio::awaitable<void> serve_requests(Stream& stream, const std::string& peer, bool needs_token,
+  asio::awaitable<void> serve_requests(Stream& stream, const std::string& peer, pending_slot* pending,
                                        asio::cancellation_signal& sig) {
+    const bool needs_token = pending != nullptr;
+    auto header_time = [&] { return pending && pending->held() ? cfg.header_timeout : cfg.idle_timeout; };
     if constexpr (std::is_same_v<Stream, tls_stream>) {
-      lowest(stream).expires_after(cfg.idle_timeout);
+      lowest(stream).expires_after(header_time());
       co_await stream.async_handshake(asio::ssl::stream_base::server, asio::use_awaitable);
     }
     beast::flat_buffer buffer;
@@ -323,7 +387,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<std::uint32_t>(cfg.max_header_bytes));
       parser.body_limit(cfg.max_body_bytes);
-      lowest(stream).expires_after(cfg.idle_timeout);
+      lowest(stream).expires_after(header_time());
       boost::system::error_code ec;
       // (a drain cancels a connection that waits for its next request)
       co_await http::async_read_header(
@@ -369,6 +433,25 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         log_request(peer, method, target, 413, began, 0);
         co_return;
       }
+      // The token, right after the header: nothing of a body is read, and no
+      // 100 Continue sent, for a client without it (then the connection closes).
+      if (needs_token && !token_free(method, target)) {
+        auto auth = head[http::field::authorization];
+        std::string_view given;
+        bool bearer = auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ");
+        if (bearer) given = std::string_view(auth.data() + 7, auth.size() - 7);
+        if (!bearer || !same_token(given, cfg.token)) {
+          auto r = error_reply(401, "unauthorized",
+                               bearer ? "the bearer token is wrong; use the one in the server's token file"
+                                      : "this server needs a token: send Authorization: Bearer <token> (the "
+                                        "server's token file, or --token-file)");
+          co_await write_reply(stream, r, false);
+          log_request(peer, method, target, 401, began, r.body.size());
+          co_return;
+        }
+        pending->release();  // it has shown the token: a client, no longer a stranger
+      }
+      lowest(stream).expires_after(cfg.idle_timeout);
       if (auto expect = head[http::field::expect]; beast::iequals(expect, "100-continue")) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
         co_await http::async_write(stream, cont, asio::use_awaitable);
@@ -386,22 +469,6 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       }
       auto req_msg = parser.release();
       bool keep_alive = req_msg.keep_alive();
-      if (needs_token && !token_free(method, target)) {
-        auto auth = req_msg[http::field::authorization];
-        std::string_view given;
-        bool bearer = auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ");
-        if (bearer) given = std::string_view(auth.data() + 7, auth.size() - 7);
-        if (!bearer || !same_token(given, cfg.token)) {
-          auto r = error_reply(401, "unauthorized",
-                               bearer ? "the bearer token is wrong; use the one in the server's token file"
-                                      : "this server needs a token: send Authorization: Bearer <token> (the "
-                                        "server's token file, or --token-file)");
-          co_await write_reply(stream, r, keep_alive);
-          log_request(peer, method, target, 401, began, r.body.size());
-          if (!keep_alive) co_return;
-          continue;
-        }
-      }
       request rq;
       rq.method = method;
       rq.target = target;
@@ -530,22 +597,38 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     co_return bytes;
   }
 
-  // One more connection than allowed: a 503, then close.
+  // One more connection than allowed: a 503 saying why, then close.
   template <class Stream>
-  asio::awaitable<void> refuse_connection(Stream stream) {
+  asio::awaitable<void> refuse_connection(Stream stream, std::string why) {
     auto self = shared_from_this();
-    auto r = error_reply(
-        503, "unavailable",
-        fmt::format("the server has {} connections open, its limit; retry later", cfg.max_connections));
+    auto r = error_reply(503, "unavailable", why);
     r.headers.emplace_back("Retry-After", "1");
     lowest(stream).expires_after(std::chrono::seconds(2));
     co_await write_reply(stream, r, false);
     co_await linger(lowest(stream).socket(), std::chrono::milliseconds(200));  // (a flood: be brief)
   }
 
+  // Why a new connection is refused, or empty: its listener is full, or (TCP)
+  // too many of its peer's connections, or of all, have not shown the token.
+  std::string refusal(const listener_budget& b, const asio::ip::address* peer) const {
+    if (b.open >= cfg.max_connections)
+      return fmt::format("the server has {} connections open, its limit; retry later", cfg.max_connections);
+    if (!peer) return {};
+    const auto most = std::max<std::size_t>(1, cfg.max_connections / 4);
+    if (b.pending >= most)
+      return fmt::format("{} connections are open that have not sent the token, the limit; retry later", most);
+    auto it = b.pending_by_peer.find(*peer);
+    if (it != b.pending_by_peer.end() && it->second >= cfg.max_pending_per_peer)
+      return fmt::format("{} connections from {} have not sent the token, the limit for one address; send "
+                         "requests with it, or retry later",
+                         cfg.max_pending_per_peer, peer->to_string());
+    return {};
+  }
+
   template <class Acceptor, class Stream>
   asio::awaitable<void> accept_loop(Acceptor& acceptor, bool tcp) {
     auto self = shared_from_this();
+    auto& budget = budgets.emplace_back();
     for (;;) {
       boost::system::error_code ec;
       auto socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
@@ -558,38 +641,45 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         continue;
       }
       std::string peer = tcp ? "tcp" : "unix";
-      if (open >= cfg.max_connections) {
+      std::optional<asio::ip::address> address;
+      if constexpr (!std::is_same_v<Stream, local_stream>) {
+        boost::system::error_code aec;
+        auto remote = socket.remote_endpoint(aec);
+        if (aec) continue;  // gone already
+        address = remote.address();
+      }
+      if (auto why = refusal(budget, address ? &*address : nullptr); !why.empty()) {
         if (refusing >= 64) continue;  // a flood: the socket closes as it goes out of scope
         ++refusing;
-        if constexpr (std::is_same_v<Stream, local_stream>) {
-          asio::co_spawn(acceptor.get_executor(), refuse_connection(local_stream(std::move(socket))),
-                         [self](std::exception_ptr) {
-                           --self->refusing;
-                           self->wake_if_drained();
-                         });
-        } else {
-          asio::co_spawn(acceptor.get_executor(), refuse_connection(beast::tcp_stream(std::move(socket))),
-                         [self](std::exception_ptr) {
-                           --self->refusing;
-                           self->wake_if_drained();
-                         });
-        }
+        auto done = [self](std::exception_ptr) {
+          --self->refusing;
+          self->wake_if_drained();
+        };
+        if constexpr (std::is_same_v<Stream, local_stream>)
+          asio::co_spawn(acceptor.get_executor(), refuse_connection(local_stream(std::move(socket)), why), done);
+        else
+          asio::co_spawn(acceptor.get_executor(), refuse_connection(beast::tcp_stream(std::move(socket)), why),
+                         done);
         continue;
       }
       ++open;
+      ++budget.open;
       stats.connection_opened();
       if constexpr (std::is_same_v<Stream, local_stream>) {
         asio::co_spawn(acceptor.get_executor(),
-                       serve_connection(local_stream(std::move(socket)), peer, false),
-                       [self](std::exception_ptr) {});
-      } else if (tls) {
-        tls_stream s(beast::tcp_stream(std::move(socket)), *tls);
-        asio::co_spawn(acceptor.get_executor(), serve_connection(std::move(s), peer, true),
+                       serve_connection(local_stream(std::move(socket)), peer, budget, nullptr),
                        [self](std::exception_ptr) {});
       } else {
-        asio::co_spawn(acceptor.get_executor(),
-                       serve_connection(beast::tcp_stream(std::move(socket)), peer, true),
-                       [self](std::exception_ptr) {});
+        auto slot = std::make_unique<pending_slot>(budget, *address);
+        if (tls) {
+          tls_stream s(beast::tcp_stream(std::move(socket)), *tls);
+          asio::co_spawn(acceptor.get_executor(), serve_connection(std::move(s), peer, budget, std::move(slot)),
+                         [self](std::exception_ptr) {});
+        } else {
+          asio::co_spawn(acceptor.get_executor(),
+                         serve_connection(beast::tcp_stream(std::move(socket)), peer, budget, std::move(slot)),
+                         [self](std::exception_ptr) {});
+        }
       }
     }
   }

@@ -40,8 +40,21 @@ struct server_config {
   std::string token;
   /// TLS on the TCP listeners (PEM files); both or neither.
   std::filesystem::path tls_cert, tls_key;
-  /// Connections open at once; one more is answered 503 and closed.
+  /// Listen on a TCP address off loopback without TLS (the token and every
+  /// job cross the network in clear). Without it such a listener is refused.
+  bool insecure = false;
+  /// Connections open at once, per listener: the unix socket and each TCP
+  /// address count apart, so no TCP client can lock the owner out of the
+  /// socket. One more is answered 503 and closed.
   std::size_t max_connections = 1024;
+  /// TCP connections that have not shown the token yet ("pending"): at most
+  /// this many from one peer address, and a quarter of max_connections in
+  /// all; one more is answered 503 and closed. A connection stops being
+  /// pending at its first request with the right token.
+  std::size_t max_pending_per_peer = 16;
+  /// A pending connection's request header (its TLS handshake included) must
+  /// arrive whole within this time, or the connection is closed.
+  std::chrono::milliseconds header_timeout{10'000};
   /// A request's body (a job spec), and its request line and headers together.
   std::size_t max_body_bytes = 1 << 20;
   std::size_t max_header_bytes = 16 << 10;

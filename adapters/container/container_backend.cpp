@@ -7,6 +7,7 @@
 #include "engine/log_stream_impl.hpp"
 #include "engine/messages.hpp"
 #include "engine/names.hpp"
+#include "engine/secrets.hpp"
 #include "engine/times.hpp"
 #include "engine/trainer_checks.hpp"
 
@@ -123,6 +124,47 @@ std::string socket_problem(const http::endpoint& ep) {
   return {};
 }
 
+std::string read_pem(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) fail(errc::invalid_argument, "DOCKER_CERT_PATH: cannot read " + p.string() +
+                                            "; give the directory of ca.pem, cert.pem and key.pem (as for docker)");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A TCP daemon as the docker CLI reaches it: with DOCKER_TLS_VERIFY set, TLS
+// verified against DOCKER_CERT_PATH's ca.pem (default ~/.docker), showing its
+// cert.pem and key.pem; without it, plain HTTP, and only on this machine
+// (plain HTTP elsewhere lets anyone on the path run containers as the
+// daemon's user). Sets `tls` and the endpoint's scheme; returns why it may
+// not be used, or empty.
+std::string tcp_setup(http::endpoint& ep, std::optional<http::tls_config>& tls) {
+  if (ep.type != http::endpoint::kind::tcp) return {};
+  const char* verify = std::getenv("DOCKER_TLS_VERIFY");
+  if (verify && *verify) {
+    const char* path = std::getenv("DOCKER_CERT_PATH");
+    const char* home = std::getenv("HOME");
+    fs::path dir = path && *path ? fs::path(path) : fs::path(home ? home : "") / ".docker";
+    if (auto why = secret_file_problem(dir / "key.pem"); !why.empty()) return "DOCKER_CERT_PATH: key.pem " + why;
+    tls.emplace();
+    tls->ca_pem = read_pem(dir / "ca.pem");
+    tls->client_cert_pem = read_pem(dir / "cert.pem");
+    tls->client_key_pem = read_pem(dir / "key.pem");
+    tls->source = "DOCKER_CERT_PATH " + dir.string();
+    ep.tls = true;
+    return {};
+  }
+  if (ep.tls) {
+    tls.emplace();
+    tls->source = "the system's trust store";
+    return {};
+  }
+  if (!detail::is_loopback_host(ep.host))
+    return "plain HTTP to a daemon that is not on this machine would let anyone on the path run containers "
+           "there; set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (ca.pem, cert.pem, key.pem), as for the docker "
+           "CLI";
+  return {};
+}
+
 }  // namespace
 
 // --- the daemon -----------------------------------------------------------
@@ -157,9 +199,11 @@ asio::awaitable<outcome<docker_api*>> backend::impl::daemon() {
   std::string failures, diagnostics;
   for (const auto& c : tried) {
     auto ep = http::try_parse_endpoint(c.url);
+    std::optional<http::tls_config> tls;
     std::string why = ep ? socket_problem(*ep) : ep.error().message;
+    if (why.empty()) why = tcp_setup(*ep, tls);
     if (why.empty()) {
-      auto a = std::make_unique<docker_api>(ctx.ex, *ep);
+      auto a = std::make_unique<docker_api>(ctx.ex, *ep, std::move(tls));
       a->timeout = cfg.request_timeout;
       auto connected = co_await a->connect(std::min(cfg.request_timeout, std::chrono::milliseconds(5'000)));
       if (connected) {

@@ -136,7 +136,8 @@ outcome<void> frame_decoder::feed(std::string_view bytes,
 
 // ---------------------------------------------------------------------------
 
-docker_api::docker_api(asio::any_io_executor ex, http::endpoint ep) : http_(std::move(ex), std::move(ep)) {}
+docker_api::docker_api(asio::any_io_executor ex, http::endpoint ep, std::optional<http::tls_config> tls)
+    : http_(std::move(ex), std::move(ep), 64 << 20, std::move(tls)) {}
 
 std::string docker_api::describe() const {
   return std::string(to_string(info_.kind)) + " at " + http_.where().url();

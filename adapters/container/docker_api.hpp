@@ -79,7 +79,8 @@ class frame_decoder {
 
 class docker_api {
  public:
-  docker_api(boost::asio::any_io_executor ex, http::endpoint ep);
+  /// `tls`: for an https endpoint (DOCKER_TLS_VERIFY's certificates).
+  docker_api(boost::asio::any_io_executor ex, http::endpoint ep, std::optional<http::tls_config> tls = {});
   const http::endpoint& where() const { return http_.where(); }
   /// The daemon's info, after `connect`.
   const daemon_info& info() const { return info_; }

@@ -10,7 +10,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
-#include <boost/asio/ssl/host_name_verification.hpp>
+#include <openssl/x509v3.h>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/basic_stream.hpp>
@@ -44,6 +44,43 @@ using detail::fail;
 using detail::failure;
 
 namespace {
+
+// The names a certificate is for: its DNS and IP subject alternative names,
+// else its common name ("DNS localhost, IP 127.0.0.1").
+std::string names_of(X509* cert) {
+  if (!cert) return "nothing (no certificate came)";
+  std::string out;
+  auto add = [&](std::string s) { out += (out.empty() ? "" : ", ") + s; };
+  if (auto* sans = static_cast<GENERAL_NAMES*>(::X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr))) {
+    for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
+      const GENERAL_NAME* n = sk_GENERAL_NAME_value(sans, i);
+      if (n->type == GEN_DNS) {
+        add("DNS " + std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.dNSName)),
+                                 static_cast<std::size_t>(ASN1_STRING_length(n->d.dNSName))));
+      } else if (n->type == GEN_IPADD) {
+        const auto* b = ASN1_STRING_get0_data(n->d.iPAddress);
+        const int len = ASN1_STRING_length(n->d.iPAddress);
+        if (len == 4) {
+          asio::ip::address_v4::bytes_type a;
+          std::copy(b, b + 4, a.begin());
+          add("IP " + asio::ip::address_v4(a).to_string());
+        } else if (len == 16) {
+          asio::ip::address_v6::bytes_type a;
+          std::copy(b, b + 16, a.begin());
+          add("IP " + asio::ip::address_v6(a).to_string());
+        }
+      }
+    }
+    GENERAL_NAMES_free(sans);
+  }
+  if (out.empty()) {
+    char cn[256] = {0};
+    if (::X509_NAME_get_text_by_NID(::X509_get_subject_name(cert), NID_commonName, cn, sizeof cn) > 0)
+      add("CN " + std::string(cn));
+  }
+  return out.empty() ? "no name" : out;
+}
+
 
 constexpr detail::code_info http_codes[] = {
     {"cannot connect", errc::backend_unavailable},
@@ -406,14 +443,40 @@ asio::awaitable<outcome<body_stream>> client::open(request r) {
     t.tls.emplace(std::move(*t.plain), tls_->ctx);
     t.plain.reset();
     const auto& name = tls_->cfg.server_name.empty() ? ep_.host : tls_->cfg.server_name;
-    if (!is_ip_address(name)) ::SSL_set_tlsext_host_name(t.tls->native_handle(), name.c_str());
-    if (!tls_->cfg.insecure_skip_verify) t.tls->set_verify_callback(asio::ssl::host_name_verification(name));
+    auto* ssl = t.tls->native_handle();
+    if (!is_ip_address(name)) ::SSL_set_tlsext_host_name(ssl, name.c_str());
+    auto peer_names = std::make_shared<std::string>();
+    if (!tls_->cfg.insecure_skip_verify) {
+      // What the server's own certificate names, kept for the message of a
+      // mismatch (the certificate is gone once the handshake has failed).
+      t.tls->set_verify_callback([peer_names](bool preverified, asio::ssl::verify_context& vc) {
+        auto* store = vc.native_handle();
+        if (::X509_STORE_CTX_get_error_depth(store) == 0 && peer_names->empty())
+          *peer_names = names_of(::X509_STORE_CTX_get_current_cert(store));
+        return preverified;
+      });
+      // OpenSSL's own check of the name (RFC 6125), so that a mismatch is
+      // told as one (X509_V_ERR_HOSTNAME_MISMATCH), not as an unspecified error.
+      auto* param = ::SSL_get0_param(ssl);
+      ::X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+      if (is_ip_address(name))
+        ::X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str());
+      else
+        ::X509_VERIFY_PARAM_set1_host(param, name.c_str(), name.size());
+    }
     boost::system::error_code hec;
     t.lowest().expires_after(r.timeout);
     co_await t.tls->async_handshake(asio::ssl::stream_base::client, asio::redirect_error(use_awaitable, hec));
     if (hec) {
       long v = ::SSL_get_verify_result(t.tls->native_handle());
       // Not backend_unavailable: trying again will not make the certificate right.
+      if ((v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH) &&
+          !tls_->cfg.insecure_skip_verify)
+        co_return failure(http_errc::untrusted,
+                          "the server certificate of " + ep_.url() + " is not for " + name + ": it names " +
+                              (peer_names->empty() ? std::string("nothing") : *peer_names) +
+                              "; connect by one of those names, or give the server a certificate for " + name,
+                          ::X509_verify_cert_error_string(v));
       if (v != X509_V_OK && !tls_->cfg.insecure_skip_verify)
         co_return failure(http_errc::untrusted,
                           "cannot verify the server certificate of " + ep_.url() + ": " +

@@ -157,11 +157,22 @@ struct job_rec {
   void wake_inbox(boost::system::error_code ec = {});
 };
 
+/// The variables of this process a local job keeps under
+/// engine_config::clean_job_environment (docs/security.md lists them).
+bool local_environment_allowed(std::string_view key);
+
 struct engine_state : std::enable_shared_from_this<engine_state> {
   explicit engine_state(const detail::backend_context& ctx);
 
   boost::asio::any_io_executor ex;
   engine_config cfg;
+  /// What a child inherits: environ, or (clean_job_environment) copies of
+  /// its allowed entries, null-terminated.
+  std::vector<std::string> clean_env;
+  std::vector<char*> clean_envp;
+  char* const* inherited_env() const;
+  /// The inherited value of `key` (nullptr when it is not inherited).
+  const char* inherited(const char* key) const;
   std::shared_ptr<spdlog::logger> log;
   std::filesystem::path home, jobs_dir;
   /// The file of `home` a store commit writes (detail::store::wake_path): what

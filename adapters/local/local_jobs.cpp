@@ -64,6 +64,32 @@ train_job to_job(const detail::job_row& row) {
 // ---------------------------------------------------------------------------
 // construction, store writes
 
+bool local_environment_allowed(std::string_view key) {
+  static constexpr std::string_view names[] = {
+      "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+      "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+      "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "LD_LIBRARY_PATH",
+      "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"};
+  static constexpr std::string_view prefixes[] = {"LC_", "PIP_", "CUDA_", "NVIDIA_", "NCCL_", "OMP_", "MKL_"};
+  for (auto n : names)
+    if (key == n) return true;
+  for (auto p : prefixes)
+    if (key.starts_with(p)) return true;
+  return false;
+}
+
+char* const* engine_state::inherited_env() const {
+  return cfg.clean_job_environment ? clean_envp.data() : environ;
+}
+
+const char* engine_state::inherited(const char* key) const {
+  if (!cfg.clean_job_environment) return std::getenv(key);
+  const auto n = std::strlen(key);
+  for (const auto& e : clean_env)
+    if (e.size() > n && e[n] == '=' && e.compare(0, n, key) == 0) return e.c_str() + n + 1;
+  return nullptr;
+}
+
 engine_state::engine_state(const detail::backend_context& ctx)
     : ex(ctx.ex),
       cfg(ctx.cfg),
@@ -74,6 +100,14 @@ engine_state::engine_state(const detail::backend_context& ctx)
       progress(ctx.ex, log, tasks) {
   home = ctx.home;  // absolute, and checked by the engine
   jobs_dir = home / "jobs";
+  if (cfg.clean_job_environment) {
+    for (char** e = environ; e && *e; ++e) {
+      std::string_view entry(*e);
+      if (local_environment_allowed(entry.substr(0, entry.find('=')))) clean_env.emplace_back(entry);
+    }
+    for (auto& e : clean_env) clean_envp.push_back(e.data());
+    clean_envp.push_back(nullptr);
+  }
   log_times.write_last_records_on(pool.get_executor());  // off the path from a step's end to its waiters
   // Named, so that `top -H`, perf and the benches tell its work from the reactor's.
   asio::post(pool, [] { ::pthread_setname_np(::pthread_self(), "tjob-pool"); });

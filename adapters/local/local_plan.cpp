@@ -2,6 +2,7 @@
 
 #include "adapters/python/python_plan.hpp"
 #include "adapters/python/python_setup.hpp"
+#include "engine/secrets.hpp"
 #include "engine/retry.hpp"
 #include "engine/spec_json.hpp"
 #include "engine/trainer_checks.hpp"
@@ -102,9 +103,9 @@ void engine_state::plan_setup(job_rec& j, const python_trainer& pt, const std::s
   pip.title = "installing " + std::to_string(packages.size()) + " package(s): " + join_argv(packages);
   pip.executable = venv_python;
   pip.argv = {venv_python, "-c", std::string(python::pip_bootstrap_code())};
-  for (auto& a : python::pip_install_args(packages, python::index_urls(pt.pip_index_urls)))
-    pip.argv.push_back(std::move(a));
+  for (auto& a : python::pip_install_args(packages)) pip.argv.push_back(std::move(a));
   pip.env = env;
+  for (auto& [k, v] : python::pip_index_environment(python::index_urls(pt.pip_index_urls))) pip.env[k] = v;
   pip.env.emplace("TJOB_PIP_CACHE", (home / "cache" / "pip").string());
   pip.cwd = cwd;
   j.phases.push_back(pip);
@@ -282,7 +283,7 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
       j->row.steps.push_back(st);
     }
     std::string created =
-        "created by process " + std::to_string(self_pid) + ": " + join_argv(j->node_phases[0].argv);
+        "created by process " + std::to_string(self_pid) + ": " + join_argv(detail::masked_args(j->node_phases[0].argv));
     if (j->retry) created += " (restarts: " + detail::describe_retry(*j->retry) + ")";
     detail::job_row row = j->row;
     std::string deps;

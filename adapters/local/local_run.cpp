@@ -3,6 +3,7 @@
 #include "adapters/local/log_files.hpp"
 #include "adapters/process/cgroup.hpp"
 #include "adapters/python/python_plan.hpp"
+#include "engine/secrets.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -410,14 +411,14 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
     std::string base;
     if (auto it = env.find("PYTHONPATH"); it != env.end())
       base = it->second;
-    else if (const char* p = std::getenv("PYTHONPATH"))
+    else if (const char* p = inherited("PYTHONPATH"))
       base = p;
     env.insert_or_assign("PYTHONPATH", base.empty() ? progress_pythonpath : base + ":" + progress_pythonpath);
   }
   if (ph.final && index < j->node_devices.size())
     env.insert_or_assign("CUDA_VISIBLE_DEVICES", j->node_devices[index]);
   spec.env = process::environment_entries(env);
-  spec.inherited_env = environ;
+  spec.inherited_env = inherited_env();
   spec.cwd = ph.cwd;
   if (!ph.title.empty()) log_progress(*j, s, "[tjob] " + ph.title + "\n");
   spec.stdout_path = s.log_path;
@@ -476,7 +477,7 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
     }
   }
   std::string what =
-      "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " + join_argv(spec.argv);
+      "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " + join_argv(detail::masked_args(spec.argv));
   if (first) {
     apply(*j, s, {event_kind::started}, what, {});
   } else {

@@ -36,7 +36,7 @@ asio::awaitable<std::optional<std::pair<std::string, std::string>>> engine_state
   spec.executable = given;
   spec.argv = {given, "-I", "-S", "-c", "import os, sys; print(os.path.realpath(sys.executable))"};
   spec.env = process::environment_entries(venv.env);
-  spec.inherited_env = environ;
+  spec.inherited_env = inherited_env();
   spec.cwd = venv.cwd;
   auto out = co_await capture_output(std::move(spec), std::chrono::seconds(30));
   if (!out) co_return std::nullopt;

@@ -1,6 +1,7 @@
 #include "adapters/local/venv_cache.hpp"
 
 #include "adapters/process/proc_info.hpp"
+#include "engine/secrets.hpp"
 
 #include <openssl/evp.h>
 #include <boost/json.hpp>
@@ -127,7 +128,7 @@ inputs inputs_of(const json::object& m) {
   if (auto* p = m.if_contains("python"); p && p->is_string()) in.python = p->as_string();
   if (auto* p = m.if_contains("python_identity"); p && p->is_string()) in.python_identity = p->as_string();
   in.packages = strings_of(m.if_contains("packages"));
-  in.index_urls = strings_of(m.if_contains("index_urls"));
+  in.index_urls = detail::mask_urls(strings_of(m.if_contains("index_urls")));  // (an older entry's unmasked)
   if (auto* p = m.if_contains("system_site_packages"); p && p->is_bool())
     in.system_site_packages = p->as_bool();
   return in;
@@ -356,7 +357,7 @@ void cache::finalize(const std::string& key, const fs::path& build, const inputs
   m["python"] = in.python;
   m["python_identity"] = in.python_identity;
   m["packages"] = string_array(in.packages);
-  m["index_urls"] = string_array(in.index_urls);
+  m["index_urls"] = string_array(detail::mask_urls(in.index_urls));  // (shown by tjob cache list)
   m["system_site_packages"] = in.system_site_packages;
   m["built_at"] = (build / "venv").string();
   m["created_ms"] = now_ms();

@@ -34,6 +34,11 @@ namespace {
 constexpr std::size_t max_body = 1 << 20;  // 10,000 metrics fit; Kubeflow's client sends at most 256
 constexpr std::size_t max_header = 8 << 10;
 constexpr std::size_t max_connections = 256;
+// Connections that have not shown a job's token yet: at most this many, each
+// given header_time to send its header (TLS handshake included), so a flood
+// of strangers leaves room for the jobs' own reports.
+constexpr std::size_t max_pending = 64;
+constexpr auto header_time = std::chrono::seconds(10);
 constexpr std::size_t max_ended = 4096;  // ended jobs remembered (their reports get 409, not 404)
 constexpr auto idle = std::chrono::seconds(30);
 
@@ -68,7 +73,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   std::string tls_error;
   int port = 0;
   bool stopping = false;
-  std::size_t open = 0;
+  std::size_t open = 0, pending_count = 0;
   struct job_entry {
     std::string token;
     sink to;
@@ -100,37 +105,45 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     return tls ? &*tls : nullptr;
   }
 
-  asio::awaitable<reply> handle(const http::request<http::string_body>& req) {
+  // Who may send this request's body: the job it names, if its token is
+  // right; else the refusal to send instead, before any of the body is read.
+  // A stranger learns nothing: a wrong token and a job that is not here are
+  // both 401.
+  template <class Header>
+  std::optional<reply> refuse_header(const Header& req, std::string& job) const {
     std::string_view target = req.target();
     if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
     if (target.substr(0, prefix.size()) != prefix || target.size() <= prefix.size() + suffix.size() ||
         target.substr(target.size() - suffix.size()) != suffix)
-      co_return error_reply(404, "not_found",
-                            "reports go to POST /v1/jobs/<job>/progress (KUBEFLOW_TRAINER_SERVER_URL)");
-    std::string job(target.substr(prefix.size(), target.size() - prefix.size() - suffix.size()));
-    if (req.method() != http::verb::post && req.method() != http::verb::put &&
-        req.method() != http::verb::patch)
-      co_return error_reply(405, "method_not_allowed", "report with POST");
+      return error_reply(404, "not_found",
+                         "reports go to POST /v1/jobs/<job>/progress (KUBEFLOW_TRAINER_SERVER_URL)");
+    job = std::string(target.substr(prefix.size(), target.size() - prefix.size() - suffix.size()));
+    if (req.method() != http::verb::post && req.method() != http::verb::put && req.method() != http::verb::patch)
+      return error_reply(405, "method_not_allowed", "report with POST");
     auto auth = req[http::field::authorization];
     bool bearer = auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ");
     if (!bearer)
-      co_return error_reply(401, "unauthorized",
-                            "TrainJob " + job +
-                                ": a report needs Authorization: Bearer <token> (the file "
-                                "KUBEFLOW_TRAINER_SERVER_TOKEN names)");
+      return error_reply(401, "unauthorized",
+                         "a report needs Authorization: Bearer <token> (the file KUBEFLOW_TRAINER_SERVER_TOKEN "
+                         "names)");
     std::string_view given(auth.data() + 7, auth.size() - 7);
     auto it = jobs.find(job);
     if (it == jobs.end() || !same_token(given, it->second.token)) {
       for (const auto& [other, e] : jobs)
         if (same_token(given, e.token))
-          co_return error_reply(403, "forbidden",
-                                "TrainJob " + job + ": this token is TrainJob " + other +
-                                    "'s; a job reports only its own progress");
-      if (it == jobs.end())
-        co_return error_reply(404, "not_found",
-                              "TrainJob " + job + " does not report here (no such job of this engine)");
-      co_return error_reply(401, "unauthorized", "TrainJob " + job + ": the bearer token is wrong");
+          return error_reply(403, "forbidden",
+                             "TrainJob " + job + ": this token is TrainJob " + other +
+                                 "'s; a job reports only its own progress");
+      return error_reply(401, "unauthorized", "the bearer token is not that of the job the URL names");
     }
+    return std::nullopt;
+  }
+
+  // A report whose header refuse_header let through, body and all.
+  asio::awaitable<reply> handle(const http::request<http::string_body>& req) {
+    std::string job;
+    if (auto refused = refuse_header(req, job)) co_return std::move(*refused);  // (it went while the body came)
+    auto it = jobs.find(job);
     auto& e = it->second;
     if (!e.ended.empty())
       co_return error_reply(409, "ended",
@@ -147,7 +160,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       r.retry_after = std::max(1, e.gate.retry_after());
       co_return r;
     }
-    bool record = e.gate.record(now);
+    bool record = e.gate.record(now, detail::progress_json(*parsed.report).size());
     std::string refused, failed;
     // (the entry may go while the sink works: only copies are used after it)
     auto to = e.to;
@@ -172,10 +185,12 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     co_return ok;
   }
 
-  asio::awaitable<void> serve(std::shared_ptr<tls_stream> stream) {
+  // `pending`: the connection has not shown a token yet (it holds one of
+  // max_pending places until it does, or ends).
+  asio::awaitable<void> serve(std::shared_ptr<tls_stream> stream, std::shared_ptr<bool> pending) {
     auto self = shared_from_this();
     beast::error_code ec;
-    beast::get_lowest_layer(*stream).expires_after(std::chrono::seconds(10));
+    beast::get_lowest_layer(*stream).expires_after(header_time);
     co_await stream->async_handshake(asio::ssl::stream_base::server,
                                      asio::redirect_error(asio::use_awaitable, ec));
     beast::flat_buffer buffer;
@@ -183,23 +198,41 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<std::uint32_t>(max_header));
       parser.body_limit(max_body);
-      beast::get_lowest_layer(*stream).expires_after(idle);
-      co_await http::async_read(*stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+      beast::get_lowest_layer(*stream).expires_after(*pending ? std::chrono::seconds(header_time) : idle);
+      co_await http::async_read_header(*stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
       if (stopping) break;
       reply r;
       bool keep = false;
+      std::string job;
       if (ec == http::error::body_limit) {
         r = error_reply(413, "too_large", fmt::format("a report's body may have at most {} bytes", max_body));
       } else if (ec == http::error::header_limit) {
         r = error_reply(431, "headers_too_large", "the request's headers are too large");
       } else if (ec) {
         break;  // closed, timed out, or not HTTP
+      } else if (auto refused = refuse_header(parser.get(), job)) {
+        r = std::move(*refused);  // (the body unread: the connection closes after the answer)
+        log->debug("progress report refused ({}): {}", r.status, r.body);
       } else {
-        const auto& req = parser.get();
-        keep = req.keep_alive();
-        r = co_await handle(req);
-        if (r.status != 200 && r.status != 429)
-          log->debug("progress report refused ({}): {}", r.status, r.body);
+        if (*pending) {
+          *pending = false;
+          --pending_count;
+        }
+        beast::get_lowest_layer(*stream).expires_after(idle);
+        if (!parser.is_done())
+          co_await http::async_read(*stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+        if (stopping) break;
+        if (ec == http::error::body_limit) {
+          r = error_reply(413, "too_large", fmt::format("a report's body may have at most {} bytes", max_body));
+        } else if (ec) {
+          break;
+        } else {
+          const auto& req = parser.get();
+          keep = req.keep_alive();
+          r = co_await handle(req);
+          if (r.status != 200 && r.status != 429)
+            log->debug("progress report refused ({}): {}", r.status, r.body);
+        }
       }
       http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
       res.set(http::field::content_type, "application/json");
@@ -229,12 +262,17 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         continue;  // (EMFILE and the like: the next accept may do)
       }
       auto* ctx = context();
-      if (!ctx || open >= max_connections) continue;  // the socket closes here
+      if (!ctx || open >= max_connections || pending_count >= max_pending) continue;  // the socket closes here
       ++open;
+      ++pending_count;
+      auto pending = std::make_shared<bool>(true);
       auto stream = std::make_shared<tls_stream>(beast::tcp_stream(std::move(socket)), *ctx);
       std::erase_if(streams, [](const auto& w) { return w.expired(); });
       streams.push_back(stream);
-      tasks.spawn(serve(stream), "a progress connection", [self](std::exception_ptr) { --self->open; });
+      tasks.spawn(serve(stream, pending), "a progress connection", [self, pending](std::exception_ptr) {
+        --self->open;
+        if (*pending) --self->pending_count;
+      });
     }
   }
 };

@@ -3,6 +3,7 @@
 #include "adapters/python/python_setup.hpp"
 #include "engine/fail.hpp"
 #include "engine/names.hpp"
+#include "engine/secrets.hpp"
 #include "engine/strings.hpp"
 #include "engine/trainer_checks.hpp"
 
@@ -55,7 +56,7 @@ void check_index_url(const std::string& who, const std::string& url) {
   for (unsigned char c : url)
     if (c <= 0x20 || c == 0x7f) ok = false;  // no spaces, controls or NUL in a URL
   if (!ok)
-    fail(errc::invalid_argument, who + ": pip_index_urls (--index-url): " + quote(printable(url, 200)) +
+    fail(errc::invalid_argument, who + ": pip_index_urls (--index-url): " + quote(printable(detail::mask_url(url), 200)) +
                                      " is not an index URL; give an http://, https:// or file:// URL, such "
                                      "as https://pypi.org/simple");
 }
@@ -199,6 +200,7 @@ packages = plan.get("packages") or []
 if packages:
     base = [sys.executable, "-m", "pip"] + plan["pip_args"]
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_BREAK_SYSTEM_PACKAGES="1")
+    env.update(plan.get("pip_env") or {})  # the index URLs: not in pip's arguments, which ps shows
     log_path = os.path.join(work, "pip_install.log")
     where = None
     with open(log_path, "wb") as log:
@@ -234,10 +236,13 @@ json::object entry_plan(const python_trainer& pt, const std::string& source, boo
                         const std::string& script) {
   json::array packages, pip_args, args;
   for (const auto& p : pt.packages_to_install) packages.emplace_back(p);
-  for (const auto& a : pip_install_args({}, index_urls(pt.pip_index_urls))) pip_args.emplace_back(a);
+  for (const auto& a : pip_install_args({})) pip_args.emplace_back(a);
+  json::object pip_env;
+  for (const auto& [k, v] : pip_index_environment(index_urls(pt.pip_index_urls))) pip_env[k] = v;
   for (const auto& a : pt.args) args.emplace_back(a);
   json::object plan{{"packages", std::move(packages)},
                     {"pip_args", std::move(pip_args)},
+                    {"pip_env", std::move(pip_env)},
                     {"args", std::move(args)},
                     {"torch", torch}};
   if (with_code) {

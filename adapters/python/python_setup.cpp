@@ -81,8 +81,7 @@ std::vector<std::string> index_urls(const std::vector<std::string>& trainer_urls
   return out;
 }
 
-std::vector<std::string> pip_install_args(const std::vector<std::string>& packages,
-                                          const std::vector<std::string>& urls) {
+std::vector<std::string> pip_install_args(const std::vector<std::string>& packages) {
   std::vector<std::string> args = {"install",
                                    "--no-input",
                                    "--disable-pip-version-check",
@@ -91,12 +90,18 @@ std::vector<std::string> pip_install_args(const std::vector<std::string>& packag
                                    "off",
                                    "--retries",
                                    "2"};
-  for (std::size_t i = 0; i < urls.size(); ++i) {
-    args.push_back(i == 0 ? "--index-url" : "--extra-index-url");
-    args.push_back(urls[i]);
-  }
   args.insert(args.end(), packages.begin(), packages.end());
   return args;
+}
+
+std::map<std::string, std::string> pip_index_environment(const std::vector<std::string>& urls) {
+  std::map<std::string, std::string> env;
+  if (urls.empty()) return env;
+  env["PIP_INDEX_URL"] = urls.front();
+  std::string extra;
+  for (std::size_t i = 1; i < urls.size(); ++i) extra += (extra.empty() ? "" : " ") + urls[i];
+  if (!extra.empty()) env["PIP_EXTRA_INDEX_URL"] = extra;
+  return env;
 }
 
 std::string_view pip_bootstrap_code() {

@@ -5,6 +5,7 @@
 
 #include <tjob/types.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,11 +33,15 @@ std::vector<std::string> merge_packages(const std::vector<std::string>& runtime_
 /// (comma-separated), else PyPI's simple index.
 std::vector<std::string> index_urls(const std::vector<std::string>& trainer_urls);
 
-/// pip's arguments after `pip`: install, quiet flags, --index-url for the
-/// first URL and --extra-index-url for the rest, then each package as one
-/// argument.
-std::vector<std::string> pip_install_args(const std::vector<std::string>& packages,
-                                          const std::vector<std::string>& urls);
+/// pip's arguments after `pip`: install, quiet flags, then each package as
+/// one argument. The index URLs are not among them (pip_index_environment).
+std::vector<std::string> pip_install_args(const std::vector<std::string>& packages);
+
+/// The index URLs as pip's environment: PIP_INDEX_URL the first,
+/// PIP_EXTRA_INDEX_URL the rest (space-separated). Not its arguments: every
+/// local user reads a process's arguments (ps), and an index URL may hold a
+/// password; only its owner reads its environment.
+std::map<std::string, std::string> pip_index_environment(const std::vector<std::string>& urls);
 
 /// Python code, run as `python -c CODE ARGS...`, that runs pip with ARGS: the
 /// interpreter's own pip if it has one, else the pip wheel its ensurepip

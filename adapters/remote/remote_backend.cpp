@@ -7,6 +7,7 @@
 #include "engine/backoff.hpp"
 #include "engine/fail.hpp"
 #include "engine/log_stream_impl.hpp"
+#include "engine/secrets.hpp"
 #include "engine/names.hpp"
 #include "engine/task_group.hpp"
 #include "engine/trainer_checks.hpp"
@@ -53,6 +54,8 @@ std::string read_text(const std::filesystem::path& file, const char* what, const
 std::string token_of(const remote_backend_config& c) {
   std::string t = env_or(c.token, "TJOB_TOKEN");
   if (t.empty() && !c.token_file.empty()) {
+    if (auto why = secret_file_problem(c.token_file); !why.empty())
+      fail(errc::invalid_argument, "the token file " + c.token_file.string() + " " + why);
     t = read_text(c.token_file, "the token file", "give the file tjob serve made (--token-file)");
     t = t.substr(0, t.find('\n'));
     if (t.empty())
@@ -118,9 +121,11 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   }
 
   [[noreturn]] void unreachable(const detail::failure& f) const {
+    // (a certificate that does not verify says what to fix itself: the server is there)
+    const bool untrusted = f.code == make_error_code(http::http_errc::untrusted);
     throw error(errc::backend_unavailable,
                 "cannot reach " + where() + ": " + f.message +
-                    "; is `tjob serve` running there? (the server is --server or $TJOB_SERVER)",
+                    (untrusted ? "" : "; is `tjob serve` running there? (the server is --server or $TJOB_SERVER)"),
                 f.diagnostics);
   }
 
@@ -404,6 +409,11 @@ backend::backend(detail::backend_context ctx) : detail::backend(std::move(ctx)) 
   if (!ep)
     fail(errc::invalid_argument, "--server " + url + ": " + ep.error().message +
                                      "; give unix:///path/tjob.sock, https://host:port or tcp://host:port");
+  if (ep->type == http::endpoint::kind::tcp && !ep->tls && !c.insecure && !detail::is_loopback_host(ep->host))
+    fail(errc::invalid_argument,
+         "--server " + url + ": plain HTTP to a host that is not this machine would send the token, and every "
+         "job, in clear; serve TLS there (tjob serve --tls-cert/--tls-key) and give https://" + ep->host + ":" +
+             std::to_string(ep->port) + ", or add --insecure if you trust every network between");
   std::optional<http::tls_config> tls;
   if (ep->tls) {
     tls.emplace();

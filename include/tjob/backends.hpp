@@ -89,10 +89,15 @@ struct kubernetes_backend_config {
 /// them: this process may end at any time.
 struct remote_backend_config {
   /// unix:///path/to/tjob.sock, https://host:port, or tcp://host:port (plain
-  /// HTTP, for loopback only). Empty: $TJOB_SERVER.
+  /// HTTP: refused for a host that is not this machine's loopback unless
+  /// `insecure`). Empty: $TJOB_SERVER.
   std::string server;
+  /// Send the token over plain HTTP (tcp://) to a host off loopback, where
+  /// anyone on the path reads it.
+  bool insecure = false;
   /// The bearer token a TCP listener asks for. Empty: $TJOB_TOKEN, else the
-  /// first line of `token_file`.
+  /// first line of `token_file` (refused when others may read it, as ssh
+  /// refuses such a key).
   std::string token;
   std::filesystem::path token_file;
   /// PEM certificates of the CAs that sign the server's certificate (https).

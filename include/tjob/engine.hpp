@@ -71,6 +71,13 @@ struct engine_config {
   std::vector<std::string> gpu_devices;
   /// What jobs wait for before they start (see admission_config).
   admission_config admission;
+  /// Local jobs start from a clean environment: their trainer's `env` over
+  /// only the variables of this process that local_environment_allowed
+  /// names (PATH, HOME, the locale, proxies, pip's settings, CUDA's, ...),
+  /// not all of it (a server's secrets and settings are not every
+  /// submitter's). `tjob serve` sets it; the CLI and an embedder's engine
+  /// leave it off: a job then gets this process's whole environment.
+  bool clean_job_environment = false;
   /// Log lines per failed step quoted in a wait_for_job_status failure.
   std::size_t failure_log_lines = 10;
   /// The program train_detached starts to own a detached job: a tjob binary

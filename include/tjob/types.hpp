@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -295,6 +296,12 @@ struct log_options {
 /// characters: lowercase letters, digits and '-', beginning with a letter and
 /// ending with a letter or digit), or nullopt when it can.
 std::optional<std::string> job_name_problem(std::string_view name);
+
+/// Why a file that holds a secret (a bearer token, a TLS private key) must
+/// not be used: others may read or write it, as ssh refuses such a key
+/// ("is readable by others (mode 0644); ... chmod 600 FILE"). Empty when it
+/// is private, or when it cannot be examined (the read that follows says why).
+std::string secret_file_problem(const std::filesystem::path& file);
 
 /// "2026-12-03T19:31:20Z", with a fraction of up to nine digits and a zone
 /// of 'Z' or +hh:mm / -hh:mm, as a time; nullopt for anything else (and for

@@ -684,6 +684,71 @@ TEST_CASE("no daemon answering gives one error listing every place tried and how
   CHECK(msg.find("--container-host unix:///path/to/socket") != std::string::npos);
 }
 
+TEST_CASE("a daemon over TCP is reached with TLS as the docker CLI is told to, and never in clear off this machine") {
+  // Issue 41: DOCKER_TLS_VERIFY and DOCKER_CERT_PATH were ignored, and
+  // DOCKER_HOST=tcp:// was spoken to over plain HTTP wherever it was.
+  fixture fx;
+  tjob::test::temp_dir certs;
+  const auto d = certs.path();
+  auto openssl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "openssl");
+    auto r = tjob::test::run(args, {}, 60s);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  };
+  // A CA, the daemon's certificate for 127.0.0.1 and a client's, as a dockerd --tlsverify setup has them.
+  openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=tjob test CA", "-keyout",
+           (d / "ca-key.pem").string(), "-out", (d / "ca.pem").string()});
+  for (const std::string who : {"server", "client"}) {
+    openssl({"req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + who, "-keyout",
+             (d / (who + "-key.pem")).string(), "-out", (d / (who + ".csr")).string()});
+    std::ofstream(d / (who + ".ext")) << (who == "server" ? "subjectAltName=IP:127.0.0.1\n"
+                                                          : "extendedKeyUsage=clientAuth\n");
+    openssl({"x509", "-req", "-in", (d / (who + ".csr")).string(), "-CA", (d / "ca.pem").string(), "-CAkey",
+             (d / "ca-key.pem").string(), "-CAcreateserial", "-days", "1", "-extfile", (d / (who + ".ext")).string(),
+             "-out", (d / (who + ".pem")).string()});
+  }
+  fs::copy_file(d / "client.pem", d / "cert.pem");
+  fs::copy_file(d / "client-key.pem", d / "key.pem");
+  fs::permissions(d / "key.pem", fs::perms::owner_read | fs::perms::owner_write);
+  tjob::test::background daemon(
+      {"python3", "-u", tjob::test::source_dir() + "/tests/support/fake_daemon.py", "-", "tls:" + d.string()});
+  REQUIRE(daemon.wait_for_stdout("\n"));
+  auto port = daemon.out().substr(daemon.out().find(' ') + 1);
+  port.erase(port.find('\n'));
+  struct env_guard {
+    ~env_guard() {
+      for (const char* v : {"DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"}) ::unsetenv(v);
+    }
+  } restore;
+  auto cfg = fx.home_fixture::config();
+  cfg.backend = backend_kind::container;
+  cfg.container.container_runtime = "docker";
+  ::setenv("DOCKER_HOST", ("tcp://127.0.0.1:" + port).c_str(), 1);
+  ::setenv("DOCKER_TLS_VERIFY", "1", 1);
+  ::setenv("DOCKER_CERT_PATH", d.c_str(), 1);
+  {
+    trainer_client client(cfg);
+    CHECK(client.list_jobs().empty());  // over TLS, with the client's certificate
+  }
+  // A key others may read is refused, as ssh refuses one.
+  fs::permissions(d / "key.pem", fs::perms::group_read | fs::perms::others_read, fs::perm_options::add);
+  {
+    trainer_client client(cfg);
+    auto why = message_of([&] { client.list_jobs(); });
+    CHECK(why.find("key.pem is readable by others") != std::string::npos);
+  }
+  // Without DOCKER_TLS_VERIFY: plain HTTP only to this machine; a daemon elsewhere is refused unasked.
+  ::unsetenv("DOCKER_TLS_VERIFY");
+  ::setenv("DOCKER_HOST", "tcp://docker-remote.invalid:2375", 1);
+  {
+    trainer_client client(cfg);
+    auto why = message_of([&] { client.list_jobs(); });
+    CHECK(why.find("tcp://docker-remote.invalid:2375 (DOCKER_HOST): plain HTTP to a daemon that is not on this "
+                   "machine") != std::string::npos);
+    CHECK(why.find("set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH") != std::string::npos);
+  }
+}
+
 TEST_CASE("the daemon is known by its ping's headers, and /version is asked only when they do not say") {
   // Podman's /version runs conmon and runc to report their versions (0.6 s a start)
   {

@@ -92,6 +92,11 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(got["good"].status == 200);
   CHECK(got["no-token"].status == 401);
   CHECK(got["wrong-token"].status == 401);
+  // A stranger learns nothing (a job that is not here is 401 too), and is
+  // answered from the header, before a byte of its body or a 100 Continue.
+  CHECK(got["unknown-job"].status == 401);
+  CHECK(got["unknown-job"].body.find("no-such-job") == std::string::npos);
+  CHECK(got["body-before-token"].status == 401);
   CHECK(got["not-json"].status == 400);
   CHECK(got["not-json"].body.find("not JSON") != std::string::npos);
   CHECK(got["no-trainerStatus"].status == 400);

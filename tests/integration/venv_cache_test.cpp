@@ -287,3 +287,43 @@ TEST_CASE_FIXTURE(fixture, "a venv of pinned requirements never expires, nor any
   CHECK(log.find("[tjob] venv from the cache (") != std::string::npos);
   CHECK(log.find("hi from tinyjob 1.3.0 ") != std::string::npos);
 }
+
+TEST_CASE_FIXTURE(fixture, "an index URL's password and a script's secrets are never recorded or shown") {
+  // Issue 41: the index URL was pip's argument (every local user's `ps`
+  // showed it) and stood in the Setup event and the cache's listing; a
+  // script's --password=... stood in its Started event.
+  package_index index;
+  auto with_password = index.url;
+  with_password.insert(with_password.find("://") + 3, "tjob:s3cretpw@");
+  python_trainer t;
+  t.source = "import sys, tinyjob\nprint(tinyjob.hello(), sys.argv[1:], flush=True)\n";
+  t.packages_to_install = {"tinyjob"};
+  t.pip_index_urls = {with_password};
+  t.args = {"--password=hunter2", "--hf-token", "abc123", "--max-tokens", "64"};
+  train_request r;
+  r.runtime = "python";
+  r.job_trainer = t;
+  trainer_client c(config());
+  auto log = run_to_end(c, r);
+  CAPTURE(log);
+  CHECK(log.find("hi from tinyjob") != std::string::npos);  // pip reached the index with the password
+  auto jobs = c.list_jobs();
+  REQUIRE(jobs.size() == 1);
+  std::string events;
+  for (const auto& e : c.get_job_events(jobs[0].name)) events += e.message + "\n";
+  CAPTURE(events);
+  CHECK(events.find("pip install") != std::string::npos);
+  for (const char* secret : {"s3cretpw", "hunter2", "abc123"}) CHECK(events.find(secret) == std::string::npos);
+  CHECK(events.find("--password=*** --hf-token *** --max-tokens 64") != std::string::npos);
+  auto entries = c.list_venv_cache();
+  REQUIRE(entries.size() == 1);
+  auto masked = index.url;
+  masked.insert(masked.find("://") + 3, "tjob:***@");
+  CHECK(entries[0].index_urls == std::vector<std::string>{masked});
+  for (const auto& f : std::filesystem::recursive_directory_iterator(cache_dir()))
+    if (f.is_regular_file() && f.path().filename() == "tjob-venv.json") {
+      std::ifstream in(f.path());
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      CHECK(text.find("s3cretpw") == std::string::npos);
+    }
+}

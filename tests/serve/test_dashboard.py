@@ -30,6 +30,7 @@ def test_the_dashboard_shows_a_job_live_and_cancels_it(make_server, tmp_path):
         unavailable("chromium is not installed (scripts/setup installs Debian's)")
     token = "dashboard-test-token-0123456789"
     (tmp_path / "token").write_text(token + "\n")
+    os.chmod(tmp_path / "token", 0o600)  # (a token others may read is refused)
     s = make_server(["--listen", "unix://" + str(tmp_path / "s.sock"), "--listen", "tcp://127.0.0.1:0",
                      "--token-file", str(tmp_path / "token")])
     s.socket = str(tmp_path / "s.sock")

@@ -1,6 +1,7 @@
 """GET /metrics in Prometheus' text format, scraped by a real Prometheus (Debian's) that the test starts on
 loopback, with the server's bearer token."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,7 @@ def test_prometheus_scrapes_tjob(make_server, tmp_path):
         unavailable("Debian's prometheus")
     token = tmp_path / "token"
     token.write_text("p" * 40)
+    os.chmod(token, 0o600)  # (a token others may read is refused)
     s = make_server(["--listen", "unix://" + str(tmp_path / "home" / "tjob.sock"), "--listen", "tcp://127.0.0.1:0",
                      "--token-file", str(token)])
     host, port = s.tcp()

@@ -18,6 +18,7 @@ def https_server(make_server, tmp_path):
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
     (tmp_path / "token").write_text("k" * 40 + "\n")
+    os.chmod(tmp_path / "token", 0o600)  # (a token others may read is refused)
     s = make_server(["--listen", "tcp://127.0.0.1:0", "--listen", "unix://" + str(tmp_path / "s.sock"),
                      "--token-file", str(tmp_path / "token"), "--tls-cert", str(cert), "--tls-key", str(key)])
     s.socket = str(tmp_path / "s.sock")  # (the test's own reads)
@@ -73,6 +74,12 @@ def test_the_servers_refusals_come_back_as_the_local_ones(make_server, tmp_path)
                     "-keyout", str(other / "key.pem"), "-out", str(other / "ca.pem")], check=True, capture_output=True)
     r = cli(["list"], dict(env, TJOB_SERVER_CA=str(other / "ca.pem")))
     assert r.returncode == 1 and "cannot reach tjob serve at " + url in r.stderr, r.stderr
+    # the right CA, but a name the certificate is not for: said as such (issue 41; before, "unspecified
+    # certificate verification error")
+    by_name = url.replace("127.0.0.1", "localhost")
+    r = cli(["list"], dict(env, TJOB_SERVER=by_name))
+    assert r.returncode == 1
+    assert "the server certificate of %s is not for localhost: it names IP 127.0.0.1" % by_name in r.stderr, r.stderr
     assert s.get("/v1/jobs").json()["items"] == []  # nothing was made by any of them
 
 

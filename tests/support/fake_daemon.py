@@ -12,6 +12,8 @@ It answers /_ping and /version as Docker 20.10 does, then, per MODE:
   garbage   every other request gets 200 with a body that is not JSON.
   pingonly  /version is 500 (its ping's headers must do); no containers.
   oldping   its ping has no Api-Version header (/version must be asked; it says so on stdout); no containers.
+  tls:DIR   as pingonly, but on TCP 127.0.0.1 (SOCKET is ignored) with TLS from DIR/server.pem and
+            DIR/server-key.pem, asking for a client certificate signed by DIR/ca.pem; prints `ready PORT`.
 """
 import json
 import os
@@ -108,8 +110,36 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
-if os.path.exists(SOCK):
-    os.unlink(SOCK)
-with Server(SOCK, Handler) as srv:
-    print("ready", flush=True)
-    srv.serve_forever()
+class TlsServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, certs):
+        super().__init__(("127.0.0.1", 0), Handler)
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(certs, "server.pem"), os.path.join(certs, "server-key.pem"))
+        ctx.load_verify_locations(os.path.join(certs, "ca.pem"))
+        ctx.verify_mode = ssl.CERT_REQUIRED  # as dockerd --tlsverify: the client shows its certificate
+        self.ctx = ctx
+
+    def get_request(self):
+        sock, addr = super().get_request()
+        return self.ctx.wrap_socket(sock, server_side=True), addr
+
+    def handle_error(self, request, client_address):
+        pass  # a client that refused our certificate: nothing to print
+
+
+if MODE.startswith("tls:"):
+    certs = MODE[4:]
+    MODE = "pingonly"
+    with TlsServer(certs) as srv:
+        print("ready %d" % srv.server_address[1], flush=True)
+        srv.serve_forever()
+else:
+    if os.path.exists(SOCK):
+        os.unlink(SOCK)
+    with Server(SOCK, Handler) as srv:
+        print("ready", flush=True)
+        srv.serve_forever()

@@ -40,6 +40,23 @@ def post(url, token, body, case):
     return r.status
 
 
+def unread_body(url, case):
+    """A header that announces a 1 MiB body and carries no token, and no body: the engine must answer from
+    the header alone (before issue 41 it waited for the body, up to its idle timeout)."""
+    parts = urllib.parse.urlsplit(url)
+    ctx = ssl.create_default_context(cafile=CA)
+    conn = ctx.wrap_socket(socket.create_connection((parts.hostname, parts.port), timeout=8),
+                           server_hostname=parts.hostname)
+    conn.sendall(("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                  "Content-Length: %d\r\nExpect: 100-continue\r\n\r\n" % (parts.path, parts.hostname, 1 << 20)).encode())
+    try:
+        head = conn.recv(65536).decode(errors="replace")
+        print(case, head.split()[1] if head else 0, head.split("\r\n\r\n", 1)[-1].strip(), flush=True)
+    except socket.timeout:
+        print(case, 0, "no answer before the body", flush=True)
+    conn.close()
+
+
 def status(**fields):
     return {"trainerStatus": fields}
 
@@ -50,6 +67,8 @@ def battery(other_url, other_token_file):
                            metrics=[{"name": "loss", "value": "0.9"}]), "good")
     post(URL, None, status(progressPercentage=11), "no-token")
     post(URL, "0" * 64, status(progressPercentage=12), "wrong-token")
+    post(URL.replace("/v1/jobs/", "/v1/jobs/no-such-job-"), "0" * 64, status(progressPercentage=12), "unknown-job")
+    unread_body(URL, "body-before-token")
     post(URL, mine, b"{not json", "not-json")
     post(URL, mine, {"progressPercentage": 13}, "no-trainerStatus")
     post(URL, mine, status(progressPercentage="half"), "percent-not-number")

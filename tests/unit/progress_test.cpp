@@ -128,4 +128,18 @@ TEST_CASE("the gate takes a burst, then the refill rate, and thins events past i
   CHECK(e.record(t + 10s));
   CHECK_FALSE(e.record(t + 15s));
   CHECK(e.record(t + 20s));
+  // The interval doubles after each 1,000 more: what a job keeps grows with
+  // the log of its time, and stops at 64 MiB of reports.
+  auto at = t + 20s;
+  for (std::size_t i = 2; i < progress_gate::per_step; ++i) REQUIRE(e.record(at += 10s));
+  CHECK_FALSE(e.record(at + 10s));
+  CHECK(e.record(at += 20s));
+  std::size_t kept = progress_gate::events + progress_gate::per_step + 1;
+  auto end = t + 24h * 365 * 10;
+  for (auto now = at; now < end; now += 1s * 60)
+    if (e.record(now)) ++kept;
+  CHECK(kept < 30'000);  // ten years at one report a minute
+  progress_gate big;
+  CHECK(big.record(t, progress_gate::most_bytes - 10));
+  CHECK_FALSE(big.record(t, 11));
 }

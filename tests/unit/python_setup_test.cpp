@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -58,11 +60,16 @@ TEST_CASE("requirement names and PEP 503 canonical forms") {
   CHECK(canonical_name("TORCH") == "torch");
 }
 
-TEST_CASE("index URLs: the first is --index-url and the rest --extra-index-url") {
-  CHECK(pip_install_args({"a", "b c"}, {"http://one/simple", "http://two/simple"}) ==
+TEST_CASE("index URLs go to pip in its environment, never its arguments (which ps shows)") {
+  CHECK(pip_index_environment({"http://u:pw@one/simple", "http://two/simple", "file:///w"}) ==
+        std::map<std::string, std::string>{{"PIP_INDEX_URL", "http://u:pw@one/simple"},
+                                           {"PIP_EXTRA_INDEX_URL", "http://two/simple file:///w"}});
+  CHECK(pip_index_environment({"http://one/simple"}) ==
+        std::map<std::string, std::string>{{"PIP_INDEX_URL", "http://one/simple"}});
+  CHECK(pip_index_environment({}).empty());
+  CHECK(pip_install_args({"a", "b c"}) ==
         strings{"install", "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
-                "--progress-bar", "off", "--retries", "2", "--index-url", "http://one/simple",
-                "--extra-index-url", "http://two/simple", "a", "b c"});
+                "--progress-bar", "off", "--retries", "2", "a", "b c"});
   ::unsetenv("DEFAULT_PIP_INDEX_URLS");
   CHECK(index_urls({}) == strings{"https://pypi.org/simple"});
   ::setenv("DEFAULT_PIP_INDEX_URLS", "http://a/simple, http://b/simple", 1);
