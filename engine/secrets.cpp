@@ -85,8 +85,8 @@ std::vector<std::string> masked_args(const std::vector<std::string>& argv) {
           out.push_back(std::string(name) + "=" + std::string(masked));
         } else {
           out.push_back(a);
-          if (i + 1 < argv.size()) {
-            out.emplace_back(masked);  // its value, the next argument
+          if (i + 1 < argv.size() && !argv[i + 1].starts_with("--")) {
+            out.emplace_back(masked);  // its value, the next argument (not another option)
             ++i;
           }
         }

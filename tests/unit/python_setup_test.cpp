@@ -1,4 +1,5 @@
 #include "adapters/python/python_setup.hpp"
+#include "engine/secrets.hpp"
 
 #include "tests/support/test_support.hpp"
 
@@ -117,4 +118,21 @@ TEST_CASE(
   CHECK(rel.err.find("File \"" + code.string() + "\", line 6, in g") != std::string::npos);
   CHECK(rel.err.find("ValueError: boom") != std::string::npos);
   CHECK(rel.out.empty());
+}
+
+TEST_CASE("what tjob records of an index URL and a command line hides their secrets") {
+  using tjob::detail::mask_url;
+  using tjob::detail::masked_args;
+  CHECK(mask_url("https://user:pw@host:8080/simple") == "https://user:***@host:8080/simple");
+  CHECK(mask_url("https://token@host/simple") == "https://***@host/simple");
+  CHECK(mask_url("https://host/simple?x=a@b") == "https://host/simple?x=a@b");  // no user info
+  CHECK(mask_url("file:///srv/wheels") == "file:///srv/wheels");
+  CHECK(mask_url("not a url") == "not a url");
+  CHECK(masked_args({"train.py", "--password=hunter2", "--hf-token", "abc", "--wandb-api-key", "k", "--lr", "0.1",
+                     "--max-tokens", "64", "--key", "k2", "--secret-key=s", "https://u:p@h/x"}) ==
+        strings{"train.py", "--password=***", "--hf-token", "***", "--wandb-api-key", "***", "--lr", "0.1",
+                "--max-tokens", "64", "--key", "k2", "--secret-key=***", "https://u:***@h/x"});
+  // a secret option followed by another option: that one is not its value
+  CHECK(masked_args({"--password", "--hf-token", "x"}) == strings{"--password", "--hf-token", "***"});
+  CHECK(masked_args({"--token"}) == strings{"--token"});
 }
