@@ -518,12 +518,12 @@ int main(int argc, char** argv) {
   }
   if (mode == "container") {
     in_container = true;
-    cfg.backend = tjob::backend_kind::container;
-    cfg.container.container_runtime = args.at(0);
-    cfg.container.container_host = args.at(1);
-    cfg.container.image = args.at(2);
-    cfg.container.network = tjob::container_network::none;
-    cfg.container.pull = tjob::pull_policy::never;
+    cfg.backend = "container";
+    cfg.backend_config = {{"container_runtime", args.at(0)},
+                          {"container_host", args.at(1)},
+                          {"image", args.at(2)},
+                          {"network", "none"},
+                          {"pull_policy", "Never"}};
   }
   asio::io_context ctx(1);
   int rc = 0;

@@ -146,30 +146,51 @@ void add_job_options(CLI::App* cmd, job_options& o) {
       ->required();
 }
 
-train_request make_request(const job_options& o, backend_kind backend) {
+namespace {
+
+// The registered backends that `has` a capability: "the container and kubernetes backends".
+template <class Has>
+std::string backends_that(Has has) {
+  std::vector<std::string> ids;
+  for (const auto& b : registered_backends())
+    if (has(b.capabilities)) ids.push_back(b.id);
+  std::string out = "the ";
+  for (std::size_t i = 0; i < ids.size(); ++i) out += (i == 0 ? "" : i + 1 == ids.size() ? " and " : ", ") + ids[i];
+  return out + (ids.size() == 1 ? " backend" : " backends");
+}
+
+// How to choose them: "--backend container or --backend kubernetes".
+template <class Has>
+std::string choices_of(Has has) {
+  std::string out;
+  for (const auto& b : registered_backends())
+    if (has(b.capabilities)) out += (out.empty() ? "" : " or ") + std::string("--backend ") + b.id;
+  return out;
+}
+
+}  // namespace
+
+train_request make_request(const job_options& o, const backend_capabilities& backend) {
   train_request req;
   req.name = o.name;
   req.runtime = o.runtime;
   std::error_code ec;
-  bool in_container = backend == backend_kind::container;
-  bool in_cluster = backend == backend_kind::kubernetes;
-  if (!o.image.empty() && !in_container && !in_cluster)
-    throw usage_error(
-        "--image is for the container and kubernetes backends; add --backend container "
-        "or --backend kubernetes");
-  if (in_cluster && !o.workdir.empty())
-    throw usage_error(
-        "--workdir: a TrainJob has no working directory; on a cluster the job runs "
-        "where the image says; drop --workdir");
-  if (in_cluster) in_container = true;  // no host directory either
-  // In a container the job runs in /workspace unless --workdir names a
-  // directory inside the container.
-  std::string workdir = in_container        ? o.workdir
+  if (!o.image.empty() && !backend.takes_image)
+    throw usage_error("--image is for " + backends_that([](const auto& c) { return c.takes_image; }) + "; add " +
+                      choices_of([](const auto& c) { return c.takes_image; }));
+  if (!o.workdir.empty() && !backend.runs_here && !backend.workdir_in_image)
+    throw usage_error("--workdir: a job on the " + backend.id +
+                      " backend has no working directory; it runs where its image says; drop --workdir");
+  // Where the job does not run here, --workdir names a directory inside its
+  // image (a container runs in /workspace without one).
+  std::string workdir = !backend.runs_here  ? o.workdir
                         : o.workdir.empty() ? std::filesystem::current_path(ec).string()
                                             : std::filesystem::absolute(o.workdir, ec).string();
   req.num_nodes = o.num_nodes;
-  if ((!o.labels.empty() || !o.annotations.empty()) && !in_cluster)
-    throw usage_error("--label and --annotation are for the kubernetes backend; add --backend kubernetes");
+  if ((!o.labels.empty() || !o.annotations.empty()) && !backend.keeps_labels)
+    throw usage_error("--label and --annotation are for " +
+                      backends_that([](const auto& c) { return c.keeps_labels; }) + "; add " +
+                      choices_of([](const auto& c) { return c.keeps_labels; }));
   add_metadata(o, req);
   req.priority = o.priority;
   req.after_ok = o.after_ok;
@@ -230,11 +251,11 @@ train_request make_request(const job_options& o, backend_kind backend) {
   t.packages_to_install = o.packages;
   t.pip_index_urls = o.index_urls;
   t.env = parse_env(o.env);
-  if (in_container && !o.workdir.empty())
+  if (!backend.runs_here && !o.workdir.empty())
     throw usage_error(
         "--workdir: a Python job in a container runs in /workspace (its work dir); "
         "drop --workdir");
-  t.working_dir = in_container ? std::string() : workdir;
+  t.working_dir = backend.runs_here ? workdir : std::string();
   t.image = o.image;
   t.python = o.python;
   t.system_site_packages = o.system_site_packages;

@@ -44,10 +44,10 @@ struct job_options {
 /// The options of a job, for `run` and `train` alike.
 void add_job_options(CLI::App* cmd, job_options& o);
 
-/// The request `o` describes, for `backend` (a container runs in /workspace,
-/// labels and annotations are the cluster's). Throws usage_error naming the
+/// The request `o` describes, for the backend that runs it (what it does:
+/// where a working directory is, whether it takes an image and keeps labels). Throws usage_error naming the
 /// option and the fix.
-train_request make_request(const job_options& o, backend_kind backend);
+train_request make_request(const job_options& o, const backend_capabilities& backend);
 
 /// The requests of `req` as the members of array `spec` (tjob::array_members:
 /// NAME-<i>, each with TJOB_ARRAY_INDEX=<i>). Throws usage_error.

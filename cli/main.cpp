@@ -1,4 +1,5 @@
 // tjob — run TrainJobs from a shell.
+#include "cli/backend_options.hpp"
 #include "cli/docs.hpp"
 #include "cli/job_request.hpp"
 #include "cli/list_watch.hpp"
@@ -74,69 +75,43 @@ struct common_options {
   std::string home;
   std::vector<std::string> runtime_dirs;
   double grace_seconds = 10;
-  std::string backend, container_runtime, container_host, pull_policy, network;
-  std::vector<std::string> volumes;
-  bool keep_workdir = false;
-  std::string kube_namespace, kube_context, kubeconfig;
+  cli::backend_options backends;  // --backend and each backend's own options
   bool no_venv_cache = false;
   std::optional<long long> venv_cache_ttl;  // seconds
-  std::string server, token_file, server_ca;
-  bool insecure = false;
   std::optional<int> max_running, cpu_budget;  // admission budgets
   std::string memory_budget;
 };
 
-// --server, else $TJOB_SERVER: a client of a running tjob serve.
-std::string server_of(const common_options& o) {
-  if (!o.server.empty()) return o.server;
-  const char* e = std::getenv("TJOB_SERVER");
-  return e ? e : "";
+// "local and container backends": the backends whose jobs tjob admits.
+std::string admitting_backends() {
+  std::vector<std::string> ids;
+  for (const auto& b : registered_backends())
+    if (b.capabilities.admission) ids.push_back(b.id);
+  std::string out;
+  for (std::size_t i = 0; i < ids.size(); ++i) out += (i == 0 ? "" : i + 1 == ids.size() ? " and " : ", ") + ids[i];
+  return out + (ids.size() == 1 ? " backend" : " backends");
 }
 
-backend_kind backend_of(const common_options& o) {
-  std::string b = o.backend;
-  if (b.empty())
-    if (const char* e = std::getenv("TJOB_BACKEND"); e && *e) b = e;
-  if (b.empty()) return backend_kind::local;
-  auto k = parse_backend_kind(b);
-  if (!k || *k == backend_kind::remote)
-    throw usage_error("--backend " + b +
-                      (k ? ": give the server with --server URL (or $TJOB_SERVER)"
-                         : ": unknown backend; use local, container or kubernetes (or --server URL for a "
-                           "running tjob serve)"));
-  return *k;
+// The backend hands the jobs to a server (remote): the server's settings rule.
+bool forwards(const engine_config& cfg) {
+  auto b = find_backend(cfg.backend);
+  return b && b->capabilities.forwards;
 }
 
-// The engine of a client of `tjob serve`: the server's settings are its own.
-engine_config remote_config(const common_options& o, const std::string& server) {
-  bool server_settings = (!o.backend.empty() && o.backend != "remote") || !o.runtime_dirs.empty() ||
-                         o.no_venv_cache || o.venv_cache_ttl || !o.container_runtime.empty() ||
-                         !o.container_host.empty() || !o.pull_policy.empty() || !o.network.empty() ||
-                         !o.volumes.empty() || o.keep_workdir || !o.kube_namespace.empty() ||
-                         !o.kube_context.empty() || !o.kubeconfig.empty() || o.max_running || o.cpu_budget ||
-                         !o.memory_budget.empty();
-  if (server_settings)
-    throw usage_error("--server " + server +
+engine_config make_config(const common_options& o) {
+  auto chosen = o.backends.choose();
+  // A backend that hands jobs to a server (remote) takes none of this
+  // engine's own settings: they are the server's.
+  if (chosen.capabilities.forwards &&
+      (!o.runtime_dirs.empty() || o.no_venv_cache || o.venv_cache_ttl || o.max_running || o.cpu_budget ||
+       !o.memory_budget.empty()))
+    throw usage_error(chosen.chosen_by +
                       ": the server's backend runs the jobs, with the server's settings; --backend, "
                       "--runtime-dir, the admission budgets, the venv cache's and the backends' options "
                       "go to tjob serve (or leave out --server and unset TJOB_SERVER to run jobs here)");
   engine_config cfg;
-  if (!o.home.empty()) cfg.home = o.home;
-  if (o.grace_seconds < 0) throw usage_error("--grace must be 0 or more seconds");
-  cfg.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000));
-  cfg.backend = backend_kind::remote;
-  cfg.remote.server = server;
-  if (!o.token_file.empty()) cfg.remote.token_file = std::filesystem::absolute(o.token_file);
-  if (!o.server_ca.empty()) cfg.remote.ca_file = std::filesystem::absolute(o.server_ca);
-  cfg.remote.insecure = o.insecure;
-  return cfg;
-}
-
-engine_config make_config(const common_options& o) {
-  if (auto server = server_of(o); !server.empty()) return remote_config(o, server);
-  if (!o.token_file.empty() || !o.server_ca.empty() || o.insecure)
-    throw usage_error("--token-file, --server-ca and --insecure are for a client of tjob serve; add --server URL");
-  engine_config cfg;
+  cfg.backend = chosen.id;
+  cfg.backend_config = std::move(chosen.config);
   if (!o.home.empty()) cfg.home = o.home;
   if (!o.runtime_dirs.empty()) {
     cfg.runtime_dirs.push_back(std::filesystem::path(cfg.home.empty() ? default_home() : cfg.home) /
@@ -157,7 +132,6 @@ engine_config make_config(const common_options& o) {
   cfg.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000));
   if (const char* t = std::getenv("TJOB_STORE_BUSY_TIMEOUT_MS"); t && *t)
     cfg.store_busy_timeout = std::chrono::milliseconds(std::atoll(t));
-  cfg.backend = backend_of(o);
   if (o.max_running) {
     if (*o.max_running < 0) throw usage_error("--max-running must be 0 (no limit) or more jobs");
     cfg.admission.max_running = *o.max_running;
@@ -176,42 +150,11 @@ engine_config make_config(const common_options& o) {
     }
   }
   bool budgets = o.max_running || o.cpu_budget || !o.memory_budget.empty();
-  if (budgets && cfg.backend == backend_kind::kubernetes)
-    throw usage_error(
-        "--max-running, --cpu-budget and --memory-budget are the admission budgets of the local and "
-        "container backends; on Kubernetes, Kueue's ClusterQueue sets them (docs/scheduling.md)");
-  bool container_options = !o.container_runtime.empty() || !o.container_host.empty() ||
-                           !o.pull_policy.empty() || !o.network.empty() || !o.volumes.empty() ||
-                           o.keep_workdir;
-  if (container_options && cfg.backend != backend_kind::container)
-    throw usage_error(
-        "--container-runtime, --container-host, --pull-policy, --network, --volume "
-        "and --keep-workdir are for the container backend; add --backend container");
-  bool kube_options = !o.kube_namespace.empty() || !o.kube_context.empty() || !o.kubeconfig.empty();
-  if (kube_options && cfg.backend != backend_kind::kubernetes)
-    throw usage_error(
-        "--namespace, --context and --kubeconfig are for the kubernetes backend; "
-        "add --backend kubernetes");
-  cfg.kubernetes.namespace_name = o.kube_namespace;
-  cfg.kubernetes.context = o.kube_context;
-  if (!o.kubeconfig.empty()) cfg.kubernetes.config_file = std::filesystem::absolute(o.kubeconfig).string();
-  auto& c = cfg.container;
-  if (!o.container_runtime.empty() && o.container_runtime != "docker" && o.container_runtime != "podman")
-    throw usage_error("--container-runtime " + o.container_runtime + ": use docker or podman");
-  c.container_runtime = o.container_runtime;
-  c.container_host = o.container_host;
-  if (!o.pull_policy.empty()) {
-    auto p = parse_pull_policy(o.pull_policy);
-    if (!p) throw usage_error("--pull-policy " + o.pull_policy + ": use IfNotPresent, Always or Never");
-    c.pull = *p;
-  }
-  if (!o.network.empty()) {
-    auto n = parse_container_network(o.network);
-    if (!n) throw usage_error("--network " + o.network + ": use job (a network per job), host or none");
-    c.network = *n;
-  }
-  c.volumes = o.volumes;
-  c.auto_remove = !o.keep_workdir;
+  if (budgets && !chosen.capabilities.admission && !chosen.capabilities.forwards)
+    throw usage_error("--max-running, --cpu-budget and --memory-budget are the admission budgets of the " +
+                      admitting_backends() + "; the " + chosen.id + " backend's jobs go to the " +
+                      (chosen.capabilities.queued_by.empty() ? std::string("peer at once") : chosen.capabilities.queued_by) +
+                      " (docs/scheduling.md)");
   return cfg;
 }
 
@@ -230,8 +173,8 @@ int cmd_run(const common_options& common, const job_options& jo) {
   auto& interrupts = interrupts_of(common.grace_seconds);
   cli::handle_signals([](int sig) { interrupts_of(0).on_signal(sig); });
   std::optional<trainer_client> remote;
-  if (cfg.backend == backend_kind::remote) remote.emplace(cfg);  // asked for the server's backend first
-  auto req = cli::make_request(jo, remote ? remote->job_backend() : cfg.backend);
+  if (forwards(cfg)) remote.emplace(cfg);  // asked for the server's backend first
+  auto req = cli::make_request(jo, remote ? remote->job_backend() : find_backend(cfg.backend)->capabilities);
   std::optional<trainer_client> local;
   trainer_client& client = remote ? *remote : local.emplace(cfg);
   // However this frame ends (a throw too), no cancel thread outlives the client.
@@ -270,8 +213,8 @@ int cmd_run(const common_options& common, const job_options& jo) {
 int cmd_train(const common_options& common, const job_options& jo) {
   auto cfg = make_config(common);
   std::optional<trainer_client> remote;
-  if (cfg.backend == backend_kind::remote) remote.emplace(cfg);  // the server owns the jobs
-  auto req = cli::make_request(jo, remote ? remote->job_backend() : cfg.backend);
+  if (forwards(cfg)) remote.emplace(cfg);  // the server owns the jobs
+  auto req = cli::make_request(jo, remote ? remote->job_backend() : find_backend(cfg.backend)->capabilities);
   std::vector<train_request> reqs;
   if (jo.array.empty())
     reqs.push_back(std::move(req));
@@ -314,30 +257,7 @@ void add_common_options(CLI::App& app, common_options& common) {
                  "A directory of runtime manifests (ClusterTrainingRuntime YAML) that override "
                  "the built-in ones and $TJOB_HOME/runtimes by name (repeatable)")
       ->allow_extra_args(false);
-  app.add_option("--backend", common.backend,
-                 "Where jobs run: local (default; $TJOB_BACKEND), container (Docker or Podman) "
-                 "or kubernetes");
-  app.add_option("--container-runtime", common.container_runtime,
-                 "Container backend: docker or podman; default: whichever answers (Docker first)");
-  app.add_option("--container-host", common.container_host,
-                 "Container backend: the daemon, unix:///path/to/socket or tcp://host:port; "
-                 "default: $DOCKER_HOST, $CONTAINER_HOST, then the usual sockets");
-  app.add_option("--pull-policy", common.pull_policy,
-                 "Container backend: IfNotPresent (default), Always or Never");
-  app.add_option("--network", common.network,
-                 "Container backend: job (a network <job>-net per job, default), host or none");
-  app.add_option("-v,--volume", common.volumes,
-                 "Container backend: a bind mount HOST:CONTAINER[:ro] of every node (repeatable)")
-      ->allow_extra_args(false);
-  app.add_flag("--keep-workdir", common.keep_workdir,
-               "Container backend: delete keeps the job's work dir on the host (auto_remove off)");
-  app.add_option("--namespace", common.kube_namespace,
-                 "Kubernetes backend: the namespace; default: the kubeconfig context's, else default");
-  app.add_option("--context", common.kube_context,
-                 "Kubernetes backend: the kubeconfig context; default: its current-context");
-  app.add_option("--kubeconfig", common.kubeconfig,
-                 "Kubernetes backend: the kubeconfig file; default: $KUBECONFIG, else ~/.kube/config "
-                 "(in a pod: the service account)");
+  common.backends.add_to(app);
   app.add_flag("--no-venv-cache", common.no_venv_cache,
                "Local Python jobs: build a fresh venv in every job instead of copying the cached "
                "one ($TJOB_VENV_CACHE=0 does the same)");
@@ -356,19 +276,6 @@ void add_common_options(CLI::App& app, common_options& common) {
       "--memory-budget", common.memory_budget,
       "Admission: the memory local (or container) jobs hold together, as 16Gi (0: no limit; default: "
       "config.yaml, else MemTotal)");
-  app.add_option(
-      "--server", common.server,
-      "Be a client of a running tjob serve: unix:///path/tjob.sock, https://host:port or "
-      "tcp://host:port ($TJOB_SERVER); the server's backend runs the jobs, and the server owns them");
-  app.add_option("--token-file", common.token_file,
-                 "With --server over TCP: the file of the server's bearer token ($TJOB_HOME/serve.token "
-                 "there); $TJOB_TOKEN gives the token itself");
-  app.add_flag("--insecure", common.insecure,
-               "With a tcp:// --server off loopback: send the token over plain HTTP anyway (anyone on the "
-               "path reads it); without it such a server is refused: use https://");
-  app.add_option("--server-ca", common.server_ca,
-                 "With an https --server: the PEM file of the CA that signed its certificate "
-                 "($TJOB_SERVER_CA; default: the system's trust store)");
 }
 
 // run and train: submit a job.
@@ -681,11 +588,12 @@ int main(int argc, char** argv) {
     if (*c.run) return cmd_run(c.common, c.run_opts);
     if (*c.train) return cmd_train(c.common, c.train_opts);
     if (*c.serve) {
-      if (!server_of(c.common).empty())
+      auto cfg = make_config(c.common);
+      if (forwards(cfg))
         throw usage_error(
             "serve runs an engine here; it cannot be a client of another server: drop --server "
             "(and unset TJOB_SERVER)");
-      return cli::run_serve(make_config(c.common), c.serve_opts);
+      return cli::run_serve(std::move(cfg), c.serve_opts);
     }
     return run_query(c);
   } catch (const usage_error& e) {

@@ -197,11 +197,11 @@ int serve_in_foreground(engine_config config, const serve_options& o, int& ready
   sc.header_timeout = std::chrono::milliseconds(static_cast<long long>(o.header_timeout * 1000));
   sc.max_body_bytes = o.max_body_bytes;
   sc.logger = logger;
-  sc.backend = std::string(to_string(config.backend));
+  sc.backend = config.backend;
   serve::server srv(eng, sc);
   std::string addresses;
   for (const auto& a : srv.addresses()) {
-    logger->info("msg=listening address={} backend={} home=\"{}\"", a, to_string(config.backend),
+    logger->info("msg=listening address={} backend={} home=\"{}\"", a, config.backend,
                  eng.home().string());
     addresses += a + "\n";
   }

@@ -171,7 +171,7 @@ std::vector<event> trainer_client::get_job_events(const std::string& name) {
 }
 std::vector<queue_entry> trainer_client::get_queue() { return impl_->call(impl_->eng->get_queue()); }
 
-backend_kind trainer_client::job_backend() { return impl_->call(impl_->eng->job_backend()); }
+backend_capabilities trainer_client::job_backend() { return impl_->call(impl_->eng->job_backend()); }
 std::vector<runtime> trainer_client::list_runtimes() { return impl_->call(impl_->eng->list_runtimes()); }
 std::vector<std::string> trainer_client::runtime_problems() {
   return impl_->call(impl_->eng->runtime_problems());

@@ -7,6 +7,7 @@
 // owns the job until it ends.
 #include <tjob/client.hpp>
 #include <tjob/spec.hpp>
+#include <tjob/wire.hpp>
 
 #include <boost/json.hpp>
 
@@ -39,7 +40,7 @@ namespace {
 // 2: priority, active deadline, dependencies, admission budgets; 3: the retry policy;
 // 4: a list of requests (a job array's members, one supervisor for them all), the backend
 // and the container backend's settings (a container job's active deadline)
-constexpr std::int64_t protocol_version = 4;
+constexpr std::int64_t protocol_version = 5;
 
 json::object request_to_json(const train_request& req) {
   json::object o;
@@ -73,39 +74,15 @@ json::object request_to_json(const train_request& req) {
   return o;
 }
 
-// The requests and the engine's settings, as the supervisor reads them.
+// The requests and the engine's settings, as the supervisor reads them: the
+// engine's one config codec (tjob/wire.hpp), the backend's options its own.
 json::value batch_to_json(const std::vector<train_request>& requests, const engine_config& cfg) {
   json::object o;
   o["protocol"] = protocol_version;
   json::array reqs;
   for (const auto& r : requests) reqs.emplace_back(request_to_json(r));
   o["requests"] = std::move(reqs);
-  o["backend"] = to_string(cfg.backend);
-  if (cfg.backend == backend_kind::container) {
-    const auto& c = cfg.container;
-    json::array volumes;
-    for (const auto& v : c.volumes) volumes.emplace_back(v);
-    o["container"] = {{"runtime", c.container_runtime},  {"host", c.container_host},
-                      {"pull", to_string(c.pull)},       {"auto_remove", c.auto_remove},
-                      {"network", to_string(c.network)}, {"image", c.image},
-                      {"volumes", std::move(volumes)},   {"request_timeout_ms", c.request_timeout.count()}};
-  }
-  o["home"] = cfg.home.string();
-  o["grace_ms"] = cfg.grace_period.count();
-  o["store_busy_timeout_ms"] = cfg.store_busy_timeout.count();
-  o["cleanup_venv"] = cfg.cleanup_venv;
-  o["venv_cache"] = cfg.venv_cache;
-  o["venv_cache_ttl_s"] = cfg.venv_cache_unpinned_ttl.count();
-  o["failure_log_lines"] = cfg.failure_log_lines;
-  json::array dirs, gpus;
-  for (const auto& d : cfg.runtime_dirs) dirs.emplace_back(d.string());
-  for (const auto& g : cfg.gpu_devices) gpus.emplace_back(g);
-  o["runtime_dirs"] = std::move(dirs);
-  o["gpu_devices"] = std::move(gpus);
-  // The supervisor admits the job against the budgets its submitter was given.
-  if (cfg.admission.max_running) o["max_running"] = *cfg.admission.max_running;
-  if (cfg.admission.cpus) o["cpus"] = *cfg.admission.cpus;
-  if (cfg.admission.memory) o["memory"] = *cfg.admission.memory;
+  o["config"] = to_json(cfg);
   return o;
 }
 
@@ -114,35 +91,7 @@ void config_from_json(const json::object& o, engine_config& cfg) {
     throw error(errc::invalid_argument,
                 "the supervisor and the program that started it are of different tjob versions; "
                 "point engine_config::supervisor (or $TJOB_SUPERVISOR) at the tjob built with the library");
-  auto text = [](const json::value& v) { return json::value_to<std::string>(v); };
-  cfg.backend = parse_backend_kind(text(o.at("backend"))).value();
-  if (const auto* co = o.if_contains("container")) {
-    const auto& c = co->as_object();
-    auto& out = cfg.container;
-    out.container_runtime = text(c.at("runtime"));
-    out.container_host = text(c.at("host"));
-    out.pull = parse_pull_policy(text(c.at("pull"))).value();
-    out.auto_remove = c.at("auto_remove").as_bool();
-    out.network = parse_container_network(text(c.at("network"))).value();
-    out.image = text(c.at("image"));
-    for (const auto& v : c.at("volumes").as_array()) out.volumes.push_back(text(v));
-    out.request_timeout = std::chrono::milliseconds(c.at("request_timeout_ms").to_number<std::int64_t>());
-  }
-  cfg.home = json::value_to<std::string>(o.at("home"));
-  cfg.grace_period = std::chrono::milliseconds(o.at("grace_ms").to_number<std::int64_t>());
-  cfg.store_busy_timeout = std::chrono::milliseconds(o.at("store_busy_timeout_ms").to_number<std::int64_t>());
-  cfg.cleanup_venv = o.at("cleanup_venv").as_bool();
-  cfg.venv_cache = o.at("venv_cache").as_bool();
-  cfg.venv_cache_unpinned_ttl = std::chrono::seconds(o.at("venv_cache_ttl_s").to_number<std::int64_t>());
-  cfg.failure_log_lines = o.at("failure_log_lines").to_number<std::size_t>();
-  for (const auto& d : o.at("runtime_dirs").as_array())
-    cfg.runtime_dirs.emplace_back(json::value_to<std::string>(d));
-  for (const auto& g : o.at("gpu_devices").as_array())
-    cfg.gpu_devices.push_back(json::value_to<std::string>(g));
-  if (auto* v = o.if_contains("max_running"))
-    cfg.admission.max_running = static_cast<int>(v->to_number<std::int64_t>());
-  if (auto* v = o.if_contains("cpus")) cfg.admission.cpus = static_cast<int>(v->to_number<std::int64_t>());
-  if (auto* v = o.if_contains("memory")) cfg.admission.memory = v->to_number<std::uint64_t>();
+  cfg = engine_config_from_json(o.at("config"));
 }
 
 train_request request_from_json(const json::object& o) {
@@ -264,8 +213,10 @@ std::vector<std::string> train_detached(const std::vector<train_request>& reques
   // admitted it (it may wait for the budget, its dependencies or its array:
   // the daemon has no queue) and, with an active deadline, until it ends (the
   // daemon has none): the supervisor.
-  const bool needs_owner = config.backend == backend_kind::local || config.backend == backend_kind::container;
-  if (!needs_owner) {
+  const auto backend = find_backend(config.backend);
+  if (!backend)
+    throw error(errc::invalid_argument, "backend '" + config.backend + "': no such backend");
+  if (!backend->capabilities.needs_owner) {
     trainer_client client(config);
     return train_all(client, requests);
   }
@@ -425,8 +376,8 @@ int supervisor_main() {
   // From here on nobody reads our output: the supervisor's own messages go to
   // the first job's directory.
   // (the job's own directory, which its code cannot write; O_NOFOLLOW all the same)
-  const auto job_dir = client->home() / (cfg.backend == backend_kind::container ? "containers" : "jobs") /
-                       names.front();
+  const auto caps = client->job_backend();
+  const auto job_dir = client->home() / (caps.job_files.empty() ? "jobs" : caps.job_files) / names.front();
   int logfd =
       ::open((job_dir / "supervisor.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -444,7 +395,7 @@ int supervisor_main() {
   for (std::size_t i = 0; i < names.size(); ++i) {
     const auto& name = names[i];
     std::set<job_status> until{job_status::complete, job_status::failed};
-    if (cfg.backend == backend_kind::container && reqs.at(i).active_deadline.count() == 0)
+    if (caps.owner_until_started && reqs.at(i).active_deadline.count() == 0)
       until.insert(job_status::running);
     try {
       client->wait_for_job_status(name, until, std::chrono::hours(24 * 365 * 10));

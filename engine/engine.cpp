@@ -5,12 +5,12 @@
 // look-ups, and $TJOB_HOME's safety checks.
 #include <tjob/engine.hpp>
 
-#include "engine/backend.hpp"
-#include "engine/fail.hpp"
-#include "engine/log_stream_impl.hpp"
-#include "engine/messages.hpp"
-#include "engine/names.hpp"
-#include "engine/trainer_checks.hpp"
+#include "core/driver.hpp"
+#include "core/fail.hpp"
+#include "core/log_stream_impl.hpp"
+#include "core/messages.hpp"
+#include "core/names.hpp"
+#include "core/trainer_checks.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -178,6 +178,16 @@ namespace {
 // leaves them: $TJOB_PYTHON and $TJOB_SYSTEM_SITE_PACKAGES=1, for every
 // front end alike (an unchanged Kubeflow program can then run offline
 // against a system torch, which the torch runtime would otherwise fetch).
+// "the kubernetes backend": the registered backends that keep labels, for a refusal.
+std::string keepers_of_labels() {
+  std::vector<std::string> ids;
+  for (const auto& b : registered_backends())
+    if (b.capabilities.keeps_labels) ids.push_back(b.id);
+  std::string out = "the ";
+  for (std::size_t i = 0; i < ids.size(); ++i) out += (i == 0 ? "" : i + 1 == ids.size() ? " and " : ", ") + ids[i];
+  return out + (ids.size() == 1 ? " backend" : " backends");
+}
+
 void local_python_defaults(train_request& req) {
   auto* p = std::get_if<python_trainer>(&req.job_trainer);
   if (!p) return;
@@ -192,13 +202,16 @@ void local_python_defaults(train_request& req) {
 
 asio::awaitable<std::string> engine::train(train_request req) {
   auto& e = *impl_;
-  const auto traits = e.backend->traits();
-  if (traits.kind == backend_kind::local) local_python_defaults(req);
-  if (!traits.keeps_labels && (!req.labels.empty() || !req.annotations.empty()))
-    fail(errc::invalid_argument,
-         std::string(req.labels.empty() ? "Annotations" : "Labels") + " option is not compatible with the " +
-             std::string(to_string(traits.kind)) + " backend (TrainJob " + quote(req.name) +
-             "); only the kubernetes backend keeps labels and annotations");
+  // (this engine's backend runs the job here; a server's applies its own defaults)
+  if (e.backend->capabilities().runs_here) local_python_defaults(req);
+  if (!req.labels.empty() || !req.annotations.empty()) {
+    const auto runs = co_await e.backend->job_backend();
+    if (!runs.keeps_labels)
+      fail(errc::invalid_argument,
+           std::string(req.labels.empty() ? "Annotations" : "Labels") + " option is not compatible with the " +
+               runs.id + " backend (TrainJob " + quote(req.name) + "); only " + keepers_of_labels() +
+               " keeps labels and annotations");
+  }
   e.check_running();
   detail::checked_request checked;
   checked.generated_name = req.name.empty();
@@ -244,16 +257,14 @@ asio::awaitable<log_stream> engine::get_job_logs(std::string name, log_options o
     if (*options.attempt < 1)
       fail(errc::invalid_argument, "the log of TrainJob " + quote(name) + ": attempt=" +
                                        std::to_string(*options.attempt) + "; attempts are counted from 1");
-    // Retries are the local backend's (and a server's, through remote): a
-    // container or a TrainJob has one attempt.
-    const auto kind = impl_->backend->traits().kind;
-    if (*options.attempt > 1 && (kind == backend_kind::container || kind == backend_kind::kubernetes))
+    // Attempts are tjob's restarts: a backend whose peer restarts (a
+    // container's restart policy) or never restarts has one log.
+    const auto runs = co_await impl_->backend->job_backend();
+    if (*options.attempt > 1 && !runs.restarts)
       fail(errc::invalid_argument,
-           "TrainJob " + quote(name) + " has no attempt " + std::to_string(*options.attempt) +
-               ": jobs on the " + std::string(to_string(kind)) +
-               " backend are not restarted by tjob, so each has one (docs/scheduling.md)");
-    if (*options.attempt == 1 && (kind == backend_kind::container || kind == backend_kind::kubernetes))
-      options.attempt.reset();
+           "TrainJob " + quote(name) + " has no attempt " + std::to_string(*options.attempt) + ": jobs on the " +
+               runs.id + " backend are not restarted by tjob, so each has one (docs/scheduling.md)");
+    if (*options.attempt == 1 && !runs.restarts) options.attempt.reset();
   }
   co_return co_await impl_->backend->get_job_logs(std::move(name), std::move(options));
 }
@@ -358,7 +369,9 @@ asio::awaitable<std::vector<venv_cache_entry>> engine::prune_venv_cache(std::chr
 
 asio::awaitable<std::vector<queue_entry>> engine::get_queue() { co_return co_await impl_->backend->queue(); }
 
-asio::awaitable<backend_kind> engine::job_backend() { co_return co_await impl_->backend->job_backend(); }
+asio::awaitable<backend_capabilities> engine::job_backend() {
+  co_return co_await impl_->backend->job_backend();
+}
 
 asio::awaitable<void> engine::shutdown() {
   auto self = impl_;

@@ -299,8 +299,8 @@ asio::awaitable<answer> api::handle(request req) {
   if (seg.size() == 1 && seg[0] == "healthz") {
     if (m != "GET") co_return not_allowed("GET");
     only(q, {});
-    auto kind = co_await engine_.job_backend();
-    json::object o{{"status", draining_ ? "draining" : "ok"}, {"backend", to_string(kind)}};
+    auto runs = co_await engine_.job_backend();
+    json::object o{{"status", draining_ ? "draining" : "ok"}, {"backend", runs.id}, {"capabilities", to_json(runs)}};
     co_return json_reply(draining_ ? 503 : 200, o);
   }
   if (seg.size() == 1 && seg[0] == "metrics" && config_.metrics_text) {

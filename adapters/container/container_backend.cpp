@@ -1,15 +1,15 @@
 #include "adapters/container/container_impl.hpp"
 
-#include "engine/backoff.hpp"
-#include "engine/deadline.hpp"
-#include "engine/job_state.hpp"
-#include "engine/json_fields.hpp"
-#include "engine/log_stream_impl.hpp"
-#include "engine/messages.hpp"
-#include "engine/names.hpp"
-#include "engine/secrets.hpp"
-#include "engine/times.hpp"
-#include "engine/trainer_checks.hpp"
+#include "core/backoff.hpp"
+#include "core/deadline.hpp"
+#include "core/job_state.hpp"
+#include "core/json_fields.hpp"
+#include "core/log_stream_impl.hpp"
+#include "core/messages.hpp"
+#include "core/names.hpp"
+#include "core/secrets.hpp"
+#include "core/times.hpp"
+#include "core/trainer_checks.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -176,12 +176,7 @@ asio::awaitable<outcome<docker_api*>> backend::impl::daemon() {
   };
   std::vector<candidate> tried;
   bool want_docker = cfg.container_runtime != "podman";
-  bool want_podman = cfg.container_runtime != "docker";
-  if (!cfg.container_runtime.empty() && cfg.container_runtime != "docker" &&
-      cfg.container_runtime != "podman")
-    fail(errc::invalid_argument, "container_runtime " + quote(cfg.container_runtime) +
-                                     " is neither docker nor podman; give one of them, or "
-                                     "leave it empty to use whichever answers");
+  bool want_podman = cfg.container_runtime != "docker";  // (config_of allows docker, podman or none)
   if (!cfg.container_host.empty()) {
     tried.push_back({cfg.container_host, "container_host"});
   } else {
@@ -624,14 +619,61 @@ asio::awaitable<void> backend::impl::shutdown() {
 // ---------------------------------------------------------------------------
 
 failure backend::impl::not_found(const std::string& name) const {
-  return detail::not_found_failure(name, "on " + api->describe(), backend_kind::container);
+  return detail::not_found_failure(name, "on " + api->describe(), "tjob list --backend container");
 }
 
 backend::backend(detail::backend_context ctx)
     : detail::backend(ctx), impl_(std::make_shared<impl>(std::move(ctx))) {}
 backend::~backend() = default;
 
-detail::backend_traits backend::traits() const { return {backend_kind::container, false}; }
+namespace {
+
+backend_capabilities capabilities_of() {
+  backend_capabilities c;
+  c.id = "container";
+  c.needs_owner = true;
+  c.owner_until_started = true;  // (then the daemon keeps it; a deadline keeps its owner)
+  c.admission = true;
+  c.arrays = true;
+  c.takes_image = true;
+  c.workdir_in_image = true;
+  c.job_files = "containers";
+  return c;
+}
+
+}  // namespace
+
+backend_capabilities backend::capabilities() const { return capabilities_of(); }
+
+detail::backend_registration registration() {
+  using kind = backend_option::value_kind;
+  detail::backend_registration r;
+  r.description.id = "container";
+  r.description.summary = "container (Docker or Podman)";
+  r.description.capabilities = capabilities_of();
+  r.description.options = {
+      {"container_runtime", "--container-runtime",
+       "Container backend: docker or podman; default: whichever answers (Docker first)", kind::text},
+      {"container_host", "--container-host",
+       "Container backend: the daemon, unix:///path/to/socket or tcp://host:port; default: $DOCKER_HOST, "
+       "$CONTAINER_HOST, then the usual sockets",
+       kind::text},
+      {"pull_policy", "--pull-policy", "Container backend: IfNotPresent (default), Always or Never", kind::text},
+      {"network", "--network", "Container backend: job (a network <job>-net per job, default), host or none",
+       kind::text},
+      {"volumes", "-v,--volume", "Container backend: a bind mount HOST:CONTAINER[:ro] of every node (repeatable)",
+       kind::texts},
+      {"auto_remove", "--keep-workdir",
+       "Container backend: delete keeps the job's work dir on the host (auto_remove off)", kind::flag, false},
+  };
+  r.check = [](const boost::json::object& c, const std::function<std::string(std::string_view)>& name_of) {
+    config_of(c, name_of);
+  };
+  r.make = [](detail::backend_context ctx) -> std::shared_ptr<detail::backend> {
+    return std::make_shared<backend>(std::move(ctx));
+  };
+  return r;
+}
 
 asio::awaitable<std::string> backend::train(detail::checked_request request) {
   co_return co_await impl_->train(std::move(request));

@@ -3,7 +3,7 @@
 // The daemon is the truth: status, steps and logs are read from it (labels,
 // inspect, logs), waiters are woken by its /events stream, so another process
 // or a restarted engine sees the same jobs. The one header of the container
-// backend that the composition root sees.
+// backend that the registry sees.
 //
 // Threading: the engine's executor; one thread.
 // Errors: tjob::error; daemon refusals are backend_error with the daemon's
@@ -11,11 +11,15 @@
 // Lifetime: shutdown() closes the events stream and awaits its loop.
 #pragma once
 
-#include "engine/backend.hpp"
+#include "core/driver.hpp"
 
 #include <memory>
 
 namespace tjob::container {
+
+/// The container backend's registration: id "container", its options
+/// (container_config.hpp) and capabilities.
+detail::backend_registration registration();
 
 class backend final : public detail::backend {
  public:
@@ -23,7 +27,7 @@ class backend final : public detail::backend {
   explicit backend(detail::backend_context ctx);
   ~backend() override;
 
-  detail::backend_traits traits() const override;
+  backend_capabilities capabilities() const override;
   boost::asio::awaitable<std::string> train(detail::checked_request request) override;
   boost::asio::awaitable<train_job> get_job(std::string name) override;
   boost::asio::awaitable<std::vector<train_job>> list_jobs(std::optional<std::string> runtime) override;

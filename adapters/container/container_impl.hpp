@@ -10,10 +10,10 @@
 #include "adapters/container/layout.hpp"
 #include "adapters/process/proc_info.hpp"
 #include "adapters/progress/progress_server.hpp"
-#include "engine/admission.hpp"
-#include "engine/fail.hpp"
-#include "engine/task_group.hpp"
-#include "engine/wake.hpp"
+#include "core/admission.hpp"
+#include "core/fail.hpp"
+#include "core/task_group.hpp"
+#include "core/wake.hpp"
 
 #include <tjob/error.hpp>
 
@@ -120,7 +120,7 @@ std::optional<queue_file> queue_file_of(const json::object& o);
 struct backend::impl : std::enable_shared_from_this<backend::impl> {
   impl(detail::backend_context c)
       : ctx(std::move(c)),
-        cfg(ctx.cfg.container),
+        cfg(config_of(ctx.cfg.backend_config, [](std::string_view m) { return std::string(m); })),
         backoff_wake(ctx.ex),
         tasks(ctx.ex, ctx.log),
         self_pid(::getpid()),

@@ -4,11 +4,11 @@
 // queue.
 #include "adapters/container/container_impl.hpp"
 
-#include "engine/json_fields.hpp"
-#include "engine/log_stream_impl.hpp"
-#include "engine/messages.hpp"
-#include "engine/names.hpp"
-#include "engine/times.hpp"
+#include "core/json_fields.hpp"
+#include "core/log_stream_impl.hpp"
+#include "core/messages.hpp"
+#include "core/names.hpp"
+#include "core/times.hpp"
 
 #include <boost/json/parse.hpp>
 

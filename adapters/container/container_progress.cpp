@@ -10,8 +10,8 @@
 // (docs/progress.md).
 #include "adapters/container/container_impl.hpp"
 
-#include "engine/json_fields.hpp"
-#include "engine/progress.hpp"
+#include "core/json_fields.hpp"
+#include "core/progress.hpp"
 
 #include <spdlog/spdlog.h>
 #include <boost/json.hpp>

@@ -12,11 +12,11 @@
 #include "adapters/container/container_impl.hpp"
 
 #include "adapters/process/proc_info.hpp"
-#include "engine/job_state.hpp"
-#include "engine/json_fields.hpp"
-#include "engine/names.hpp"
-#include "engine/times.hpp"
-#include "engine/trainer_checks.hpp"
+#include "core/job_state.hpp"
+#include "core/json_fields.hpp"
+#include "core/names.hpp"
+#include "core/times.hpp"
+#include "core/trainer_checks.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>

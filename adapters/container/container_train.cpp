@@ -4,9 +4,9 @@
 #include "adapters/container/container_impl.hpp"
 
 #include "adapters/python/python_plan.hpp"
-#include "engine/json_fields.hpp"
-#include "engine/names.hpp"
-#include "engine/trainer_checks.hpp"
+#include "core/json_fields.hpp"
+#include "core/names.hpp"
+#include "core/trainer_checks.hpp"
 
 #include <boost/json/serialize.hpp>
 

@@ -1,7 +1,7 @@
 #include "adapters/container/docker_api.hpp"
 
-#include "engine/fail.hpp"
-#include "engine/names.hpp"
+#include "core/fail.hpp"
+#include "core/names.hpp"
 
 #include <tjob/error.hpp>
 

@@ -1,6 +1,6 @@
 #include "adapters/container/layout.hpp"
 
-#include "engine/json_fields.hpp"
+#include "core/json_fields.hpp"
 
 #include <tjob/error.hpp>
 

@@ -3,11 +3,13 @@
 // container, and how container states map to statuses. Pure functions.
 #pragma once
 
+#include "adapters/container/container_config.hpp"
+
 #include <tjob/backends.hpp>
 #include <tjob/status.hpp>
 #include <tjob/types.hpp>
 
-#include "engine/job_state.hpp"
+#include "core/job_state.hpp"
 
 #include <boost/json/object.hpp>
 

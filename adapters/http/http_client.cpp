@@ -1,5 +1,5 @@
 #include "adapters/http/http_client.hpp"
-#include "engine/fail.hpp"
+#include "core/fail.hpp"
 
 #include <tjob/error.hpp>
 

@@ -14,7 +14,7 @@
 //   client is made.
 #pragma once
 
-#include "engine/outcome.hpp"
+#include "core/outcome.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>

@@ -1,6 +1,6 @@
 #include "adapters/kubernetes/informer.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
-#include "engine/backoff.hpp"
+#include "core/backoff.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/redirect_error.hpp>

@@ -9,8 +9,8 @@
 #pragma once
 
 #include "adapters/kubernetes/kube_api.hpp"
-#include "engine/task_group.hpp"
-#include "engine/wake.hpp"
+#include "core/task_group.hpp"
+#include "core/wake.hpp"
 
 #include <boost/json/object.hpp>
 

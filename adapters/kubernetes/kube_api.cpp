@@ -1,7 +1,7 @@
 #include "adapters/kubernetes/kube_api.hpp"
 
-#include "engine/backoff.hpp"
-#include "engine/json_fields.hpp"
+#include "core/backoff.hpp"
+#include "core/json_fields.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>

@@ -5,13 +5,13 @@
 #include "adapters/kubernetes/kubeconfig.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
 #include "adapters/python/python_plan.hpp"
-#include "engine/fail.hpp"
-#include "engine/log_stream_impl.hpp"
-#include "engine/messages.hpp"
-#include "engine/names.hpp"
-#include "engine/times.hpp"
-#include "engine/trainer_checks.hpp"
-#include "engine/wake.hpp"
+#include "core/fail.hpp"
+#include "core/log_stream_impl.hpp"
+#include "core/messages.hpp"
+#include "core/names.hpp"
+#include "core/times.hpp"
+#include "core/trainer_checks.hpp"
+#include "core/wake.hpp"
 
 #include <boost/json.hpp>
 
@@ -53,7 +53,9 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   detail::task_group tasks;  // the informers' watches
 
   explicit impl(detail::backend_context c)
-      : ctx(std::move(c)), cfg(ctx.cfg.kubernetes), tasks(ctx.ex, ctx.log) {
+      : ctx(std::move(c)),
+        cfg(config_of(ctx.cfg.backend_config, [](std::string_view m) { return std::string(m); })),
+        tasks(ctx.ex, ctx.log) {
     load_options o;
     o.config_file = cfg.config_file;
     o.context = cfg.context;
@@ -75,7 +77,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   }
 
   failure not_found(const std::string& name) const {
-    return detail::not_found_failure(name, "in " + where, backend_kind::kubernetes);
+    return detail::not_found_failure(name, "in " + where, "tjob list --backend kubernetes");
   }
 
   void check_running() const {
@@ -595,7 +597,59 @@ backend::~backend() {
   }
 }
 
-detail::backend_traits backend::traits() const { return {backend_kind::kubernetes, true}; }
+namespace {
+
+backend_capabilities capabilities_of() {
+  backend_capabilities c;
+  c.id = "kubernetes";
+  c.queued_by = "cluster, where Kueue queues them";
+  c.keeps_labels = true;
+  c.takes_image = true;
+  c.runs_images_as_is = true;
+  return c;
+}
+
+}  // namespace
+
+backend_capabilities backend::capabilities() const { return capabilities_of(); }
+
+kubernetes_backend_config config_of(const boost::json::object& config,
+                                    const std::function<std::string(std::string_view)>& name_of) {
+  detail::config_reader r{config, name_of, "kubernetes"};
+  r.only({"namespace", "config_file", "context", "request_timeout_ms", "in_cluster_dir"});
+  kubernetes_backend_config c;
+  if (auto v = r.text("namespace")) c.namespace_name = *v;
+  if (auto v = r.text("config_file")) c.config_file = *v;
+  if (auto v = r.text("context")) c.context = *v;
+  if (auto v = r.number("request_timeout_ms", 1)) c.request_timeout = std::chrono::milliseconds(*v);
+  if (auto v = r.text("in_cluster_dir")) c.in_cluster_dir = *v;
+  return c;
+}
+
+detail::backend_registration registration() {
+  using kind = backend_option::value_kind;
+  detail::backend_registration r;
+  r.description.id = "kubernetes";
+  r.description.summary = "kubernetes";
+  r.description.capabilities = capabilities_of();
+  r.description.options = {
+      {"namespace", "--namespace",
+       "Kubernetes backend: the namespace; default: the kubeconfig context's, else default", kind::text},
+      {"context", "--context", "Kubernetes backend: the kubeconfig context; default: its current-context",
+       kind::text},
+      {"config_file", "--kubeconfig",
+       "Kubernetes backend: the kubeconfig file; default: $KUBECONFIG, else ~/.kube/config (in a pod: the "
+       "service account)",
+       kind::path},
+  };
+  r.check = [](const boost::json::object& c, const std::function<std::string(std::string_view)>& name_of) {
+    config_of(c, name_of);
+  };
+  r.make = [](detail::backend_context ctx) -> std::shared_ptr<detail::backend> {
+    return std::make_shared<backend>(std::move(ctx));
+  };
+  return r;
+}
 
 asio::awaitable<std::string> backend::train(detail::checked_request request) {
   co_return co_await impl_->train(std::move(request));

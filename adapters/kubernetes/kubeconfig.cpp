@@ -1,6 +1,6 @@
 #include "adapters/kubernetes/kubeconfig.hpp"
 
-#include "engine/yaml_guard.hpp"
+#include "core/yaml_guard.hpp"
 
 #include <tjob/error.hpp>
 

@@ -1,10 +1,10 @@
 #include "adapters/kubernetes/trainjob.hpp"
 
-#include "engine/job_state.hpp"
-#include "engine/json_fields.hpp"
-#include "engine/progress.hpp"
-#include "engine/runtimes.hpp"
-#include "engine/times.hpp"
+#include "core/job_state.hpp"
+#include "core/json_fields.hpp"
+#include "core/progress.hpp"
+#include "core/runtimes.hpp"
+#include "core/times.hpp"
 
 #include <tjob/error.hpp>
 

@@ -6,7 +6,7 @@
 
 #include <tjob/types.hpp>
 
-#include "engine/job_state.hpp"
+#include "core/job_state.hpp"
 
 #include <boost/json/object.hpp>
 

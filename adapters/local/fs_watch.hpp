@@ -4,8 +4,8 @@
 // engine, opened on first use.
 #pragma once
 
-#include "engine/task_group.hpp"
-#include "engine/wake.hpp"
+#include "core/task_group.hpp"
+#include "core/wake.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 

@@ -1,6 +1,6 @@
 #include "adapters/local/job_fsm.hpp"
 
-#include "engine/retry.hpp"
+#include "core/retry.hpp"
 
 #include <fmt/format.h>
 

@@ -13,7 +13,7 @@
 // job_state, applied by the shell to the outcomes this machine decides.
 #pragma once
 
-#include "engine/job_state.hpp"
+#include "core/job_state.hpp"
 
 #include <tjob/types.hpp>
 

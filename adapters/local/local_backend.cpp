@@ -2,9 +2,9 @@
 
 #include "adapters/local/local_impl.hpp"
 #include "adapters/local/log_files.hpp"
-#include "engine/log_stream_impl.hpp"
-#include "engine/messages.hpp"
-#include "engine/times.hpp"
+#include "core/log_stream_impl.hpp"
+#include "core/messages.hpp"
+#include "core/times.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
 
@@ -247,7 +247,38 @@ backend::backend(detail::backend_context ctx)
 
 backend::~backend() = default;
 
-detail::backend_traits backend::traits() const { return {backend_kind::local, false}; }
+namespace {
+
+backend_capabilities capabilities_of() {
+  backend_capabilities c;
+  c.id = "local";
+  c.runs_here = true;
+  c.needs_owner = true;
+  c.admission = true;
+  c.restarts = true;
+  c.arrays = true;
+  c.venv_cache = true;
+  c.job_files = "jobs";
+  return c;
+}
+
+}  // namespace
+
+backend_capabilities backend::capabilities() const { return capabilities_of(); }
+
+detail::backend_registration registration() {
+  detail::backend_registration r;
+  r.description.id = "local";
+  r.description.summary = "local (default; $TJOB_BACKEND)";
+  r.description.capabilities = capabilities_of();
+  r.check = [](const boost::json::object& c, const std::function<std::string(std::string_view)>& name_of) {
+    detail::config_reader{c, name_of, "local"}.only({});
+  };
+  r.make = [](detail::backend_context ctx) -> std::shared_ptr<detail::backend> {
+    return std::make_shared<backend>(std::move(ctx));
+  };
+  return r;
+}
 
 asio::awaitable<std::string> backend::train(detail::checked_request request) {
   impl_->check_writable("run a job");

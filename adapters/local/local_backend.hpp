@@ -2,7 +2,7 @@
 // Python code, recorded in the SQLite store under $TJOB_HOME so that every
 // process on the machine sees them (a job another process runs is followed
 // through inotify and that process's pidfd). The one header of the local
-// backend that the composition root sees.
+// backend that the registry sees.
 //
 // Threading: the engine's executor; blocking file work goes to a pool of one
 //   thread and comes back.
@@ -13,7 +13,7 @@
 //   by any engine on the same $TJOB_HOME) and awaits every coroutine.
 #pragma once
 
-#include "engine/backend.hpp"
+#include "core/driver.hpp"
 
 #include <memory>
 
@@ -21,13 +21,18 @@ namespace tjob::local {
 
 struct engine_state;
 
+/// The local backend's registration: id "local". Its settings are the
+/// engine's own (venv cache, GPUs, admission budgets): it has no options of
+/// its own, and refuses any.
+detail::backend_registration registration();
+
 class backend final : public detail::backend {
  public:
   /// Opens (or creates) the store under ctx.home and reconciles it.
   explicit backend(detail::backend_context ctx);
   ~backend() override;
 
-  detail::backend_traits traits() const override;
+  backend_capabilities capabilities() const override;
   boost::asio::awaitable<std::string> train(detail::checked_request request) override;
   boost::asio::awaitable<train_job> get_job(std::string name) override;
   boost::asio::awaitable<std::vector<train_job>> list_jobs(std::optional<std::string> runtime) override;

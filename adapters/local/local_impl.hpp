@@ -11,14 +11,14 @@
 #include "adapters/local/venv_cache.hpp"
 #include "adapters/process/process_adapter.hpp"
 #include "adapters/progress/progress_server.hpp"
-#include "engine/backend.hpp"
-#include "engine/fail.hpp"
-#include "engine/job_state.hpp"
-#include "engine/names.hpp"
-#include "engine/progress.hpp"
-#include "engine/strings.hpp"
-#include "engine/trainer_checks.hpp"
-#include "engine/wake.hpp"
+#include "core/driver.hpp"
+#include "core/fail.hpp"
+#include "core/job_state.hpp"
+#include "core/names.hpp"
+#include "core/progress.hpp"
+#include "core/strings.hpp"
+#include "core/trainer_checks.hpp"
+#include "core/wake.hpp"
 
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>

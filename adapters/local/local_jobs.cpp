@@ -1,7 +1,7 @@
 #include "adapters/local/local_impl.hpp"
 
 #include "adapters/process/proc_info.hpp"
-#include "engine/messages.hpp"
+#include "core/messages.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -385,7 +385,7 @@ std::optional<detail::job_row> engine_state::load_fresh(const std::string& name)
 }
 
 void engine_state::throw_not_found(const std::string& name) const {
-  detail::throw_not_found(name, "in " + home.string(), backend_kind::local);
+  detail::throw_not_found(name, "in " + home.string(), "tjob list");
 }
 
 void engine_state::check_writable(const char* what) const {

@@ -2,10 +2,10 @@
 
 #include "adapters/python/python_plan.hpp"
 #include "adapters/python/python_setup.hpp"
-#include "engine/secrets.hpp"
-#include "engine/retry.hpp"
-#include "engine/spec_json.hpp"
-#include "engine/trainer_checks.hpp"
+#include "core/secrets.hpp"
+#include "core/retry.hpp"
+#include "core/spec_json.hpp"
+#include "core/trainer_checks.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -3,7 +3,7 @@
 #include "adapters/local/log_files.hpp"
 #include "adapters/process/cgroup.hpp"
 #include "adapters/python/python_plan.hpp"
-#include "engine/secrets.hpp"
+#include "core/secrets.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -7,7 +7,7 @@
 // when the step ends and when a reader asks (mark).
 #pragma once
 
-#include "engine/task_group.hpp"
+#include "core/task_group.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 

@@ -10,8 +10,8 @@
 
 #include <tjob/status.hpp>
 
-#include "engine/admission.hpp"
-#include "engine/job_state.hpp"
+#include "core/admission.hpp"
+#include "core/job_state.hpp"
 
 #include <chrono>
 #include <cstdint>

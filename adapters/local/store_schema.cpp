@@ -2,7 +2,7 @@
 // migrates with them).
 #include "adapters/local/store_schema.hpp"
 
-#include "engine/job_state.hpp"
+#include "core/job_state.hpp"
 
 namespace tjob::detail {
 

@@ -1,7 +1,7 @@
 #include "adapters/local/venv_cache.hpp"
 
 #include "adapters/process/proc_info.hpp"
-#include "engine/secrets.hpp"
+#include "core/secrets.hpp"
 
 #include <openssl/evp.h>
 #include <boost/json.hpp>

@@ -11,7 +11,7 @@
 // reaps the process; shutting an engine down is not cancelling its jobs.
 #pragma once
 
-#include "engine/outcome.hpp"
+#include "core/outcome.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>

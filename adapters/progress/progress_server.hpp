@@ -17,8 +17,8 @@
 #pragma once
 
 #include "adapters/progress/home_tls.hpp"
-#include "engine/progress.hpp"
-#include "engine/task_group.hpp"
+#include "core/progress.hpp"
+#include "core/task_group.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>

@@ -1,11 +1,11 @@
 #include "adapters/python/python_plan.hpp"
 
 #include "adapters/python/python_setup.hpp"
-#include "engine/fail.hpp"
-#include "engine/names.hpp"
-#include "engine/secrets.hpp"
-#include "engine/strings.hpp"
-#include "engine/trainer_checks.hpp"
+#include "core/fail.hpp"
+#include "core/names.hpp"
+#include "core/secrets.hpp"
+#include "core/strings.hpp"
+#include "core/trainer_checks.hpp"
 
 #include <tjob/error.hpp>
 

@@ -1,6 +1,6 @@
 #include "adapters/python/python_setup.hpp"
 
-#include "engine/strings.hpp"
+#include "core/strings.hpp"
 
 #include <tjob/error.hpp>
 

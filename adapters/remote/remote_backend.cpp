@@ -4,14 +4,14 @@
 
 #include "adapters/http/http_client.hpp"
 #include "adapters/python/python_plan.hpp"
-#include "engine/backoff.hpp"
-#include "engine/fail.hpp"
-#include "engine/log_stream_impl.hpp"
-#include "engine/secrets.hpp"
-#include "engine/names.hpp"
-#include "engine/task_group.hpp"
-#include "engine/trainer_checks.hpp"
-#include "engine/wake.hpp"
+#include "core/backoff.hpp"
+#include "core/fail.hpp"
+#include "core/log_stream_impl.hpp"
+#include "core/secrets.hpp"
+#include "core/names.hpp"
+#include "core/task_group.hpp"
+#include "core/trainer_checks.hpp"
+#include "core/wake.hpp"
 
 #include <tjob/wire.hpp>
 
@@ -82,7 +82,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
         log(ctx.log),
         http(ctx.ex, ep, 256 << 20, std::move(tls)),
         bearer(token.empty() ? "" : "Bearer " + token),
-        timeout(ctx.cfg.remote.request_timeout),
+        timeout(config_of(ctx.cfg.backend_config, [](std::string_view m) { return std::string(m); })
+                    .request_timeout),
         tasks(ctx.ex, ctx.log),
         retry_timer(ctx.ex) {}
 
@@ -92,7 +93,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   std::string bearer;
   std::chrono::milliseconds timeout;
   detail::task_group tasks;
-  std::optional<backend_kind> server_kind;
+  std::optional<backend_capabilities> server_backend;
 
   // The watch stream and who waits on it.
   bool feed_running = false;  ///< its reader is started
@@ -399,7 +400,7 @@ class remote_log final : public detail::piecewise_log {
 }  // namespace
 
 backend::backend(detail::backend_context ctx) : detail::backend(std::move(ctx)) {
-  const auto& c = ctx_.cfg.remote;
+  const auto c = config_of(ctx_.cfg.backend_config, [](std::string_view m) { return std::string(m); });
   auto url = env_or(c.server, "TJOB_SERVER");
   if (url.empty())
     fail(errc::invalid_argument,
@@ -426,11 +427,6 @@ backend::backend(detail::backend_context ctx) : detail::backend(std::move(ctx)) 
 }
 
 backend::~backend() = default;
-
-detail::backend_traits backend::traits() const {
-  // Labels go to the server, whose backend keeps them or refuses them by name.
-  return {backend_kind::remote, true};
-}
 
 asio::awaitable<std::string> backend::train(detail::checked_request request) {
   auto& req = request.request;
@@ -567,18 +563,81 @@ asio::awaitable<std::vector<queue_entry>> backend::queue() {
   co_return out;
 }
 
-asio::awaitable<backend_kind> backend::job_backend() {
-  if (!impl_->server_kind) {
+asio::awaitable<backend_capabilities> backend::job_backend() {
+  if (!impl_->server_backend) {
     auto r = impl_->make("GET", "/healthz");
     auto v = co_await impl_->call_json(std::move(r));
     const auto* o = v.if_object();
-    const auto* b = o ? o->if_contains("backend") : nullptr;
-    auto kind = b && b->is_string() ? parse_backend_kind(b->as_string()) : std::nullopt;
-    if (!kind)
-      fail(errc::protocol_error, impl_->where() + ": GET /healthz does not name the server's backend");
-    impl_->server_kind = *kind;
+    const auto* c = o ? o->if_contains("capabilities") : nullptr;
+    if (!c) fail(errc::protocol_error, impl_->where() + ": GET /healthz does not say what the server's backend does");
+    impl_->server_backend = capabilities_from_json(*c);
   }
-  co_return *impl_->server_kind;
+  co_return *impl_->server_backend;
+}
+
+namespace {
+
+backend_capabilities capabilities_of() {
+  backend_capabilities c;
+  c.id = "remote";
+  c.forwards = true;
+  return c;
+}
+
+}  // namespace
+
+backend_capabilities backend::capabilities() const { return capabilities_of(); }
+
+remote_backend_config config_of(const boost::json::object& config,
+                                const std::function<std::string(std::string_view)>& name_of) {
+  detail::config_reader r{config, name_of, "remote"};
+  r.only({"server", "insecure", "token", "token_file", "server_ca", "request_timeout_ms"});
+  remote_backend_config c;
+  if (auto v = r.text("server")) c.server = *v;
+  if (auto v = r.flag("insecure")) c.insecure = *v;
+  if (auto v = r.text("token")) c.token = *v;
+  if (auto v = r.text("token_file")) c.token_file = *v;
+  if (auto v = r.text("server_ca")) c.ca_file = *v;
+  if (auto v = r.number("request_timeout_ms", 1)) c.request_timeout = std::chrono::milliseconds(*v);
+  return c;
+}
+
+detail::backend_registration registration() {
+  using kind = backend_option::value_kind;
+  detail::backend_registration r;
+  r.description.id = "remote";
+  r.description.summary = "a running tjob serve";
+  r.description.capabilities = capabilities_of();
+  backend_option server{"server", "--server",
+                        "Be a client of a running tjob serve: unix:///path/tjob.sock, https://host:port or "
+                        "tcp://host:port ($TJOB_SERVER); the server's backend runs the jobs, and the server owns "
+                        "them",
+                        kind::text};
+  server.selects_backend = true;
+  server.env = "TJOB_SERVER";
+  server.value_name = "URL";
+  r.description.options = {
+      server,
+      {"token_file", "--token-file",
+       "With --server over TCP: the file of the server's bearer token ($TJOB_HOME/serve.token there); "
+       "$TJOB_TOKEN gives the token itself",
+       kind::path},
+      {"insecure", "--insecure",
+       "With a tcp:// --server off loopback: send the token over plain HTTP anyway (anyone on the path reads "
+       "it); without it such a server is refused: use https://",
+       kind::flag},
+      {"server_ca", "--server-ca",
+       "With an https --server: the PEM file of the CA that signed its certificate ($TJOB_SERVER_CA; default: "
+       "the system's trust store)",
+       kind::path},
+  };
+  r.check = [](const boost::json::object& c, const std::function<std::string(std::string_view)>& name_of) {
+    config_of(c, name_of);
+  };
+  r.make = [](detail::backend_context ctx) -> std::shared_ptr<detail::backend> {
+    return std::make_shared<backend>(std::move(ctx));
+  };
+  return r;
 }
 
 asio::awaitable<void> backend::shutdown() {

@@ -17,11 +17,47 @@
 //   URL; an answer that is not the API's is protocol_error.
 #pragma once
 
-#include "engine/backend.hpp"
+#include "core/driver.hpp"
 
+#include <chrono>
+#include <filesystem>
 #include <memory>
+#include <string>
 
 namespace tjob::remote {
+
+/// A running `tjob serve` (docs/serve.md): every operation is a request to
+/// its API v1, and the server's own backend runs the jobs. The server owns
+/// them: this process may end at any time.
+struct remote_backend_config {
+  /// unix:///path/to/tjob.sock, https://host:port, or tcp://host:port (plain
+  /// HTTP: refused for a host that is not this machine's loopback unless
+  /// `insecure`). Empty: $TJOB_SERVER.
+  std::string server;
+  /// Send the token over plain HTTP (tcp://) to a host off loopback, where
+  /// anyone on the path reads it.
+  bool insecure = false;
+  /// The bearer token a TCP listener asks for. Empty: $TJOB_TOKEN, else the
+  /// first line of `token_file` (refused when others may read it, as ssh
+  /// refuses such a key).
+  std::string token;
+  std::filesystem::path token_file;
+  /// PEM certificates of the CAs that sign the server's certificate (https).
+  /// Empty: $TJOB_SERVER_CA, else the system's trust store.
+  std::filesystem::path ca_file;
+  /// Timeout of each request (log streams, watches and waits are not bounded).
+  std::chrono::milliseconds request_timeout{30'000};
+};
+
+/// Its configuration from its JSON config (members: server, insecure, token,
+/// token_file, server_ca, request_timeout_ms); throws tjob::error naming a
+/// member (by `name_of`) that is unknown or bad.
+remote_backend_config config_of(const boost::json::object& config,
+                                const std::function<std::string(std::string_view)>& name_of);
+
+/// The remote backend's registration: id "remote", chosen by its option
+/// `server` (--server, $TJOB_SERVER).
+detail::backend_registration registration();
 
 class backend final : public detail::backend {
  public:
@@ -30,7 +66,8 @@ class backend final : public detail::backend {
   explicit backend(detail::backend_context ctx);
   ~backend() override;
 
-  detail::backend_traits traits() const override;
+  /// Its own: it forwards; job_backend() says what the server's backend does.
+  backend_capabilities capabilities() const override;
   boost::asio::awaitable<std::string> train(detail::checked_request request) override;
   boost::asio::awaitable<train_job> get_job(std::string name) override;
   boost::asio::awaitable<std::vector<train_job>> list_jobs(std::optional<std::string> runtime) override;
@@ -45,7 +82,7 @@ class backend final : public detail::backend {
   boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(
       std::chrono::seconds unused_for) override;
   boost::asio::awaitable<std::vector<queue_entry>> queue() override;
-  boost::asio::awaitable<backend_kind> job_backend() override;
+  boost::asio::awaitable<backend_capabilities> job_backend() override;
   boost::asio::awaitable<void> shutdown() override;
 
   struct impl;

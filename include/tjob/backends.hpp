@@ -1,14 +1,23 @@
-// tjob/backends.hpp — where jobs run: the backend kinds and their configs
-// (Kubeflow's LocalProcessBackendConfig / ContainerBackendConfig /
-// KubernetesBackendConfig), and `remote`: a running `tjob serve`, whichever
-// backend it runs.
+// tjob/backends.hpp — where jobs run: the backends this program has (each a
+// registered task driver with an id, what it does itself, and the options of
+// its configuration), and the admission budgets the engine applies to the
+// backends whose jobs tjob itself admits.
 //
-// Threading: plain values.
+// A backend is named by its id ("local", "container", "kubernetes",
+// "remote", or one registered by the program) and configured by a JSON
+// object of its own options (engine_config::backend_config), which the
+// backend checks: an unknown or bad member is refused, naming it. Callers ask
+// a backend's capabilities, never its name.
+//
+// Threading: plain values; registered_backends() may be called from any thread.
 #pragma once
+
+#include <boost/json/object.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,22 +25,93 @@
 
 namespace tjob {
 
-enum class backend_kind { local, container, kubernetes, remote };
-std::string_view to_string(backend_kind k) noexcept;
-/// "local", "container", "kubernetes", "remote"; nullopt for anything else.
-std::optional<backend_kind> parse_backend_kind(std::string_view s) noexcept;
+/// What a backend does itself. The engine and every caller (the CLI, the
+/// Python package, tjob serve) decide by these, never by the backend's id.
+struct backend_capabilities {
+  /// Its registered id ("local", "container", "kubernetes", "remote", ...).
+  std::string id;
+  /// Its jobs run on this machine as this user: a Python file is read where
+  /// it is, a working directory is one of this machine's, and $TJOB_PYTHON
+  /// and $TJOB_SYSTEM_SITE_PACKAGES apply.
+  bool runs_here = false;
+  /// It hands jobs to another tjob (a server), whose settings rule: this
+  /// engine's runtimes, budgets and venv cache do not apply.
+  bool forwards = false;
+  /// A process of tjob's owns each job (a `tjob train` leaves a supervisor):
+  /// until the job ends, or, when `owner_until_started`, until it has started
+  /// (then its peer keeps it), unless it has a deadline tjob enforces.
+  bool needs_owner = false;
+  bool owner_until_started = false;
+  /// Its jobs wait in tjob's admission queue under the budgets
+  /// (admission_config, `tjob queue`); else its peer schedules them.
+  bool admission = false;
+  /// How its peer queues jobs when tjob does not, for messages ("the
+  /// cluster, where Kueue queues them"); empty: it starts them at once.
+  std::string queued_by;
+  /// tjob restarts a failed job (retries), each attempt with a log of its own.
+  bool restarts = false;
+  /// Job arrays (train_request::array).
+  bool arrays = false;
+  /// Labels and annotations are kept with the job.
+  bool keeps_labels = false;
+  /// A trainer's image is used (else the runtime's, or none).
+  bool takes_image = false;
+  /// A working directory is a path inside the job's image (else, unless
+  /// runs_here, a job has none).
+  bool workdir_in_image = false;
+  /// A trainer's image is run as it is, its command included (Kubeflow's
+  /// CustomTrainerContainer).
+  bool runs_images_as_is = false;
+  /// Local Python jobs' venv cache (`tjob cache`).
+  bool venv_cache = false;
+  /// Where under $TJOB_HOME a job's own files are ("jobs/<name>",
+  /// "containers/<name>"): the directory name; empty: none here.
+  std::string job_files;
+};
 
-/// When an image is pulled (Kubeflow's pull_policy strings, any case).
-enum class pull_policy { if_not_present, always, never };
-std::string_view to_string(pull_policy p) noexcept;
-std::optional<pull_policy> parse_pull_policy(std::string_view s) noexcept;
+/// One option of a backend's configuration: a member of its JSON config
+/// object, and the CLI option that gives it.
+struct backend_option {
+  enum class value_kind {
+    text,   ///< a string
+    path,   ///< a string, a file (the CLI makes it absolute)
+    texts,  ///< an array of strings (the CLI option repeats)
+    flag,   ///< a boolean (the CLI flag sets it to `flag_value`)
+    seconds ///< a whole number of seconds (0 and more)
+  };
+  std::string name;  ///< the config member: "container_host"
+  std::string flags; ///< the CLI option, as CLI11 names it: "--container-host", "-v,--volume"
+  std::string help;
+  value_kind kind = value_kind::text;
+  bool flag_value = true;  ///< what a `flag` sets (--keep-workdir sets auto_remove false)
+  /// Giving it chooses its backend (--server chooses remote); `env` too.
+  bool selects_backend = false;
+  /// An environment variable that gives it when the CLI does not.
+  std::string env;
+  /// What its value is, for the help and messages ("URL").
+  std::string value_name;
+};
 
-/// How node containers are networked: Kubeflow's per-job bridge network
-/// `<job>-net` (nodes find node-0 by name), the host's network (node-0 at
-/// 127.0.0.1), or none (a loopback only; one node).
-enum class container_network { job, host, none };
-std::string_view to_string(container_network n) noexcept;
-std::optional<container_network> parse_container_network(std::string_view s) noexcept;
+/// A registered backend.
+struct backend_description {
+  std::string id;
+  std::string summary;  ///< what it runs jobs on, for `--backend`'s help
+  backend_capabilities capabilities;
+  std::vector<backend_option> options;
+};
+
+/// The backends this program can use, in the order they were registered
+/// (the built-in ones first: local, container, kubernetes, remote).
+std::vector<backend_description> registered_backends();
+/// The backend of `id`; nullopt when none is registered by that id.
+std::optional<backend_description> find_backend(std::string_view id);
+
+/// Checks a backend's configuration as the backend will take it: throws
+/// tjob::error (invalid_argument) for an unknown backend, an unknown member
+/// or a bad value, naming it by `name_of(member)` (default: the member's own
+/// name; the CLI names its options).
+void check_backend_config(std::string_view id, const boost::json::object& config,
+                          const std::function<std::string(std::string_view member)>& name_of = {});
 
 /// The budgets of admission (docs/scheduling.md): a job waits, Created with
 /// reason Queued, until what it needs fits beside the jobs that run. Every
@@ -44,67 +124,6 @@ struct admission_config {
   std::optional<int> max_running;       ///< jobs running at once
   std::optional<int> cpus;              ///< CPUs the running jobs hold together
   std::optional<std::uint64_t> memory;  ///< bytes the running jobs hold together
-};
-
-/// Docker or Podman through the Docker Engine API.
-struct container_backend_config {
-  /// "docker", "podman", or empty: whichever answers first (Docker first).
-  std::string container_runtime;
-  /// unix:///path/to/socket or tcp://host:port. Empty: $DOCKER_HOST, then
-  /// $CONTAINER_HOST, then the usual sockets.
-  std::string container_host;
-  pull_policy pull = pull_policy::if_not_present;
-  /// delete_job also removes the job's work dir on the host (Kubeflow's
-  /// auto_remove; containers and the network are always removed).
-  bool auto_remove = true;
-  container_network network = container_network::job;
-  /// The image of every job; empty: the trainer's, else the runtime's.
-  std::string image;
-  /// Extra bind mounts of every node container, as `docker run -v`:
-  /// HOST:CONTAINER[:ro|rw].
-  std::vector<std::string> volumes;
-  /// Timeout of each call to the daemon (streams are not bounded).
-  std::chrono::milliseconds request_timeout{30'000};
-};
-
-/// A Kubernetes cluster running Kubeflow Trainer (Kubeflow's
-/// KubernetesBackendConfig). Jobs are TrainJob objects; the cluster keeps them.
-struct kubernetes_backend_config {
-  /// Where jobs go; empty: the kubeconfig context's namespace, else "default".
-  std::string namespace_name;
-  /// A kubeconfig file; empty: $KUBECONFIG (a ':'-separated list, merged as
-  /// kubectl merges it), else ~/.kube/config; inside a pod, the in-cluster
-  /// service account.
-  std::string config_file;
-  /// The kubeconfig context; empty: its current-context.
-  std::string context;
-  /// Timeout of each request to the API server (watches and log streams are not bounded).
-  std::chrono::milliseconds request_timeout{30'000};
-  /// The service-account directory that means "running in a pod".
-  std::filesystem::path in_cluster_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
-};
-
-/// A running `tjob serve` (docs/serve.md): every operation is a request to
-/// its API v1, and the server's own backend runs the jobs. The server owns
-/// them: this process may end at any time.
-struct remote_backend_config {
-  /// unix:///path/to/tjob.sock, https://host:port, or tcp://host:port (plain
-  /// HTTP: refused for a host that is not this machine's loopback unless
-  /// `insecure`). Empty: $TJOB_SERVER.
-  std::string server;
-  /// Send the token over plain HTTP (tcp://) to a host off loopback, where
-  /// anyone on the path reads it.
-  bool insecure = false;
-  /// The bearer token a TCP listener asks for. Empty: $TJOB_TOKEN, else the
-  /// first line of `token_file` (refused when others may read it, as ssh
-  /// refuses such a key).
-  std::string token;
-  std::filesystem::path token_file;
-  /// PEM certificates of the CAs that sign the server's certificate (https).
-  /// Empty: $TJOB_SERVER_CA, else the system's trust store.
-  std::filesystem::path ca_file;
-  /// Timeout of each request (log streams, watches and waits are not bounded).
-  std::chrono::milliseconds request_timeout{30'000};
 };
 
 }  // namespace tjob

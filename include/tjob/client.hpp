@@ -91,7 +91,7 @@ class trainer_client {
   std::vector<queue_entry> get_queue();
   /// See engine::job_backend: the backend that runs the jobs (for the
   /// remote backend, the server's).
-  backend_kind job_backend();
+  backend_capabilities job_backend();
   std::vector<runtime> list_runtimes();
   std::vector<std::string> runtime_problems();
   runtime get_runtime(const std::string& name);

@@ -88,17 +88,20 @@ struct engine_config {
   std::filesystem::path supervisor;
   /// Logger for the engine's own messages; null: a quiet default.
   std::shared_ptr<spdlog::logger> logger;
-  /// Where jobs run. The local backend keeps its jobs in the store; the
-  /// container backend keeps them in the daemon (labels), so any process
-  /// talking to the same daemon sees the same jobs; the kubernetes backend
-  /// keeps them in the cluster (TrainJob objects), and the constructor throws
-  /// when the kubeconfig cannot be used; the remote backend asks a running
-  /// `tjob serve`, which keeps them by its own backend (the constructor throws
-  /// when no server URL is given or the URL cannot be used).
-  backend_kind backend = backend_kind::local;
-  container_backend_config container;
-  kubernetes_backend_config kubernetes;
-  remote_backend_config remote;
+  /// Where jobs run: a registered backend's id (registered_backends():
+  /// "local", "container", "kubernetes", "remote"). The local backend keeps
+  /// its jobs in the store; the container backend keeps them in the daemon
+  /// (labels), so any process talking to the same daemon sees the same jobs;
+  /// the kubernetes backend keeps them in the cluster (TrainJob objects), and
+  /// the constructor throws when the kubeconfig cannot be used; the remote
+  /// backend asks a running `tjob serve`, which keeps them by its own backend
+  /// (the constructor throws when no server URL is given or the URL cannot
+  /// be used).
+  std::string backend = "local";
+  /// The backend's own options (backend_description::options), which it
+  /// checks when the engine is made: an unknown member or a bad value is
+  /// refused, naming it. Empty: its defaults.
+  boost::json::object backend_config;
 };
 
 /// $TJOB_HOME, else ${XDG_STATE_HOME:-$HOME/.local/state}/tjob.
@@ -192,9 +195,9 @@ class engine {
   /// The jobs waiting for admission (engine_config::admission), next first.
   boost::asio::awaitable<std::vector<queue_entry>> get_queue();
 
-  /// The backend that runs the jobs: the configured one, or for `remote`
-  /// the server's (asked once).
-  boost::asio::awaitable<backend_kind> job_backend();
+  /// What the backend that runs the jobs does: the configured one's, or for
+  /// `remote` the server's (asked once).
+  boost::asio::awaitable<backend_capabilities> job_backend();
   /// Flushes the store and stops supervising (see Cancellation above).
   boost::asio::awaitable<void> shutdown();
 

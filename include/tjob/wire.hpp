@@ -9,6 +9,8 @@
 //   field at fault, the problem and the fix, and refuses unknown fields by name.
 #pragma once
 
+#include <tjob/backends.hpp>
+#include <tjob/engine.hpp>
 #include <tjob/error.hpp>
 #include <tjob/types.hpp>
 
@@ -35,6 +37,23 @@ boost::json::object to_json(const venv_cache_entry& e);
 
 /// {"name","position","priority","waits_for","since","cpus","memory","gpus"}
 boost::json::object to_json(const queue_entry& e);
+
+/// {"id","runs_here","forwards","needs_owner","owner_until_started",
+///  "admission","queued_by","restarts","arrays","keeps_labels","takes_image",
+///  "workdir_in_image","runs_images_as_is","venv_cache","job_files"}: what `tjob serve`'s GET /healthz says of its backend.
+boost::json::object to_json(const backend_capabilities& c);
+backend_capabilities capabilities_from_json(const boost::json::value& v);
+
+/// An engine's configuration, as one process hands it to another (a
+/// supervisor): {"backend","backend_config","home","grace_ms",
+/// "store_busy_timeout_ms","runtime_dirs","cleanup_venv","venv_cache",
+/// "venv_cache_ttl_s","gpu_devices","admission":{"max_running","cpus",
+/// "memory"},"failure_log_lines","supervisor","clean_job_environment"}; the
+/// logger is not in it. The backend's own options stay its own object, which
+/// it checks when the engine is made.
+boost::json::object to_json(const engine_config& c);
+/// The inverse; a member of the wrong type is refused by name (protocol_error).
+engine_config engine_config_from_json(const boost::json::value& v);
 
 train_job job_from_json(const boost::json::value& v);
 queue_entry queue_entry_from_json(const boost::json::value& v);

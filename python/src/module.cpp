@@ -11,6 +11,8 @@
 // Uses only the public API (include/tjob), as the CLI does.
 #include "values.hpp"
 
+#include <boost/json/serialize.hpp>
+#include <tjob/wire.hpp>
 #include <tjob/client.hpp>
 #include <tjob/engine.hpp>
 #include <tjob/spec.hpp>
@@ -486,6 +488,11 @@ PYBIND11_MODULE(_tjob, m) {
       .def("open_logs", &client::open_logs);
   // (name, None) or (None, error): the supervisor is started at once, and
   // answers when it has created the job.
+  m.def("backend_capabilities", [](const std::string& id) {
+    auto b = tjob::find_backend(id);
+    if (!b) throw py::value_error("tjob: unknown backend '" + id + "'");
+    return boost::json::serialize(tjob::to_json(b->capabilities));
+  });
   m.def(
       "train_detached",
       [](py::dict request, py::dict config) -> py::tuple {

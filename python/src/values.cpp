@@ -3,6 +3,8 @@
 // options) as the engine's.
 #include "values.hpp"
 
+#include <boost/json/parse.hpp>
+
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -189,9 +191,20 @@ tjob::engine_config config_of(const py::dict& d) {
   take(d, "home", home);
   c.home = home;
   take(d, "backend", backend);
-  auto kind = tjob::parse_backend_kind(backend);
-  if (!kind) throw py::value_error("tjob: unknown backend '" + backend + "'");
-  c.backend = *kind;
+  if (!tjob::find_backend(backend)) throw py::value_error("tjob: unknown backend '" + backend + "'");
+  c.backend = backend;
+  // The backend's own options: its JSON config, which it checks (naming a bad member).
+  std::string options = "{}";
+  take(d, "backend_config", options);
+  boost::system::error_code ec;
+  auto parsed = boost::json::parse(options, ec);
+  if (ec || !parsed.is_object()) throw py::value_error("tjob: backend_config is not a JSON object");
+  c.backend_config = parsed.as_object();
+  try {
+    tjob::check_backend_config(backend, c.backend_config);
+  } catch (const tjob::error& e) {
+    throw py::value_error(std::string("tjob: ") + e.what());
+  }
   take(d, "cleanup_venv", c.cleanup_venv);
   take(d, "venv_cache", c.venv_cache);
   if (d.contains("grace_period") && !d["grace_period"].is_none())
@@ -218,30 +231,6 @@ tjob::engine_config config_of(const py::dict& d) {
     }
   }
   take(d, "failure_log_lines", c.failure_log_lines);
-  std::string pull = "IfNotPresent", network = "job";
-  take(d, "container_runtime", c.container.container_runtime);
-  take(d, "container_host", c.container.container_host);
-  take(d, "pull_policy", pull);
-  take(d, "auto_remove", c.container.auto_remove);
-  take(d, "network", network);
-  take(d, "image", c.container.image);
-  take(d, "volumes", c.container.volumes);
-  std::string token_file, server_ca;
-  take(d, "server", c.remote.server);
-  take(d, "token", c.remote.token);
-  take(d, "token_file", token_file);
-  take(d, "server_ca", server_ca);
-  c.remote.token_file = token_file;
-  c.remote.ca_file = server_ca;
-  auto pp = tjob::parse_pull_policy(pull);
-  if (!pp) throw py::value_error("tjob: pull_policy '" + pull + "': use IfNotPresent, Always or Never");
-  c.container.pull = *pp;
-  auto net = tjob::parse_container_network(network);
-  if (!net) throw py::value_error("tjob: network '" + network + "': use job, host or none");
-  c.container.network = *net;
-  take(d, "namespace", c.kubernetes.namespace_name);
-  take(d, "config_file", c.kubernetes.config_file);
-  take(d, "context", c.kubernetes.context);
   return c;
 }
 

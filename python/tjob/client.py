@@ -158,7 +158,9 @@ def _check_env(env: Optional[Dict]) -> Dict[str, str]:
     return out
 
 
-def _request(backend: str, defaults: Dict, runtime, initializer, trainer, options) -> Dict:
+def _request(caps: Dict, defaults: Dict, runtime, initializer, trainer, options) -> Dict:
+    """The request, checked against what the backend does (its capabilities, never its name)."""
+    backend = caps["id"]
     if initializer is not None:
         raise ValueError("initializer: tjob does not run dataset or model initializers; fetch the data in "
                          "the training function")
@@ -177,7 +179,7 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
     for opt in options or []:
         if isinstance(opt, Name):
             req["name"] = opt.name
-        elif isinstance(opt, (Labels, Annotations, TrainerCommand, TrainerArgs)) and backend != "kubernetes":
+        elif isinstance(opt, (Labels, Annotations, TrainerCommand, TrainerArgs)) and not caps["keeps_labels"]:
             raise ValueError(f"{type(opt).__name__} option is not compatible with the {backend} backend. "
                              "Supported backends: KubernetesBackend")
         elif isinstance(opt, Labels):
@@ -208,8 +210,8 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
         elif isinstance(opt, Array):
             if not isinstance(opt.spec, str) or not opt.spec:
                 raise ValueError(f"Array({opt.spec!r}): give the indices as a string, such as '0-99%8'")
-            if backend == "kubernetes":
-                raise ValueError("Array option is not compatible with the kubernetes backend: job arrays are the "
+            if not caps["arrays"]:
+                raise ValueError(f"Array option is not compatible with the {backend} backend: job arrays are the "
                                  "engine's, on the local and container backends (docs/scheduling.md)")
             req["_array"] = opt.spec
         elif isinstance(opt, RuntimePatch):
@@ -252,7 +254,7 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
              "working_dir": trainer.working_dir or "", "image": trainer.image or ""}
         req["num_nodes"] = trainer.num_nodes or 1
     elif isinstance(trainer, CustomTrainerContainer):
-        if backend != "kubernetes":
+        if not caps["runs_images_as_is"]:
             raise ValueError("CustomTrainerContainer runs an image as it is: only the kubernetes backend "
                              "takes it (Kubeflow's rule)")
         if command is None and args is None:
@@ -272,6 +274,11 @@ def _request(backend: str, defaults: Dict, runtime, initializer, trainer, option
     return req
 
 
+def _backend_config(**options) -> str:
+    """A backend's own options as its JSON config (the backend checks them: a bad one is refused by name)."""
+    return json.dumps({k: v for k, v in options.items() if v is not None})
+
+
 def _config(backend_config) -> (str, Dict, Dict):
     """The engine's config, and what the backend puts in every Python trainer."""
     if backend_config is None or isinstance(backend_config, LocalProcessBackendConfig):
@@ -279,27 +286,32 @@ def _config(backend_config) -> (str, Dict, Dict):
         # unset: the engine takes $TJOB_PYTHON and $TJOB_SYSTEM_SITE_PACKAGES=1
         python = c.python or ""
         ssp = bool(c.system_site_packages)
-        cfg = {"backend": "local", "home": c.home, "cleanup_venv": c.cleanup_venv, "venv_cache": c.venv_cache,
-               "grace_period": c.grace_period, "max_running": c.max_running, "cpu_budget": c.cpu_budget,
-               "memory_budget": c.memory_budget}
+        cfg = {"backend": "local", "backend_config": "{}", "home": c.home, "cleanup_venv": c.cleanup_venv,
+               "venv_cache": c.venv_cache, "grace_period": c.grace_period, "max_running": c.max_running,
+               "cpu_budget": c.cpu_budget, "memory_budget": c.memory_budget}
         return "local", cfg, {"python": python, "system_site_packages": ssp}
     if isinstance(backend_config, ContainerBackendConfig):
         c = backend_config
         if c.container_runtime not in (None, "docker", "podman"):
             raise ValueError(f"ContainerBackendConfig.container_runtime={c.container_runtime!r}: use docker, "
                              "podman or None (whichever answers)")
-        cfg = {"backend": "container", "home": c.home, "pull_policy": c.pull_policy, "auto_remove": c.auto_remove,
-               "container_host": c.container_host, "container_runtime": c.container_runtime, "image": c.image,
-               "network": c.network, "volumes": list(c.volumes), "grace_period": c.grace_period,
-               "max_running": c.max_running, "cpu_budget": c.cpu_budget, "memory_budget": c.memory_budget}
+        cfg = {"backend": "container",
+               "backend_config": _backend_config(pull_policy=c.pull_policy, auto_remove=c.auto_remove,
+                                                 container_host=c.container_host,
+                                                 container_runtime=c.container_runtime, image=c.image,
+                                                 network=c.network, volumes=list(c.volumes)),
+               "home": c.home, "grace_period": c.grace_period, "max_running": c.max_running,
+               "cpu_budget": c.cpu_budget, "memory_budget": c.memory_budget}
         return "container", cfg, {}
     if isinstance(backend_config, KubernetesBackendConfig):
         c = backend_config
         if c.client_configuration is not None:
             raise ValueError("KubernetesBackendConfig.client_configuration: tjob reads the kubeconfig itself; "
                              "give config_file and context")
-        cfg = {"backend": "kubernetes", "home": c.home, "namespace": c.namespace, "config_file": c.config_file,
-               "context": c.context}
+        cfg = {"backend": "kubernetes",
+               "backend_config": _backend_config(namespace=c.namespace, config_file=c.config_file,
+                                                 context=c.context),
+               "home": c.home}
         return "kubernetes", cfg, {}
     raise ValueError(f"Invalid backend config '{backend_config!r}': use LocalProcessBackendConfig, "
                      "ContainerBackendConfig or KubernetesBackendConfig")
@@ -434,6 +446,7 @@ def _close_all():
 class _Base:
     def __init__(self, backend_config=None):
         self._backend, cfg, self._defaults = _config(backend_config)
+        self._caps = json.loads(_tjob.backend_capabilities(self._backend))
         self._config_dict = cfg
         self._engine = _tjob.Client(cfg)
         _open_clients.add(self)
@@ -446,10 +459,10 @@ class _Base:
         return self._engine.home
 
     def _request(self, runtime, initializer, trainer, options) -> Dict:
-        return _request(self._backend, self._defaults, runtime, initializer, trainer, options)
+        return _request(self._caps, self._defaults, runtime, initializer, trainer, options)
 
     def _job(self, d: Dict, runtimes: Dict) -> TrainJob:
-        steps = [Step(name=s["name"], status=s["status"], pod_name=s["name"] if self._backend == "local" else "",
+        steps = [Step(name=s["name"], status=s["status"], pod_name=s["name"] if self._caps["runs_here"] else "",
                       exit_code=s["exit_code"], reason=s["reason"], attempt=s["attempt"]) for s in d["steps"]]
         return TrainJob(name=d["name"], runtime=runtimes.get(d["runtime"]), steps=steps, num_nodes=d["num_nodes"],
                         creation_timestamp=_time(d["creation_timestamp"]), status=d["status"],

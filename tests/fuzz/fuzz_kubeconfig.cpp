@@ -2,7 +2,7 @@
 // loading. Unusable files are tjob::error naming the problem; a token or key
 // in the file never appears in that message.
 #include "adapters/kubernetes/kubeconfig.hpp"
-#include "engine/yaml_guard.hpp"
+#include "core/yaml_guard.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 #include <tjob/error.hpp>

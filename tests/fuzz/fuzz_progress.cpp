@@ -4,7 +4,7 @@
 // Kubeflow's bounds that is kept, read back and sent again unchanged.
 #include "tests/fuzz/fuzz_support.hpp"
 
-#include "engine/progress.hpp"
+#include "core/progress.hpp"
 
 #include <cstdlib>
 

@@ -1,7 +1,7 @@
 // Runtime manifests: any text as a (multi-document) YAML file. Unusable
 // documents become one problem each, naming the source; usable ones a
 // runtime with a name. Anchors and aliases are not expanded into bombs.
-#include "engine/runtimes.hpp"
+#include "core/runtimes.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // argument vector is masked without a crash, to as many arguments; the
 // password of a URL with user info never survives; the value after an
 // option named like a secret never survives; masking twice changes nothing.
-#include "engine/secrets.hpp"
+#include "core/secrets.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 #include <cstdlib>
@@ -10,7 +10,7 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  auto text = tjob::fuzz::text(data, size);
+  const std::string text(tjob::fuzz::text(data, size));
   // The input's lines are the arguments.
   std::vector<std::string> argv;
   std::size_t start = 0;

@@ -3,9 +3,9 @@
 // packages). Bad specs are tjob::error, never a crash.
 #include "adapters/python/python_plan.hpp"
 #include "adapters/python/python_setup.hpp"
-#include "engine/names.hpp"
-#include "engine/spec_json.hpp"
-#include "engine/trainer_checks.hpp"
+#include "core/names.hpp"
+#include "core/spec_json.hpp"
+#include "core/trainer_checks.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 #include <tjob/error.hpp>

@@ -3,7 +3,7 @@
 // codes, times). A line that is not a watch event is a protocol_error.
 #include "adapters/kubernetes/kube_api.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
-#include "engine/times.hpp"
+#include "core/times.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 #include <tjob/error.hpp>

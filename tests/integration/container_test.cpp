@@ -1,7 +1,7 @@
 // The container backend against the real daemons: Docker (dockerd) and Podman
 // (its API service), started for the suite by tests/support/container_peers
 // (a ctest fixture). Containers use host or none networking only.
-#include "engine/job_state.hpp"
+#include "core/job_state.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/value_from.hpp>
 
 #include <chrono>
 #include <csignal>
@@ -57,11 +58,10 @@ const std::vector<std::string> host_volumes = {"/usr:/usr:ro", "/etc/alternative
                                                "/etc/ld.so.cache:/etc/ld.so.cache:ro"};
 
 struct fixture : tjob::test::home_fixture {
-  engine_config config(const std::string& socket, container_network net = container_network::none) const {
+  engine_config config(const std::string& socket, const std::string& net = "none") const {
     auto c = home_fixture::config(3s);
-    c.backend = backend_kind::container;
-    c.container.container_host = "unix://" + socket;
-    c.container.network = net;
+    c.backend = "container";
+    c.backend_config = {{"container_host", "unix://" + socket}, {"network", net}};
     return c;
   }
 };
@@ -260,7 +260,7 @@ TEST_CASE_TEMPLATE("a failing container job raises with each step's exit code an
   CHECK(job.reason == "exit code 3");
   // auto_remove off (--keep-workdir): delete keeps the work dir, not the containers
   auto cfg = fx.config(sock);
-  cfg.container.auto_remove = false;
+  cfg.backend_config["auto_remove"] = false;
   trainer_client keeping(cfg);
   keeping.delete_job(name);
   CHECK(code_of([&] { keeping.get_job(name); }) == errc::job_not_found);
@@ -486,7 +486,7 @@ TEST_CASE_TEMPLATE("an image missing under pull policy Never is refused and noth
   auto sock = socket_of(D::name);
   if (sock.empty()) return;
   auto cfg = fx.config(sock);
-  cfg.container.pull = pull_policy::never;
+  cfg.backend_config["pull_policy"] = "Never";
   trainer_client client(cfg);
   auto req = shell_job("true", "no-image");
   std::get<command_trainer>(req.job_trainer).image = "localhost/does-not-exist:1";
@@ -496,7 +496,7 @@ TEST_CASE_TEMPLATE("an image missing under pull policy Never is refused and noth
   CHECK(msg.find("no-image") != std::string::npos);
   CHECK(code_of([&] { client.get_job("no-image"); }) == errc::job_not_found);
   // a daemon refusal at create (an unknown network mode) cleans up too
-  cfg.container.pull = pull_policy::if_not_present;
+  cfg.backend_config["pull_policy"] = "IfNotPresent";
   trainer_client c2(cfg);
   auto bad = shell_job("true", "bad-start");
   std::get<command_trainer>(bad.job_trainer).command = {"/no/such/program"};
@@ -516,9 +516,9 @@ TEST_CASE_TEMPLATE("a 2-node container job runs steps node-0 and node-1 Complete
   fixture fx;
   auto sock = socket_of(D::name);
   if (sock.empty() || !tjob::test::system_python_has("torch")) return;
-  auto cfg = fx.config(sock, container_network::host);
-  cfg.container.volumes = host_volumes;
-  cfg.container.image = "localhost/tjob-host:bookworm";
+  auto cfg = fx.config(sock, "host");
+  cfg.backend_config["volumes"] = boost::json::value_from(host_volumes);
+  cfg.backend_config["image"] = "localhost/tjob-host:bookworm";
   trainer_client client(cfg);
   train_request r;
   r.job_trainer = linear_trainer();
@@ -541,9 +541,9 @@ TEST_CASE_TEMPLATE("packages are installed in the container with pip from the in
   auto sock = socket_of(D::name);
   if (sock.empty()) return;
   tjob::test::package_index index;
-  auto cfg = fx.config(sock, container_network::host);
-  cfg.container.volumes = host_volumes;
-  cfg.container.image = "localhost/tjob-host:bookworm";
+  auto cfg = fx.config(sock, "host");
+  cfg.backend_config["volumes"] = boost::json::value_from(host_volumes);
+  cfg.backend_config["image"] = "localhost/tjob-host:bookworm";
   trainer_client client(cfg);
   python_trainer t;
   t.source = "def main(who):\n    import tinyjob\n    print('hello', who, tinyjob.__name__)\n";
@@ -593,16 +593,17 @@ TEST_CASE(
   };
   for (bool python : {true, false}) {
     std::vector<seen> results;
-    for (auto backend : {backend_kind::local, backend_kind::container, backend_kind::kubernetes}) {
+    for (std::string backend : {"local", "container", "kubernetes"}) {
       fixture fx;
       std::optional<tjob::test::kube_standin> cluster;
-      auto cfg = fx.config(sock, container_network::host);
+      auto cfg = fx.config(sock, "host");
       cfg.backend = backend;
-      cfg.container.volumes = host_volumes;
-      cfg.container.image = "localhost/tjob-host:bookworm";
-      if (backend == backend_kind::kubernetes) {
+      cfg.backend_config["volumes"] = boost::json::value_from(host_volumes);
+      cfg.backend_config["image"] = "localhost/tjob-host:bookworm";
+      if (backend == "local") cfg.backend_config = {};
+      if (backend == "kubernetes") {
         cluster.emplace();
-        cfg.kubernetes = cluster->config();
+        cfg.backend_config = cluster->config();
       }
       trainer_client client(cfg);
       train_request r;
@@ -623,7 +624,7 @@ TEST_CASE(
       auto lines = python ? lines_of(all_of(client.get_job_logs(name, {})), "Epoch 1/")
                           : lines_of(all_of(client.get_job_logs(name, {})), "");
       if (!python) std::sort(lines.begin(), lines.end());
-      seen s{std::string(to_string(backend)), job.status, {}, {}, lines};
+      seen s{backend, job.status, {}, {}, lines};
       for (const auto& st : job.steps) {
         s.steps.emplace_back(st.name, st.status);
         s.exit_codes.push_back(st.exit_code);
@@ -671,7 +672,7 @@ TEST_CASE("no daemon answering gives one error listing every place tried and how
   ::setenv("DOCKER_HOST", ("unix://" + (d.path() / "plain-file").string()).c_str(), 1);
   ::setenv("CONTAINER_HOST", ("unix://" + (d.path() / "missing.sock").string()).c_str(), 1);
   auto cfg = fx.home_fixture::config();
-  cfg.backend = backend_kind::container;
+  cfg.backend = "container";
   trainer_client client(cfg);
   auto msg = message_of([&] { client.list_jobs(); });
   ::unsetenv("DOCKER_HOST");
@@ -721,8 +722,8 @@ TEST_CASE("a daemon over TCP is reached with TLS as the docker CLI is told to, a
     }
   } restore;
   auto cfg = fx.home_fixture::config();
-  cfg.backend = backend_kind::container;
-  cfg.container.container_runtime = "docker";
+  cfg.backend = "container";
+  cfg.backend_config = {{"container_runtime", "docker"}};
   ::setenv("DOCKER_HOST", ("tcp://127.0.0.1:" + port).c_str(), 1);
   ::setenv("DOCKER_TLS_VERIFY", "1", 1);
   ::setenv("DOCKER_CERT_PATH", d.c_str(), 1);
@@ -796,7 +797,7 @@ TEST_CASE("a daemon that does not answer is a timeout naming the daemon, after t
   fixture fx;
   fake_daemon fake("slow");
   auto cfg = fx.config(fake.socket);
-  cfg.container.request_timeout = 1s;
+  cfg.backend_config["request_timeout_ms"] = 1000;
   trainer_client client(cfg);
   auto msg = message_of([&] { client.list_jobs(); });
   CHECK(msg.find("timed out") != std::string::npos);
@@ -1304,11 +1305,12 @@ TEST_CASE_TEMPLATE("a container job with host networking reports progress to the
   fixture fx;
   auto sock = socket_of(D::name);
   if (sock.empty()) return;
-  auto cfg = fx.config(sock, container_network::host);
+  auto cfg = fx.config(sock, "host");
   const auto src = tjob::test::source_dir();
-  cfg.container.volumes = host_volumes;
-  cfg.container.volumes.push_back(src + ":" + src + ":ro");
-  cfg.container.image = "localhost/tjob-host:bookworm";
+  auto volumes = host_volumes;
+  volumes.push_back(src + ":" + src + ":ro");
+  cfg.backend_config["volumes"] = boost::json::value_from(volumes);
+  cfg.backend_config["image"] = "localhost/tjob-host:bookworm";
   trainer_client client(cfg);
   // The helper (import tjob, on the PYTHONPATH tjob gives the job), then a
   // body that is not a report, as Kubeflow's client would send it.
@@ -1378,7 +1380,7 @@ TEST_CASE_TEMPLATE("a container job without host networking gets no progress end
   fixture fx;
   auto sock = socket_of(D::name);
   if (sock.empty()) return;
-  trainer_client client(fx.config(sock, container_network::none));
+  trainer_client client(fx.config(sock, "none"));
   auto name = client.train(shell_job("echo \"url=${KUBEFLOW_TRAINER_SERVER_URL:-none}\""));
   client.wait_for_job_status(name, {job_status::complete}, 60s);
   CHECK(all_of(client.get_job_logs(name)) == "url=none\n");

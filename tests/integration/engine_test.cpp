@@ -442,8 +442,8 @@ TEST_CASE_FIXTURE(fixture,
 TEST_CASE_FIXTURE(fixture,
                   "the venv cache is the local backend's: another backend says so and where to look") {
   auto cfg = config();
-  cfg.backend = backend_kind::container;
-  cfg.container.container_host = "unix:///nonexistent/docker.sock";  // never reached: no daemon is asked
+  cfg.backend = "container";
+  cfg.backend_config = {{"container_host", "unix:///nonexistent/docker.sock"}};  // never reached: no daemon is asked
   trainer_client c(cfg);
   CHECK(code_of([&] { c.list_venv_cache(); }) == errc::invalid_argument);
   CHECK(message_of([&] { c.prune_venv_cache(0s); }).find("--backend local") != std::string::npos);

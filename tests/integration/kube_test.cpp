@@ -1,7 +1,7 @@
 // The kubernetes backend against the API stand-in (tests/support/kube_standin.py):
 // each test starts its own server (TLS, a token, a controller that runs pods as
 // local processes), so faults injected in one test touch no other.
-#include "engine/job_state.hpp"
+#include "core/job_state.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/client.hpp>
@@ -31,8 +31,8 @@ struct kube_fixture : tjob::test::home_fixture {
   explicit kube_fixture(const std::vector<std::string>& extra) : server(extra) {}
   engine_config kube_config() const {
     auto c = config();
-    c.backend = backend_kind::kubernetes;
-    c.kubernetes = server.config();
+    c.backend = "kubernetes";
+    c.backend_config = server.config();
     return c;
   }
   std::vector<std::string> cli(std::vector<std::string> args) const {
@@ -241,7 +241,11 @@ TEST_CASE_FIXTURE(kube_fixture,
 TEST_CASE_FIXTURE(kube_fixture,
                   "a tjob wait survives a cut watch, a 410 and a bad line and reports the right status") {
   trainer_client c(kube_config());
-  c.train(sleeper("cut", "6000"));
+  // The job ends when the test says (after every fault), not after a time a
+  // loaded machine could outrun: the waiter must still be waiting for the
+  // bad line (CI saw the job end first, and no bad line read).
+  tjob::test::gate gate;
+  c.train(helper_job({"print", "up\n", "read-fifo", gate.path(), "print", "done\n"}, "cut"));
   auto [r0, w0] = stats();
   tjob::test::background waiter(cli({"wait", "cut", "--status", "Complete", "--timeout", "60"}), env());
   // each fault hits watches that are up: the server says when they are
@@ -256,6 +260,8 @@ TEST_CASE_FIXTURE(kube_fixture,
   REQUIRE(await_standin(R"({"lists_of": "trainjobs", "more_than": )" + std::to_string(lists) + "}"));
   REQUIRE(watches_at_least(w0 + 6));
   server.ctl("inject-line", R"({"line": "this is not json"})");
+  REQUIRE(waiter.wait_for_stderr("a watch line is not JSON", 60s));
+  gate.release();
   CHECK(waiter.wait(60s) == 0);
   CHECK(waiter.out() == "Complete\n");
   CHECK(waiter.err().find("a watch line is not JSON") != std::string::npos);  // said once, clearly
@@ -297,7 +303,7 @@ TEST_CASE_FIXTURE(kube_fixture,
   CHECK(m.find("422") != std::string::npos);
 
   auto cfg = kube_config();
-  cfg.kubernetes.request_timeout = 500ms;
+  cfg.backend_config["request_timeout_ms"] = 500;
   trainer_client impatient(cfg);
   server.ctl("delay", R"({"seconds": 3, "path": "/apis"})");
   m = message_of([&] { impatient.get_job("r"); });
@@ -317,7 +323,7 @@ TEST_CASE_FIXTURE(kube_fixture,
   text.replace(pos, server.ca.size(), other.ca);
   std::ofstream(wrong) << text;
   auto cfg = kube_config();
-  cfg.kubernetes.config_file = wrong.string();
+  cfg.backend_config["config_file"] = wrong.string();
   trainer_client c(cfg);
   auto m = message_of([&] { c.list_jobs(); });
   CHECK(m.find("cannot verify the server certificate") != std::string::npos);
@@ -383,8 +389,8 @@ TEST_CASE("logs -f of a pod that is still Pending waits for it to start (Kubeflo
   tjob::test::home_fixture home;
   tjob::test::kube_standin server({"--start-delay", "4"});
   auto cfg = home.config();
-  cfg.backend = backend_kind::kubernetes;
-  cfg.kubernetes = server.config();
+  cfg.backend = "kubernetes";
+  cfg.backend_config = server.config();
   trainer_client c(cfg);
   c.train(helper_job({"print", "late\n", "sleep", "300", "print", "later\n"}, "pending"));
   CHECK(c.get_job("pending").status == job_status::created);
@@ -614,7 +620,7 @@ TEST_CASE_FIXTURE(kube_fixture, "a client certificate, insecure-skip-tls-verify 
     key_data += i + 1 < key_pem.size() ? b64[(v >> 6) & 63] : '=';
     key_data += i + 2 < key_pem.size() ? b64[v & 63] : '=';
   }
-  cfg.kubernetes.config_file =
+  cfg.backend_config["config_file"] =
       write_kubeconfig(dir.path() / "cert.kubeconfig", server.url, {{"certificate-authority", server.ca}},
                        {{"client-certificate", cert}, {"client-key-data", key_data}});
   {
@@ -624,7 +630,7 @@ TEST_CASE_FIXTURE(kube_fixture, "a client certificate, insecure-skip-tls-verify 
   }
   // a certificate the server does not know, but verification off as the kubeconfig says
   tjob::test::kube_standin other;
-  cfg.kubernetes.config_file = write_kubeconfig(
+  cfg.backend_config["config_file"] = write_kubeconfig(
       dir.path() / "insecure.kubeconfig", server.url,
       {{"certificate-authority", other.ca}, {"insecure-skip-tls-verify", true}}, {{"token", server.token}});
   {
@@ -632,13 +638,13 @@ TEST_CASE_FIXTURE(kube_fixture, "a client certificate, insecure-skip-tls-verify 
     CHECK(c.get_job("certified").status == job_status::complete);
   }
   // neither a token nor a certificate: the server's 401, quoted
-  cfg.kubernetes.config_file = write_kubeconfig(dir.path() / "anonymous.kubeconfig", server.url,
+  cfg.backend_config["config_file"] = write_kubeconfig(dir.path() / "anonymous.kubeconfig", server.url,
                                                 {{"certificate-authority", server.ca}}, {});
   trainer_client c(cfg);
   auto m = message_of([&] { c.list_jobs(); });
   CHECK(m.find("401 Unauthorized") != std::string::npos);
   // a key that does not match the certificate is refused before any request
-  cfg.kubernetes.config_file = write_kubeconfig(
+  cfg.backend_config["config_file"] = write_kubeconfig(
       dir.path() / "mismatch.kubeconfig", server.url, {{"certificate-authority", server.ca}},
       {{"client-certificate", cert}, {"client-key", (server.dir.path() / "server.key").string()}});
   m = message_of([&] { trainer_client bad(cfg); });
@@ -655,8 +661,8 @@ TEST_CASE_FIXTURE(kube_fixture, "inside a pod the service account reaches the AP
   ::setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
   ::setenv("KUBERNETES_SERVICE_PORT", server.url.substr(server.url.rfind(':') + 1).c_str(), 1);
   auto cfg = kube_config();
-  cfg.kubernetes.config_file.clear();
-  cfg.kubernetes.in_cluster_dir = sa;
+  cfg.backend_config.erase("config_file");
+  cfg.backend_config["in_cluster_dir"] = sa.string();
   trainer_client c(cfg);
   c.train(helper_job({"print", "in a pod\n"}, "incluster"));
   CHECK(c.wait_for_job_status("incluster", {job_status::complete}, 60s).status == job_status::complete);

@@ -239,7 +239,12 @@ def test_runtimes(server):
 
 
 def test_routes_methods_and_health(server):
-    assert server.get("/healthz").json() == {"status": "ok", "backend": "local"}
+    health = server.get("/healthz").json()
+    assert (health["status"], health["backend"]) == ("ok", "local")
+    # what the backend does, which a client asks instead of its name
+    caps = health["capabilities"]
+    assert caps["id"] == "local" and caps["runs_here"] and caps["admission"] and caps["restarts"]
+    assert not caps["keeps_labels"] and not caps["forwards"] and caps["job_files"] == "jobs"
     r = server.get("/v1/nothing")
     assert (r.status, r.json()["code"]) == (404, "not_found")
     r = server.request("PUT", "/v1/jobs")

@@ -443,11 +443,8 @@ std::string kube_standin::ctl(const std::string& action, const std::string& json
   return r.out;
 }
 
-kubernetes_backend_config kube_standin::config() const {
-  kubernetes_backend_config c;
-  c.config_file = kubeconfig();
-  c.in_cluster_dir.clear();
-  return c;
+boost::json::object kube_standin::config() const {
+  return {{"config_file", kubeconfig()}, {"in_cluster_dir", ""}};
 }
 
 }  // namespace tjob::test

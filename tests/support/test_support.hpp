@@ -200,7 +200,8 @@ struct kube_standin {
   /// stats, reset-stats): the server's JSON answer.
   std::string ctl(const std::string& action, const std::string& json = "{}") const;
   /// An engine_config part that talks to it.
-  kubernetes_backend_config config() const;
+  /// The kubernetes backend's config (its JSON options) for this stand-in.
+  boost::json::object config() const;
 };
 
 std::string read_file(const std::filesystem::path& p);

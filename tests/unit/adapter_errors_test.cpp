@@ -7,7 +7,7 @@
 #include "adapters/http/http_client.hpp"
 #include "adapters/process/proc_info.hpp"
 #include "adapters/process/process_adapter.hpp"
-#include "engine/outcome.hpp"
+#include "core/outcome.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/error.hpp>

@@ -1,8 +1,8 @@
 // The rules of admission (engine/admission.hpp), without a store: who starts
 // in which order, what each waiting job is told it waits for, and the budgets
 // of $TJOB_HOME/config.yaml.
-#include "engine/admission.hpp"
-#include "engine/job_state.hpp"
+#include "core/admission.hpp"
+#include "core/job_state.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <tjob/error.hpp>

@@ -1,5 +1,5 @@
 #include "adapters/local/fs_watch.hpp"
-#include "engine/wake.hpp"
+#include "core/wake.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <doctest/doctest.h>

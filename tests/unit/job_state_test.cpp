@@ -1,5 +1,5 @@
-#include "engine/job_state.hpp"
-#include "engine/backoff.hpp"
+#include "core/job_state.hpp"
+#include "core/backoff.hpp"
 
 #include <tjob/types.hpp>
 

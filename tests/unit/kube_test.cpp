@@ -4,7 +4,7 @@
 #include "adapters/kubernetes/kube_api.hpp"
 #include "adapters/kubernetes/kubeconfig.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
-#include "engine/times.hpp"
+#include "core/times.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <doctest/doctest.h>

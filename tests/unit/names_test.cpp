@@ -1,9 +1,9 @@
-#include "engine/names.hpp"
-#include "engine/strings.hpp"
-#include "engine/trainer_checks.hpp"
+#include "core/names.hpp"
+#include "core/strings.hpp"
+#include "core/trainer_checks.hpp"
 #include "tests/support/test_support.hpp"
 
-#include "engine/spec_json.hpp"
+#include "core/spec_json.hpp"
 
 #include <tjob/error.hpp>
 #include <tjob/spec.hpp>

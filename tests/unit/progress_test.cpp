@@ -1,6 +1,6 @@
 // Reading progress reports (Kubeflow's update_trainjob_status body), their
 // bounds, how they are kept, and the rate gate.
-#include "engine/progress.hpp"
+#include "core/progress.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 #include "adapters/python/python_setup.hpp"
-#include "engine/secrets.hpp"
+#include "core/secrets.hpp"
 
 #include "tests/support/test_support.hpp"
 

@@ -1,6 +1,6 @@
 // The retry rule (engine/retry): which failed attempts are tried again, after
 // how long, and which policies are refused.
-#include "engine/retry.hpp"
+#include "core/retry.hpp"
 
 #include <tjob/error.hpp>
 

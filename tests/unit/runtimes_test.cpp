@@ -1,4 +1,4 @@
-#include "engine/runtimes.hpp"
+#include "core/runtimes.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <doctest/doctest.h>

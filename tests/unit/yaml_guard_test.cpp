@@ -1,5 +1,5 @@
 // The check that keeps yaml-cpp 0.7 from inputs it never returns from.
-#include "engine/yaml_guard.hpp"
+#include "core/yaml_guard.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Messages every backend words the same way.
 #pragma once
 
-#include "engine/outcome.hpp"
+#include "core/outcome.hpp"
 
 #include <tjob/backends.hpp>
 #include <tjob/types.hpp>
@@ -20,9 +20,9 @@ std::string failure_message(const train_job& job, const std::map<std::string, st
 /// job_not_found: "No TrainJob with name 'n' <where>; `tjob list [--backend
 /// b]` shows the jobs there". `where` says where the backend looked ("in
 /// /home/u/.local/state/tjob", "on the Docker daemon at ...").
-failure not_found_failure(const std::string& name, const std::string& where, backend_kind kind);
+failure not_found_failure(const std::string& name, const std::string& where, std::string_view list_command);
 /// Throws not_found_failure's error.
-[[noreturn]] void throw_not_found(const std::string& name, const std::string& where, backend_kind kind);
+[[noreturn]] void throw_not_found(const std::string& name, const std::string& where, std::string_view list_command);
 
 /// step_not_found, listing the steps the job has.
 [[noreturn]] void throw_step_not_found(const std::string& name, const std::string& step,

@@ -1,4 +1,4 @@
-#include "engine/yaml_guard.hpp"
+#include "core/yaml_guard.hpp"
 
 #include <algorithm>
 #include <vector>

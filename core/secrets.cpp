@@ -1,4 +1,4 @@
-#include "engine/secrets.hpp"
+#include "core/secrets.hpp"
 
 #include <tjob/types.hpp>
 
@@ -30,7 +30,17 @@ std::vector<std::string> words_of(std::string_view name) {
   return out;
 }
 
+// An option's name as a program's parser takes one: dashes, then letters,
+// digits, '-' and '_' (anything else is an argument that starts with '-').
+bool option_name(std::string_view s) {
+  auto body = s.substr(s.find_first_not_of('-') == std::string_view::npos ? s.size() : s.find_first_not_of('-'));
+  return !body.empty() && std::all_of(body.begin(), body.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  });
+}
+
 bool secret_name(std::string_view option) {
+  if (!option_name(option)) return false;
   auto w = words_of(option);
   static constexpr std::string_view alone[] = {"password",  "passwd",      "pwd",  "token",  "secret",
                                                "apikey",    "credential",  "credentials", "auth", "passphrase"};

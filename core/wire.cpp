@@ -1,6 +1,6 @@
 // Jobs, events, runtimes and specs as JSON (tjob/wire.hpp): one encoding for
 // the CLI's -o json, tjob serve and its clients.
-#include "engine/json_fields.hpp"
+#include "core/json_fields.hpp"
 
 #include <tjob/wire.hpp>
 

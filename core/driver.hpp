@@ -10,16 +10,21 @@
 //   SIGKILL, docker stop, suspend then delete); shutdown() is not cancelling.
 // Errors: tjob::error, naming the job; job_not_found is worded by
 //   detail::not_found_message (engine/messages.hpp).
-// Lifetime: made by make_backend (engine/compose.cpp), the only place that
+// Lifetime: made by make_backend (registry/registry.cpp), the only place that
 //   knows the backends' types; shutdown() is awaited before it is destroyed
 //   and awaits every coroutine the backend started.
 #pragma once
 
 #include <tjob/engine.hpp>
 
-#include "engine/runtimes.hpp"
+#include "core/runtimes.hpp"
+
+#include <boost/json/object.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -79,17 +84,11 @@ class change_watch {
   virtual boost::asio::awaitable<bool> changed(std::chrono::steady_clock::time_point deadline) = 0;
 };
 
-/// What the engine may rely on of a backend.
-struct backend_traits {
-  backend_kind kind = backend_kind::local;
-  /// The backend keeps a request's labels and annotations.
-  bool keeps_labels = false;
-};
-
 class backend {
  public:
   virtual ~backend() = default;
-  virtual backend_traits traits() const = 0;
+  /// What it does itself (its registration's, for this configuration).
+  virtual backend_capabilities capabilities() const = 0;
 
   /// Creates and starts the job; returns its name.
   virtual boost::asio::awaitable<std::string> train(checked_request request) = 0;
@@ -115,8 +114,9 @@ class backend {
   /// The jobs waiting for admission, in queue order. Default: an error that
   /// says the backend's jobs start at once (its peer schedules them).
   virtual boost::asio::awaitable<std::vector<queue_entry>> queue();
-  /// The backend that runs the jobs (engine::job_backend). Default: traits().kind.
-  virtual boost::asio::awaitable<backend_kind> job_backend();
+  /// What the backend that runs the jobs does (engine::job_backend).
+  /// Default: capabilities().
+  virtual boost::asio::awaitable<backend_capabilities> job_backend();
   /// Stops following jobs and awaits every coroutine the backend started.
   virtual boost::asio::awaitable<void> shutdown() = 0;
 
@@ -125,9 +125,43 @@ class backend {
   backend_context ctx_;
 };
 
-/// The composition root (engine/compose.cpp): the backend `ctx.cfg.backend`
-/// names. Throws tjob::error for one that cannot be used (a bad kubeconfig, an
-/// unusable $TJOB_HOME).
+/// How a backend is registered: what it is and does (its description, with
+/// its options), how its configuration is checked, and how one is made.
+struct backend_registration {
+  backend_description description;
+  /// Throws tjob::error (invalid_argument) for an unknown member or a bad
+  /// value of `config`, naming it by `name_of` (never null).
+  std::function<void(const boost::json::object& config,
+                     const std::function<std::string(std::string_view)>& name_of)>
+      check;
+  /// Makes the backend (its config is ctx.cfg.backend_config, checked).
+  std::function<std::shared_ptr<backend>(backend_context ctx)> make;
+};
+
+/// Adds a backend to the registry (registry/registry.cpp) of this program,
+/// after the built-in ones: a program (a test) may bring its own. Throws
+/// tjob::error when the id is taken or is not a lowercase word.
+void register_backend(backend_registration r);
+
+/// The backend `ctx.cfg.backend` names, made by its registration. Throws
+/// tjob::error for an id no backend has, a config it refuses, or one that
+/// cannot be used (a bad kubeconfig, an unusable $TJOB_HOME).
 std::shared_ptr<backend> make_backend(backend_context ctx);
+
+/// A member of a backend's JSON config, read with a clear error naming it
+/// (by `name_of`) when it has the wrong type. For the backends' checks.
+struct config_reader {
+  const boost::json::object& config;
+  const std::function<std::string(std::string_view)>& name_of;
+  std::string_view backend;  ///< "container", for messages
+  /// Refuses members not among `known`.
+  void only(std::initializer_list<std::string_view> known) const;
+  std::optional<std::string> text(std::string_view member) const;
+  std::optional<std::vector<std::string>> texts(std::string_view member) const;
+  std::optional<bool> flag(std::string_view member) const;
+  /// A whole number at least `least`.
+  std::optional<std::int64_t> number(std::string_view member, std::int64_t least = 0) const;
+  [[noreturn]] void bad(std::string_view member, const std::string& why) const;
+};
 
 }  // namespace tjob::detail

@@ -1,4 +1,4 @@
-#include "engine/deadline.hpp"
+#include "core/deadline.hpp"
 
 #include <tjob/error.hpp>
 #include <tjob/status.hpp>

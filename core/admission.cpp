@@ -1,7 +1,7 @@
-#include "engine/admission.hpp"
+#include "core/admission.hpp"
 
-#include "engine/strings.hpp"
-#include "engine/yaml_guard.hpp"
+#include "core/strings.hpp"
+#include "core/yaml_guard.hpp"
 
 #include <tjob/error.hpp>
 

@@ -6,7 +6,7 @@
 // Cancellation: the watch's; an engine that shuts down ends it (shut_down).
 #pragma once
 
-#include "engine/backend.hpp"
+#include "core/driver.hpp"
 
 #include <chrono>
 

@@ -1,8 +1,8 @@
-#include "engine/runtimes.hpp"
+#include "core/runtimes.hpp"
 
-#include "engine/names.hpp"
-#include "engine/strings.hpp"
-#include "engine/yaml_guard.hpp"
+#include "core/names.hpp"
+#include "core/strings.hpp"
+#include "core/yaml_guard.hpp"
 
 #include <yaml-cpp/yaml.h>
 

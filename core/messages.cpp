@@ -1,6 +1,6 @@
-#include "engine/messages.hpp"
+#include "core/messages.hpp"
 
-#include "engine/names.hpp"
+#include "core/names.hpp"
 
 #include <tjob/error.hpp>
 
@@ -31,15 +31,13 @@ std::string failure_message(const train_job& job, const std::map<std::string, st
   return msg;
 }
 
-failure not_found_failure(const std::string& name, const std::string& where, backend_kind kind) {
-  std::string list =
-      kind == backend_kind::local ? "tjob list" : "tjob list --backend " + std::string(to_string(kind));
+failure not_found_failure(const std::string& name, const std::string& where, std::string_view list_command) {
   return make_failure(errc::job_not_found, "No TrainJob with name " + quote(name) + " " + where + "; `" +
-                                               list + "` shows the jobs there");
+                                               std::string(list_command) + "` shows the jobs there");
 }
 
-void throw_not_found(const std::string& name, const std::string& where, backend_kind kind) {
-  raise(not_found_failure(name, where, kind));
+void throw_not_found(const std::string& name, const std::string& where, std::string_view list_command) {
+  raise(not_found_failure(name, where, list_command));
 }
 
 void throw_step_not_found(const std::string& name, const std::string& step,

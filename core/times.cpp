@@ -1,4 +1,4 @@
-#include "engine/times.hpp"
+#include "core/times.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "engine/names.hpp"
+#include "core/names.hpp"
 
 #include <cstdio>
 #include <random>

@@ -1,4 +1,4 @@
-#include "engine/outcome.hpp"
+#include "core/outcome.hpp"
 
 #include <ostream>
 

@@ -4,7 +4,7 @@
 
 #include <tjob/engine.hpp>
 
-#include "engine/times.hpp"
+#include "core/times.hpp"
 
 #include <optional>
 #include <string>

@@ -1,4 +1,4 @@
-#include "engine/spec_json.hpp"
+#include "core/spec_json.hpp"
 
 #include <tjob/error.hpp>
 #include <tjob/spec.hpp>

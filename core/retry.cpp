@@ -1,6 +1,6 @@
-#include "engine/retry.hpp"
+#include "core/retry.hpp"
 
-#include "engine/fail.hpp"
+#include "core/fail.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "engine/job_state.hpp"
+#include "core/job_state.hpp"
 
 namespace tjob::detail {
 

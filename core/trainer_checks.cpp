@@ -1,8 +1,8 @@
-#include "engine/trainer_checks.hpp"
+#include "core/trainer_checks.hpp"
 
-#include "engine/fail.hpp"
-#include "engine/names.hpp"
-#include "engine/retry.hpp"
+#include "core/fail.hpp"
+#include "core/names.hpp"
+#include "core/retry.hpp"
 
 #include <tjob/error.hpp>
 

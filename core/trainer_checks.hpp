@@ -5,8 +5,8 @@
 
 #include <tjob/types.hpp>
 
-#include "engine/names.hpp"
-#include "engine/runtimes.hpp"
+#include "core/names.hpp"
+#include "core/runtimes.hpp"
 
 #include <map>
 #include <string>

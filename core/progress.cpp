@@ -1,4 +1,4 @@
-#include "engine/progress.hpp"
+#include "core/progress.hpp"
 
 #include <fmt/format.h>
 #include <boost/json.hpp>

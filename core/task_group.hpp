@@ -10,7 +10,7 @@
 //   so a task may end after the group object is gone.
 #pragma once
 
-#include "engine/wake.hpp"
+#include "core/wake.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>

@@ -1,7 +1,7 @@
 // Job arrays (tjob/spec.hpp): the spec as Slurm's --array reads it, and the
 // members' requests.
-#include "engine/json_fields.hpp"
-#include "engine/names.hpp"
+#include "core/json_fields.hpp"
+#include "core/names.hpp"
 
 #include <tjob/error.hpp>
 #include <tjob/spec.hpp>
