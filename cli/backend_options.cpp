@@ -2,6 +2,8 @@
 
 #include "cli/job_request.hpp"
 
+#include <tjob/engine.hpp>
+
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
@@ -157,7 +159,7 @@ backend_options::chosen backend_options::choose() const {
     std::string b = backend_;
     if (b.empty())
       if (const char* e = std::getenv("TJOB_BACKEND"); e && *e) b = e;
-    if (b.empty()) b = "local";
+    if (b.empty()) b = engine_config{}.backend;  // (the default backend)
     auto found = find_backend(b);
     std::vector<std::string> ids, others;
     for (const auto& r : registered_backends()) {

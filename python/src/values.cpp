@@ -187,7 +187,7 @@ tjob::train_request request_of(const py::dict& d) {
 
 tjob::engine_config config_of(const py::dict& d) {
   tjob::engine_config c;
-  std::string home, backend = "local";
+  std::string home, backend = tjob::engine_config{}.backend;
   take(d, "home", home);
   c.home = home;
   take(d, "backend", backend);
