@@ -8,6 +8,7 @@
 //   is draining).
 #pragma once
 
+#include "serve/idempotency.hpp"
 #include "serve/watch_hub.hpp"
 
 #include <tjob/engine.hpp>
@@ -79,25 +80,48 @@ class api {
  public:
   api(engine& e, watch_hub& hub, api_config config);
 
-  /// Routes the request; may throw (reply_of makes the answer).
+  /// Routes the request (a table of paths and methods, below); may throw
+  /// (reply_of makes the answer).
   boost::asio::awaitable<answer> handle(request req);
 
   /// New jobs are refused (503) from now on; /healthz says "draining".
   void drain() { draining_ = true; }
   bool draining() const { return draining_; }
 
- private:
-  boost::asio::awaitable<answer> submit(request& req);
-  boost::asio::awaitable<answer> list(const std::map<std::string, std::string>& query);
-  boost::asio::awaitable<answer> logs(std::string name, const std::map<std::string, std::string>& query);
-  answer wait(std::string name, const std::map<std::string, std::string>& query);
-  answer watch(const std::map<std::string, std::string>& query);
+  /// What a route's handler gets: the request, its query, and the path's
+  /// one variable segment ({job} or {runtime}), checked.
+  struct call {
+    request& req;
+    const std::map<std::string, std::string>& query;
+    std::string name;
+  };
+  using handler = boost::asio::awaitable<answer> (api::*)(call&);
 
+  // The routes (serve/routes.cpp), one per path and method.
+  boost::asio::awaitable<answer> health(call& c);
+  boost::asio::awaitable<answer> metrics(call& c);
+  boost::asio::awaitable<answer> openapi(call& c);
+  boost::asio::awaitable<answer> submit(call& c);
+  boost::asio::awaitable<answer> list(call& c);
+  boost::asio::awaitable<answer> watch(call& c);
+  boost::asio::awaitable<answer> get(call& c);
+  boost::asio::awaitable<answer> remove(call& c);
+  boost::asio::awaitable<answer> cancel(call& c);
+  boost::asio::awaitable<answer> logs(call& c);
+  boost::asio::awaitable<answer> events(call& c);
+  boost::asio::awaitable<answer> wait(call& c);
+  boost::asio::awaitable<answer> runtimes(call& c);
+  boost::asio::awaitable<answer> runtime(call& c);
+  boost::asio::awaitable<answer> venv_cache(call& c);
+  boost::asio::awaitable<answer> prune(call& c);
+  boost::asio::awaitable<answer> queue(call& c);
+
+ private:
   engine& engine_;
   watch_hub& hub_;
   api_config config_;
   bool draining_ = false;
-  std::set<std::string> keys_in_flight_;  ///< Idempotency-Key digests being created
+  idempotency_keys keys_;
 };
 
 /// The OpenAPI 3 document of the API (serve/openapi.json, built in).
