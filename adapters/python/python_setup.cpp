@@ -199,13 +199,17 @@ std::string function_launcher(std::string_view code_path, std::string_view funct
                     "_tjob_module = _tjob_util.module_from_spec(_tjob_spec)\n"
                     "_tjob_sys.modules[\"__tjob_main__\"] = _tjob_module\n"
                     "_tjob_spec.loader.exec_module(_tjob_module)\n"
-                    "_tjob_kwargs = {}\n";
+                    // Only as the program: a child that multiprocessing's "spawn" or
+                    // "forkserver" starts imports this file again as __mp_main__, for the
+                    // training code's functions, and must not call the function again.
+                    "if __name__ == \"__main__\":\n"
+                    "    _tjob_kwargs = {}\n";
   if (with_kwargs) {
-    out += "import json as _tjob_json\n";
-    out += "with open(__file__[:-3] + \".kwargs.json\", encoding=\"utf-8\") as _tjob_f:\n";
-    out += "    _tjob_kwargs = _tjob_json.load(_tjob_f)\n";
+    out += "    import json as _tjob_json\n";
+    out += "    with open(__file__[:-3] + \".kwargs.json\", encoding=\"utf-8\") as _tjob_f:\n";
+    out += "        _tjob_kwargs = _tjob_json.load(_tjob_f)\n";
   }
-  out += "_tjob_module." + std::string(function) + "(**_tjob_kwargs)\n";
+  out += "    _tjob_module." + std::string(function) + "(**_tjob_kwargs)\n";
   return out;
 }
 

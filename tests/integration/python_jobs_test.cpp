@@ -142,6 +142,32 @@ TEST_CASE_FIXTURE(fixture, "script text given through the API runs as a script")
   CHECK(c.get_job_logs(name).read_all().find("text script ['x']\n") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(fixture, "a function whose code starts processes with spawn or forkserver runs them and ends") {
+  // Issue 42: each child re-imported the launcher as __mp_main__, whose last
+  // line called the function again without a __name__ guard: every child
+  // failed, the pool respawned them, and the job never ended.
+  trainer_client c(config());
+  for (const std::string method : {"spawn", "forkserver"}) {
+    python_trainer t;
+    t.source =
+        "import multiprocessing\n"
+        "def square(x):\n"
+        "    return x * x\n"
+        "def train(method):\n"
+        "    with multiprocessing.get_context(method).Pool(2) as pool:\n"
+        "        print(method, sum(pool.map(square, range(10))), flush=True)\n";
+    t.function = "train";
+    t.function_args = R"({"method": ")" + method + R"("})";
+    t.python = "/usr/bin/python3";
+    auto name = c.train(python_job(t));
+    auto job = c.wait_for_job_status(name, {job_status::complete}, 120s);
+    auto log = c.get_job_logs(name).read_all();
+    CAPTURE(log);
+    CHECK(log.find(method + " 285\n") != std::string::npos);
+    CHECK(log.find("Traceback") == std::string::npos);
+  }
+}
+
 TEST_CASE_FIXTURE(fixture, "a syntax error fails the job with Python's traceback in the log") {
   trainer_client c(config());
   python_trainer t;
