@@ -177,6 +177,7 @@ struct launch {
   const char* stdout_path;  // opened in the child when stdout_fd < 0
   int stdin_fd;
   int stdout_fd;
+  int stderr_fd;  // -1: with stdout
   bool new_session;
   int err = 0;
   const char* step = "";
@@ -231,6 +232,7 @@ TJOB_NO_SANITIZE int child_main(void* arg) {
   long keep = 3;
   if (l->stdin_fd >= keep) keep = l->stdin_fd + 1;
   if (l->stdout_fd >= keep) keep = l->stdout_fd + 1;
+  if (l->stderr_fd >= keep) keep = l->stderr_fd + 1;
   long r = sys(SYS_close_range, keep, ~0U, CLOSE_RANGE_UNSHARE);
   if (r < 0) {
     r = sys(SYS_unshare, CLONE_FILES);
@@ -254,7 +256,8 @@ TJOB_NO_SANITIZE int child_main(void* arg) {
                                      O_WRONLY | O_APPEND | O_CREAT, 0600);
   if (out < 0) child_fail(l, out, "open the log");
   out = above_stdio(out);
-  if ((r = sys(SYS_dup2, in, 0)) < 0 || (r = sys(SYS_dup2, out, 1)) < 0 || (r = sys(SYS_dup2, out, 2)) < 0)
+  long err = l->stderr_fd >= 0 ? above_stdio(l->stderr_fd) : out;
+  if ((r = sys(SYS_dup2, in, 0)) < 0 || (r = sys(SYS_dup2, out, 1)) < 0 || (r = sys(SYS_dup2, err, 2)) < 0)
     child_fail(l, r, "dup2");
   sys(SYS_close_range, 3, ~0U, 0);
   if (l->cwd && (r = sys(SYS_chdir, reinterpret_cast<long>(l->cwd))) < 0) child_fail(l, r, "chdir");
@@ -299,7 +302,10 @@ pid_t spawn_portable(const spawn_spec& spec, std::vector<char*>& argv, std::vect
   else
     posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, spec.stdout_path.c_str(),
                                      O_WRONLY | O_APPEND | O_CREAT, 0600);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  if (spec.stderr_fd >= 0)
+    posix_spawn_file_actions_adddup2(&fa, spec.stderr_fd, STDERR_FILENO);
+  else
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
   posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
   short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
@@ -406,7 +412,7 @@ detail::outcome<child> child::spawn(asio::any_io_executor ex, const spawn_spec& 
 #else
   launch l{
       spec.executable.c_str(),  argv.data(),   envp.data(),    spec.cwd.empty() ? nullptr : spec.cwd.c_str(),
-      spec.stdout_path.c_str(), spec.stdin_fd, spec.stdout_fd, spec.new_session};
+      spec.stdout_path.c_str(), spec.stdin_fd, spec.stdout_fd, spec.stderr_fd, spec.new_session};
   char* stack = child_stack_top();
   if (!stack) {
     ec.assign(ENOMEM, boost::system::system_category());

@@ -60,6 +60,9 @@ struct spawn_spec {
   /// when `stdout_fd` is not -1, that descriptor (the caller keeps it).
   std::string stdout_path;
   int stdout_fd = -1;
+  /// Where stderr goes when not with stdout: a descriptor the caller keeps,
+  /// another than `stdout_fd`; -1: with stdout.
+  int stderr_fd = -1;
 };
 
 /// How a process ended: `code` is the exit status, or 128 + the signal number

@@ -1,8 +1,15 @@
 #include "adapters/process/proc_info.hpp"
 #include "adapters/process/process_adapter.hpp"
+#include "adapters/process/run.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <doctest/doctest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <signal.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -75,4 +82,52 @@ TEST_CASE("find_by_environment finds processes by an entry of their environment"
   REQUIRE(found.size() == 1);
   CHECK(found[0].first == child.pid());
   CHECK(found[0].second == token);
+}
+
+namespace {
+
+run_result run_to_end(std::vector<std::string> argv, std::chrono::milliseconds timeout,
+                      std::size_t max_bytes = 64u << 20) {
+  boost::asio::io_context io;
+  auto done = boost::asio::co_spawn(io, run(io.get_executor(), std::move(argv), {"TJOB_RUN_TEST=yes"}, timeout, max_bytes),
+                                    boost::asio::use_future);
+  io.run();
+  auto r = done.get();
+  REQUIRE_MESSAGE(r.has_value(), r.error().message);
+  return *r;
+}
+
+}  // namespace
+
+TEST_CASE("run keeps a command's stdout and stderr apart and says how it ended") {
+  auto r = run_to_end({"sh", "-c", "echo out; echo err >&2; echo \"$TJOB_RUN_TEST\"; exit 3", "ignored"},
+                      std::chrono::seconds(60));
+  CHECK(r.out == "out\nyes\n");
+  CHECK(r.err == "err\n");
+  CHECK(r.status.code == 3);
+  CHECK_FALSE(r.timed_out);
+  // More than a pipe holds on both streams at once: neither stalls the other.
+  r = run_to_end({"sh", "-c", "head -c 300000 /dev/zero >&2; head -c 300000 /dev/zero"}, std::chrono::seconds(60));
+  CHECK(r.out.size() == 300000);
+  CHECK(r.err.size() == 300000);
+  CHECK(r.status.code == 0);
+  r = run_to_end({"sh", "-c", "head -c 300000 /dev/zero; head -c 300000 /dev/zero >&2"}, std::chrono::seconds(60), 1000);
+  CHECK(r.out.size() == 1000);
+  CHECK(r.err.size() == 1000);
+}
+
+TEST_CASE("run kills a command at its time limit, children included, and refuses a missing program") {
+  // The grandchild holds stdout open: the run ends only if the whole group dies.
+  auto r = run_to_end({"sh", "-c", "sleep 300 & echo started; wait"}, std::chrono::milliseconds(300));
+  CHECK(r.timed_out);
+  CHECK(r.out == "started\n");
+  CHECK(r.status.signal == SIGKILL);
+
+  boost::asio::io_context io;
+  auto done = boost::asio::co_spawn(
+      io, run(io.get_executor(), {"tjob-no-such-program"}, {}, std::chrono::seconds(5)), boost::asio::use_future);
+  io.run();
+  auto missing = done.get();
+  REQUIRE_FALSE(missing.has_value());
+  CHECK(missing.error().message.find("tjob-no-such-program: no such program on PATH") != std::string::npos);
 }
