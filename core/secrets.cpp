@@ -116,6 +116,20 @@ bool is_loopback_host(std::string_view host) {
   return !ec && a.is_loopback();
 }
 
+bool job_environment_allowed(std::string_view key) {
+  static constexpr std::string_view names[] = {
+      "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+      "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+      "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "LD_LIBRARY_PATH",
+      "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"};
+  static constexpr std::string_view prefixes[] = {"LC_", "PIP_", "CUDA_", "NVIDIA_", "NCCL_", "OMP_", "MKL_"};
+  for (auto n : names)
+    if (key == n) return true;
+  for (auto p : prefixes)
+    if (key.starts_with(p)) return true;
+  return false;
+}
+
 }  // namespace tjob::detail
 
 namespace tjob {

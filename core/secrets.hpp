@@ -29,4 +29,10 @@ std::vector<std::string> masked_args(const std::vector<std::string>& argv);
 /// The host is this machine's loopback: localhost, 127.0.0.0/8 or ::1.
 bool is_loopback_host(std::string_view host);
 
+/// A variable of this process that a job started for a server's client
+/// inherits (engine_config::clean_job_environment): the locale, PATH, HOME,
+/// proxies, CA bundles, and PIP_/CUDA_/NCCL_/OMP_ settings; not the
+/// server's own secrets.
+bool job_environment_allowed(std::string_view key);
+
 }  // namespace tjob::detail

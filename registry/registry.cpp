@@ -10,6 +10,7 @@
 #include "adapters/kubernetes/kube_backend.hpp"
 #include "adapters/local/local_backend.hpp"
 #include "adapters/remote/remote_backend.hpp"
+#include "adapters/slurm/slurm_backend.hpp"
 #include "core/driver.hpp"
 
 #include <tjob/error.hpp>
@@ -30,6 +31,7 @@ std::vector<backend_registration> builtins() {
   all.push_back(container::registration());
   all.push_back(kube::registration());
   all.push_back(remote::registration());
+  all.push_back(slurm::registration());
   return all;
 }
 

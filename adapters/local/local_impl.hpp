@@ -157,9 +157,6 @@ struct job_rec {
   void wake_inbox(boost::system::error_code ec = {});
 };
 
-/// The variables of this process a local job keeps under
-/// engine_config::clean_job_environment (docs/security.md lists them).
-bool local_environment_allowed(std::string_view key);
 
 struct engine_state : std::enable_shared_from_this<engine_state> {
   explicit engine_state(const detail::backend_context& ctx);

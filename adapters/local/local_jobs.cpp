@@ -2,6 +2,7 @@
 
 #include "adapters/process/proc_info.hpp"
 #include "core/messages.hpp"
+#include "core/secrets.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -64,20 +65,6 @@ train_job to_job(const detail::job_row& row) {
 // ---------------------------------------------------------------------------
 // construction, store writes
 
-bool local_environment_allowed(std::string_view key) {
-  static constexpr std::string_view names[] = {
-      "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
-      "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
-      "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "LD_LIBRARY_PATH",
-      "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"};
-  static constexpr std::string_view prefixes[] = {"LC_", "PIP_", "CUDA_", "NVIDIA_", "NCCL_", "OMP_", "MKL_"};
-  for (auto n : names)
-    if (key == n) return true;
-  for (auto p : prefixes)
-    if (key.starts_with(p)) return true;
-  return false;
-}
-
 char* const* engine_state::inherited_env() const {
   return cfg.clean_job_environment ? clean_envp.data() : environ;
 }
@@ -103,7 +90,7 @@ engine_state::engine_state(const detail::backend_context& ctx)
   if (cfg.clean_job_environment) {
     for (char** e = environ; e && *e; ++e) {
       std::string_view entry(*e);
-      if (local_environment_allowed(entry.substr(0, entry.find('=')))) clean_env.emplace_back(entry);
+      if (detail::job_environment_allowed(entry.substr(0, entry.find('=')))) clean_env.emplace_back(entry);
     }
     for (auto& e : clean_env) clean_envp.push_back(e.data());
     clean_envp.push_back(nullptr);

@@ -57,7 +57,7 @@ void read_back(int fd, std::string& out, std::size_t max) {
 
 asio::awaitable<detail::outcome<run_result>> run(asio::any_io_executor ex, std::vector<std::string> argv,
                                                  std::vector<std::string> env, std::chrono::milliseconds timeout,
-                                                 std::size_t max_bytes) {
+                                                 std::size_t max_bytes, char* const* inherited) {
   const char* path = std::getenv("PATH");
   auto exe = find_executable(argv.at(0), path ? path : "/usr/bin:/bin", ".");
   if (!exe)
@@ -76,7 +76,7 @@ asio::awaitable<detail::outcome<run_result>> run(asio::any_io_executor ex, std::
   spec.executable = *exe;
   spec.argv = std::move(argv);
   spec.env = std::move(env);
-  spec.inherited_env = environ;
+  spec.inherited_env = inherited ? inherited : environ;
   spec.stdout_fd = out_w.fd;
   spec.stderr_fd = err.fd;
   auto spawned = child::spawn(ex, spec);

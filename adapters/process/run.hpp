@@ -19,14 +19,16 @@ struct run_result {
   bool timed_out = false;  ///< it was killed at the time limit
 };
 
-/// Runs `argv` (argv[0] found on PATH) with `env` over this process's
-/// environment; stdout and stderr are kept up to `max_bytes` each. A child
+/// Runs `argv` (argv[0] found on PATH) with `env` over `inherited` (as
+/// `environ`; null: this process's environment); stdout and stderr are kept
+/// up to `max_bytes` each. A child
 /// still running at `timeout` is killed (its process group), and
 /// `timed_out` says so. A program that cannot be started is a failure.
 boost::asio::awaitable<detail::outcome<run_result>> run(boost::asio::any_io_executor ex,
                                                         std::vector<std::string> argv,
                                                         std::vector<std::string> env,
                                                         std::chrono::milliseconds timeout,
-                                                        std::size_t max_bytes = 64u << 20);
+                                                        std::size_t max_bytes = 64u << 20,
+                                                        char* const* inherited = nullptr);
 
 }  // namespace tjob::process

@@ -72,7 +72,7 @@ struct engine_config {
   /// What jobs wait for before they start (see admission_config).
   admission_config admission;
   /// Local jobs start from a clean environment: their trainer's `env` over
-  /// only the variables of this process that local_environment_allowed
+  /// only the variables of this process that detail::job_environment_allowed
   /// names (PATH, HOME, the locale, proxies, pip's settings, CUDA's, ...),
   /// not all of it (a server's secrets and settings are not every
   /// submitter's). `tjob serve` sets it; the CLI and an embedder's engine

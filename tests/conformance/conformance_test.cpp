@@ -265,7 +265,7 @@ TEST_CASE_TEMPLATE("conformance: a running job is cancelled: Failed, reason canc
   c.delete_job(name);
 }
 
-TEST_CASE_TEMPLATE("conformance: delete removes the job; then it is not found, by name", T, TJOB_BACKENDS) {
+TEST_CASE_TEMPLATE("conformance: delete removes the job, and then it is not found by name", T, TJOB_BACKENDS) {
   T t;
   if (!t.ready()) return;
   trainer_client c(t.config());

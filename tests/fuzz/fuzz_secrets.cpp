@@ -36,7 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto colon = a.find(':', auth);
     if (colon == std::string::npos || colon > at) continue;
     auto password = a.substr(colon + 1, at - colon - 1);
-    if (a.substr(auth, colon - auth).find(password) != std::string::npos) continue;  // (the user has it too)
+    // (the user name, or the text before the scheme, has it too)
+    if (a.substr(0, colon).find(password) != std::string::npos) continue;
     auto url = tjob::detail::mask_url(a);
     if (password.size() >= 4 && password != "***" &&
         url.substr(0, url.find('@', auth)).find(password) != std::string::npos)

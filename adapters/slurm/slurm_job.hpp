@@ -1,0 +1,101 @@
+// What a Slurm job of tjob's is made of, and how its state is read: the
+// record tjob writes in the job's directory, the files its nodes leave there
+// (a start, an exit, a log each), the line squeue shows for it, and the fold
+// of these into a train_job and its events. Pure functions of values; the
+// backend (slurm_backend.cpp) reads the files and runs squeue.
+//
+// Threading: values only.
+#pragma once
+
+#include <tjob/types.hpp>
+
+#include <boost/json/object.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tjob::slurm {
+
+/// What tjob records of a job when it submits it (the job's `job.json`).
+struct job_record {
+  std::string name;
+  std::string runtime;
+  int num_nodes = 1;
+  clock::time_point created;
+  std::map<std::string, std::string> labels, annotations;
+  std::string array;
+};
+
+boost::json::object to_json(const job_record& r);
+/// nullopt when `text` is not a record (a partly written or foreign file).
+std::optional<job_record> record_from_json(std::string_view text);
+
+/// The Slurm job's comment: tjob's mark with the shared directory, so that
+/// `tjob list` tells its jobs from a cluster's others (and from another tjob
+/// home's), and a user of squeue sees the name, runtime and labels.
+std::string comment_of(const job_record& r, const std::string& shared_dir);
+/// The name a comment carries, when it is tjob's for `shared_dir`.
+std::optional<std::string> name_in_comment(std::string_view comment, const std::string& shared_dir);
+
+/// One line of squeue for a job (queue_format's fields).
+struct queue_row {
+  std::string id;      ///< Slurm's job id
+  std::string state;   ///< PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+  std::string reason;  ///< why it pends (Priority, Resources, Dependency, ...) or ended
+  std::optional<clock::time_point> start, end, submit;
+  std::string nodes;
+  std::string comment;
+};
+
+/// squeue's -o format that parse_queue reads (run with SLURM_TIME_FORMAT=%s,
+/// so that times are seconds since the epoch): the comment last, as it may
+/// hold the separator.
+inline constexpr const char* queue_format = "%i|%T|%r|%S|%e|%V|%N|%k";
+/// The rows of squeue's output in queue_format; lines that are not rows
+/// are skipped.
+std::vector<queue_row> parse_queue(std::string_view out);
+
+/// A state Slurm no longer changes.
+bool is_ended_state(std::string_view state);
+
+/// What one node of the job left in the job's directory.
+struct node_files {
+  std::optional<clock::time_point> started;  ///< node-<i>.start
+  std::optional<int> exit_code;              ///< node-<i>.exit: the code (128 + signal)
+  std::optional<clock::time_point> exited;
+};
+
+/// Everything the job's directory says, read at one time.
+struct job_files {
+  job_record record;
+  std::string slurm_id;  ///< empty: not submitted (yet), or tjob ended it itself
+  std::vector<node_files> nodes;
+  /// `end`: the batch script's own end ("0 srun", "1 setup").
+  std::optional<int> end_code;
+  std::string end_what;
+  std::optional<clock::time_point> ended;
+  /// `cancel`: tjob was asked to cancel it, and when.
+  std::optional<clock::time_point> cancel_requested;
+  /// `never`: it was not submitted, as a dependency can never be met (the
+  /// reason, for the person).
+  std::string never;
+  std::optional<clock::time_point> never_at;
+};
+
+/// The job as tjob shows it. `row` is squeue's line for it; `queue_known`
+/// says squeue answered (a job it does not list was then forgotten by
+/// Slurm: past MinJobAge, without accounting).
+train_job fold(const job_files& f, const std::optional<queue_row>& row, bool queue_known);
+
+/// Its events, in order, from the same reading.
+std::vector<event> events_of(const job_files& f, const std::optional<queue_row>& row, bool queue_known);
+
+/// The reason of a Failed job whose Slurm job ended `state` with `reason`,
+/// when the state says more than the nodes' exits (a timeout, a cancel, a
+/// node failure); empty when the nodes' exits tell it.
+std::string reason_of_state(std::string_view state, std::string_view reason, bool cancel_requested);
+
+}  // namespace tjob::slurm
