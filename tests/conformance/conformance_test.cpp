@@ -1,7 +1,8 @@
 // The behaviours every backend must have, written once and run against each
 // registered backend with its real peer: local processes, dockerd and Podman
 // (the container_peers fixture), the Kubernetes API stand-in, a tjob serve
-// (remote), and the tests' own in-memory backend, which only this binary
+// (remote), a private Slurm cluster (the slurm_peer fixture), and the tests'
+// own in-memory backend, which only this binary
 // registers (adding it touched no file outside the tests).
 //
 // A job here is a small program, `print TEXT`, `sleep MS`, `exit CODE`,
@@ -173,6 +174,27 @@ struct remote_target {
   train_request job(const program& p, std::string n) { return command_job(helper_argv(p), std::move(n)); }
 };
 
+// A private Slurm cluster (the slurm_peer fixture) of one node, whose nodes
+// of a job are tasks packed on it; the jobs' files under the home.
+struct slurm_target {
+  static constexpr const char* name = "slurm";
+  tjob::test::home_fixture fx;
+  std::string conf;
+  bool ready() {
+    auto c = tjob::test::slurm_conf();
+    if (!c) return false;
+    conf = *c;
+    return true;
+  }
+  engine_config config() {
+    auto c = fx.config(3s);
+    c.backend = "slurm";
+    c.backend_config = {{"slurm_conf", conf}, {"pack_nodes", true}};
+    return c;
+  }
+  train_request job(const program& p, std::string n) { return command_job(helper_argv(p), std::move(n)); }
+};
+
 struct memory_target {
   static constexpr const char* name = "memory";
   tjob::test::home_fixture fx;
@@ -196,7 +218,8 @@ bool listed(trainer_client& c, const std::string& name) {
 
 }  // namespace
 
-#define TJOB_BACKENDS local_target, docker_target, podman_target, kubernetes_target, remote_target, memory_target
+#define TJOB_BACKENDS \
+  local_target, docker_target, podman_target, kubernetes_target, remote_target, slurm_target, memory_target
 
 TEST_CASE_TEMPLATE("conformance: a job runs to Complete, and is got, listed and logged alike", T, TJOB_BACKENDS) {
   T t;

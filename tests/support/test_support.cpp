@@ -299,6 +299,14 @@ bool skip(const std::string& what) {
   return false;
 }
 
+std::optional<std::string> slurm_conf() {
+  const char* d = std::getenv("TJOB_TEST_SLURM");
+  std::string conf = std::string(d ? d : "/nonexistent") + "/slurm.conf";
+  if (::access(conf.c_str(), R_OK) == 0) return conf;
+  skip("a Slurm cluster (the slurm_peer fixture; Debian's slurmctld, slurmd and munge) at " + conf);
+  return std::nullopt;
+}
+
 bool not_applicable(const std::string& why) {
   MESSAGE("skipped: " << why);
   case_counter::skipped.insert(case_counter::current);

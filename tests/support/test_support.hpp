@@ -149,6 +149,11 @@ std::optional<errc> code_of(const std::function<void()>& f);
 /// The message of the tjob::error `f` throws (empty when it throws none).
 std::string message_of(const std::function<void()>& f);
 
+/// The private Slurm cluster of the slurm_peer fixture (tests/support/slurm_peer):
+/// its slurm.conf under $TJOB_TEST_SLURM; skip()s and returns nullopt when
+/// it is not running.
+std::optional<std::string> slurm_conf();
+
 /// Skips the running test case because `what` is missing here: it reports as
 /// skipped (ctest prints "Skipped": the case's process exits 77, the suites'
 /// SKIP_RETURN_CODE), never as passed. On a CI machine (CI set), which
