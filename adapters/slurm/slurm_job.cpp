@@ -254,15 +254,18 @@ train_job fold(const job_files& f, const std::optional<queue_row>& row, bool que
     }
     j.steps.push_back(std::move(s));
   }
+  // Slurm's times are whole seconds: none is put before what tjob saw itself
+  // (the job's creation, a node's exit) to the nanosecond.
   if (v.status != job_status::created) {
     if (row && row->start && !is_pending_state(row->state))
-      j.start_time = row->start;
+      j.start_time = std::max(*row->start, f.record.created);
     else
       j.start_time = first_start;
   }
   if (is_terminal(v.status)) {
     j.end_time = v.end ? v.end : last_exit;
     if (!j.end_time) j.end_time = f.cancel_requested ? f.cancel_requested : f.never_at;
+    if (j.end_time && last_exit && *j.end_time < *last_exit) j.end_time = last_exit;
     if (j.start_time && j.end_time && *j.end_time < *j.start_time) j.end_time = j.start_time;
   }
   return j;

@@ -78,6 +78,15 @@ def daemon_socket(which):
     return "unix://" + sock
 
 
+def slurm_conf():
+    """The private Slurm cluster of the slurm_peer fixture (tests/support/slurm_peer)."""
+    d = os.environ.get("TJOB_TEST_SLURM")
+    conf = os.path.join(d, "slurm.conf") if d else None
+    if not conf or not os.path.exists(conf):
+        unavailable("a Slurm cluster is not running (the slurm_peer fixture starts it; TJOB_TEST_SLURM)")
+    return conf
+
+
 class Gate:
     """A FIFO a job blocks on until the test releases it (tjob-test-helper read-fifo)."""
 

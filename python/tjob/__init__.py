@@ -31,6 +31,7 @@ from .types import (
     RuntimeKind,
     RuntimePatch,
     RuntimeTrainer,
+    SlurmBackendConfig,
     Step,
     TrainerArgs,
     TrainerCommand,
@@ -41,6 +42,6 @@ from .types import (
 __all__ = [
     "ARRAY_INDEX", "ActiveDeadlineSeconds", "Array", "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
     "CustomTrainerContainer", "Dependencies", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
-    "LocalProcessBackendConfig", "Name", "Priority", "QueueEntry", "Retries", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "Step",
+    "LocalProcessBackendConfig", "Name", "Priority", "QueueEntry", "Retries", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "SlurmBackendConfig", "Step",
     "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient", "flush", "report",
 ]

@@ -45,6 +45,7 @@ from .types import (
     RuntimeKind,
     RuntimePatch,
     RuntimeTrainer,
+    SlurmBackendConfig,
     Step,
     TrainerArgs,
     TrainerCommand,
@@ -313,8 +314,16 @@ def _config(backend_config) -> (str, Dict, Dict):
                                                  context=c.context),
                "home": c.home}
         return "kubernetes", cfg, {}
+    if isinstance(backend_config, SlurmBackendConfig):
+        c = backend_config
+        cfg = {"backend": "slurm",
+               "backend_config": _backend_config(slurm_conf=c.slurm_conf, partition=c.partition, account=c.account,
+                                                 qos=c.qos, sbatch_options=list(c.sbatch_options),
+                                                 shared_dir=c.shared_dir, pack_nodes=c.pack_nodes),
+               "home": c.home, "grace_period": c.grace_period}
+        return "slurm", cfg, {"python": c.python or "", "system_site_packages": bool(c.system_site_packages)}
     raise ValueError(f"Invalid backend config '{backend_config!r}': use LocalProcessBackendConfig, "
-                     "ContainerBackendConfig or KubernetesBackendConfig")
+                     "ContainerBackendConfig, KubernetesBackendConfig or SlurmBackendConfig")
 
 
 def _queue_entry(q: Dict) -> QueueEntry:
@@ -527,7 +536,7 @@ def _run(start, *args):
 
 class TrainerClient(_Base):
     """Kubeflow's TrainerClient on tjob's engine. `backend_config`: LocalProcessBackendConfig (tjob's
-    default; Kubeflow's is Kubernetes), ContainerBackendConfig or KubernetesBackendConfig."""
+    default; Kubeflow's is Kubernetes), ContainerBackendConfig, KubernetesBackendConfig or SlurmBackendConfig."""
 
     def __init__(self, backend_config=None):
         super().__init__(backend_config)

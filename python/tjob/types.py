@@ -351,3 +351,24 @@ class KubernetesBackendConfig:
     client_configuration: object = None
     # tjob
     home: Optional[str] = None
+
+
+@dataclass
+class SlurmBackendConfig:
+    """TrainJobs as Slurm jobs (tjob's; Kubeflow has none): sbatch, squeue and scancel run on this machine,
+    each job's files in `shared_dir` (default $TJOB_HOME/slurm), which every node must mount at the same
+    path. `pack_nodes`: a job's nodes are tasks on as few machines as Slurm gives (one big machine)."""
+
+    slurm_conf: Optional[str] = None
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    sbatch_options: List[str] = field(default_factory=list)
+    shared_dir: Optional[str] = None
+    pack_nodes: bool = False
+    # The nodes' interpreter for Python jobs (else python3 on their PATH), and whether a job's venv sees its
+    # packages, as a system torch.
+    python: Optional[str] = None
+    system_site_packages: bool = False
+    home: Optional[str] = None
+    grace_period: Optional[float] = None

@@ -149,6 +149,9 @@ TEST_CASE("a pending job is Created with Slurm's reason; a running one Running w
   CHECK(j.start_time == at(2));
   CHECK(j.steps[0].status == job_status::running);
   CHECK(j.steps[1].status == job_status::created);
+  // Slurm's whole seconds never put the start before the creation tjob saw
+  f.record.created = at(2) + 300ms;
+  CHECK(fold(f, row("RUNNING"), true).start_time == f.record.created);
   // squeue did not answer: the files say what they can, and nothing ends
   j = fold(f, std::nullopt, false);
   CHECK(j.status == job_status::running);
