@@ -165,9 +165,11 @@ asio::awaitable<outcome<process::run_result>> backend::impl::command(std::vector
 asio::awaitable<outcome<queue_snapshot>> backend::impl::read_queue() {
   std::vector<std::string> argv{"squeue", "--me", "--noheader", "--states=all", "--format", queue_format};
   std::vector<std::string> env{"SLURM_TIME_FORMAT=%s"};
+  const auto taken = clock::now();
   auto ran = co_await command(std::move(argv), std::move(env));
   if (!ran) co_return ran.error();
   queue_snapshot q;
+  q.taken = taken;
   const auto dir = shared.string();
   for (auto& row : parse_queue(ran->out)) {
     auto name = name_in_comment(row.comment, dir);
@@ -191,6 +193,7 @@ std::optional<job_files> backend::impl::read_files(const std::string& name) cons
   job_files f;
   f.record = std::move(*rec);
   f.slurm_id = trimmed(read_text(dir / "slurm-id", 64).value_or(""));
+  if (!f.slurm_id.empty()) f.submitted = mtime_of(dir / "slurm-id");
   for (int i = 0; i < f.record.num_nodes; ++i) {
     node_files n;
     const auto node = "node-" + std::to_string(i);
@@ -258,9 +261,10 @@ asio::awaitable<outcome<train_job>> backend::impl::find(const std::string& name,
   auto f = read_files(name);
   if (!f) co_return not_found(name);
   std::optional<queue_snapshot> q;
-  if (polled && last_queue && steady::now() - last_queue_at < 2 * cfg.poll_interval + std::chrono::seconds(1)) {
+  if (polled && last_queue && steady::now() - last_queue_at < 2 * cfg.poll_interval + std::chrono::seconds(1))
     q = last_queue;
-  } else {
+  // the poll's read is older than the job, or misses it: a read of our own
+  if (!q || !row_of_id(*q, f->slurm_id)) {
     auto read = co_await read_queue();
     if (read)
       q = std::move(*read);
@@ -272,7 +276,7 @@ asio::awaitable<outcome<train_job>> backend::impl::find(const std::string& name,
   if (!f) co_return not_found(name);
   if (q) adopt(dir_of(name), *f, *q);
   auto row = q ? row_of_id(*q, f->slurm_id) : std::nullopt;
-  co_return fold(*f, row, q.has_value());
+  co_return fold(*f, row, q && knows_of(*q, *f));
 }
 
 asio::awaitable<train_job> backend::impl::get(const std::string& name) {
@@ -288,7 +292,7 @@ asio::awaitable<std::vector<train_job>> backend::impl::list(std::optional<std::s
     auto f = read_files(name);
     if (!f || (runtime && f->record.runtime != *runtime)) continue;
     adopt(dir_of(name), *f, *q);
-    out.push_back(fold(*f, row_of_id(*q, f->slurm_id), true));
+    out.push_back(fold(*f, row_of_id(*q, f->slurm_id), knows_of(*q, *f)));
   }
   std::stable_sort(out.begin(), out.end(), [](const train_job& a, const train_job& b) {
     return a.creation_timestamp != b.creation_timestamp ? a.creation_timestamp < b.creation_timestamp
@@ -304,7 +308,7 @@ asio::awaitable<std::vector<event>> backend::impl::events(const std::string& nam
   if (!f) detail::raise(not_found(name));
   std::optional<queue_row> row;
   if (q) row = row_of_id(*q, f->slurm_id);
-  co_return events_of(*f, row, q.has_value());
+  co_return events_of(*f, row, q && knows_of(*q, *f));
 }
 
 // --- waiting ----------------------------------------------------------------------

@@ -27,6 +27,9 @@ using detail::outcome;
 struct queue_snapshot {
   std::map<std::string, queue_row> by_id;  ///< Slurm's id -> row
   std::multimap<std::string, std::string> ids_by_name;
+  /// When squeue was started: a job submitted later is not in it, and is not
+  /// taken for one Slurm forgot.
+  clock::time_point taken;
 };
 
 /// The row of the Slurm job `id` in `q`; nullopt for none (or no id).
@@ -35,6 +38,13 @@ inline std::optional<queue_row> row_of_id(const queue_snapshot& q, const std::st
   auto it = q.by_id.find(id);
   if (it == q.by_id.end()) return std::nullopt;
   return it->second;
+}
+
+/// Whether `q` can say that Slurm forgot the job of `f`: it was read after the
+/// job was submitted. The id file's time is the shared file system's clock,
+/// which may be a little off ours: a margin of a few seconds.
+inline bool knows_of(const queue_snapshot& q, const job_files& f) {
+  return f.submitted && q.taken > *f.submitted + std::chrono::seconds(3);
 }
 
 struct backend::impl : std::enable_shared_from_this<impl> {

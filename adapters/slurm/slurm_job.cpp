@@ -117,6 +117,13 @@ verdict judge(const job_files& f, const std::optional<queue_row>& row, bool queu
     v.reason = "setup failed (" + exit_reason(*f.end_code) + "); see the log of node-0";
   } else if (auto bad = first_failed(f)) {
     v.reason = exit_reason(*f.nodes[*bad].exit_code);
+  } else if (!f.end_code && std::none_of(f.nodes.begin(), f.nodes.end(), [](const node_files& n) { return n.started; })) {
+    // Nothing of the job's directory was written on the nodes: most often the
+    // directory is not on the nodes at all.
+    v.reason = "the batch script failed before any node started" +
+               (row ? " (Slurm: " + row->state + ", " + row->reason + ")" : "") +
+               "; the job's directory must be on a file system that every node mounts at the same path "
+               "(the backend's shared_dir, --shared-dir)";
   } else {
     v.reason = "the batch script failed" + (row ? " (Slurm: " + row->state + ", " + row->reason + ")" : "") +
                "; see the log of node-0";

@@ -72,6 +72,7 @@ struct node_files {
 struct job_files {
   job_record record;
   std::string slurm_id;  ///< empty: not submitted (yet), or tjob ended it itself
+  std::optional<clock::time_point> submitted;  ///< when the id was recorded
   std::vector<node_files> nodes;
   /// `end`: the batch script's own end ("0 srun", "1 setup").
   std::optional<int> end_code;

@@ -191,7 +191,7 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
           fail(errc::invalid_argument, me + ": it depends on " + quote(dep) + ", and there is no such job " +
                                            where() + "; give the name of an existing job");
         auto row = row_of_id(*q, f->slurm_id);
-        auto job = fold(*f, row, true);
+        auto job = fold(*f, row, knows_of(*q, *f));
         if (is_terminal(job.status)) {
           bool ok = job.status == job_status::complete;
           bool met = std::string_view(kind) == "afterany" || (std::string_view(kind) == "afterok" && ok) ||

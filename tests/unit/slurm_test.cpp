@@ -187,6 +187,14 @@ TEST_CASE("an ended job is Complete, or Failed naming the node that failed first
   f.end_what = "setup";
   j = fold(f, row("FAILED"), true);
   CHECK(j.reason.find("setup failed") == 0);
+
+  // Slurm failed it and nothing of the job's directory was written: the
+  // directory is most likely not on the nodes.
+  f = files_of(2);
+  j = fold(f, row("FAILED", "NonZeroExitCode"), true);
+  CHECK(j.status == job_status::failed);
+  CHECK(j.reason.find("before any node started (Slurm: FAILED, NonZeroExitCode)") != std::string::npos);
+  CHECK(j.reason.find("--shared-dir") != std::string::npos);
 }
 
 TEST_CASE("Slurm's own ends: timeout, cancels by tjob and by others, node failure, a dependency never met") {

@@ -1,0 +1,286 @@
+// The slurm backend against a real Slurm: the slurm_peer fixture's cluster
+// (one node; a job's nodes are tasks packed on it), and for the case that
+// restarts slurmctld a private cluster of its own. What the conformance
+// suite does not cover: nodes that fail, Slurm's pending reasons and
+// dependencies, cancels from outside and of whole process trees, a tjob
+// started later, a restarted controller, deadlines, array throttles, the
+// comment squeue shows, and jobs Slurm forgot.
+#include "tests/support/test_support.hpp"
+
+#include <tjob/client.hpp>
+
+#include <doctest/doctest.h>
+
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <algorithm>
+#include <fstream>
+
+using namespace tjob;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using tjob::test::code_of;
+using tjob::test::message_of;
+
+namespace {
+
+engine_config slurm_config(const tjob::test::home_fixture& fx, const std::string& conf,
+                           std::chrono::milliseconds grace = 3s) {
+  auto c = fx.config(grace);
+  c.backend = "slurm";
+  c.backend_config = {{"slurm_conf", conf}, {"pack_nodes", true}};
+  return c;
+}
+
+train_request shell_job(std::string script, std::string name, int nodes = 1) {
+  train_request r;
+  r.name = std::move(name);
+  r.num_nodes = nodes;
+  command_trainer t;
+  t.command = {"sh", "-c", std::move(script), "job"};
+  r.job_trainer = std::move(t);
+  return r;
+}
+
+// Waits (on the job's changes, never by sleeping) until `holds` of the job.
+train_job wait_until(trainer_client& c, const std::string& name, const std::function<bool(const train_job&)>& holds,
+                     std::chrono::seconds limit = 120s) {
+  auto j = c.get_job(name);
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (!holds(j) && std::chrono::steady_clock::now() < until) j = c.wait_for_job_change(name, j, limit);
+  return j;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_CASE("slurm: a node that fails names itself, and the job's other nodes are stopped") {
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  auto name = c.train(shell_job("if [ \"$SLURM_PROCID\" = 1 ]; then echo node one breaks; exit 5; fi; exec sleep 600",
+                                "one-fails", 2));
+  auto why = message_of([&] { c.wait_for_job_status(name, {job_status::complete}, 120s); });
+  CAPTURE(why);
+  CHECK(why.find("node-1") != std::string::npos);
+  CHECK(why.find("node one breaks") != std::string::npos);
+  auto job = c.get_job(name);
+  CHECK(job.status == job_status::failed);
+  CHECK(job.reason == "exit code 5");
+  REQUIRE(job.steps.size() == 2);
+  CHECK(job.steps[1].exit_code == 5);
+  CHECK(job.steps[0].status == job_status::failed);  // stopped by the step's end, not left running
+  CHECK(job.steps[0].reason != "exit code 5");
+  c.delete_job(name);
+}
+
+TEST_CASE("slurm: a pending job shows Slurm's reason, and dependencies go by Slurm's ids") {
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  tjob::test::gate g1, g2;
+  auto first = c.train(tjob::test::helper_job({"read-fifo", g1.path(), "exit", "0"}, "first"));
+  auto doomed = c.train(tjob::test::helper_job({"read-fifo", g2.path(), "exit", "4"}, "doomed"));
+  auto after = shell_job("echo after", "after");
+  after.after_ok = {first};
+  c.train(after);
+  auto never = shell_job("echo never", "never");
+  never.after_ok = {doomed};
+  c.train(never);
+  auto waiting = wait_until(c, "after", [](const train_job& j) { return j.reason == "Dependency"; });
+  CHECK(waiting.status == job_status::created);
+  CHECK(waiting.reason == "Dependency");
+  auto queued = c.list_jobs();
+  CHECK(std::any_of(queued.begin(), queued.end(),
+                    [](const train_job& j) { return j.name == "never" && j.status == job_status::created; }));
+  g1.release();
+  g2.release();
+  CHECK(c.wait_for_job_status("after", {job_status::complete}, 120s).status == job_status::complete);
+  auto dead = c.wait_for_job_status("never", {job_status::failed}, 120s);
+  CHECK(dead.reason == "DependencyNeverSatisfied");
+  // on a job that has ended already, tjob decides: Slurm may have forgotten it
+  auto late = shell_job("echo late", "late");
+  late.after_ok = {doomed};
+  c.train(late);
+  CHECK(c.wait_for_job_status("late", {job_status::failed}, 60s).reason == "DependencyNeverSatisfied");
+  auto unknown = shell_job("true", "orphan");
+  unknown.after_any = {"no-such-job"};
+  CHECK(code_of([&] { c.train(unknown); }) == errc::invalid_argument);
+  CHECK(message_of([&] { c.train(unknown); }).find("'no-such-job'") != std::string::npos);
+}
+
+TEST_CASE("slurm: cancel ends the job's whole process tree; scancel from outside is told apart") {
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  tjob::test::temp_dir d;
+  auto pidfile = d.path() / "child";
+  auto name = c.train(shell_job("sleep 600 & echo $! > " + pidfile.string() + "; wait", "tree"));
+  c.wait_for_job_status(name, {job_status::running}, 120s);
+  REQUIRE(tjob::test::wait_for_file_change(d.path(), [&] { return !read_file(pidfile).empty(); }, 60s));
+  pid_t child = std::stoi(read_file(pidfile));
+  c.cancel_job(name);
+  auto job = c.get_job(name);
+  CHECK(job.status == job_status::failed);
+  CHECK(job.reason == "cancelled");
+  CHECK(tjob::test::wait_gone(child, 60s));  // the background child too, not only the shell
+
+  auto outside = c.train(shell_job("exec sleep 600", "outside"));
+  c.wait_for_job_status(outside, {job_status::running}, 120s);
+  auto id = read_file(fs::path(fx.home()) / "slurm" / outside / "slurm-id");
+  id.erase(id.find_last_not_of("\n") + 1);
+  auto scancel = tjob::test::run({"scancel", id}, {{"SLURM_CONF", *conf}});
+  REQUIRE_MESSAGE(scancel.exit_code == 0, scancel.err);
+  auto ended = c.wait_for_job_status(outside, {job_status::failed}, 120s);
+  CHECK(ended.reason.find("cancelled outside tjob") == 0);
+  auto events = c.get_job_events(outside);
+  CHECK(std::any_of(events.begin(), events.end(), [](const event& e) { return e.reason == "Cancelled"; }));
+}
+
+TEST_CASE("slurm: a tjob started later follows the running job, through a slurmctld restart") {
+  if (!tjob::test::slurm_conf()) return;
+  // A cluster of its own: the restart must not touch the other cases' jobs.
+  tjob::test::temp_dir cluster;
+  const auto peer = tjob::test::source_dir() + "/tests/support/slurm_peer";
+  auto dir = (cluster.path() / "slurm").string();
+  auto up = tjob::test::run(std::vector<std::string>{peer, "start", dir}, {}, 120s);
+  REQUIRE_MESSAGE(up.exit_code == 0, up.err);
+  struct stop_cluster {
+    std::string peer, dir;
+    ~stop_cluster() { tjob::test::run(std::vector<std::string>{peer, "stop", dir}, {}, 120s); }
+  } stop{peer, dir};
+  const auto conf = dir + "/slurm.conf";
+  tjob::test::home_fixture fx;
+  tjob::test::gate g;
+  std::string name;
+  {
+    trainer_client first(slurm_config(fx, conf));
+    name = first.train(tjob::test::helper_job({"print", "before\n", "read-fifo", g.path(), "print", "after\n"}, "kept"));
+    first.wait_for_job_status(name, {job_status::running}, 120s);
+  }  // the first tjob is gone; nothing of it runs
+  auto restarted = tjob::test::run(std::vector<std::string>{peer, "restart-controller", dir}, {}, 120s);
+  REQUIRE_MESSAGE(restarted.exit_code == 0, restarted.err);
+  trainer_client later(slurm_config(fx, conf));
+  CHECK(later.get_job(name).status == job_status::running);
+  g.release();
+  auto job = later.wait_for_job_status(name, {job_status::complete}, 120s);
+  CHECK(job.status == job_status::complete);
+  CHECK(later.get_job_logs(name).read_all() == "before\nafter\n");
+}
+
+TEST_CASE("slurm: an array's members run at most array_limit at once (Slurm's singleton slots)") {
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  std::vector<std::string> names;
+  for (int i = 0; i < 3; ++i) {
+    auto r = tjob::test::helper_job({"sleep", "700"}, "member-" + std::to_string(i));
+    r.array = "member";
+    r.array_limit = 1;
+    names.push_back(c.train(r));
+  }
+  struct span {
+    clock::time_point from, to;
+  };
+  std::vector<span> spans;
+  for (const auto& n : names) {
+    c.wait_for_job_status(n, {job_status::complete}, 180s);
+    span s{};
+    for (const auto& e : c.get_job_events(n)) {
+      if (e.step == "node-0" && e.reason == "Started") s.from = e.time;
+      if (e.step == "node-0" && e.reason == "Exited") s.to = e.time;
+    }
+    REQUIRE(s.to > s.from);
+    spans.push_back(s);
+  }
+  for (std::size_t a = 0; a < spans.size(); ++a)
+    for (std::size_t b = a + 1; b < spans.size(); ++b)
+      CHECK_MESSAGE(!(spans[a].from < spans[b].to && spans[b].from < spans[a].to), "members ", a, " and ", b,
+                    " ran at the same time");
+  CHECK(c.get_job(names[0]).array == "member");
+}
+
+TEST_CASE("slurm: squeue shows the job's name, runtime and labels; a job Slurm forgot ends lost") {
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  auto r = shell_job("true", "labelled");
+  r.labels = {{"team", "vision"}};
+  auto name = c.train(r);
+  c.wait_for_job_status(name, {job_status::complete}, 120s);
+  auto id = read_file(fs::path(fx.home()) / "slurm" / name / "slurm-id");
+  id.erase(id.find_last_not_of("\n") + 1);
+  auto q = tjob::test::run({"squeue", "-h", "-t", "all", "-j", id, "-o", "%j %k"}, {{"SLURM_CONF", *conf}});
+  CHECK(q.out.find("labelled {\"tjob\":") == 0);
+  CHECK(q.out.find("\"labels\":{\"team\":\"vision\"}") != std::string::npos);
+  CHECK(q.out.find("\"runtime\":\"torch-distributed\"") != std::string::npos);
+  // A job whose Slurm id the cluster no longer knows, without an end record.
+  auto dir = fs::path(fx.home()) / "slurm" / name;
+  std::ofstream(dir / "slurm-id") << "99999999\n";
+  // submitted an hour ago: any read of the queue now would list it
+  fs::last_write_time(dir / "slurm-id", fs::file_time_type::clock::now() - 1h);
+  fs::remove(dir / "end");
+  auto lost = c.get_job(name);
+  CHECK(lost.status == job_status::failed);
+  CHECK(lost.reason.find("lost: Slurm no longer knows job 99999999") == 0);
+}
+
+TEST_CASE("slurm: a job past its deadline is stopped by Slurm and Failed, DeadlineExceeded") {
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  auto r = shell_job("exec sleep 600", "late-one");
+  r.active_deadline = 1s;  // Slurm's limits are whole minutes: one, enforced within its next check
+  auto name = c.train(r);
+  auto job = c.wait_for_job_status(name, {job_status::failed}, 300s);
+  CHECK(job.reason == "DeadlineExceeded");
+}
+
+TEST_CASE("slurm: the README's commands start a cluster and train the linear example on two nodes") {
+  if (!tjob::test::slurm_conf() || !tjob::test::system_python_has("torch")) return;
+  std::ifstream in(tjob::test::source_dir() + "/README.md");
+  std::string readme(std::istreambuf_iterator<char>(in), {});
+  auto at = readme.find("\n## Slurm\n");
+  REQUIRE(at != std::string::npos);
+  auto from = readme.find("```sh\n", at);
+  REQUIRE(from != std::string::npos);
+  from += 6;
+  auto script = readme.substr(from, readme.find("```", from) - from);
+  // The README's words, with this build's tjob and a directory of the test's own.
+  tjob::test::home_fixture fx;
+  auto replace_all = [&](const std::string& what, const std::string& with) {
+    int n = 0;
+    for (auto i = script.find(what); i != std::string::npos; i = script.find(what, i + with.size()), ++n)
+      script.replace(i, what.size(), with);
+    return n;
+  };
+  auto cluster = (fx.dir.path() / "tjob-slurm").string();
+  CHECK(replace_all("build/tjob ", tjob::test::tjob_bin() + " ") == 1);
+  CHECK(replace_all("/tmp/tjob-slurm", cluster) == 5);  // with the comment
+  struct stop_cluster {
+    std::string dir;
+    ~stop_cluster() {
+      tjob::test::run({tjob::test::source_dir() + "/tests/support/slurm_peer", "stop", dir}, {}, 120s);
+    }
+  } stop{cluster};
+  auto r = tjob::test::run({"bash", "-euo", "pipefail", "-c", "cd \"$1\" && " + script, "readme",
+                            tjob::test::source_dir()},
+                           fx.env(), 600s);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("Epoch 5/5, Loss: ") != std::string::npos);
+  CHECK(r.out.find("Training completed!") != std::string::npos);
+  CHECK(r.err.find("Complete") != std::string::npos);
+  CHECK(r.out.find(" COMPLETED\n") != std::string::npos);  // squeue's line of the job
+  CHECK(!fs::exists(cluster));                              // stopped, and its directory removed
+}
