@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <fstream>
@@ -33,12 +34,15 @@ namespace {
 // configured one while nothing changes.
 constexpr std::chrono::milliseconds fastest_poll{200};
 
+// At most `max` bytes of a file, read as they come (the files are small; the
+// bound is for one that is not).
 std::optional<std::string> read_text(const fs::path& p, std::size_t max = 1 << 20) {
   std::ifstream in(p, std::ios::binary);
   if (!in) return std::nullopt;
-  std::string out(max, '\0');
-  in.read(out.data(), static_cast<std::streamsize>(max));
-  out.resize(static_cast<std::size_t>(in.gcount()));
+  std::string out;
+  char buf[4096];
+  while (out.size() < max && in.read(buf, static_cast<std::streamsize>(std::min(sizeof buf, max - out.size()))).gcount() > 0)
+    out.append(buf, static_cast<std::size_t>(in.gcount()));
   return out;
 }
 
@@ -222,6 +226,15 @@ std::optional<job_files> backend::impl::read_files(const std::string& name) cons
   if (auto s = read_text(dir / "never", 4096)) {
     f.never = trimmed(*s);
     f.never_at = mtime_of(dir / "never");
+  }
+  // What the job reported last; one that does not read (half written by an
+  // older writer, or not a report at all) is as none.
+  if (auto s = read_text(dir / progress_file, 64 << 10)) {
+    auto parsed = detail::parse_progress_body(*s);
+    if (parsed.report) {
+      f.progress = std::move(parsed.report);
+      f.progress_at = mtime_of(dir / progress_file);
+    }
   }
   return f;
 }

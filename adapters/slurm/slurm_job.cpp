@@ -275,6 +275,12 @@ train_job fold(const job_files& f, const std::optional<queue_row>& row, bool que
     if (j.end_time && last_exit && *j.end_time < *last_exit) j.end_time = last_exit;
     if (j.start_time && j.end_time && *j.end_time < *j.start_time) j.end_time = j.start_time;
   }
+  if (f.progress) {
+    j.progress_percent = f.progress->percent;
+    j.estimated_remaining_seconds = f.progress->remaining;
+    j.metrics = f.progress->metrics;
+    j.progress_updated = f.progress_at;
+  }
   return j;
 }
 

@@ -7,6 +7,8 @@
 // Threading: values only.
 #pragma once
 
+#include "core/progress.hpp"
+
 #include <tjob/types.hpp>
 
 #include <boost/json/object.hpp>
@@ -84,7 +86,14 @@ struct job_files {
   /// reason, for the person).
   std::string never;
   std::optional<clock::time_point> never_at;
+  /// `progress.json`: the latest report of its training code (tjob.report
+  /// with TJOB_PROGRESS_FILE), and when it was written.
+  std::optional<detail::progress_report> progress;
+  std::optional<clock::time_point> progress_at;
 };
+
+/// The file of a job's directory that its training code's reports go to.
+inline constexpr const char* progress_file = "progress.json";
 
 /// The job as tjob shows it. `row` is squeue's line for it; `queue_known`
 /// says squeue answered (a job it does not list was then forgotten by

@@ -1,5 +1,6 @@
 // Submitting a TrainJob as one Slurm job: the checks, the job's directory
 // with its fixed scripts and its own files, then one sbatch.
+#include "adapters/progress/home_tls.hpp"
 #include "adapters/python/python_plan.hpp"
 #include "adapters/python/python_setup.hpp"
 #include "adapters/slurm/slurm_impl.hpp"
@@ -28,7 +29,7 @@ namespace {
 
 // What Slurm or tjob sets on the nodes, which a job's env must not override.
 bool reserved(std::string_view key) {
-  for (auto p : {"SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PET_", "TJOB_JOB_DIR", "TJOB_PYTHON"})
+  for (auto p : {"SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PET_", "TJOB_JOB_DIR", "TJOB_PYTHON", "TJOB_PROGRESS_FILE"})
     if (key.starts_with(p)) return true;
   return false;
 }
@@ -246,6 +247,24 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
     co_return name;
   }
   p.env.push_back("TJOB_JOB_DIR=" + dir.string());
+  // Progress: the nodes reach no endpoint of ours, so tjob.report writes the
+  // job's progress file, and the helper package that has it is on the
+  // PYTHONPATH, after the job's own (or, but through tjob serve, sbatch's).
+  try {
+    auto helper = progress::python_helper(dir).string();
+    std::string base;
+    auto given = std::find_if(p.env.begin(), p.env.end(), [](const std::string& e) { return e.starts_with("PYTHONPATH="); });
+    if (given != p.env.end()) {
+      base = given->substr(11);
+      p.env.erase(given);
+    } else if (const char* e = std::getenv("PYTHONPATH"); e && !ctx.cfg.clean_job_environment) {
+      base = e;
+    }
+    p.env.push_back("PYTHONPATH=" + (base.empty() ? helper : base + ":" + helper));
+    p.env.push_back("TJOB_PROGRESS_FILE=" + (dir / progress_file).string());
+  } catch (const std::exception& e) {
+    ctx.log->warn("{}: cannot report progress: {}", me, e.what());
+  }
   auto sent = co_await command(sbatch_argv(cfg, p.sub), p.env, ctx.cfg.clean_job_environment);
   if (!sent) {
     undo();

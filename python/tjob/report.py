@@ -7,7 +7,10 @@ It speaks Kubeflow's protocol (update_trainjob_status in the Kubeflow SDK): a PO
 {"trainerStatus": {...}} to $KUBEFLOW_TRAINER_SERVER_URL with the bearer token in the file
 $KUBEFLOW_TRAINER_SERVER_TOKEN names, verified against the CA in $KUBEFLOW_TRAINER_SERVER_CA_CERT.
 tjob sets these in every local and container job (the job's owner serves the endpoint on
-127.0.0.1); Kubeflow Trainer's controller sets them on Kubernetes. Outside a job it does nothing.
+127.0.0.1); Kubeflow Trainer's controller sets them on Kubernetes. Where no endpoint can be reached
+(a Slurm job's nodes), tjob sets $TJOB_PROGRESS_FILE instead: the same status is written there, the
+latest replacing the one before (a new file renamed over it), for tjob to read. Outside a job it does
+nothing.
 
 This file needs only the standard library: tjob also puts it on a job's PYTHONPATH, so a job whose
 Python has no tjob installed can `import tjob` and report.
@@ -21,6 +24,7 @@ import datetime
 import http.client
 import json
 import os
+import socket
 import ssl
 import threading
 import time
@@ -31,6 +35,7 @@ __all__ = ["report"]
 _URL = "KUBEFLOW_TRAINER_SERVER_URL"
 _CA = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
 _TOKEN = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+_FILE = "TJOB_PROGRESS_FILE"
 _MAX_METRICS = 256
 _TOKEN_TTL = 300.0
 
@@ -60,8 +65,27 @@ class _Reporter:
             self.token = None
         return self.token
 
+    def _write(self, path, status):
+        """The latest status in the file: written whole beside it, then renamed over it, so a
+        reader never sees half of one (a rename is atomic on NFS as well)."""
+        tmp = "%s.%s.%d.tmp" % (path, socket.gethostname(), os.getpid())
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"trainerStatus": status}, f)
+            os.replace(tmp, path)
+            return True
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            return False
+
     def _send(self, status):
         url = os.environ.get(_URL)
+        if not url and os.environ.get(_FILE):
+            return self._write(os.environ[_FILE], status)
         token = self._token(os.environ.get(_TOKEN, ""))
         if not url or not token:
             return False
@@ -99,7 +123,7 @@ class _Reporter:
             items = list(metrics.items())[:_MAX_METRICS]
             status["metrics"] = [{"name": str(k), "value": _value(v)} for k, v in items]
         with self.lock:
-            if not os.environ.get(_URL):
+            if not os.environ.get(_URL) and not os.environ.get(_FILE):
                 return False
             if not self.registered:
                 atexit.register(self.flush)

@@ -515,7 +515,9 @@ TEST_CASE_FIXTURE(kube_fixture,
   CHECK(local.list_jobs().empty());
   auto cli_r = tjob::test::run({tjob_bin(), "run", "--label", "team=a", "--", "true"}, env());
   CHECK(cli_r.exit_code == 2);
-  CHECK(cli_r.err.find("--label and --annotation are for the kubernetes backend") != std::string::npos);
+  // the backends that keep labels, from their registrations
+  CHECK(cli_r.err.find("--label and --annotation are for the kubernetes and slurm backends; add --backend "
+                       "kubernetes or --backend slurm") != std::string::npos);
   cli_r = tjob::test::run(cli({"train", "--name", "lab", "--label", "team=b", "--annotation", "a=b=c", "--",
                                tjob::test::helper_bin(), "print", "x\n"}),
                           env());

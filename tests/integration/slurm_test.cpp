@@ -115,7 +115,7 @@ TEST_CASE("slurm: a pending job shows Slurm's reason, and dependencies go by Slu
   CHECK(message_of([&] { c.train(unknown); }).find("'no-such-job'") != std::string::npos);
 }
 
-TEST_CASE("slurm: cancel ends the job's whole process tree; scancel from outside is told apart") {
+TEST_CASE("slurm: cancel ends the job's whole process tree, and scancel from outside is told apart") {
   auto conf = tjob::test::slurm_conf();
   if (!conf) return;
   tjob::test::home_fixture fx;
@@ -208,7 +208,7 @@ TEST_CASE("slurm: an array's members run at most array_limit at once (Slurm's si
   CHECK(c.get_job(names[0]).array == "member");
 }
 
-TEST_CASE("slurm: squeue shows the job's name, runtime and labels; a job Slurm forgot ends lost") {
+TEST_CASE("slurm: squeue shows the job's name, runtime and labels, and a job Slurm forgot ends lost") {
   auto conf = tjob::test::slurm_conf();
   if (!conf) return;
   tjob::test::home_fixture fx;
@@ -283,4 +283,36 @@ TEST_CASE("slurm: the README's commands start a cluster and train the linear exa
   CHECK(r.err.find("Complete") != std::string::npos);
   CHECK(r.out.find(" COMPLETED\n") != std::string::npos);  // squeue's line of the job
   CHECK(!fs::exists(cluster));                              // stopped, and its directory removed
+}
+
+TEST_CASE("slurm: the nodes' progress reports reach tjob through the job's directory, while it runs") {
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  tjob::test::gate g;
+  // tjob.report from the helper package tjob puts on the nodes' PYTHONPATH;
+  // the job fails if a report is not taken.
+  auto report = [](const std::string& args) {
+    return "python3 -c 'import sys, tjob; sys.exit(0 if tjob.report(" + args + ") else 3)'";
+  };
+  auto name = c.train(shell_job(report("progress=40, eta=60, loss=0.5") + " && cat " + g.path() + " && " +
+                                    report("progress=100, loss=0.25"),
+                                "reporting"));
+  auto live = wait_until(c, name, [](const train_job& j) { return j.progress_percent || is_terminal(j.status); });
+  CHECK(live.status == job_status::running);  // seen while the job waits at the gate
+  CHECK(live.progress_percent == 40);
+  CHECK(live.estimated_remaining_seconds == 60);
+  CHECK(live.metrics == std::vector<std::pair<std::string, std::string>>{{"loss", "0.5"}});
+  CHECK(live.progress_updated.has_value());
+  g.release();
+  auto done = c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 120s);
+  REQUIRE_MESSAGE(done.status == job_status::complete, done.reason);
+  CHECK(done.progress_percent == 100);
+  CHECK(done.metrics == std::vector<std::pair<std::string, std::string>>{{"loss", "0.25"}});
+  // the CLI shows it as for any backend
+  auto got = tjob::test::run({tjob::test::tjob_bin(), "get", "--backend", "slurm", "--slurm-conf", *conf,
+                              "--pack-nodes", name},
+                             fx.env());
+  CHECK_MESSAGE(got.out.find("100%") != std::string::npos, got.out, got.err);
 }

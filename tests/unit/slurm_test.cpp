@@ -136,7 +136,7 @@ TEST_CASE("the slurm backend's config is checked by member") {
         std::string::npos);
 }
 
-TEST_CASE("a pending job is Created with Slurm's reason; a running one Running with its started nodes") {
+TEST_CASE("a pending job is Created with Slurm's reason, a running one Running with its started nodes") {
   auto f = files_of(2);
   auto j = fold(f, row("PENDING", "Dependency"), true);
   CHECK(j.status == job_status::created);
