@@ -143,8 +143,28 @@ int detach_server(const std::filesystem::path& home) {
     ::dup2(devnull, 1);
   }
   if (log >= 0) ::dup2(log, 2);
-  std::ofstream(home / "serve.pid") << ::getpid() << "\n";
   return ready[1];
+}
+
+// serve.pid names the server that listens: written once it does (a second
+// server refused its socket never touches it), whole or not at all, and
+// removed at the end only while it still names this process.
+void write_pid_file(const std::filesystem::path& home) {
+  auto path = home / "serve.pid", tmp = home / ("serve.pid." + std::to_string(::getpid()));
+  { std::ofstream(tmp) << ::getpid() << "\n"; }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+void remove_own_pid_file(const std::filesystem::path& home) {
+  auto path = home / "serve.pid";
+  std::ifstream in(path);
+  long pid = 0;
+  if (in >> pid && pid == ::getpid()) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
 }
 
 void tell_parent(int& fd, const std::string& what) {
@@ -205,6 +225,7 @@ int serve_in_foreground(engine_config config, const serve_options& o, int& ready
                  eng.home().string());
     addresses += a + "\n";
   }
+  if (o.detach) write_pid_file(eng.home());
   tell_parent(ready, "ok\n" + addresses);
   asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
@@ -230,10 +251,7 @@ int serve_in_foreground(engine_config config, const serve_options& o, int& ready
   io.run();
   if (failed) std::rethrow_exception(failed);
   logger->info("msg=stopped");
-  if (o.detach) {
-    std::error_code ec;
-    std::filesystem::remove(eng.home() / "serve.pid", ec);
-  }
+  if (o.detach) remove_own_pid_file(eng.home());
   return 0;
 }
 
