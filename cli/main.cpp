@@ -109,6 +109,15 @@ engine_config make_config(const common_options& o) {
                       ": the server's backend runs the jobs, with the server's settings; --backend, "
                       "--runtime-dir, the admission budgets, the venv cache's and the backends' options "
                       "go to tjob serve (or leave out --server and unset TJOB_SERVER to run jobs here)");
+  // ... nor does it take the variables this engine reads (they would be
+  // silently ignored): the server's environment counts.
+  if (chosen.capabilities.forwards)
+    for (const char* var : {"TJOB_PYTHON", "TJOB_SYSTEM_SITE_PACKAGES", "TJOB_VENV_CACHE", "TJOB_VENV_CACHE_TTL"})
+      if (const char* v = std::getenv(var); v && *v)
+        throw usage_error(chosen.chosen_by + ": " + var + "=" + v +
+                          " is read by the engine that runs the jobs, which is the server's: set it in tjob "
+                          "serve's environment (or give --python, --system-site-packages on the job), and "
+                          "unset it here");
   engine_config cfg;
   cfg.backend = chosen.id;
   cfg.backend_config = std::move(chosen.config);

@@ -174,10 +174,6 @@ const std::filesystem::path& engine::home() const { return impl_->home; }
 
 namespace {
 
-// The local backend's interpreter and its system packages, when the request
-// leaves them: $TJOB_PYTHON and $TJOB_SYSTEM_SITE_PACKAGES=1, for every
-// front end alike (an unchanged Kubeflow program can then run offline
-// against a system torch, which the torch runtime would otherwise fetch).
 // "the kubernetes backend": the registered backends that keep labels, for a refusal.
 std::string keepers_of_labels() {
   std::vector<std::string> ids;
@@ -188,6 +184,10 @@ std::string keepers_of_labels() {
   return out + (ids.size() == 1 ? " backend" : " backends");
 }
 
+// The local backend's interpreter and its system packages, when the request
+// leaves them: $TJOB_PYTHON and $TJOB_SYSTEM_SITE_PACKAGES=1, for every
+// front end alike (an unchanged Kubeflow program can then run offline
+// against a system torch, which the torch runtime would otherwise fetch).
 void local_python_defaults(train_request& req) {
   auto* p = std::get_if<python_trainer>(&req.job_trainer);
   if (!p) return;

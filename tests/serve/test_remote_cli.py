@@ -96,6 +96,13 @@ def test_no_server_there_and_the_servers_settings_are_refused_by_name(tmp_path):
         r = cli(args, env)
         assert r.returncode == 2, (args, r.stderr)
         assert named in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    # the variables the engine reads are the server's too: refused by name, never ignored
+    for var, value in [("TJOB_PYTHON", "/usr/bin/python3"), ("TJOB_SYSTEM_SITE_PACKAGES", "1"),
+                       ("TJOB_VENV_CACHE", "0"), ("TJOB_VENV_CACHE_TTL", "60")]:
+        r = cli(["run", "--", HELPER], dict(env, **{var: value}))
+        assert r.returncode == 2, (var, r.stderr)
+        assert r.stderr.startswith("tjob: error: --server unix://%s: %s=%s is " % (tmp_path / "nobody.sock", var, value)), r.stderr
+        assert "unset it here" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     r = cli(["--token-file", "/x", "list"], client_env(tmp_path))
     assert r.returncode == 2 and "add --server URL" in r.stderr
     r = cli(["--server", "ftp://x", "list"], client_env(tmp_path))
