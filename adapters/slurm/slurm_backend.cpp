@@ -167,6 +167,26 @@ asio::awaitable<outcome<process::run_result>> backend::impl::command(std::vector
 }
 
 asio::awaitable<outcome<queue_snapshot>> backend::impl::read_queue() {
+  if (auto under_way = reading) {
+    boost::system::error_code ec;
+    co_await under_way->done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (under_way->result) co_return *under_way->result;
+  }
+  auto mine = std::make_shared<queue_read>(ctx.ex);
+  mine->done.expires_at(steady::time_point::max());
+  reading = mine;
+  auto q = co_await read_queue_now();
+  if (q && (!last_queue || last_queue->taken < q->taken)) {
+    last_queue = *q;
+    last_queue_at = steady::now();
+  }
+  mine->result = q;
+  if (reading == mine) reading.reset();
+  mine->done.cancel();
+  co_return q;
+}
+
+asio::awaitable<outcome<queue_snapshot>> backend::impl::read_queue_now() {
   std::vector<std::string> argv{"squeue", "--me", "--noheader", "--states=all", "--format", queue_format};
   std::vector<std::string> env{"SLURM_TIME_FORMAT=%s"};
   const auto taken = clock::now();
@@ -274,10 +294,15 @@ asio::awaitable<outcome<train_job>> backend::impl::find(const std::string& name,
   auto f = read_files(name);
   if (!f) co_return not_found(name);
   std::optional<queue_snapshot> q;
-  if (polled && last_queue && steady::now() - last_queue_at < 2 * cfg.poll_interval + std::chrono::seconds(1))
+  // The poll's last read serves a waiter while the poll runs, and any other
+  // caller while it is fresh (a thousand gets, one squeue). A job submitted
+  // after it was read is folded from its files until the next read.
+  const auto age = steady::now() - last_queue_at;
+  if (last_queue && (polled ? age < 2 * cfg.poll_interval + std::chrono::seconds(1) : age < std::chrono::seconds(1)))
     q = last_queue;
-  // the poll's read is older than the job, or misses it: a read of our own
-  if (!q || !row_of_id(*q, f->slurm_id)) {
+  // None fresh, or it should list the job and does not: a read of our own
+  // (before the job is taken for one that Slurm forgot).
+  if (!q || (!row_of_id(*q, f->slurm_id) && knows_of(*q, *f))) {
     auto read = co_await read_queue();
     if (read)
       q = std::move(*read);
@@ -341,11 +366,13 @@ backend::impl::watcher::~watcher() { --b->watchers; }
 asio::awaitable<void> backend::impl::poll_loop() {
   auto self = shared_from_this();
   auto interval = std::min<std::chrono::milliseconds>(fastest_poll, cfg.poll_interval);
+  std::optional<queue_snapshot> before;  // the poll's own previous read: what changed since
   while (!stopping && watchers > 0) {
     auto q = co_await read_queue();
     bool changed = false;
     if (q) {
-      changed = !last_queue || !same_queue(*last_queue, *q);
+      changed = !before || !same_queue(*before, *q);
+      before = *q;
       last_queue = std::move(*q);
       queue_trouble.clear();
     } else {

@@ -11,6 +11,8 @@
 #include "core/task_group.hpp"
 #include "core/wake.hpp"
 
+#include <boost/asio/steady_timer.hpp>
+
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -62,9 +64,17 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   detail::wake_signal poll_now;  ///< cuts the poll's sleep short (a new waiter, a submit, a cancel)
   int watchers = 0;
   bool polling = false;
-  std::optional<queue_snapshot> last_queue;  ///< the poll's latest read; unset when it failed
+  std::optional<queue_snapshot> last_queue;  ///< the latest read; unset when the poll's failed
   std::string queue_trouble;                 ///< why the latest read failed
   std::chrono::steady_clock::time_point last_queue_at{};
+  /// The read of the queue under way: a caller that comes meanwhile takes
+  /// its answer instead of starting another squeue.
+  struct queue_read {
+    explicit queue_read(const boost::asio::any_io_executor& ex) : done(ex) {}
+    std::optional<outcome<queue_snapshot>> result;
+    boost::asio::steady_timer done;  ///< cancelled when `result` is set
+  };
+  std::shared_ptr<queue_read> reading;
 
   explicit impl(detail::backend_context c);
 
@@ -80,8 +90,11 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   boost::asio::awaitable<outcome<process::run_result>> command(std::vector<std::string> argv,
                                                                std::vector<std::string> env = {},
                                                                bool clean = false);
-  /// tjob's jobs of this shared directory in Slurm's queue, one squeue.
+  /// tjob's jobs of this shared directory in Slurm's queue: one squeue,
+  /// whose answer every caller that asks while it runs shares; it becomes
+  /// last_queue when it is the newest.
   boost::asio::awaitable<outcome<queue_snapshot>> read_queue();
+  boost::asio::awaitable<outcome<queue_snapshot>> read_queue_now();  ///< one squeue of its own
 
   // --- the jobs' files -----------------------------------------------------
   /// What the job's directory says; nullopt when there is no such job.
