@@ -243,7 +243,8 @@ struct commands {
   common_options common;
   job_options run_opts, train_opts;
   std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
-  std::vector<std::string> job_names;  // get, delete, cancel: one or more
+  std::vector<std::string> job_names;  // get, wait, delete, cancel: one or more
+  std::vector<std::string> runtime_names;  // runtimes NAME...
   bool follow = false, no_progress = false, prune_all = false, delete_all = false, all_steps = false,
        watch = false, timestamps = false;
   std::string since;
@@ -326,7 +327,7 @@ void add_job_commands(CLI::App& app, commands& c) {
 
 // list, get, logs, wait, delete, cancel, events: one job or all of them.
 void add_query_commands(CLI::App& app, commands& c) {
-  c.list = app.add_subcommand("list", "List jobs: NAME STATUS RUNTIME STEPS AGE");
+  c.list = app.add_subcommand("list", "List jobs: NAME STATUS RUNTIME STEPS PROGRESS AGE (-o wide: more)");
   c.list->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   c.list->add_option("--runtime", c.list_runtime, "Only jobs of this runtime");
   c.list->add_flag("-w,--watch", c.watch,
@@ -336,8 +337,8 @@ void add_query_commands(CLI::App& app, commands& c) {
                      "Only jobs in these statuses: a comma-separated list of Created, Running, Complete, "
                      "Failed (any case)");
   c.get = app.add_subcommand(
-      "get", "Show jobs with their steps (-o json or yaml: one object, or a list for several)");
-  c.get->add_option("name", c.job_names, "Job names")->required();
+      "get", "Show jobs with their steps (-o json or yaml: one object, or a list for several); no name: all");
+  c.get->add_option("name", c.job_names, "Job names (default: every job, as list shows them)");
   c.get->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   c.logs = app.add_subcommand("logs", "Print a step's log; with -f, follow it until the step ends");
   c.logs->add_option("name", c.job_name, "Job name")->required();
@@ -362,7 +363,7 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.wait = app.add_subcommand("wait",
                               "Wait until the job reaches one of the statuses; exit 0 then. A job that fails "
                               "when Failed was not asked for exits 1 with its exit code and last log lines.");
-  c.wait->add_option("name", c.job_name, "Job name")->required();
+  c.wait->add_option("name", c.job_names, "Job names: each in turn, within the one timeout")->required();
   c.wait->add_option("--status", c.statuses, "Comma-separated statuses (default Complete)");
   c.wait->add_option("--timeout", c.timeout, "Seconds (default 600)");
   c.del = app.add_subcommand("delete",
@@ -398,7 +399,8 @@ void add_other_commands(CLI::App& app, commands& c) {
       "per request on stderr. SIGTERM or SIGINT drains it: no new jobs, streams end, then it exits; jobs "
       "are not cancelled. The server owns the jobs it starts, as tjob run does.");
   cli::add_serve_options(c.serve, c.serve_opts);
-  c.runtimes = app.add_subcommand("runtimes", "List the training runtimes");
+  c.runtimes = app.add_subcommand("runtimes", "List the training runtimes, or show those named");
+  c.runtimes->add_option("name", c.runtime_names, "Runtime names (Kubeflow's get_runtime)");
   c.runtimes->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
   auto* cache =
       app.add_subcommand("cache",
@@ -475,6 +477,7 @@ int run_query(commands& c) {
     write_out(cli::render_jobs(jobs_listed(), fmt));
   } else if (*c.get) {
     std::vector<train_job> jobs;
+    if (c.job_names.empty()) jobs = client.list_jobs();  // kubectl get: every one
     for (const auto& n : c.job_names)
       each(n, [&](const std::string& m) { jobs.push_back(client.get_job(m)); });
     write_out(cli::render_job_list(jobs, fmt));
@@ -496,15 +499,18 @@ int run_query(commands& c) {
         if (!cli::write_log(*chunk)) break;
     }
   } else if (*c.wait) {
-    // An array: each member in turn, within the one timeout.
+    // Each job in turn (an array: each member), within the one timeout; a
+    // line per job, its name first when there are several.
     const auto until = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000));
-    each(name, [&](const std::string& n) {
-      auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-      auto job = client.wait_for_job_status(n, wanted, std::max(left, std::chrono::milliseconds(1)));
-      write_out((n != name ? n + " " : std::string()) + std::string(to_string(job.status)) + "\n");
-    });
+    const bool several = c.job_names.size() > 1;
+    for (const auto& given : c.job_names)
+      each(given, [&](const std::string& n) {
+        auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+        auto job = client.wait_for_job_status(n, wanted, std::max(left, std::chrono::milliseconds(1)));
+        write_out((several || n != given ? n + " " : std::string()) + std::string(to_string(job.status)) + "\n");
+      });
   } else if (*c.del) {
     auto names = c.job_names;
     if (c.delete_all)
@@ -525,7 +531,18 @@ int run_query(commands& c) {
   } else if (*c.queue) {
     write_out(cli::render_queue(client.get_queue(), fmt));
   } else if (*c.runtimes) {
-    write_out(cli::render_runtimes(client.list_runtimes(), fmt));
+    auto all = client.list_runtimes();
+    std::vector<runtime> shown;
+    for (const auto& n : c.runtime_names) {
+      auto it = std::find_if(all.begin(), all.end(), [&](const runtime& r) { return r.name == n; });
+      if (it == all.end()) {
+        std::string known;
+        for (const auto& r : all) known += (known.empty() ? "" : ", ") + r.name;
+        throw usage_error("runtimes: there is no runtime '" + n + "'; the runtimes are " + known);
+      }
+      shown.push_back(*it);
+    }
+    write_out(cli::render_runtimes(c.runtime_names.empty() ? all : shown, fmt));
   } else if (*c.cache_list) {
     write_out(cli::render_venv_cache(client.list_venv_cache(), fmt));
   } else if (*c.cache_prune) {
@@ -548,7 +565,7 @@ int main(int argc, char** argv) {
       "tjob — run Kubeflow-style TrainJobs on this machine.\n"
       "Jobs, events and logs live in $TJOB_HOME (default "
       "${XDG_STATE_HOME:-$HOME/.local/state}/tjob); every tjob on the machine sees them."};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // none: the usage, as docker and kubectl show it
   app.set_version_flag("--version", "tjob " TJOB_VERSION);
   commands c;
   add_common_options(app, c.common);
@@ -581,6 +598,10 @@ int main(int argc, char** argv) {
   for (auto* o : {&c.run_opts, &c.train_opts})
     o->command.insert(o->command.end(), script_args.begin(), script_args.end());
 
+  if (app.get_subcommands().empty()) {
+    write_out(app.help());
+    return exit_ok;
+  }
   if (*c.version) {
     write_out("tjob " TJOB_VERSION "\n");
     return exit_ok;

@@ -289,6 +289,34 @@ TEST_CASE_FIXTURE(fixture, "every command has --help") {
   CHECK(tjob({"train", "--help"}).out.find("supervising process") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(fixture, "tjob alone shows its usage, get lists, wait takes several names, runtimes NAME shows one") {
+  // issue 42, item 15: the conventions of kubectl and docker
+  auto bare = tjob({});
+  CHECK(bare.exit_code == 0);
+  CHECK(bare.out.find("Usage") != std::string::npos);
+  CHECK(bare.out.find("Subcommands:") != std::string::npos);
+  CHECK(tjob({"list", "--help"}).out.find("NAME STATUS RUNTIME STEPS PROGRESS AGE") != std::string::npos);
+  REQUIRE(tjob({"run", "--name", "one", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  REQUIRE(tjob({"run", "--name", "two", "--", helper_bin(), "exit", "3"}).exit_code == 3);
+  auto all = tjob({"get", "-o", "name"});
+  CHECK(all.exit_code == 0);
+  CHECK(all.out == "one\ntwo\n");
+  auto waited = tjob({"wait", "one", "two", "--status", "Complete,Failed"});
+  CHECK(waited.exit_code == 0);
+  CHECK(waited.out == "one Complete\ntwo Failed\n");
+  CHECK(tjob({"wait", "one"}).out == "Complete\n");  // one name: the status alone, as before
+  auto failed = tjob({"wait", "one", "two"});     // two is not Complete
+  CHECK(failed.exit_code == 1);
+  CHECK(failed.out == "one Complete\n");
+  auto rt = tjob({"runtimes", "torch-distributed", "-o", "name"});
+  CHECK(rt.exit_code == 0);
+  CHECK(rt.out == "torch-distributed\n");
+  auto unknown = tjob({"runtimes", "torch"});
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.err.find("runtime 'torch'") != std::string::npos);
+  CHECK(unknown.err.find("python, torch-distributed") != std::string::npos);
+}
+
 TEST_CASE_FIXTURE(fixture,
                   "usage errors give one line that names the problem and exit 2 and change nothing") {
   REQUIRE(tjob({"run", "--name", "kept", "--", helper_bin(), "exit", "0"}).exit_code == 0);
