@@ -29,5 +29,5 @@ def test_the_readmes_python_example_runs_as_written(tmp_path, home):
 
 def test_the_readmes_install_command_is_the_one_test_install_runs():
     command = readme_block("sh", "To install it")
-    assert command.strip() == ("python3 -m venv --system-site-packages venv && venv/bin/pip install "
+    assert command.strip() == ("/usr/bin/python3 -m venv --system-site-packages venv && venv/bin/pip install "
                                "--no-build-isolation --no-index ./python")
