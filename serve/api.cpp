@@ -166,6 +166,20 @@ reply reply_of(std::exception_ptr e, bool draining) {
     auto code = x.code();
     if (code.category() != category()) return error_reply(500, "internal", x.what());
     auto ec = static_cast<errc>(code.value());
+    if (ec == errc::job_not_found) {
+      // The backend says where it looked (the server's store, its daemon):
+      // the client asked this server, and the name is what is at fault.
+      std::string_view m = x.what();
+      constexpr std::string_view lead = "No TrainJob with name '";
+      if (m.starts_with(lead)) {
+        auto end = m.find('\'', lead.size());
+        if (end != std::string_view::npos)
+          return error_reply(404, to_string(ec),
+                             std::string(m.substr(0, end + 1)) +
+                                 " on this server; GET /v1/jobs (tjob list) shows the jobs there",
+                             "name");
+      }
+    }
     auto r = error_reply(status_of(ec), to_string(ec), x.what(), field_of(ec));
     return r;
   } catch (const bad_request& x) {

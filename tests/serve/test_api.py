@@ -84,7 +84,11 @@ def test_get_delete_and_not_found(server):
     r = server.get("/v1/jobs/gone")
     assert r.status == 404
     assert r.json()["code"] == "job_not_found"
-    assert "gone" in r.json()["message"]
+    # the name is at fault; the server's store path is not the client's business (issue 42, item 12)
+    assert r.json()["field"] == "name"
+    assert r.json()["message"] == ("No TrainJob with name 'gone' on this server; "
+                                   "GET /v1/jobs (tjob list) shows the jobs there")
+    assert str(server.home) not in r.body.decode() if isinstance(r.body, bytes) else str(server.home) not in r.body
     assert server.request("DELETE", "/v1/jobs/gone").status == 404
 
 
