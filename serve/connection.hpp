@@ -7,6 +7,9 @@
 
 #include "serve/server_impl.hpp"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 namespace tjob::serve {
 
 // Writes a whole reply; false when the client is gone.
@@ -319,7 +322,23 @@ asio::awaitable<void> serve_requests(server::impl& srv, Stream& stream, const st
   connection<Stream> c{stream, peer, pending, sig, {}};
   if constexpr (std::is_same_v<Stream, tls_stream>) {
     lowest(stream).expires_after(pending && pending->held() ? srv.cfg.header_timeout : srv.cfg.idle_timeout);
-    co_await stream.async_handshake(asio::ssl::stream_base::server, asio::use_awaitable);
+    boost::system::error_code hec;
+    co_await stream.async_handshake(asio::ssl::stream_base::server, asio::redirect_error(asio::use_awaitable, hec));
+    if (hec) {
+      // A plain HTTP request where TLS was due (OpenSSL knows it by its
+      // first bytes): answered in plain HTTP, saying so, where an empty
+      // reply would leave the client guessing (nginx does the same).
+      if (hec.category() == asio::error::get_ssl_category() && ERR_GET_REASON(hec.value()) == SSL_R_HTTP_REQUEST) {
+        auto r = error_reply(400, "tls_required",
+                             "this tjob serve listener speaks HTTPS (it has --tls-cert): give its URL as "
+                             "https://HOST:PORT, not http:// or tcp://");
+        co_await write_reply(srv, lowest(stream), r, false);
+        srv.log_request(peer, "-", "(plain HTTP on a TLS listener)", 400, std::chrono::steady_clock::now(),
+                        r.body.size());
+        co_return;
+      }
+      throw boost::system::system_error(hec);
+    }
   }
   while (!srv.stopping) {
     auto in = co_await read_request(srv, c);

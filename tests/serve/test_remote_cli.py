@@ -1,6 +1,7 @@
 """tjob --server: the CLI as a client of tjob serve over https with a token, and its errors.
 
 (The CLI's whole end-to-end suite also runs through a server: ctest's "e2e_tests via server:" cases.)"""
+import http.client
 import json
 import os
 import subprocess
@@ -49,6 +50,24 @@ def test_over_https_with_the_token_and_the_servers_ca(make_server, tmp_path):
     assert r.returncode == 1
     assert r.stderr.startswith("tjob: error: TrainJob over-tls is Failed\n")
     assert "exit_code=4" in r.stderr and "    secure\n" in r.stderr
+
+
+def test_plain_http_to_the_tls_listener_is_told_to_use_https(make_server, tmp_path):
+    # issue 42, item 12: it got an empty reply, and the CLI asked whether a server was running there
+    s, url, cert = https_server(make_server, tmp_path)
+    host, port = url[len("https://"):].rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=DEADLINE)
+    conn.request("GET", "/v1/jobs", headers={"Authorization": "Bearer " + "k" * 40})
+    reply = conn.getresponse()
+    body = json.loads(reply.read())
+    assert (reply.status, body["code"]) == (400, "tls_required")
+    assert "https://HOST:PORT" in body["message"]
+    conn.close()
+    r = cli(["list"], client_env(tmp_path, TJOB_SERVER="tcp://%s:%s" % (host, port), TJOB_TOKEN="k" * 40))
+    assert r.returncode != 0
+    assert "https://HOST:PORT" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "is `tjob serve` running there?" not in r.stderr
+    assert s.get("/v1/jobs").status == 200  # the server goes on
 
 
 def test_the_servers_refusals_come_back_as_the_local_ones(make_server, tmp_path):
