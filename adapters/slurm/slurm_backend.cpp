@@ -175,14 +175,23 @@ asio::awaitable<outcome<queue_snapshot>> backend::impl::read_queue() {
   auto mine = std::make_shared<queue_read>(ctx.ex);
   mine->done.expires_at(steady::time_point::max());
   reading = mine;
+  // Whatever ends this read (its answer, an exception, the frame destroyed
+  // at shutdown), those waiting on it go on: without a result, to a read of
+  // their own.
+  struct release {
+    impl& self;
+    std::shared_ptr<queue_read> r;
+    ~release() {
+      if (self.reading == r) self.reading.reset();
+      r->done.cancel();
+    }
+  } released{*this, mine};
   auto q = co_await read_queue_now();
   if (q && (!last_queue || last_queue->taken < q->taken)) {
     last_queue = *q;
     last_queue_at = steady::now();
   }
   mine->result = q;
-  if (reading == mine) reading.reset();
-  mine->done.cancel();
   co_return q;
 }
 
