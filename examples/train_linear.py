@@ -30,7 +30,9 @@ def progress_reporter():
         return lambda progress=None, eta=None, **metrics: False
 
 
-def train_model(epochs: int = 5, lr: float = 0.05, seed: int = 0):
+def train_model(epochs: int = 5, lr: float = 0.05, seed: int = 0, seconds_per_epoch: float = 0.0):
+    """seconds_per_epoch: at least this long per epoch (a demo's pace: the model itself trains in
+    milliseconds)."""
     import os
     import time
 
@@ -51,6 +53,7 @@ def train_model(epochs: int = 5, lr: float = 0.05, seed: int = 0):
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = nn.MSELoss()
     for epoch in range(1, epochs + 1):
+        epoch_began = time.monotonic()
         for i in range(0, len(X), 32):
             optimizer.zero_grad()
             loss = loss_fn(model(X[i:i + 32]), y[i:i + 32])
@@ -59,6 +62,8 @@ def train_model(epochs: int = 5, lr: float = 0.05, seed: int = 0):
         with torch.no_grad():
             full = loss_fn(model(X), y).item()
         print(f"Epoch {epoch}/{epochs}, Loss: {full:.4f}", flush=True)
+        if seconds_per_epoch > 0:
+            time.sleep(max(0.0, seconds_per_epoch - (time.monotonic() - epoch_began)))
         per_epoch = (time.monotonic() - began) / epoch
         report(progress=100 * epoch // epochs, eta=round(per_epoch * (epochs - epoch)), loss=round(full, 4),
                epoch=epoch)

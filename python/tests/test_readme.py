@@ -31,3 +31,17 @@ def test_the_readmes_install_command_is_the_one_test_install_runs():
     command = readme_block("sh", "To install it")
     assert command.strip() == ("/usr/bin/python3 -m venv --system-site-packages venv && venv/bin/pip install "
                                "--no-build-isolation --no-index ./python")
+
+
+def test_the_readmes_watch_the_bar_arguments_are_the_examples_own():
+    # the prose's --args for a job slow enough to watch (issue 42, item 14): the function takes them
+    import importlib.util
+    import inspect
+    import json
+    text = open(os.path.join(ROOT, "README.md")).read()
+    args = json.loads(re.search(r"--args '(\{[^']*\})'`\s*runs for", text).group(1))
+    assert args["seconds_per_epoch"] * args["epochs"] >= 10  # what "runs for 15 s" rests on
+    spec = importlib.util.spec_from_file_location("train_linear", os.path.join(ROOT, "examples", "train_linear.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    inspect.signature(module.train_model).bind(**args)
