@@ -34,41 +34,6 @@ namespace {
 // configured one while nothing changes.
 constexpr std::chrono::milliseconds fastest_poll{200};
 
-// At most `max` bytes of a file, read as they come (the files are small; the
-// bound is for one that is not).
-std::optional<std::string> read_text(const fs::path& p, std::size_t max = 1 << 20) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string out;
-  char buf[4096];
-  while (out.size() < max && in.read(buf, static_cast<std::streamsize>(std::min(sizeof buf, max - out.size()))).gcount() > 0)
-    out.append(buf, static_cast<std::size_t>(in.gcount()));
-  return out;
-}
-
-std::string trimmed(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
-  return s;
-}
-
-std::optional<std::int64_t> number_in(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  std::int64_t n = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-  if (ec != std::errc() || p == s.data()) return std::nullopt;
-  return n;
-}
-
-clock::time_point from_ns(std::int64_t ns) {
-  return clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::nanoseconds(ns)));
-}
-
-std::optional<clock::time_point> mtime_of(const fs::path& p) {
-  struct stat st {};
-  if (::stat(p.c_str(), &st) != 0) return std::nullopt;
-  return from_ns(std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec);
-}
-
 bool same_row(const queue_row& a, const queue_row& b) {
   return a.state == b.state && a.reason == b.reason && a.start == b.start && a.end == b.end;
 }
@@ -83,27 +48,6 @@ bool same_queue(const queue_snapshot& a, const queue_snapshot& b) {
 }
 
 }  // namespace
-
-bool write_file(const fs::path& path, std::string_view text, mode_t mode) {
-  auto tmp = path;
-  tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-  if (fd < 0) return false;
-  std::size_t done = 0;
-  while (done < text.size()) {
-    auto n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = e;
-      return false;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) return false;
-  return true;
-}
 
 // --- construction ---------------------------------------------------------------
 
@@ -212,70 +156,6 @@ asio::awaitable<outcome<queue_snapshot>> backend::impl::read_queue_now() {
     q.by_id.emplace(std::move(id), std::move(row));
   }
   co_return q;
-}
-
-// --- the jobs' files --------------------------------------------------------------
-
-std::optional<job_files> backend::impl::read_files(const std::string& name) const {
-  if (detail::name_problem(name)) return std::nullopt;
-  const auto dir = dir_of(name);
-  auto text = read_text(dir / "job.json");
-  if (!text) return std::nullopt;
-  auto rec = record_from_json(*text);
-  if (!rec || rec->name != name) return std::nullopt;
-  job_files f;
-  f.record = std::move(*rec);
-  f.slurm_id = trimmed(read_text(dir / "slurm-id", 64).value_or(""));
-  if (!f.slurm_id.empty()) f.submitted = mtime_of(dir / "slurm-id");
-  for (int i = 0; i < f.record.num_nodes; ++i) {
-    node_files n;
-    const auto node = "node-" + std::to_string(i);
-    if (auto s = read_text(dir / (node + ".start"), 64))
-      if (auto ns = number_in(*s)) n.started = from_ns(*ns);
-    if (auto s = read_text(dir / (node + ".exit"), 128)) {
-      std::istringstream in(*s);
-      std::int64_t code = 0, ns = 0;
-      if (in >> code) {
-        n.exit_code = static_cast<int>(code);
-        n.exited = in >> ns ? from_ns(ns) : mtime_of(dir / (node + ".exit")).value_or(clock::now());
-      }
-    }
-    f.nodes.push_back(n);
-  }
-  if (auto s = read_text(dir / "end", 128)) {
-    std::istringstream in(*s);
-    int code = 0;
-    if (in >> code) {
-      f.end_code = code;
-      in >> f.end_what;
-      f.ended = mtime_of(dir / "end");
-    }
-  }
-  if (fs::exists(dir / "cancel")) f.cancel_requested = mtime_of(dir / "cancel");
-  if (auto s = read_text(dir / "never", 4096)) {
-    f.never = trimmed(*s);
-    f.never_at = mtime_of(dir / "never");
-  }
-  // What the job reported last; one that does not read (half written by an
-  // older writer, or not a report at all) is as none.
-  if (auto s = read_text(dir / progress_file, 64 << 10)) {
-    auto parsed = detail::parse_progress_body(*s);
-    if (parsed.report) {
-      f.progress = std::move(parsed.report);
-      f.progress_at = mtime_of(dir / progress_file);
-    }
-  }
-  return f;
-}
-
-std::vector<std::string> backend::impl::job_names() const {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(shared, ec), end; !ec && it != end; it.increment(ec)) {
-    auto n = it->path().filename().string();
-    if (!detail::name_problem(n)) out.push_back(std::move(n));
-  }
-  return out;
 }
 
 // --- reading ----------------------------------------------------------------------

@@ -127,6 +127,16 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
   // --- acting -----------------------------------------------------------------
   boost::asio::awaitable<std::string> train(detail::checked_request c);
+  /// A job's dependencies: the sbatch --dependency items on the Slurm ids
+  /// of the jobs named ("afterok:42"), and why it can never start when one
+  /// that has ended already is not as it needs (empty: it can).
+  struct dependencies {
+    std::vector<std::string> ids;
+    std::string never;
+  };
+  boost::asio::awaitable<dependencies> dependencies_of(const std::string& me, const train_request& r);
+  void make_job_dir(const std::string& me, const std::filesystem::path& dir,
+                    const std::vector<std::pair<std::string, std::string>>& files);
   boost::asio::awaitable<void> cancel(const std::string& name, bool force);
   boost::asio::awaitable<void> remove(const std::string& name);
   boost::asio::awaitable<log_stream> logs(const std::string& name, const log_options& o);

@@ -18,10 +18,6 @@ std::int64_t ns_of(clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-clock::time_point from_ns(std::int64_t ns) {
-  return clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::nanoseconds(ns)));
-}
-
 json::object to_object(const std::map<std::string, std::string>& m) {
   json::object o;
   for (const auto& [k, v] : m) o[k] = v;
@@ -132,6 +128,15 @@ verdict judge(const job_files& f, const std::optional<queue_row>& row, bool queu
 }
 
 }  // namespace
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+clock::time_point from_ns(std::int64_t ns) {
+  return clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::nanoseconds(ns)));
+}
 
 json::object to_json(const job_record& r) {
   return {{"name", r.name},

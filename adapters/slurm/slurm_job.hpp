@@ -92,6 +92,12 @@ struct job_files {
   std::optional<clock::time_point> progress_at;
 };
 
+/// `s` without the newlines and spaces at its end (a file's one line, a command's answer).
+std::string trimmed(std::string s);
+
+/// A time written as nanoseconds since the epoch (`date +%s%N`).
+clock::time_point from_ns(std::int64_t ns);
+
 /// The file of a job's directory that its training code's reports go to.
 inline constexpr const char* progress_file = "progress.json";
 

@@ -138,14 +138,8 @@ void plan_python(const std::string& me, python_trainer pt, const runtime& rt, co
   p.env.push_back("TJOB_PYTHON=" + python);
 }
 
-}  // namespace
-
-asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
-  check_running();
-  auto& r = c.request;
-  const auto name = r.name;
-  const auto me = who(name);
-  const auto dir = dir_of(name);
+// What the slurm backend refuses of a request beyond its trainer's checks.
+void check_request(const std::string& me, const train_request& r) {
   for (const auto* m : {&r.labels, &r.annotations})
     for (const auto& [k, v] : *m)
       if (k.empty() || detail::has_nul(k) || detail::has_nul(v))
@@ -155,6 +149,108 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
     fail(errc::invalid_argument,
          me + ": retry: restarts are not built for the slurm backend yet; leave the retries out, or run the "
               "job on the local backend (docs/slurm.md)");
+}
+
+// The job's record (job.json), as tjob reads it back.
+job_record record_of(const train_request& r, const std::string& runtime) {
+  job_record rec;
+  rec.name = r.name;
+  rec.runtime = runtime;
+  rec.num_nodes = r.num_nodes;
+  rec.created = clock::now();
+  rec.labels = r.labels;
+  rec.annotations = r.annotations;
+  rec.array = r.array;
+  return rec;
+}
+
+// Progress: the nodes reach no endpoint of ours, so tjob.report writes the
+// job's progress file, and the helper package that has it goes on the
+// PYTHONPATH, after the job's own (or, but through tjob serve, sbatch's).
+void add_progress_environment(const fs::path& dir, std::vector<std::string>& env, bool clean) {
+  auto helper = progress::python_helper(dir).string();
+  std::string base;
+  auto given = std::find_if(env.begin(), env.end(), [](const std::string& e) { return e.starts_with("PYTHONPATH="); });
+  if (given != env.end()) {
+    base = given->substr(11);
+    env.erase(given);
+  } else if (const char* e = std::getenv("PYTHONPATH"); e && !clean) {
+    base = e;
+  }
+  env.push_back("PYTHONPATH=" + (base.empty() ? helper : base + ":" + helper));
+  env.push_back("TJOB_PROGRESS_FILE=" + (dir / progress_file).string());
+}
+
+}  // namespace
+
+// The dependencies, on the Slurm ids of the jobs named. One that has ended
+// already is decided here: Slurm may have forgotten it.
+asio::awaitable<backend::impl::dependencies> backend::impl::dependencies_of(const std::string& me,
+                                                                          const train_request& r) {
+  dependencies out;
+  if (r.after_ok.empty() && r.after_any.empty() && r.after_not_ok.empty()) co_return out;
+  auto q = co_await read_queue();
+  if (!q) detail::raise(detail::prefixed(q.error(), me + ": cannot read the jobs it depends on: "));
+  for (const auto& [kind, list] : {std::pair{"afterok", &r.after_ok}, std::pair{"afterany", &r.after_any},
+                                   std::pair{"afternotok", &r.after_not_ok}}) {
+    for (const auto& dep : *list) {
+      auto f = read_files(dep);
+      if (!f)
+        fail(errc::invalid_argument, me + ": it depends on " + quote(dep) + ", and there is no such job " +
+                                         where() + "; give the name of an existing job");
+      auto row = row_of_id(*q, f->slurm_id);
+      auto job = fold(*f, row, knows_of(*q, *f));
+      if (is_terminal(job.status)) {
+        bool ok = job.status == job_status::complete;
+        bool met = std::string_view(kind) == "afterany" || (std::string_view(kind) == "afterok" && ok) ||
+                   (std::string_view(kind) == "afternotok" && !ok);
+        if (!met && out.never.empty())
+          out.never = "job " + quote(dep) + " ended " + std::string(to_string(job.status)) + ", and this job needs it " +
+                      (std::string_view(kind) == "afterok" ? "Complete" : "Failed");
+        continue;
+      }
+      if (f->slurm_id.empty())
+        fail(errc::invalid_argument, me + ": it depends on " + quote(dep) +
+                                         ", which is not submitted to Slurm; wait until it is, or leave it out");
+      out.ids.push_back(std::string(kind) + ":" + f->slurm_id);
+    }
+  }
+  co_return out;
+}
+
+// The job's directory, made once (a name taken is a duplicate), with its
+// fixed scripts and the job's own files; nothing of it is left when a write fails.
+void backend::impl::make_job_dir(const std::string& me, const fs::path& dir,
+                                 const std::vector<std::pair<std::string, std::string>>& files) {
+  std::error_code ec;
+  fs::create_directories(shared, ec);
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    if (errno == EEXIST)
+      fail(errc::duplicate_name, me + " exists already " + where() + "; delete it (tjob delete) or choose another name");
+    fail(errc::backend_error, me + ": cannot make " + dir.string() + ": " + std::strerror(errno) +
+                                  "; the shared directory (--shared-dir) must be writable");
+  }
+  ::mkdir((dir / "work").c_str(), 0700);
+  const std::pair<std::string, std::string> fixed[] = {{batch_script_file, std::string(batch_script())},
+                                                       {node_script_file, std::string(node_script())},
+                                                       {helper_file, std::string(helper_script())}};
+  auto write = [&](const std::string& file, const std::string& text) {
+    if (write_file(dir / file, text, file == batch_script_file || file == node_script_file ? 0700 : 0600)) return;
+    auto why = std::string(std::strerror(errno));
+    fs::remove_all(dir, ec);
+    fail(errc::backend_error, me + ": cannot write " + (dir / file).string() + ": " + why);
+  };
+  for (const auto& [file, text] : fixed) write(file, text);
+  for (const auto& [file, text] : files) write(file, text);
+}
+
+asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
+  check_running();
+  auto& r = c.request;
+  const auto name = r.name;
+  const auto me = who(name);
+  const auto dir = dir_of(name);
+  check_request(me, r);
   job_plan p;
   p.sub.job_dir = dir.string();
   p.sub.chdir = (dir / "work").string();
@@ -166,49 +262,13 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   else
     plan_python(me, std::get<python_trainer>(r.job_trainer), c.rt, dir, p);
 
-  job_record rec;
-  rec.name = name;
-  rec.runtime = c.rt.name;
-  rec.num_nodes = r.num_nodes;
-  rec.created = clock::now();
-  rec.labels = r.labels;
-  rec.annotations = r.annotations;
-  rec.array = r.array;
+  auto rec = record_of(r, c.rt.name);
   p.sub.job_name = name;
   p.sub.comment = comment_of(rec, shared.string());
 
-  // The dependencies, on the Slurm ids of the jobs named. One that has ended
-  // already is decided here: Slurm may have forgotten it.
-  std::vector<std::string> deps;
-  std::string never;
-  if (!r.after_ok.empty() || !r.after_any.empty() || !r.after_not_ok.empty()) {
-    auto q = co_await read_queue();
-    if (!q) detail::raise(detail::prefixed(q.error(), me + ": cannot read the jobs it depends on: "));
-    for (const auto& [kind, list] : {std::pair{"afterok", &r.after_ok}, std::pair{"afterany", &r.after_any},
-                                     std::pair{"afternotok", &r.after_not_ok}}) {
-      for (const auto& dep : *list) {
-        auto f = read_files(dep);
-        if (!f)
-          fail(errc::invalid_argument, me + ": it depends on " + quote(dep) + ", and there is no such job " +
-                                           where() + "; give the name of an existing job");
-        auto row = row_of_id(*q, f->slurm_id);
-        auto job = fold(*f, row, knows_of(*q, *f));
-        if (is_terminal(job.status)) {
-          bool ok = job.status == job_status::complete;
-          bool met = std::string_view(kind) == "afterany" || (std::string_view(kind) == "afterok" && ok) ||
-                     (std::string_view(kind) == "afternotok" && !ok);
-          if (!met && never.empty())
-            never = "job " + quote(dep) + " ended " + std::string(to_string(job.status)) + ", and this job needs it " +
-                    (std::string_view(kind) == "afterok" ? "Complete" : "Failed");
-          continue;
-        }
-        if (f->slurm_id.empty())
-          fail(errc::invalid_argument, me + ": it depends on " + quote(dep) +
-                                           ", which is not submitted to Slurm; wait until it is, or leave it out");
-        deps.push_back(std::string(kind) + ":" + f->slurm_id);
-      }
-    }
-  }
+  auto needs = co_await dependencies_of(me, r);
+  auto& deps = needs.ids;
+  const auto& never = needs.never;
   if (!r.array.empty() && r.array_limit > 0) {
     // At most array_limit members run at once: Slurm's singleton, one job of
     // each slot name at a time.
@@ -220,48 +280,18 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   }
   for (std::size_t i = 0; i < deps.size(); ++i) p.sub.dependency += (i ? "," : "") + deps[i];
 
-  // The job's directory, made once: a name taken is a duplicate.
-  std::error_code ec;
-  fs::create_directories(shared, ec);
-  if (::mkdir(dir.c_str(), 0700) != 0) {
-    if (errno == EEXIST)
-      fail(errc::duplicate_name, me + " exists already " + where() + "; delete it (tjob delete) or choose another name");
-    fail(errc::backend_error, me + ": cannot make " + dir.string() + ": " + std::strerror(errno) +
-                                  "; the shared directory (--shared-dir) must be writable");
-  }
-  auto undo = [&] { fs::remove_all(dir, ec); };
-  p.files.emplace_back(batch_script_file, std::string(batch_script()));
-  p.files.emplace_back(node_script_file, std::string(node_script()));
-  p.files.emplace_back(helper_file, std::string(helper_script()));
   p.files.emplace_back("job.json", json::serialize(to_json(rec)));
-  ::mkdir((dir / "work").c_str(), 0700);
-  for (const auto& [file, text] : p.files)
-    if (!write_file(dir / file, text, file == batch_script_file || file == node_script_file ? 0700 : 0600)) {
-      auto why = std::string(std::strerror(errno));
-      undo();
-      fail(errc::backend_error, me + ": cannot write " + (dir / file).string() + ": " + why);
-    }
+  make_job_dir(me, dir, p.files);
+  std::error_code ec;
+  auto undo = [&] { fs::remove_all(dir, ec); };
   if (!never.empty()) {
     write_file(dir / "never", never + "\n");
     waiters.notify_all();
     co_return name;
   }
   p.env.push_back("TJOB_JOB_DIR=" + dir.string());
-  // Progress: the nodes reach no endpoint of ours, so tjob.report writes the
-  // job's progress file, and the helper package that has it is on the
-  // PYTHONPATH, after the job's own (or, but through tjob serve, sbatch's).
   try {
-    auto helper = progress::python_helper(dir).string();
-    std::string base;
-    auto given = std::find_if(p.env.begin(), p.env.end(), [](const std::string& e) { return e.starts_with("PYTHONPATH="); });
-    if (given != p.env.end()) {
-      base = given->substr(11);
-      p.env.erase(given);
-    } else if (const char* e = std::getenv("PYTHONPATH"); e && !ctx.cfg.clean_job_environment) {
-      base = e;
-    }
-    p.env.push_back("PYTHONPATH=" + (base.empty() ? helper : base + ":" + helper));
-    p.env.push_back("TJOB_PROGRESS_FILE=" + (dir / progress_file).string());
+    add_progress_environment(dir, p.env, ctx.cfg.clean_job_environment);
   } catch (const std::exception& e) {
     ctx.log->warn("{}: cannot report progress: {}", me, e.what());
   }
