@@ -39,6 +39,13 @@ std::string how_to_choose(const backend_description& b) {
 
 }  // namespace
 
+std::string server_settings_refusal(const std::string& chosen_by) {
+  return chosen_by +
+         ": the server's backend runs the jobs, with the server's settings; --backend, --runtime-dir, the "
+         "admission budgets, the venv cache's and the backends' options go to tjob serve (or leave out "
+         "--server and unset TJOB_SERVER to run jobs here)";
+}
+
 bool backend_options::value::given() const { return cli && cli->count() > 0; }
 
 std::string backend_options::value::from_env() const {
@@ -92,10 +99,7 @@ void backend_options::refuse_others(const chosen& c) const {
   for (const auto& v : values_) {
     if (v.backend.id == c.id || !v.given()) continue;
     if (c.capabilities.forwards)
-      throw usage_error(c.chosen_by +
-                        ": the server's backend runs the jobs, with the server's settings; --backend, "
-                        "--runtime-dir, the admission budgets, the venv cache's and the backends' options "
-                        "go to tjob serve (or leave out --server and unset TJOB_SERVER to run jobs here)");
+      throw usage_error(server_settings_refusal(c.chosen_by));
     throw usage_error(given_flags(v.backend.id) + " are for the " + v.backend.id + " backend; add " +
                       how_to_choose(v.backend));
   }
@@ -149,10 +153,7 @@ backend_options::chosen backend_options::choose() const {
     c.id = v.backend.id;
     c.chosen_by = long_name(v.option.flags) + " " + given;
     if (!backend_.empty() && backend_ != c.id)
-      throw usage_error(c.chosen_by +
-                        ": the server's backend runs the jobs, with the server's settings; --backend, "
-                        "--runtime-dir, the admission budgets, the venv cache's and the backends' options "
-                        "go to tjob serve (or leave out --server and unset TJOB_SERVER to run jobs here)");
+      throw usage_error(server_settings_refusal(c.chosen_by));
     break;
   }
   if (c.id.empty()) {

@@ -20,6 +20,10 @@ class Option;
 
 namespace tjob::cli {
 
+/// The refusal of a setting that is the server's when a server runs the
+/// jobs (--server): `chosen_by` names what chose it ("--server unix:///x").
+std::string server_settings_refusal(const std::string& chosen_by);
+
 class backend_options {
  public:
   /// The backend a command line chose, with its config (checked).

@@ -98,26 +98,25 @@ bool forwards(const engine_config& cfg) {
   return b && b->capabilities.forwards;
 }
 
+// A backend that hands jobs to a server (remote) takes none of this
+// engine's own settings, nor the variables this engine reads (they would be
+// silently ignored): they are the server's.
+void refuse_server_settings(const cli::backend_options::chosen& chosen, const common_options& o) {
+  if (!chosen.capabilities.forwards) return;
+  if (!o.runtime_dirs.empty() || o.no_venv_cache || o.venv_cache_ttl || o.max_running || o.cpu_budget ||
+      !o.memory_budget.empty())
+    throw usage_error(cli::server_settings_refusal(chosen.chosen_by));
+  for (const char* var : {"TJOB_PYTHON", "TJOB_SYSTEM_SITE_PACKAGES", "TJOB_VENV_CACHE", "TJOB_VENV_CACHE_TTL"})
+    if (const char* v = std::getenv(var); v && *v)
+      throw usage_error(chosen.chosen_by + ": " + var + "=" + v +
+                        " is read by the engine that runs the jobs, which is the server's: set it in tjob "
+                        "serve's environment (or give --python, --system-site-packages on the job), and "
+                        "unset it here");
+}
+
 engine_config make_config(const common_options& o) {
   auto chosen = o.backends.choose();
-  // A backend that hands jobs to a server (remote) takes none of this
-  // engine's own settings: they are the server's.
-  if (chosen.capabilities.forwards &&
-      (!o.runtime_dirs.empty() || o.no_venv_cache || o.venv_cache_ttl || o.max_running || o.cpu_budget ||
-       !o.memory_budget.empty()))
-    throw usage_error(chosen.chosen_by +
-                      ": the server's backend runs the jobs, with the server's settings; --backend, "
-                      "--runtime-dir, the admission budgets, the venv cache's and the backends' options "
-                      "go to tjob serve (or leave out --server and unset TJOB_SERVER to run jobs here)");
-  // ... nor does it take the variables this engine reads (they would be
-  // silently ignored): the server's environment counts.
-  if (chosen.capabilities.forwards)
-    for (const char* var : {"TJOB_PYTHON", "TJOB_SYSTEM_SITE_PACKAGES", "TJOB_VENV_CACHE", "TJOB_VENV_CACHE_TTL"})
-      if (const char* v = std::getenv(var); v && *v)
-        throw usage_error(chosen.chosen_by + ": " + var + "=" + v +
-                          " is read by the engine that runs the jobs, which is the server's: set it in tjob "
-                          "serve's environment (or give --python, --system-site-packages on the job), and "
-                          "unset it here");
+  refuse_server_settings(chosen, o);
   engine_config cfg;
   cfg.backend = chosen.id;
   cfg.backend_config = std::move(chosen.config);
@@ -431,6 +430,23 @@ bool known_command(CLI::App& app, int argc, char** argv) {
   return found;
 }
 
+// `tjob runtimes NAME...`: those of `all` named, in the order asked; every
+// one for no name. An unknown name is refused, naming those there are.
+std::vector<runtime> runtimes_named(std::vector<runtime> all, const std::vector<std::string>& names) {
+  if (names.empty()) return all;
+  std::vector<runtime> shown;
+  for (const auto& n : names) {
+    auto it = std::find_if(all.begin(), all.end(), [&](const runtime& r) { return r.name == n; });
+    if (it == all.end()) {
+      std::string known;
+      for (const auto& r : all) known += (known.empty() ? "" : ", ") + r.name;
+      throw usage_error("runtimes: there is no runtime '" + n + "'; the runtimes are " + known);
+    }
+    shown.push_back(*it);
+  }
+  return shown;
+}
+
 // The commands that read or change jobs through a client.
 int run_query(commands& c) {
   auto fmt = parse_format(c.format);
@@ -531,18 +547,7 @@ int run_query(commands& c) {
   } else if (*c.queue) {
     write_out(cli::render_queue(client.get_queue(), fmt));
   } else if (*c.runtimes) {
-    auto all = client.list_runtimes();
-    std::vector<runtime> shown;
-    for (const auto& n : c.runtime_names) {
-      auto it = std::find_if(all.begin(), all.end(), [&](const runtime& r) { return r.name == n; });
-      if (it == all.end()) {
-        std::string known;
-        for (const auto& r : all) known += (known.empty() ? "" : ", ") + r.name;
-        throw usage_error("runtimes: there is no runtime '" + n + "'; the runtimes are " + known);
-      }
-      shown.push_back(*it);
-    }
-    write_out(cli::render_runtimes(c.runtime_names.empty() ? all : shown, fmt));
+    write_out(cli::render_runtimes(runtimes_named(client.list_runtimes(), c.runtime_names), fmt));
   } else if (*c.cache_list) {
     write_out(cli::render_venv_cache(client.list_venv_cache(), fmt));
   } else if (*c.cache_prune) {
