@@ -51,6 +51,15 @@ train_job wait_until(trainer_client& c, const std::string& name, const std::func
   return j;
 }
 
+// A private cluster of one case (tests/support/slurm_peer DIR), stopped by
+// PID when the case ends, however it ends.
+struct stopped_at_end {
+  std::string dir;
+  ~stopped_at_end() {
+    tjob::test::run({tjob::test::source_dir() + "/tests/support/slurm_peer", "stop", dir}, {}, 120s);
+  }
+};
+
 std::string read_file(const fs::path& p) {
   std::ifstream in(p);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -152,10 +161,7 @@ TEST_CASE("slurm: a tjob started later follows the running job, through a slurmc
   auto dir = (cluster.path() / "slurm").string();
   auto up = tjob::test::run(std::vector<std::string>{peer, "start", dir}, {}, 120s);
   REQUIRE_MESSAGE(up.exit_code == 0, up.err);
-  struct stop_cluster {
-    std::string peer, dir;
-    ~stop_cluster() { tjob::test::run(std::vector<std::string>{peer, "stop", dir}, {}, 120s); }
-  } stop{peer, dir};
+  stopped_at_end stop{dir};
   const auto conf = dir + "/slurm.conf";
   tjob::test::home_fixture fx;
   tjob::test::gate g;
@@ -267,12 +273,7 @@ TEST_CASE("slurm: the README's commands start a cluster and train the linear exa
   auto cluster = (fx.dir.path() / "tjob-slurm").string();
   CHECK(replace_all("build/tjob ", tjob::test::tjob_bin() + " ") == 1);
   CHECK(replace_all("/tmp/tjob-slurm", cluster) == 5);  // with the comment
-  struct stop_cluster {
-    std::string dir;
-    ~stop_cluster() {
-      tjob::test::run({tjob::test::source_dir() + "/tests/support/slurm_peer", "stop", dir}, {}, 120s);
-    }
-  } stop{cluster};
+  stopped_at_end stop{cluster};
   auto r = tjob::test::run({"bash", "-euo", "pipefail", "-c", "cd \"$1\" && " + script, "readme",
                             tjob::test::source_dir()},
                            fx.env(), 600s);
