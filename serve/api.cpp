@@ -166,20 +166,6 @@ reply reply_of(std::exception_ptr e, bool draining) {
     auto code = x.code();
     if (code.category() != category()) return error_reply(500, "internal", x.what());
     auto ec = static_cast<errc>(code.value());
-    if (ec == errc::job_not_found) {
-      // The backend says where it looked (the server's store, its daemon):
-      // the client asked this server, and the name is what is at fault.
-      std::string_view m = x.what();
-      constexpr std::string_view lead = "No TrainJob with name '";
-      if (m.starts_with(lead)) {
-        auto end = m.find('\'', lead.size());
-        if (end != std::string_view::npos)
-          return error_reply(404, to_string(ec),
-                             std::string(m.substr(0, end + 1)) +
-                                 " on this server; GET /v1/jobs (tjob list) shows the jobs there",
-                             "name");
-      }
-    }
     auto r = error_reply(status_of(ec), to_string(ec), x.what(), field_of(ec));
     return r;
   } catch (const bad_request& x) {
@@ -217,7 +203,19 @@ asio::awaitable<answer> api::handle(request req) {
   for (const auto& [method, h] : r->methods) {
     if (req.method == method) {
       call c{req, t->query, std::move(variable)};
-      co_return co_await (this->*h)(c);
+      if (seg.size() < 3 || seg[1] != "jobs") co_return co_await (this->*h)(c);
+      // The job the path names is not there. The backend said where it
+      // looked (the server's store, its daemon); the client asked this
+      // server, and the name is what is at fault.
+      try {
+        co_return co_await (this->*h)(c);
+      } catch (const error& e) {
+        if (e.code() != make_error_code(errc::job_not_found)) throw;
+      }
+      co_return error_reply(404, to_string(errc::job_not_found),
+                            "No TrainJob with name '" + seg[2] +
+                                "' on this server; GET /v1/jobs (tjob list) shows the jobs there",
+                            "name");
     }
     allow += (allow.empty() ? "" : ", ") + std::string(method);
   }
