@@ -259,17 +259,15 @@ asio::awaitable<void> backend::impl::poll_loop() {
   while (!stopping && watchers > 0) {
     auto q = co_await read_queue();
     bool changed = false;
-    if (q) {
+    if (q) {  // (read_queue made it last_queue, unless a newer read had come first)
       changed = !before || !same_queue(*before, *q);
-      before = *q;
-      last_queue = std::move(*q);
+      before = std::move(*q);
       queue_trouble.clear();
     } else {
       if (queue_trouble.empty()) ctx.log->warn("cannot read Slurm's queue: {}", q.error().message);
       queue_trouble = q.error().message;
       last_queue.reset();
     }
-    last_queue_at = steady::now();
     waiters.notify_all();  // the nodes' files may have changed too
     interval = changed ? std::min<std::chrono::milliseconds>(fastest_poll, cfg.poll_interval)
                        : std::min<std::chrono::milliseconds>(interval * 2, cfg.poll_interval);
