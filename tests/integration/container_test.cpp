@@ -1218,6 +1218,9 @@ struct victims {
   }
   // A job that links every name tjob used to write under /workspace/.tjob to
   // a host file, then the directory itself, says what it managed, and waits.
+  // Its stderr stays empty: the shell's message for a refused redirection
+  // ("sh: can't create ...") could reach the log in pieces around "ready"
+  // (CI saw "sh: ready"), so stderr goes to /dev/null before the redirection.
   std::string script() const {
     std::string s = "v=" + dir.string() + "\n";
     s += "for f in cancelled deadline-exceeded admission.json progress.json progress.jsonl progress.json.tmp; do\n"
@@ -1226,7 +1229,7 @@ struct victims {
          "busybox rm -rf /workspace/.tjob 2>/dev/null\n"
          "busybox mv /workspace/.tjob /workspace/moved 2>/dev/null && echo moved\n"
          "busybox ln -s \"$v\" /workspace/.tjob 2>/dev/null && echo relinked\n"
-         "echo '{\"progress_percent\": 99}' > /workspace/.tjob/progress.json 2>/dev/null && echo faked\n"
+         "echo '{\"progress_percent\": 99}' 2>/dev/null > /workspace/.tjob/progress.json && echo faked\n"
          "echo ready\n"
          "exec sleep 600\n";
     return s;
@@ -1262,7 +1265,7 @@ TEST_CASE_TEMPLATE("a container job cannot make the engine write host files, or 
       "for f in cancelled deadline-exceeded admission.json progress.json progress.jsonl; do\n"
       "  echo '{\"progress_percent\": 99, \"time_ms\": 1}' > /workspace/$f\n"
       "done\n"
-      "echo '{\"progress_percent\": 99}' > /workspace/.tjob/progress.json 2>/dev/null && echo faked\n"
+      "echo '{\"progress_percent\": 99}' 2>/dev/null > /workspace/.tjob/progress.json && echo faked\n"
       "echo done\n",
       "faker"));
 
