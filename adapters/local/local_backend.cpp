@@ -458,6 +458,7 @@ asio::awaitable<void> backend::shutdown() {
   }
   co_await e.tasks.join();
   e.flush();
+  co_await e.remove_busy_cgroups();
   e.pool.join();
   if (e.checkpoint_thread) e.checkpoint_thread->join();
 }

@@ -56,7 +56,8 @@ struct step_rec {
   // cancels the wait for its process's exit on shutdown (a pointer: signals do not move)
   std::unique_ptr<boost::asio::cancellation_signal> stop =
       std::make_unique<boost::asio::cancellation_signal>();
-  std::vector<std::string> cgroups;  // the cgroups of its code (cpu, memory), removed when the step ends
+  std::vector<std::string> cgroups;  // its cgroups (tree, cpu, memory), removed when the step ends
+  std::string tree_cgroup;           // the one that holds its whole process tree; empty: none could be made
   std::string memory_cgroup;         // the one that limits its memory (its OOM kills are read at the end)
   detail::log_clock::tracked times;  // its log's line times, while it runs
 };
@@ -392,6 +393,20 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j, bool force);
   boost::asio::awaitable<void> cancel_foreign(const std::string& name, bool force);
   void fail_unfinished(job_rec& j, const std::string& why);
+
+  // a step's whole process tree (local_tree.cpp)
+  /// The cgroup.procs of the cgroup that holds the step's tree, open for
+  /// its next process to join before exec; -1 where none can be made.
+  int open_tree(job_rec& j, step_rec& s, const std::string& cgroup_name);
+  /// Kills what the step's ended main process left behind, in its group or out of it.
+  void end_tree(job_rec& j, step_rec& s);
+  /// Removes the step's cgroups once the kernel has emptied them.
+  void remove_cgroups(step_rec& s);
+  void remove_cgroups_later(std::vector<std::string> dirs, int round);
+  /// At shutdown: the cgroups still busy, removed once empty (a bounded wait on the pool).
+  boost::asio::awaitable<void> remove_busy_cgroups();
+  std::set<std::string> busy_cgroups;
+  bool tree_fallback_said = false;  // the engine log said once why no cgroup holds the trees
 
   // reconciliation with what really runs
   void reconcile_all();

@@ -106,8 +106,11 @@ std::size_t engine_state::reconcile_rows(const std::vector<detail::job_row>& row
   }
   for (const auto* row : orphaned)
     for (const auto& s : row->steps)
-      for (const auto& dir : process::cgroup_dirs_for(job_token(*row) + "-" + s.name))
+      for (const auto& dir : process::cgroup_dirs_for(job_token(*row) + "-" + s.name)) {
+        if (auto n = process::signal_all(dir, SIGKILL))  // what left the process group and the token behind
+          log->info("killed {} process(es) left in cgroup {} by a lost job", n, dir);
         process::remove_cgroup(dir);
+      }
   std::size_t marked = 0;
   for (const auto* row : orphaned) {
     bool done = transact([&](detail::store& db) {

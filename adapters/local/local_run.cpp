@@ -190,6 +190,7 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
           log->info("job {} step {}: still running {} ms after SIGTERM; sending SIGKILL", j->row.name,
                     s.row.name, cfg.grace_period.count());
         s.proc.signal_group(a.forced ? SIGKILL : SIGTERM);
+        if (!s.tree_cgroup.empty()) process::signal_all(s.tree_cgroup, a.forced ? SIGKILL : SIGTERM);
       }
       break;
     case A::arm_timer:
@@ -422,7 +423,11 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   spec.cwd = ph.cwd;
   if (!ph.title.empty()) log_progress(*j, s, "[tjob] " + ph.title + "\n");
   spec.stdout_path = s.log_path;
+  const std::string cgroup_name = job_token(j->row) + "-" + s.row.name;
+  const int tree_fd = open_tree(*j, s, cgroup_name);
+  spec.cgroup_procs_fd = tree_fd;
   auto child = process::child::spawn(ex, spec);
+  if (tree_fd >= 0) ::close(tree_fd);
   if (!child) {
     const auto& f = child.error();
     std::string message =
@@ -435,7 +440,6 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   s.proc = std::move(*child);
   s.row.pid = s.proc.pid();
   s.row.pid_start = s.proc.start_time();
-  const std::string cgroup_name = job_token(j->row) + "-" + s.row.name;
   if (ph.memory_limit) {
     // The node's memory as Kubernetes and Docker mean it: what its whole
     // process tree has resident, in a memory cgroup. posix_spawn cannot put
@@ -444,7 +448,7 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
     std::string why_not;
     const auto mib = ph.memory_limit >> 20;
     if (auto dir = process::limit_memory(s.row.pid, cgroup_name, ph.memory_limit, why_not)) {
-      s.cgroups.push_back(*dir);
+      if (std::find(s.cgroups.begin(), s.cgroups.end(), *dir) == s.cgroups.end()) s.cgroups.push_back(*dir);
       s.memory_cgroup = *dir;
       log_progress(*j, s, fmt::format("[tjob] memory limited to {} MiB for the node ({})\n", mib, *dir));
     } else {
@@ -469,7 +473,7 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
     std::string why_not;
     auto dir = process::limit_cpu(s.row.pid, cgroup_name, ph.cpu_limit, why_not);
     if (dir) {
-      if (s.cgroups.empty() || s.cgroups.back() != *dir) s.cgroups.push_back(*dir);
+      if (std::find(s.cgroups.begin(), s.cgroups.end(), *dir) == s.cgroups.end()) s.cgroups.push_back(*dir);
       log_progress(*j, s,
                    "[tjob] CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")\n");
     } else {
@@ -592,9 +596,10 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
             }
             auto st = **reaped;
             // The step ends with its main process, as a container does: whatever it
-            // left behind in its process group goes with it.
+            // left behind goes with it, in its process group or out of it.
             s.proc.signal_group(SIGKILL);
             s.proc = process::child();  // its pidfd: the one descriptor a running job holds
+            self->end_tree(*j, s);
             auto why = describe(st);
             if (!s.memory_cgroup.empty() && process::oom_kills(s.memory_cgroup) > 0) {
               why = "OOMKilled";  // Kubernetes' and Docker's word
@@ -602,9 +607,7 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
                                  "[tjob] the kernel's OOM killer ended a process of " + s.row.name +
                                      ": it used the node's whole memory limit (" + s.memory_cgroup + ")\n");
             }
-            for (const auto& dir : s.cgroups) process::remove_cgroup(dir);  // its processes are gone
-            s.cgroups.clear();
-            s.memory_cgroup.clear();
+            self->remove_cgroups(s);
             double secs = std::chrono::duration<double>(steady::now() - t0).count();
             // A cancel asked by another process (cancel_foreign) is in the log,
             // and it signalled the process itself: it is an input here too.

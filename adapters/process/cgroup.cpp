@@ -1,11 +1,15 @@
 #include "adapters/process/cgroup.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <set>
+#include <thread>
 #include <fstream>
 #include <sstream>
 
@@ -63,16 +67,19 @@ struct place {
   bool v2 = false;
 };
 
+bool is_v2() { return exists(cgroup_root() + "/cgroup.controllers"); }
+
 place place_for(const std::string& controller, const std::string& name) {
   const auto root = cgroup_root();
   if (v2_has(controller)) return {root + "/tjob/" + name, true};
+  if (controller == "pids" && is_v2()) return {root + "/tjob/" + name, true};  // v2 tracks without it
   auto v1 = root + "/" + controller;
   if (exists(v1 + "/cgroup.procs")) return {v1 + "/tjob/" + name, false};
   return {};
 }
 
 // Makes `name`'s cgroup for `controller`, lets `configure` set its limits,
-// then moves `pid` into it.
+// then moves `pid` into it (0: none).
 template <class Configure>
 std::optional<std::string> make_cgroup(pid_t pid, const std::string& controller, const std::string& name,
                                        std::string& why_not, Configure configure) {
@@ -83,25 +90,65 @@ std::optional<std::string> make_cgroup(pid_t pid, const std::string& controller,
   }
   std::string parent = p.dir.substr(0, p.dir.rfind('/'));
   if (!make_dir(parent, why_not)) return std::nullopt;
-  if (p.v2 && !write_file(parent + "/cgroup.subtree_control", "+" + controller, why_not)) return std::nullopt;
+  if (p.v2 && controller != "pids" &&
+      !write_file(parent + "/cgroup.subtree_control", "+" + controller, why_not))
+    return std::nullopt;
   if (!make_dir(p.dir, why_not)) return std::nullopt;
-  if (!configure(p.dir, p.v2) || !write_file(p.dir + "/cgroup.procs", std::to_string(pid), why_not)) {
+  if (!configure(p.dir, p.v2) ||
+      (pid > 0 && !write_file(p.dir + "/cgroup.procs", std::to_string(pid), why_not))) {
     ::rmdir(p.dir.c_str());
     return std::nullopt;
   }
   return p.dir;
 }
 
+// The hierarchy that tracks a tree: v2's, or v1's pids, else its freezer.
+std::string tracking_controller() {
+  if (is_v2() || exists(cgroup_root() + "/pids/cgroup.procs")) return "pids";
+  return "freezer";
+}
+
+std::vector<pid_t> members(const std::string& dir) {
+  std::vector<pid_t> out;
+  std::ifstream f(dir + "/cgroup.procs");
+  long pid = 0;
+  while (f >> pid)
+    if (pid > 0) out.push_back(static_cast<pid_t>(pid));
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> cgroup_dirs_for(const std::string& name) {
   std::vector<std::string> out;
-  for (const char* c : {"cpu", "memory"}) {
+  for (const auto& c : {tracking_controller(), std::string("cpu"), std::string("memory")}) {
     auto p = place_for(c, name);
-    if (!p.dir.empty() && (out.empty() || out.back() != p.dir)) out.push_back(p.dir);
+    if (!p.dir.empty() && std::find(out.begin(), out.end(), p.dir) == out.end()) out.push_back(p.dir);
   }
   return out;
 }
+
+std::optional<std::string> make_tree_cgroup(const std::string& name, std::string& why_not) {
+  return make_cgroup(0, tracking_controller(), name, why_not, [](const std::string&, bool) { return true; });
+}
+
+std::size_t signal_all(const std::string& dir, int sig) {
+  std::set<pid_t> sent;
+  // Bounded: a tree that forks faster than it is killed is still caught by
+  // the caller's next call (the step's end, the reconciler).
+  for (int round = 0; round < 100; ++round) {
+    bool fresh = false;
+    for (pid_t pid : members(dir)) {
+      if (!sent.insert(pid).second) continue;
+      fresh = true;
+      ::kill(pid, sig);
+    }
+    if (!fresh || sig != SIGKILL) break;
+  }
+  return sent.size();
+}
+
+bool is_empty(const std::string& dir) { return members(dir).empty(); }
 
 std::optional<std::string> limit_cpu(pid_t pid, const std::string& name, double cpus, std::string& why_not) {
   auto quota = static_cast<long>(cpus * period_us);
@@ -149,8 +196,20 @@ std::uint64_t oom_kills(const std::string& dir) {
   return 0;
 }
 
-void remove_cgroup(const std::string& dir) {
-  if (!dir.empty()) ::rmdir(dir.c_str());
+std::vector<std::string> remove_when_empty(const std::vector<std::string>& dirs, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  std::vector<std::string> busy = dirs;
+  for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, std::chrono::milliseconds(100))) {
+    std::erase_if(busy, [](const std::string& dir) { return remove_cgroup(dir); });
+    if (busy.empty() || std::chrono::steady_clock::now() + pause > until) return busy;
+    // The kernel says nothing when a cgroup empties (v1 has no event a
+    // process can wait on): a short, bounded retry.
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+bool remove_cgroup(const std::string& dir) {
+  return dir.empty() || ::rmdir(dir.c_str()) == 0 || errno != EBUSY;
 }
 
 }  // namespace tjob::process

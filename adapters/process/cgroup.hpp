@@ -4,12 +4,21 @@
 // resident memory (`memory`). Nothing here is required: where cgroups cannot
 // be used, the caller is told why and decides what to do instead.
 //
+// Beside the limits, a cgroup holds a step's whole process tree, whatever
+// sessions or process groups its processes make (`setsid`, a double-forked
+// daemon): `make_tree_cgroup` is where the step starts, with no limit, and `signal_all` ends
+// every process in it. A process cannot leave it without the rights to write
+// the cgroup file system (root).
+//
 // Layout: v1 `/sys/fs/cgroup/<controller>/tjob/<name>`, one directory per
-// controller; v2 `/sys/fs/cgroup/tjob/<name>`, one for both. $TJOB_CGROUP_ROOT
-// replaces /sys/fs/cgroup.
+// controller (tracking uses `pids`, else `freezer`: neither limits anything
+// unless told to); v2 `/sys/fs/cgroup/tjob/<name>`, one for all.
+// $TJOB_CGROUP_ROOT replaces /sys/fs/cgroup.
 #pragma once
 
 #include <sys/types.h>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,14 +38,34 @@ std::optional<std::string> limit_cpu(pid_t pid, const std::string& name, double 
 std::optional<std::string> limit_memory(pid_t pid, const std::string& name, std::uint64_t bytes,
                                         std::string& why_not);
 
+/// Makes the cgroup `name` that holds a process tree together (no limit): a
+/// child spawned into it (spawn_spec::cgroup_procs_fd, its cgroup.procs) and
+/// all it starts are found there by signal_all. Returns the cgroup's
+/// directory, or nullopt with `why_not` set.
+std::optional<std::string> make_tree_cgroup(const std::string& name, std::string& why_not);
+
+/// Sends `sig` to every process in the cgroup `dir`; how many it signalled.
+/// With SIGKILL it reads the cgroup again until it finds none it has not
+/// signalled (a process forking meanwhile is caught on the next read).
+std::size_t signal_all(const std::string& dir, int sig);
+
+/// Whether the cgroup `dir` holds no process any more (or is gone).
+bool is_empty(const std::string& dir);
+
 /// How many processes the OOM killer ended in the memory cgroup `dir`
 /// (v1 memory.oom_control, v2 memory.events); 0 when it cannot tell.
 std::uint64_t oom_kills(const std::string& dir);
 
 /// Removes a cgroup directory made above (once its processes are gone).
-void remove_cgroup(const std::string& dir);
+/// False only when it still holds processes (EBUSY): try again later.
+bool remove_cgroup(const std::string& dir);
 
-/// Every directory limit_cpu and limit_memory would use for `name`, whether
+/// Removes each of `dirs` once the kernel has emptied it, waiting at most
+/// `limit` in all (blocking: the processes in them were killed and are
+/// exiting). Returns those still busy.
+std::vector<std::string> remove_when_empty(const std::vector<std::string>& dirs, std::chrono::milliseconds limit);
+
+/// Every directory make_tree_cgroup, limit_cpu and limit_memory would use for `name`, whether
 /// or not they exist (what crash recovery removes).
 std::vector<std::string> cgroup_dirs_for(const std::string& name);
 

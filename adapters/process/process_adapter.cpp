@@ -179,6 +179,7 @@ struct launch {
   int stdout_fd;
   int stderr_fd;  // -1: with stdout
   bool new_session;
+  int cgroup_fd;  // -1: none to join
   int err = 0;
   const char* step = "";
 };
@@ -226,6 +227,11 @@ TJOB_NO_SANITIZE long above_stdio(long fd) {
 
 TJOB_NO_SANITIZE int child_main(void* arg) {
   auto* l = static_cast<launch*>(arg);
+  // Into the step's cgroup first: whatever it forks after exec is inside.
+  if (l->cgroup_fd >= 0) {
+    long joined = sys(SYS_write, l->cgroup_fd, reinterpret_cast<long>("0"), 1);
+    if (joined < 0) child_fail(l, joined, "join its cgroup");
+  }
   // A descriptor table of its own holding only what the child needs: the
   // copy costs the same however many descriptors the engine has open
   // (posix_spawn copies them all and then closes them all, twice O(engine)).
@@ -407,12 +413,24 @@ detail::outcome<child> child::spawn(asio::any_io_executor ex, const spawn_spec& 
   int pidfd = -1;
   pid_t pid = spawn_portable(spec, argv, envp, pidfd, ec, failed_step);
   if (ec) return spawn_failure(spec, step, ec);
+  if (spec.cgroup_procs_fd >= 0) {  // just after exec: a window the clone path does not have
+    auto text = std::to_string(pid);
+    if (::write(spec.cgroup_procs_fd, text.data(), text.size()) < 0) {
+      ec.assign(errno, boost::system::system_category());
+      ::kill(pid, SIGKILL);
+      siginfo_t info{};
+      ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
+      ::close(pidfd);
+      return spawn_failure(spec, "join its cgroup", ec);
+    }
+  }
   c.impl_ = std::make_unique<impl>(ex, pid, pidfd);
   return c;
 #else
   launch l{
       spec.executable.c_str(),  argv.data(),   envp.data(),    spec.cwd.empty() ? nullptr : spec.cwd.c_str(),
-      spec.stdout_path.c_str(), spec.stdin_fd, spec.stdout_fd, spec.stderr_fd, spec.new_session};
+      spec.stdout_path.c_str(), spec.stdin_fd, spec.stdout_fd, spec.stderr_fd, spec.new_session,
+      spec.cgroup_procs_fd};
   char* stack = child_stack_top();
   if (!stack) {
     ec.assign(ENOMEM, boost::system::system_category());

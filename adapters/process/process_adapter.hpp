@@ -63,6 +63,10 @@ struct spawn_spec {
   /// Where stderr goes when not with stdout: a descriptor the caller keeps,
   /// another than `stdout_fd`; -1: with stdout.
   int stderr_fd = -1;
+  /// A cgroup's `cgroup.procs`, open for writing (the caller keeps it): the
+  /// child joins that cgroup before exec, so nothing it starts is outside.
+  /// (ThreadSanitizer builds spawn with posix_spawn and move it just after.)
+  int cgroup_procs_fd = -1;
 };
 
 /// How a process ended: `code` is the exit status, or 128 + the signal number

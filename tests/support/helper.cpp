@@ -14,6 +14,12 @@
 //   ignore-term PIDFILE    ignore SIGTERM, leave a grandchild (also ignoring it)
 //                          behind, write "<child> <grandchild>" to PIDFILE, print
 //                          "ready", then wait forever
+//   escape PIDFILE MODE    leave two processes behind outside this process
+//                          group, both waiting forever: a child in a session
+//                          of its own (setsid) and a double-forked daemon (its
+//                          parent exits at once); MODE "bare": both exec
+//                          /bin/sleep with no environment, else "env". Writes
+//                          "<setsid child> <daemon>" to PIDFILE, then goes on
 //   sleep MS               sleep MS milliseconds, exit 0
 //   read-fifo PATH         wait until the test writes to the FIFO at PATH (and closes it)
 //   stderr TEXT            write TEXT to stderr
@@ -171,6 +177,39 @@ int main(int argc, char** argv) {
       }
       out("ready\n");
       for (;;) ::pause();
+    } else if (cmd == "escape") {
+      const bool bare = arg(2) == "bare";
+      int link[2];
+      if (::pipe(link) != 0) return 102;
+      pid_t session = ::fork();
+      // "bare": exec'd again with no environment at all (clearenv alone leaves
+      // /proc/<pid>/environ as it was, where the token is found).
+      auto wait_forever = [bare] {
+        if (bare) {
+          char* const argv[] = {const_cast<char*>("sleep"), const_cast<char*>("100000"), nullptr};
+          char* const envp[] = {nullptr};
+          ::execve("/bin/sleep", argv, envp);
+        }
+        for (;;) ::pause();
+      };
+      if (session == 0) {
+        ::setsid();
+        wait_forever();
+      }
+      if (::fork() == 0) {  // the daemon's parent: it starts the daemon and leaves
+        ::setsid();
+        pid_t daemon = ::fork();
+        if (daemon == 0) wait_forever();
+        write_all(link[1], reinterpret_cast<const char*>(&daemon), sizeof daemon);
+        ::_exit(0);
+      }
+      pid_t daemon = 0;
+      if (::read(link[0], &daemon, sizeof daemon) != sizeof daemon) return 103;
+      FILE* f = std::fopen(arg(1).c_str(), "w");
+      if (!f) return 104;
+      std::fprintf(f, "%d %d\n", static_cast<int>(session), static_cast<int>(daemon));
+      std::fclose(f);
+      i += 2;
     } else if (cmd == "sleep") {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(1).c_str())));
       i += 1;
