@@ -400,11 +400,18 @@ asio::awaitable<void> backend::delete_job(std::string name) {
     if (!row) e.throw_not_found(name);
     if (!is_terminal(row->status)) co_await e.cancel_foreign(name, false);
   }
+  // Its directory is moved out of the name's way first: a job of the same
+  // name made as soon as the record is gone must not find it there (that is
+  // refused as another job's leftover). A dot name is no job's.
+  const auto dir = e.jobs_dir / name;
+  const auto doomed = e.jobs_dir / ("." + name + ".deleted-" + std::to_string(e.self_pid));
+  bool moved = false;
+  co_await e.blocking([&] { moved = ::rename(dir.c_str(), doomed.c_str()) == 0; });
   // The job's last writes must land before its rows go. (An ended job is no
   // longer in the job table: its record went with the commit of its end.)
   e.transact([&](detail::store& db) { db.delete_job(name); });
   e.progress.forget(name);
-  co_await e.remove_tree(e.jobs_dir / name, name);
+  co_await e.remove_tree(moved ? doomed : dir, name);
 }
 
 asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {

@@ -408,6 +408,9 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::set<std::string> busy_cgroups;
   bool tree_fallback_said = false;  // the engine log said once why no cgroup holds the trees
 
+  /// Throws store_corrupt when jobs/ holds job directories (the store was lost).
+  void refuse_new_store_over_jobs(const std::filesystem::path& db_path) const;
+
   // reconciliation with what really runs
   void reconcile_all();
   bool reconcile_row(const detail::job_row& row);

@@ -136,7 +136,8 @@ engine_state::engine_state(const detail::backend_context& ctx)
     fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " + std::strerror(why) +
                                       "; set TJOB_HOME to a writable directory");
   }
-  db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout, !read_only.empty());
+  db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout, !read_only.empty(),
+                                       [&] { refuse_new_store_over_jobs(db_path); });
   checkpointer = std::make_unique<detail::wal_checkpointer>(db_path);
   db->on_wal_full = [this] { start_checkpoint(); };
   venv_store = detail::venv_cache::cache(home / "cache" / "venvs");
@@ -145,6 +146,26 @@ engine_state::engine_state(const detail::backend_context& ctx)
   self_pid = ::getpid();
   self_start = process::start_time(self_pid).value_or(0);
   reconcile_all();
+}
+
+// A new (empty) store beside job directories is a store that was lost,
+// emptied or replaced (issue 43): taken as new, it would hide those jobs and
+// give their names, and their directories, to new ones.
+void engine_state::refuse_new_store_over_jobs(const std::filesystem::path& db_path) const {
+  std::error_code ec;
+  std::size_t count = 0;
+  std::string some;
+  for (std::filesystem::directory_iterator it(jobs_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory(ec) || it->path().filename().string().starts_with(".")) continue;  // (a deletion's)
+    if (++count <= 3) some += (some.empty() ? "" : ", ") + it->path().filename().string();
+  }
+  if (count == 0) return;
+  fail(errc::store_corrupt,
+       fmt::format("store {} is empty, but {} holds {} job director{} ({}{}): the store was lost, emptied or "
+                   "replaced, and a new one would hide those jobs. Restore {} (from a backup), or move {} "
+                   "aside to start with an empty store; nothing was changed",
+                   db_path.string(), jobs_dir.string(), count, count == 1 ? "y" : "ies", some,
+                   count > 3 ? ", ..." : "", db_path.string(), jobs_dir.string()));
 }
 
 void engine_state::queue_write(std::function<void(detail::store&)> w, std::function<void()> after,

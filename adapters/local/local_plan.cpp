@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
 #include <boost/json.hpp>
 
 #include <fcntl.h>
@@ -332,8 +333,13 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
     j->steps.push_back(std::move(sr));
   }
   std::optional<std::system_error> made_not;
+  bool left_behind = false;  // the directory was there already: another job's, whose record is gone
   try {
     co_await blocking([&] {
+      if (::mkdir(j->dir.c_str(), 0700) != 0 && errno == EEXIST) {
+        left_behind = true;
+        return;
+      }
       make_private_dirs(j->dir);
       if (needs_work) make_private_dirs(work);
       for (const auto& [path, text] : j->files) {
@@ -353,6 +359,15 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
     });
   } catch (const std::system_error& x) {
     made_not = x;
+  }
+  if (left_behind) {
+    const auto name = j->row.name;
+    transact([&](detail::store& db) { db.delete_job(name); });
+    fail(errc::duplicate_name,
+         "TrainJob " + quote(name) + ": its directory " + j->dir +
+             " already exists and belongs to no job in the store (a job whose record was lost, or whose "
+             "removal failed, left it); nothing in it was changed. Move it aside or remove it, or choose "
+             "another name");
   }
   if (made_not) {
     const auto name = j->row.name;

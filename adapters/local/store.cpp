@@ -51,17 +51,18 @@ job_status status_of(const unsigned char* text) {
 
 }  // namespace
 
-store::store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout, bool read_only)
+store::store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout, bool read_only,
+             const std::function<void()>& before_create)
     : read_only_(read_only), path_(db_path) {
   try {
-    open(busy_timeout);
+    open(busy_timeout, before_create);
   } catch (...) {
     close();  // no destructor runs for a constructor that throws
     throw;
   }
 }
 
-void store::open(std::chrono::milliseconds busy_timeout) {
+void store::open(std::chrono::milliseconds busy_timeout, const std::function<void()>& before_create) {
   int flags = read_only_ ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   std::string name = path_.string();
   std::error_code ec;
@@ -115,6 +116,7 @@ void store::open(std::chrono::milliseconds busy_timeout) {
           throw error(errc::store_corrupt, "store " + path_.string() +
                                                " is not a tjob store (it holds other data); " +
                                                fix_for(errc::store_corrupt, path_));
+        if (before_create) before_create();
         exec(schema_sql());
         exec(admissions_sql());
         exec(attempts_sql());

@@ -78,7 +78,11 @@ class store {
   /// Opens (and if new, makes) the store. `read_only`: an existing store on a
   /// read-only filesystem (or one this user may only read) is opened for
   /// reading; nothing is created, migrated or written, and a write fails.
-  store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout, bool read_only = false);
+  /// `before_create` runs inside the transaction that would make a new
+  /// store's schema (an empty or absent file): what it throws refuses the
+  /// store, and the file is left as it was.
+  store(const std::filesystem::path& db_path, std::chrono::milliseconds busy_timeout, bool read_only = false,
+        const std::function<void()>& before_create = {});
   store(const store&) = delete;
   store& operator=(const store&) = delete;
   ~store();
@@ -174,7 +178,7 @@ class store {
 
  private:
   struct stmt;
-  void open(std::chrono::milliseconds busy_timeout);
+  void open(std::chrono::milliseconds busy_timeout, const std::function<void()>& before_create);
   void switch_to_wal(std::chrono::milliseconds busy_timeout);
   void close() noexcept;
   sqlite3_stmt* prepare(std::string_view sql);

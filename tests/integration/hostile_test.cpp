@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
+#include <algorithm>
 #include <unistd.h>
 #include <csignal>
 #include <cstdlib>
@@ -315,4 +316,72 @@ TEST_CASE_FIXTURE(fixture,
   escaped e3(pids("bare"));
   CHECK(e3.alive());
   for (const auto* e : {&e1, &e2, &e3}) e->kill_them();
+}
+
+TEST_CASE_FIXTURE(fixture, "an empty store beside job directories is refused, and nothing is changed") {
+  // Issue 43: a 0-byte tjob.db next to jobs/ was taken as a new store; list
+  // showed nothing and a reused name appended to the old job's log.
+  {
+    trainer_client c(config());
+    for (const char* n : {"j1", "j2", "j3", "j4"})
+      c.wait_for_job_status(c.train(helper_job({"print", "old output\n"}, n)), {job_status::complete}, 30s);
+  }
+  const fs::path db = fs::path(home()) / "tjob.db";
+  for (const char* f : {"-wal", "-shm"}) fs::remove(db.string() + f);
+  fs::resize_file(db, 0);
+  std::string why;
+  auto code = code_of([&] {
+    try {
+      trainer_client c(config());
+      c.list_jobs();
+    } catch (const std::exception& e) {
+      why = e.what();
+      throw;
+    }
+  });
+  CHECK(code == errc::store_corrupt);
+  CAPTURE(why);
+  CHECK(why.find(db.string() + " is empty") != std::string::npos);
+  CHECK(why.find("holds 4 job directories (") != std::string::npos);
+  CHECK(why.find(", ...)") != std::string::npos);
+  CHECK(why.find("move " + home() + "/jobs aside") != std::string::npos);
+  CHECK(fs::file_size(db) == 0);  // nothing was made in it
+  CHECK(tjob::test::read_file(fs::path(home()) / "jobs" / "j4" / "node-0.log") == "old output\n");
+  auto r = tjob::test::run({tjob::test::tjob_bin(), "list"}, env());
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("is empty, but") != std::string::npos);
+  // Once jobs/ is moved aside, the empty store is a new one.
+  fs::rename(fs::path(home()) / "jobs", fs::path(home()) / "jobs.old");
+  trainer_client c(config());
+  CHECK(c.list_jobs().empty());
+}
+
+TEST_CASE_FIXTURE(fixture, "a new job never takes over a directory that another job left behind") {
+  trainer_client c(config());
+  c.wait_for_job_status(c.train(helper_job({"print", "x\n"}, "first")), {job_status::complete}, 30s);
+  // A directory of a job whose record is gone (a lost WAL, a failed removal).
+  const fs::path left = fs::path(home()) / "jobs" / "j5";
+  fs::create_directories(left);
+  std::ofstream(left / "node-0.log") << "another job's output\n";
+  auto why = tjob::test::message_of([&] { c.train(helper_job({"print", "new output\n"}, "j5")); });
+  CHECK(code_of([&] { c.train(helper_job({"print", "new output\n"}, "j5")); }) == errc::duplicate_name);
+  CAPTURE(why);
+  CHECK(why.find("TrainJob 'j5': its directory " + left.string() + " already exists") != std::string::npos);
+  CHECK(why.find("Move it aside or remove it, or choose another name") != std::string::npos);
+  CHECK(code_of([&] { c.get_job("j5"); }) == errc::job_not_found);
+  CHECK(tjob::test::read_file(left / "node-0.log") == "another job's output\n");
+  fs::remove_all(left);
+  c.wait_for_job_status(c.train(helper_job({"print", "new output\n"}, "j5")), {job_status::complete}, 30s);
+  CHECK(c.get_job_logs("j5").read_all() == "new output\n");
+  // A deleted job's name is free at once, with nothing of it left.
+  for (int round = 0; round < 3; ++round) {
+    c.delete_job("j5");
+    auto text = "round " + std::to_string(round) + "\n";
+    c.wait_for_job_status(c.train(helper_job({"print", text}, "j5")), {job_status::complete}, 30s);
+    CHECK(c.get_job_logs("j5").read_all() == text);
+  }
+  std::vector<std::string> entries;
+  for (const auto& d : fs::directory_iterator(fs::path(home()) / "jobs")) entries.push_back(d.path().filename());
+  std::sort(entries.begin(), entries.end());
+  CHECK(entries == std::vector<std::string>{"first", "j5"});
 }
