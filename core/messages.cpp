@@ -4,6 +4,8 @@
 
 #include <tjob/error.hpp>
 
+#include <sys/resource.h>
+#include <cerrno>
 #include <string_view>
 
 namespace tjob::detail {
@@ -46,6 +48,32 @@ void throw_step_not_found(const std::string& name, const std::string& step,
   for (const auto& s : steps) known += (known.empty() ? "" : ", ") + s;
   throw error(errc::step_not_found,
               "TrainJob " + quote(name) + " has no step " + quote(step) + "; its steps are: " + known);
+}
+
+std::string fix_for_errno(int err, const std::string& dir) {
+  switch (err) {
+    case ENOSPC:
+      return "the file system of " + dir +
+             " is full (no space left on device): free space there, or set TJOB_HOME to a directory on "
+             "another file system";
+    case EDQUOT:
+      return "your disk quota on the file system of " + dir +
+             " is used up: free space there, or set TJOB_HOME to a directory on another file system";
+    case EMFILE: {
+      rlimit lim{};
+      std::string limit = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 ? " (" + std::to_string(lim.rlim_cur) + ")" : "";
+      return "this process has as many files open as it may" + limit +
+             ": raise the limit (ulimit -n), or run fewer jobs at once";
+    }
+    case ENFILE:
+      return "the system has as many files open as it allows: close some, or raise fs.file-max";
+    case ENOMEM:
+      return "tjob ran out of memory: free some, or raise the limit on its address space (ulimit -v)";
+    case EROFS:
+      return dir + " is on a read-only file system: set TJOB_HOME to a writable directory";
+    default:
+      return "check that " + dir + " is a writable directory, or set TJOB_HOME to one";
+  }
 }
 
 }  // namespace tjob::detail

@@ -28,4 +28,10 @@ failure not_found_failure(const std::string& name, const std::string& where, std
 [[noreturn]] void throw_step_not_found(const std::string& name, const std::string& step,
                                        const std::vector<std::string>& steps);
 
+/// What to do about a file operation under `dir` (TJOB_HOME, its jobs/)
+/// that failed with `err` (an errno), its cause first: a full disk, too many
+/// open files and no memory each get their own words, never the same
+/// "check that it is writable" (issue 43).
+std::string fix_for_errno(int err, const std::string& dir);
+
 }  // namespace tjob::detail

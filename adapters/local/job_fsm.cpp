@@ -39,8 +39,9 @@ job_input job_input::spawn_failed(std::size_t step, std::string what, std::strin
 }
 
 job_input job_input::exited(std::size_t step, int code, std::string how, long pid, std::string what,
-                            double seconds) {
+                            double seconds, std::string note) {
   job_input in{kind::exited};
+  in.message = std::move(note);
   in.step = step;
   in.exit_code = code;
   in.how = std::move(how);
@@ -221,7 +222,8 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
       }
       if (stage_ != stage::running) break;
       step_outcome out{{event_kind::exited, in.exit_code},
-                       "process " + std::to_string(in.pid) + " ended: " + in.how,
+                       "process " + std::to_string(in.pid) + " ended: " + in.how +
+                           (in.message.empty() ? "" : "; " + in.message),
                        in.how,
                        std::nullopt};
       steps_[in.step].how = in.how;  // the reason is written at the end, once the blame is known

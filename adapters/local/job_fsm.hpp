@@ -92,8 +92,9 @@ struct job_input {
   static job_input venv_finalized(bool ok, std::string how = {});
   static job_input spawned(std::size_t step);
   static job_input spawn_failed(std::size_t step, std::string what, std::string how, std::string message);
+  /// `note`: what else the exit's event says (a full disk); empty: nothing.
   static job_input exited(std::size_t step, int code, std::string how, long pid, std::string what,
-                          double seconds);
+                          double seconds, std::string note = {});
   static job_input cancel(bool forced = false, bool recorded = false);
   static job_input deadline_passed();
   static job_input dependency_never_satisfied(std::string message);

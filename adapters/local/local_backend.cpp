@@ -40,7 +40,10 @@ class local_watch final : public detail::job_watch {
   }
 
   asio::awaitable<std::optional<train_job>> current() override {
-    if (owned_) co_return e_->snapshot(*owned_);
+    if (owned_) {
+      e_->check_recordable(*owned_);  // a store that fails for long ends the wait, saying why
+      co_return e_->snapshot(*owned_);
+    }
     auto row = e_->load_fresh(name_);
     if (!row) e_->throw_not_found(name_);
     if (!foreign_) foreign_ = std::make_unique<foreign_watch>(*e_, *row, false);

@@ -58,6 +58,7 @@ struct step_rec {
       std::make_unique<boost::asio::cancellation_signal>();
   std::vector<std::string> cgroups;  // its cgroups (tree, cpu, memory), removed when the step ends
   std::string tree_cgroup;           // the one that holds its whole process tree; empty: none could be made
+  std::string ended_how;             // how its code's process ended ("exit code 1"), once it has
   std::string memory_cgroup;         // the one that limits its memory (its OOM kills are read at the end)
   detail::log_clock::tracked times;  // its log's line times, while it runs
 };
@@ -193,6 +194,18 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   };
   std::vector<pending_write> pending;
   bool flush_posted = false;
+  /// Commits that failed in a row (a full disk), since when, and the last
+  /// error: reported once, then retried with back-off (flush).
+  int commit_failures = 0;
+  steady::time_point failing_since{};
+  std::string commit_error;
+  /// Throws store_unavailable when commits have failed for longer than
+  /// cfg.store_failing_limit and `j` has no process left (its end waits to
+  /// be recorded): a wait on it says so, instead of waiting for the disk.
+  void check_recordable(const job_rec& j) const;
+  /// What to say when the file system holding `path` has no space left for
+  /// this user; nullopt while it has.
+  std::optional<std::string> full_file_system(const std::string& path) const;
   bool stopping = false;
   /// Why the store is read-only (see the constructor); empty when it is not.
   std::string read_only;

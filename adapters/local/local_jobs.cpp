@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <csignal>
 
@@ -111,8 +113,8 @@ engine_state::engine_state(const detail::backend_context& ctx)
   } catch (const std::system_error& e) {
     if (!existing || !unwritable(e.code().value()))
       fail(errc::store_unavailable,
-           "cannot use " + home.string() + " as TJOB_HOME: " + e.code().message() +
-               "; set TJOB_HOME to a writable directory",
+           "cannot use " + home.string() + " as TJOB_HOME: " + e.code().message() + "; " +
+               detail::fix_for_errno(e.code().value(), home.string()),
            e.what());
   }
   int fd = -1;
@@ -134,7 +136,7 @@ engine_state::engine_state(const detail::backend_context& ctx)
     log->info("{}", read_only);
   } else {
     fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " + std::strerror(why) +
-                                      "; set TJOB_HOME to a writable directory");
+                                      "; " + detail::fix_for_errno(why, home.string()));
   }
   db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout, !read_only.empty(),
                                        [&] { refuse_new_store_over_jobs(db_path); });
@@ -348,20 +350,65 @@ void engine_state::flush() {
       else
         keep.push_back(std::move(w));
     }
-    log->error("store commit failed, {} writes will be retried: {}", keep.size(), e.what());
+    // Said once, and again only when the error changes: a full disk can
+    // last hours (issue 43: one line every 200 ms).
+    if (commit_failures == 0) failing_since = steady::now();
+    const bool news = commit_failures == 0 || commit_error != e.what();
+    ++commit_failures;
+    commit_error = e.what();
+    // 200 ms, doubling, at most 10 s apart
+    const auto retry = std::min<std::chrono::milliseconds>(
+        std::chrono::milliseconds(200L << std::min(commit_failures - 1, 6)), std::chrono::seconds(10));
+    if (news)
+      log->error("store commit failed, {} writes kept and retried (at most 10 s apart) until it succeeds: {}",
+                 keep.size(), e.what());
     for (auto& w : pending) keep.push_back(std::move(w));
     pending = std::move(keep);
     if (!pending.empty()) {
-      auto timer = std::make_shared<asio::steady_timer>(ex, std::chrono::milliseconds(200));
+      auto timer = std::make_shared<asio::steady_timer>(ex, retry);
       timer->async_wait([self = shared_from_this(), timer](error_code) { self->flush(); });
     }
+    for (auto& [name, j] : jobs) j->watchers.notify_all();  // a wait may have to give up (check_recordable)
     return;
+  }
+  if (commit_failures > 0) {
+    log->info("store commit succeeded after {} failed tries over {:.1f} s; the writes kept are in",
+              commit_failures, std::chrono::duration<double>(steady::now() - failing_since).count());
+    commit_failures = 0;
+    commit_error.clear();
   }
   for (auto& w : writes)
     if (w.after) done.push_back(std::move(w.after));
   for (auto& d : done) d();
   committed.notify_all();
   log_times.write_held();  // the ended steps' last line times, now that their ends are committed
+}
+
+void engine_state::check_recordable(const job_rec& j) const {
+  if (commit_failures == 0 || steady::now() - failing_since < cfg.store_failing_limit) return;
+  for (const auto& s : j.steps)
+    if (s.proc.pid() > 0) return;  // it runs: its end is not waiting on the store
+  std::string how;
+  for (const auto& s : j.steps)
+    if (!s.ended_how.empty()) how += (how.empty() ? "" : ", ") + s.row.name + " " + s.ended_how;
+  fail(errc::store_unavailable,
+       "TrainJob " + quote(j.row.name) + (how.empty() ? std::string(" has no process running") : " ended (" + how + ")") +
+           ", but the store has refused every write for " +
+           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(steady::now() - failing_since).count()) +
+           " s, so its record is not complete: " + commit_error +
+           ". This process keeps trying while it runs; once it has exited, the next tjob command records the "
+           "job as Failed, reason lost, when the store can be written again");
+}
+
+std::optional<std::string> engine_state::full_file_system(const std::string& path) const {
+  const auto dir = std::filesystem::path(path).parent_path();
+  struct statvfs fs {};
+  struct stat st {};
+  if (::statvfs(dir.c_str(), &fs) != 0 || fs.f_bavail > 0 || ::stat(dir.c_str(), &st) != 0) return std::nullopt;
+  return fmt::format(
+      "the file system of its log ({}, device {}:{}) had no space left when it ended: its last output may be "
+      "missing from the log; free space there",
+      dir.string(), major(st.st_dev), minor(st.st_dev));
 }
 
 // ---------------------------------------------------------------------------

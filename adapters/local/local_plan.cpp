@@ -374,8 +374,8 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
     transact([&](detail::store& db) { db.delete_job(name); });
     std::error_code rec;
     std::filesystem::remove_all(j->dir, rec);
-    fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + made_not->what() + "; check that " +
-                                      jobs_dir.string() + " is writable");
+    fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + made_not->what() + "; " +
+                                      detail::fix_for_errno(made_not->code().value(), jobs_dir.string()));
   }
 }
 

@@ -608,6 +608,16 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
                                      ": it used the node's whole memory limit (" + s.memory_cgroup + ")\n");
             }
             self->remove_cgroups(s);
+            // A process that failed on a full disk (ENOSPC) rarely says so
+            // where anyone reads it: its log is on that disk too (issue 43).
+            std::string note;
+            if (st.code != 0 && st.signal == 0 && why != "OOMKilled") {
+              if (auto full = self->full_file_system(s.log_path)) {
+                why = "DiskFull";
+                note = *full;
+              }
+            }
+            s.ended_how = why;
             double secs = std::chrono::duration<double>(steady::now() - t0).count();
             // A cancel asked by another process (cancel_foreign) is in the log,
             // and it signalled the process itself: it is an input here too.
@@ -620,7 +630,7 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
               self->log->warn("job {}: cannot read its event log at the exit of {}: {}", j->row.name,
                               s.row.name, e.what());
             }
-            j->post(job_input::exited(index, st.code, std::move(why), s.row.pid, what, secs));
+            j->post(job_input::exited(index, st.code, std::move(why), s.row.pid, what, secs, std::move(note)));
           }));
 }
 

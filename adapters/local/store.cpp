@@ -2,6 +2,7 @@
 
 #include "adapters/local/store_schema.hpp"
 #include "adapters/local/store_sql.hpp"
+#include "core/messages.hpp"
 
 #include <tjob/error.hpp>
 
@@ -40,7 +41,7 @@ std::string fix_for(errc e, const std::filesystem::path& p) {
     case errc::store_corrupt:
       return "move " + p.string() + " aside (nothing in it was changed) or point TJOB_HOME elsewhere";
     default:
-      return "check that " + p.parent_path().string() + " is a writable directory, or set TJOB_HOME to one";
+      return fix_for_errno(0, p.parent_path().string());
   }
 }
 
@@ -229,9 +230,14 @@ std::filesystem::path store::wake_path(const std::filesystem::path& db_path) {
 void store::fail(int rc, std::string_view what) {
   errc e = classify(rc);
   std::string peer = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
-  throw error(e,
-              "store " + path_.string() + ": " + std::string(what) + " (" + peer + "); " + fix_for(e, path_),
-              peer);
+  // The cause first: SQLite's code, else the system's errno behind an I/O error.
+  int cause = (rc & 0xff) == SQLITE_FULL    ? ENOSPC
+              : (rc & 0xff) == SQLITE_NOMEM ? ENOMEM
+              : db_                         ? sqlite3_system_errno(db_)
+                                            : 0;
+  std::string fix =
+      e == errc::store_unavailable ? fix_for_errno(cause, path_.parent_path().string()) : fix_for(e, path_);
+  throw error(e, "store " + path_.string() + ": " + std::string(what) + " (" + peer + "); " + fix, peer);
 }
 
 void store::exec(const char* sql) {

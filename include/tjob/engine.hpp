@@ -43,6 +43,12 @@ struct engine_config {
   std::chrono::milliseconds grace_period{10'000};
   /// How long a store write waits for another process's lock.
   std::chrono::milliseconds store_busy_timeout{5'000};
+  /// How long a wait on one of this engine's own jobs goes on while the store
+  /// cannot be written (a full disk): past it, the wait fails with
+  /// store_unavailable saying why and what becomes of the job's record. The
+  /// writes are kept and retried, with back-off, for as long as the engine
+  /// runs (a detached supervisor records the job's end once space returns).
+  std::chrono::milliseconds store_failing_limit{30'000};
   /// Directories of runtime manifests (ClusterTrainingRuntime YAML) that
   /// override the built-in runtimes by name, later ones winning. Empty:
   /// $TJOB_HOME/runtimes.

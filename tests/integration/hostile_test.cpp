@@ -5,6 +5,8 @@
 #include <tjob/client.hpp>
 
 #include <doctest/doctest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <sys/stat.h>
 #include <algorithm>
@@ -384,4 +386,88 @@ TEST_CASE_FIXTURE(fixture, "a new job never takes over a directory that another 
   for (const auto& d : fs::directory_iterator(fs::path(home()) / "jobs")) entries.push_back(d.path().filename());
   std::sort(entries.begin(), entries.end());
   CHECK(entries == std::vector<std::string>{"first", "j5"});
+}
+
+namespace {
+
+// A tmpfs of `size` mounted by the test (root only) and unmounted after: a
+// disk that fills up.
+struct small_fs {
+  fs::path at;
+  bool mounted = false;
+  small_fs(fs::path p, const std::string& size) : at(std::move(p)) {
+    fs::create_directories(at);
+    mounted = tjob::test::run({"mount", "-t", "tmpfs", "-o", "size=" + size + ",mode=0700", "tmpfs", at.string()})
+                  .exit_code == 0;
+  }
+  ~small_fs() {
+    if (mounted) tjob::test::run({"umount", "-l", at.string()});
+  }
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "a full disk: the job is Failed DiskFull, the error is said once, and a wait ends") {
+  // Issue 43: with TJOB_HOME on a full file system the engine retried every
+  // 200 ms, printing the same line each time, and tjob run never returned.
+  small_fs disk(dir.path() / "small", "6m");
+  if (!disk.mounted) return (void)tjob::test::skip("mounting a tmpfs (run as root)");
+  auto lines = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(2000);
+  auto logger = std::make_shared<spdlog::logger>("full-disk", lines);
+  logger->set_level(spdlog::level::info);
+  auto cfg = config(300ms);
+  cfg.home = disk.at / "home";
+  cfg.logger = logger;
+  cfg.store_failing_limit = 1s;
+  trainer_client c(cfg);
+  c.wait_for_job_status(c.train(helper_job({"print", "fits\n"}, "small")), {job_status::complete}, 30s);
+  // The job waits at a gate while the test fills what is left of the disk,
+  // then fails: its end has to be committed to a store with no room.
+  gate g;
+  c.train(helper_job({"read-fifo", g.path(), "exit", "1"}, "full"));
+  c.wait_for_job_status("full", {job_status::running}, 30s);
+  {
+    std::ofstream fill(disk.at / "fill", std::ios::binary);
+    const std::string block(4096, 'x');
+    while (fill.write(block.data(), static_cast<std::streamsize>(block.size())) && fill.flush()) {
+    }
+  }
+  g.release();
+  bool refused_while_full = false;
+  // Either the store still found room for the job's end (SQLite reuses the
+  // WAL's pages after a checkpoint, and the engine's own cleanup frees some),
+  // or the wait gives up after store_failing_limit, saying why.
+  try {
+    auto job = c.wait_for_job_status("full", {job_status::failed}, 60s);
+    CHECK(job.steps[0].reason == "DiskFull");
+  } catch (const error& e) {
+    refused_while_full = true;
+    CHECK(e.code() == make_error_code(errc::store_unavailable));
+    std::string why = e.what();
+    CAPTURE(why);
+    CHECK(why.find("TrainJob 'full' ended (node-0 DiskFull), but the store has refused every write") == 0);
+    CHECK(why.find("is full (no space left on device): free space there") != std::string::npos);
+    CHECK(why.find("the next tjob command records the job as Failed, reason lost") != std::string::npos);
+  }
+  fs::remove(disk.at / "fill");  // space returns: the kept writes go in
+  auto job = c.wait_for_job_status("full", {job_status::failed}, 60s);
+  CHECK(job.steps[0].reason == "DiskFull");
+  CHECK(job.steps[0].exit_code == 1);
+  bool said = false;
+  for (const auto& e : c.get_job_events("full"))
+    said = said || e.message.find("had no space left when it ended: its last output may be missing") !=
+                       std::string::npos;
+  CHECK(said);
+  std::size_t failures = 0;
+  bool recovered = false;
+  for (const auto& l : lines->last_formatted()) {
+    if (std::getenv("TJOB_TEST_SHOW_LOG")) MESSAGE(l);
+    failures += l.find("store commit failed") != std::string::npos;
+    recovered = recovered || l.find("store commit succeeded after") != std::string::npos;
+  }
+  MESSAGE("the store refused writes while the disk was full: " << refused_while_full << "; failed commits said "
+                                                                 << failures << " time(s)");
+  CHECK(failures <= 2);  // said once (again only if its words changed), not every retry
+  if (refused_while_full) CHECK(recovered);
+  c.delete_job("full");
 }
