@@ -14,8 +14,10 @@
 #include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <unistd.h>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +25,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <system_error>
 #include <tuple>
 
 namespace {
@@ -561,6 +564,14 @@ int run_query(commands& c) {
   return exit_ok;
 }
 
+int say_system_error(const char* what, bool limits) {
+  std::fprintf(stderr, "tjob: error: %s%s\n", what,
+               limits ? "; the OS would not give tjob another thread or process: raise the limits on "
+                        "processes (ulimit -u) and memory (ulimit -v), or run fewer jobs at once"
+                      : "");
+  return exit_failed;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -637,6 +648,19 @@ int main(int argc, char** argv) {
   } catch (const tjob::error& e) {
     std::fprintf(stderr, "tjob: error: %s\n", e.what());
     return is_usage_error(e.code()) ? exit_usage : exit_failed;
+  } catch (const std::system_error& e) {
+    // A thread or process the OS would not give (issue 43: under ulimit -v
+    // or -u this was a bare "Resource temporarily unavailable").
+    const bool limits = e.code() == std::errc::resource_unavailable_try_again ||
+                        e.code() == std::errc::not_enough_memory;  // (std::thread's are generic_category)
+    return say_system_error(e.what(), limits);
+  } catch (const boost::system::system_error& e) {  // Asio's threads
+    const bool limits = e.code() == boost::system::errc::resource_unavailable_try_again ||
+                        e.code() == boost::system::errc::not_enough_memory;
+    return say_system_error(e.what(), limits);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "tjob: error: out of memory: raise the limit on tjob's memory (ulimit -v) or free some\n");
+    return exit_failed;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tjob: error: %s\n", e.what());
     return exit_failed;

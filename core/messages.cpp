@@ -69,6 +69,9 @@ std::string fix_for_errno(int err, const std::string& dir) {
       return "the system has as many files open as it allows: close some, or raise fs.file-max";
     case ENOMEM:
       return "tjob ran out of memory: free some, or raise the limit on its address space (ulimit -v)";
+    case EAGAIN:
+      return "the OS would not give tjob another thread or process: raise the limits on processes (ulimit "
+             "-u) and memory (ulimit -v), or run fewer jobs at once";
     case EROFS:
       return dir + " is on a read-only file system: set TJOB_HOME to a writable directory";
     default:

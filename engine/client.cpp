@@ -1,14 +1,21 @@
 #include <tjob/client.hpp>
 
+#include "core/messages.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 
 #include <pthread.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <future>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 
@@ -23,8 +30,36 @@ struct trainer_client::impl {
         work(ctx.get_executor()),
         thread([this] {
           ::pthread_setname_np(::pthread_self(), "tjob-engine");  // the reactor, as top -H shows it
-          ctx.run();
+          run_reactor();
         }) {}
+
+  // A handler that throws out of the reactor (out of memory while a job's
+  // failure is being recorded, issue 43) leaves the engine's state half
+  // changed, and every caller waiting on it would wait forever: the process
+  // says why and exits. Its jobs are then what a killed tjob leaves, and the
+  // next tjob reconciles them (Failed, reason lost). Nothing here allocates.
+  void run_reactor() noexcept {
+    const char* what = "unknown error";
+    bool memory = false;
+    try {
+      ctx.run();
+      return;
+    } catch (const std::bad_alloc& e) {
+      memory = true;
+      what = e.what();
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    auto say = [](const char* text) { [[maybe_unused]] auto n = ::write(2, text, std::strlen(text)); };
+    say(memory ? "tjob: error: the engine ran out of memory (" : "tjob: error: the engine failed (");
+    say(what);
+    say(memory ? "); it cannot go on: raise the limit on its memory (ulimit -v) or free some. Its jobs that "
+                 "were running are recorded as Failed, reason lost, by the next tjob command\n"
+               : "); it cannot go on. Its jobs that were running are recorded as Failed, reason lost, by "
+                 "the next tjob command\n");
+    std::_Exit(1);
+  }
 
   ~impl() {
     try {
@@ -60,6 +95,13 @@ struct trainer_client::impl {
       }
     } catch (const error& e) {
       r.failure.emplace(e.code(), e.what(), e.diagnostics());
+    } catch (const std::system_error& e) {  // a thread the OS would not give (ulimit -u, -v): say which limit
+      const int err = e.code() == std::errc::resource_unavailable_try_again ? EAGAIN
+                      : e.code() == std::errc::not_enough_memory              ? ENOMEM
+                                                                              : 0;
+      r.other = err ? std::string(e.what()) + "; " + detail::fix_for_errno(err, "") : std::string(e.what());
+    } catch (const std::bad_alloc&) {
+      r.other = detail::fix_for_errno(ENOMEM, "");
     } catch (const std::exception& e) {
       r.other = e.what();
     }

@@ -1466,3 +1466,40 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(piped.out == "one\n");
   CHECK(tjob({"get", "piped", "-o", "json"}).out.find("\"progress_percent\":70") != std::string::npos);
 }
+
+TEST_CASE_FIXTURE(fixture, "out of memory at any limit is a clear error and an exit, never a hang or an abort") {
+  if (!local_only("the limit is on the client, and the engine is the server's")) return;
+  if (tjob::test::under_sanitizer())
+    return (void)tjob::test::not_applicable("a sanitizer's runtime reserves more address space than the limits");
+  // Issue 43: under ulimit -v of 50,000-58,000 kB `tjob run` hung on a futex
+  // or aborted on an uncaught std::bad_alloc, and its job stayed Created.
+  std::set<int> outcomes;
+  for (int kb = 28'000; kb <= 120'000; kb += 4'000) {  // (below 28 MB the loader itself fails)
+    auto r = run({"prlimit", "--as=" + std::to_string(kb * 1024L), "--", tjob_bin(), "run", "--", helper_bin(),
+                  "print", "hi\n"},
+                 env(), 60s);
+    CAPTURE(kb);
+    CAPTURE(r.err);
+    CHECK_FALSE(r.timed_out);
+    outcomes.insert(r.exit_code);
+    if (r.exit_code == 0) {
+      CHECK(r.out == "hi\n");
+      continue;
+    }
+    CHECK(r.exit_code > 0);
+    CHECK(r.exit_code < 128);  // never 134 (an abort) or another signal
+    // Said in words: the engine's error names the limit; a job the OS would
+    // not start says so in its failure.
+    const bool says_why = r.err.find("ulimit -v") != std::string::npos ||
+                          r.err.find("ulimit -u") != std::string::npos ||
+                          r.err.find("start failed: Cannot allocate memory") != std::string::npos;
+    CHECK(says_why);
+  }
+  CHECK(outcomes.count(0));  // the range reaches the limits that suffice
+  CHECK(outcomes.size() > 1);  // and those that do not
+  // Whatever a run left unfinished is reconciled: nothing stays Created or Running.
+  auto list = tjob({"list", "-o", "json"});
+  REQUIRE(list.exit_code == 0);
+  CHECK(list.out.find("\"Running\"") == std::string::npos);
+  CHECK(list.out.find("\"Created\"") == std::string::npos);
+}
