@@ -367,6 +367,8 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   boost::asio::awaitable<void> record_job(std::shared_ptr<job_rec> j, detail::checked_request& c);
   boost::asio::awaitable<void> make_job_files(std::shared_ptr<job_rec> j);
   void log_progress(job_rec& j, step_rec& s, const std::string& line);
+  /// A note on a node's limits: in a Python job's log, else a Setup event.
+  void say_limit(job_rec& j, step_rec& s, const std::string& text);
   boost::asio::awaitable<void> remove_tree(std::filesystem::path dir, std::string job);
   /// Runs `f` on the thread pool (blocking file work) and comes back to the
   /// reactor; rethrows what it threw.

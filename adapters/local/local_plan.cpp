@@ -77,6 +77,9 @@ void engine_state::plan_command(job_rec& j, const std::string& who, command_trai
   ph.argv = ct.command;
   ph.env = ct.env;
   ph.cwd = ct.working_dir;
+  // memory= is the node's limit as well as its reservation, as for a Python
+  // job and in a container (issue 42: it was accepted and not enforced).
+  ph.memory_limit = ct.memory;
   j.spec = spec_json(ct, ph.executable);
   j.node_phases.push_back(std::move(ph));
 }
@@ -372,8 +375,20 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
   if (made_not) {
     const auto name = j->row.name;
     transact([&](detail::store& db) { db.delete_job(name); });
-    std::error_code rec;
-    std::filesystem::remove_all(j->dir, rec);
+    // Undone by name, file by file: unlink and rmdir need no descriptor, so
+    // this works when the failure was running out of them (EMFILE), where a
+    // tree walk cannot (issue 43: refused jobs left their directories).
+    std::vector<std::string> made;
+    for (const auto& [path, text] : j->files) made.push_back(path);
+    made.push_back(j->dir + "/progress-token");
+    for (const auto& s : j->steps) made.push_back(s.log_path);
+    for (const auto& path : made) ::unlink(path.c_str());
+    ::rmdir(work.c_str());
+    if (::rmdir(j->dir.c_str()) != 0 && errno != ENOENT) {
+      std::error_code rec;
+      std::filesystem::remove_all(j->dir, rec);
+      if (rec) log->warn("job {}: cannot remove {} after its failed start: {}", name, j->dir, rec.message());
+    }
     fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + made_not->what() + "; " +
                                       detail::fix_for_errno(made_not->code().value(), jobs_dir.string()));
   }

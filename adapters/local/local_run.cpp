@@ -450,22 +450,22 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
     if (auto dir = process::limit_memory(s.row.pid, cgroup_name, ph.memory_limit, why_not)) {
       if (std::find(s.cgroups.begin(), s.cgroups.end(), *dir) == s.cgroups.end()) s.cgroups.push_back(*dir);
       s.memory_cgroup = *dir;
-      log_progress(*j, s, fmt::format("[tjob] memory limited to {} MiB for the node ({})\n", mib, *dir));
+      say_limit(*j, s, fmt::format("memory limited to {} MiB for the node ({})", mib, *dir));
     } else {
       // Without a cgroup, an address-space limit per process is all there is;
       // it is not the same thing, and the log says so.
       rlimit lim{ph.memory_limit, ph.memory_limit};
       if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
-        log_progress(*j, s,
-                     fmt::format("[tjob] memory not limited: {}; and no address-space limit either: {}\n",
-                                 why_not, std::strerror(errno)));
+        say_limit(*j, s,
+                  fmt::format("memory not limited: {}; and no address-space limit either: {}", why_not,
+                              std::strerror(errno)));
       else
-        log_progress(*j, s,
-                     fmt::format("[tjob] warning: memory limited as address space, not resident memory: {}. "
-                                 "Each process may map at most {} MiB (RLIMIT_AS), which large imports such "
-                                 "as torch can exceed while using far less; raise memory= or run where "
-                                 "cgroups are writable\n",
-                                 why_not, mib));
+        say_limit(*j, s,
+                  fmt::format("warning: memory limited as address space, not resident memory: {}. "
+                              "Each process may map at most {} MiB (RLIMIT_AS), which large imports such "
+                              "as torch can exceed while using far less; raise memory= or run where "
+                              "cgroups are writable",
+                              why_not, mib));
     }
   }
   if (ph.cpu_limit > 0) {
@@ -474,10 +474,9 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
     auto dir = process::limit_cpu(s.row.pid, cgroup_name, ph.cpu_limit, why_not);
     if (dir) {
       if (std::find(s.cgroups.begin(), s.cgroups.end(), *dir) == s.cgroups.end()) s.cgroups.push_back(*dir);
-      log_progress(*j, s,
-                   "[tjob] CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")\n");
+      say_limit(*j, s, "CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")");
     } else {
-      log_progress(*j, s, "[tjob] CPU time not limited: " + why_not + "\n");
+      say_limit(*j, s, "CPU time not limited: " + why_not);
     }
   }
   std::string what =
@@ -603,9 +602,9 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
             auto why = describe(st);
             if (!s.memory_cgroup.empty() && process::oom_kills(s.memory_cgroup) > 0) {
               why = "OOMKilled";  // Kubernetes' and Docker's word
-              self->log_progress(*j, s,
-                                 "[tjob] the kernel's OOM killer ended a process of " + s.row.name +
-                                     ": it used the node's whole memory limit (" + s.memory_cgroup + ")\n");
+              self->say_limit(*j, s,
+                              "the kernel's OOM killer ended a process of " + s.row.name +
+                                  ": it used the node's whole memory limit (" + s.memory_cgroup + ")");
             }
             self->remove_cgroups(s);
             // A process that failed on a full disk (ENOSPC) rarely says so
@@ -632,6 +631,20 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
             }
             j->post(job_input::exited(index, st.code, std::move(why), s.row.pid, what, secs, std::move(note)));
           }));
+}
+
+// What tjob says of a node's limits: a line of the log of a Python job (as
+// its setup's lines are); a command's log stays its own bytes, so there it is
+// a Setup event (tjob get, the events) and a line of the engine's log.
+void engine_state::say_limit(job_rec& j, step_rec& s, const std::string& text) {
+  if (!j.venv.empty()) {
+    log_progress(j, s, "[tjob] " + text + "\n");
+    return;
+  }
+  log->info("job {} {}: {}", j.row.name, s.row.name, text);
+  queue_write([name = j.row.name, step = s.row.name, t = now_ms(), text](detail::store& db) {
+    db.append_event(name, step, t, log_event::setup, text);
+  });
 }
 
 // Deleting a tree (a venv: thousands of files) is blocking work: it runs on

@@ -29,7 +29,11 @@ struct command_trainer {
   std::string working_dir;  ///< empty: the job's own `jobs/<name>/work/` (in a container: /workspace)
   std::string image;        ///< container backend: the image; empty: the config's, else the runtime's
   /// What the job is admitted for (engine_config::admission): CPUs and bytes
-  /// of memory it holds while it runs. A reservation, not a limit.
+  /// of memory it holds while it runs. `cpus` is a reservation; `memory`
+  /// (0: none) is also the limit of the node's processes together, as a
+  /// container's: past it the kernel's OOM killer ends one and the step fails
+  /// OOMKilled (a memory cgroup; where none can be made, an address-space
+  /// limit per process, which the job's events say).
   int cpus = 1;
   std::uint64_t memory = 0;
 };

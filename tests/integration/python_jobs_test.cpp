@@ -546,6 +546,39 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(c.get_job_logs(with_torch).read_all().find("sum 4.0\n") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(fixture, "a command's memory= is its limit too, said in its events and never in its log") {
+  // Issue 42: --resources memory= on a command was accepted and not enforced.
+  if (!memory_cgroups_writable()) return (void)tjob::test::skip("a writable memory cgroup (run as root)");
+  trainer_client c(config());
+  auto command_job = [](const std::string& name, int mib, std::uint64_t memory) {
+    train_request r;
+    r.name = name;
+    command_trainer t;
+    t.command = {"/usr/bin/python3", "-c",
+                 "b = bytearray(" + std::to_string(mib) +
+                     " << 20)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\nprint('touched', flush=True)\n"};
+    t.memory = memory;
+    r.job_trainer = t;
+    return r;
+  };
+  auto fits = c.train(command_job("cmd-fits", 32, 256ull << 20));
+  c.wait_for_job_status(fits, {job_status::complete}, 120s);
+  CHECK(c.get_job_logs(fits).read_all() == "touched\n");  // its own bytes only
+  bool said = false;
+  for (const auto& e : c.get_job_events(fits))
+    said = said || (e.reason == "Setup" && e.message.find("memory limited to 256 MiB for the node (") == 0);
+  CHECK(said);
+
+  auto over = c.train(command_job("cmd-over", 600, 128ull << 20));
+  auto job = c.wait_for_job_status(over, {job_status::failed}, 120s);
+  CHECK(job.steps[0].reason == "OOMKilled");
+  CHECK(c.get_job_logs(over).read_all().find("touched") == std::string::npos);
+  bool killed = false;
+  for (const auto& e : c.get_job_events(over))
+    killed = killed || e.message.find("the kernel's OOM killer ended a process of node-0") != std::string::npos;
+  CHECK(killed);
+}
+
 TEST_CASE_FIXTURE(fixture,
                   "without a memory cgroup, memory= falls back to an address-space limit and says so") {
   // No cgroup filesystem where tjob looks: the fallback, as on a machine without one.
