@@ -6,6 +6,7 @@
 
 #include <sys/resource.h>
 #include <cerrno>
+#include <algorithm>
 #include <string_view>
 
 namespace tjob::detail {
@@ -17,9 +18,22 @@ std::string failure_message(const train_job& job, const std::map<std::string, st
     msg += "\n  " + s.name + ": status=Failed, exit_code=" +
            (s.exit_code ? std::to_string(*s.exit_code) : std::string("none")) + ", reason=" + s.reason;
   }
+  // The logs of the steps whose own failure it is: a step the engine stopped
+  // because another failed ("stopped: node-1 failed ...") ends in its
+  // launcher's SignalException, which would bury the user's traceback
+  // (issue 42). It is named, with how to read its log.
+  auto stopped = [](const step& s) { return s.reason.rfind("stopped: ", 0) == 0; };
+  const bool any_own = std::any_of(job.steps.begin(), job.steps.end(), [&](const step& s) {
+    return s.status == job_status::failed && !stopped(s);
+  });
   msg += "\n  Last logs:";
   for (const auto& s : job.steps) {
     if (s.status != job_status::failed) continue;
+    if (any_own && stopped(s)) {
+      msg += "\n    (" + s.name + " was stopped because another step failed: `tjob logs " + job.name + " --step " +
+             s.name + "` shows its log)";
+      continue;
+    }
     auto it = last_logs.find(s.name);
     if (it == last_logs.end()) continue;
     std::string_view text = it->second;

@@ -7,6 +7,7 @@
 #include "adapters/http/http_client.hpp"
 #include "adapters/process/proc_info.hpp"
 #include "adapters/process/process_adapter.hpp"
+#include "core/messages.hpp"
 #include "core/outcome.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -323,4 +324,35 @@ TEST_CASE("a container list that met a container exiting is asked again, and oth
   REQUIRE_FALSE(other.has_value());
   CHECK(other.error().code == container::docker_errc::daemon_failed);
   CHECK(server.requests().size() == 6);
+}
+
+TEST_CASE("a failure's last logs are those of the step whose failure it is, not of the steps stopped for it") {
+  tjob::train_job job;
+  job.name = "ddp";
+  job.status = tjob::job_status::failed;
+  job.reason = "rank 1 raised RuntimeError: bad x=8 (exit code 1)";
+  tjob::step n0, n1;
+  n0.name = "node-0";
+  n0.status = tjob::job_status::failed;
+  n0.exit_code = 1;
+  n0.reason = "stopped: node-1 failed (exit code 1)";
+  n1.name = "node-1";
+  n1.status = tjob::job_status::failed;
+  n1.exit_code = 1;
+  n1.reason = job.reason;
+  job.steps = {n0, n1};
+  const std::map<std::string, std::string> logs = {
+      {"node-0", "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15\n"},
+      {"node-1", "RuntimeError: bad x=8\n"}};
+  auto msg = tjob::detail::failure_message(job, logs);
+  CAPTURE(msg);
+  CHECK(msg.find("node-0: status=Failed, exit_code=1, reason=stopped: node-1 failed") != std::string::npos);
+  CHECK(msg.find("node-1: status=Failed, exit_code=1, reason=rank 1 raised") != std::string::npos);
+  CHECK(msg.find("    RuntimeError: bad x=8") != std::string::npos);
+  CHECK(msg.find("SignalException") == std::string::npos);
+  CHECK(msg.find("(node-0 was stopped because another step failed: `tjob logs ddp --step node-0` shows its log)") !=
+        std::string::npos);
+  // When every failed step was stopped (nothing else to show), their logs are shown.
+  job.steps = {n0};
+  CHECK(tjob::detail::failure_message(job, logs).find("SignalException") != std::string::npos);
 }
