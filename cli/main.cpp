@@ -247,6 +247,7 @@ struct commands {
   std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
   std::vector<std::string> job_names;  // get, wait, delete, cancel: one or more
   std::vector<std::string> runtime_names;  // runtimes NAME...
+  CLI::Option *del_grace = nullptr, *cancel_grace = nullptr;  // given: the cancel's; else the job's own
   bool follow = false, no_progress = false, prune_all = false, delete_all = false, all_steps = false,
        watch = false, timestamps = false;
   std::string since;
@@ -374,11 +375,13 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.del->add_option("name", c.job_names, "Job names");
   c.del->add_flag("--all", c.delete_all, "Every job (with --status: every job in those statuses)");
   c.del->add_option("--status", c.list_statuses, "With --all: only jobs in these statuses (comma-separated)");
-  c.del->add_option("--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
+  c.del_grace = c.del->add_option("--grace", c.common.grace_seconds,
+                                  "Seconds between SIGTERM and SIGKILL (default: the job's own, as it was submitted)");
   c.cancel =
       app.add_subcommand("cancel", "Cancel a running job (SIGTERM, SIGKILL after --grace); it stays, Failed");
   c.cancel->add_option("name", c.job_names, "Job names")->required();
-  c.cancel->add_option("--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL");
+  c.cancel_grace = c.cancel->add_option(
+      "--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL (default: the job's own, as it was submitted)");
   c.queue = app.add_subcommand("queue",
                                "List the jobs waiting for admission, next first: POSITION NAME PRIORITY "
                                "WAITING NEEDS WAITS-FOR (docs/scheduling.md)");
@@ -448,6 +451,13 @@ std::vector<runtime> runtimes_named(std::vector<runtime> all, const std::vector<
     shown.push_back(*it);
   }
   return shown;
+}
+
+// A cancel with the --grace given to cancel or delete.
+cancel_options given_grace(const commands& c) {
+  cancel_options o;
+  o.grace = std::chrono::milliseconds(static_cast<long long>(c.common.grace_seconds * 1000));
+  return o;
 }
 
 // The commands that read or change jobs through a client.
@@ -536,13 +546,14 @@ int run_query(commands& c) {
       for (const auto& j : jobs_listed()) names.push_back(j.name);
     for (const auto& n : names)
       each(n, [&](const std::string& m) {
+        if (c.del_grace->count() > 0) client.cancel_job(m, given_grace(c));  // (a no-op once it has ended)
         client.delete_job(m);
         write_out("deleted " + m + "\n");
       });
   } else if (*c.cancel) {
     for (const auto& n : c.job_names)
       each(n, [&](const std::string& m) {
-        client.cancel_job(m);
+        client.cancel_job(m, c.cancel_grace->count() > 0 ? given_grace(c) : cancel_options{});
         write_out(fmt::format("{} {}\n", m, to_string(client.get_job(m).status)));
       });
   } else if (*c.events) {

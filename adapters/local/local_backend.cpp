@@ -377,10 +377,10 @@ asio::awaitable<void> backend::cancel_job(std::string name, cancel_options optio
   e.check_running();
   e.check_writable("cancel a job");
   if (auto j = e.owned(name)) {
-    co_await e.cancel_owned(j, options.force);
+    co_await e.cancel_owned(j, options.force, options.grace);
     co_return;
   }
-  co_await e.cancel_foreign(name, options.force);
+  co_await e.cancel_foreign(name, options.force, options.grace);
 }
 
 asio::awaitable<void> backend::delete_job(std::string name) {
@@ -397,11 +397,11 @@ asio::awaitable<void> backend::delete_job(std::string name) {
     });
   }
   if (auto j = e.owned(name)) {
-    co_await e.cancel_owned(j, false);
+    co_await e.cancel_owned(j, false, std::nullopt);
   } else {
     auto row = e.load_fresh(name);
     if (!row) e.throw_not_found(name);
-    if (!is_terminal(row->status)) co_await e.cancel_foreign(name, false);
+    if (!is_terminal(row->status)) co_await e.cancel_foreign(name, false, std::nullopt);
   }
   // Its directory is moved out of the name's way first: a job of the same
   // name made as soon as the record is gone must not find it there (that is

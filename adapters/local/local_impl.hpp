@@ -90,6 +90,7 @@ struct phase {
 /// A job this engine runs. Jobs of other processes are read from the store.
 struct job_rec {
   detail::job_row row;  // row.steps is unused: `steps` holds them
+  std::chrono::milliseconds grace{};  // SIGTERM to SIGKILL: the engine's, or what a cancel gave
   std::vector<step_rec> steps;
   std::vector<phase> phases;       // the setup phases, then node-0's code
   std::vector<phase> node_phases;  // each node's code (node-0's is also phases.back())
@@ -405,8 +406,13 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   boost::asio::awaitable<std::optional<std::pair<std::string, std::string>>> python_identity(job_rec& j);
   boost::asio::awaitable<void> wait_for_venv(const std::string& key, detail::wake_signal& w);
   /// `force`: SIGKILL now (also when a graceful cancel is under way).
-  boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j, bool force);
-  boost::asio::awaitable<void> cancel_foreign(const std::string& name, bool force);
+  /// `grace`: between SIGTERM and SIGKILL; unset: the job's own (grace_of).
+  boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j, bool force,
+                                            std::optional<std::chrono::milliseconds> grace);
+  boost::asio::awaitable<void> cancel_foreign(const std::string& name, bool force,
+                                              std::optional<std::chrono::milliseconds> grace);
+  /// The grace period a job was made with (its spec's "grace_ms"), else this engine's.
+  std::chrono::milliseconds grace_of(const detail::job_row& row) const;
   void fail_unfinished(job_rec& j, const std::string& why);
 
   // a step's whole process tree (local_tree.cpp)

@@ -263,6 +263,19 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
     }
 }
 
+namespace {
+
+// The request's JSON with the job's grace period (what a cancel from another
+// process uses when it is given none: grace_of).
+std::string with_grace(std::string spec, std::chrono::milliseconds grace) {
+  if (spec.size() < 2 || spec.back() != '}') return spec;
+  spec.pop_back();
+  spec += (spec.size() > 1 ? ",\"grace_ms\":" : "\"grace_ms\":") + std::to_string(grace.count()) + "}";
+  return spec;
+}
+
+}  // namespace
+
 // Records the job, Created, in the store. A generated name that is taken is
 // replaced (and the job planned again: its paths hold the name); a given one
 // is an error.
@@ -270,7 +283,7 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
   auto& req = c.request;
   std::string name = req.name;
   for (;;) {
-    std::string spec = j->spec;
+    std::string spec = with_grace(j->spec, cfg.grace_period);
     j->row = {};
     j->row.name = name;
     j->row.runtime = req.runtime;  // empty for a command job given no runtime
@@ -453,6 +466,7 @@ asio::awaitable<std::string> engine_state::train(detail::checked_request c) {
                                      ": a command job runs one node; use a Python trainer on a "
                                      "torch runtime for several");
   auto j = std::make_shared<job_rec>();
+  j->grace = cfg.grace_period;
   plan_job(*j, req.name, req, c.rt);
   co_await record_job(j, c);
   co_await open_progress(j);

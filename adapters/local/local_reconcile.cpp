@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/json/parse.hpp>
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,8 +28,10 @@ void kill_orphan_group(std::int64_t pid, std::uint64_t start) {
 
 // A cancel is an input of the job's state machine, which stops what runs
 // (SIGTERM, then SIGKILL after the grace period); this waits for its end.
-asio::awaitable<void> engine_state::cancel_owned(std::shared_ptr<job_rec> j, bool force) {
+asio::awaitable<void> engine_state::cancel_owned(std::shared_ptr<job_rec> j, bool force,
+                                                 std::optional<std::chrono::milliseconds> grace) {
   if (is_terminal(j->row.status)) co_return;
+  if (grace) j->grace = *grace;
   j->post(job_input::cancel(force));
   detail::wake_signal w(ex);
   detail::wake_registration reg(j->watchers, &w);
@@ -38,21 +41,36 @@ asio::awaitable<void> engine_state::cancel_owned(std::shared_ptr<job_rec> j, boo
   }
 }
 
-asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool force) {
+std::chrono::milliseconds engine_state::grace_of(const detail::job_row& row) const {
+  boost::system::error_code ec;
+  auto spec = boost::json::parse(row.spec, ec);
+  if (!ec && spec.is_object())
+    if (const auto* g = spec.as_object().if_contains("grace_ms"); g && g->is_int64() && g->as_int64() >= 0)
+      return std::chrono::milliseconds(g->as_int64());
+  return cfg.grace_period;  // a job made before tjob recorded it
+}
+
+asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool force,
+                                                   std::optional<std::chrono::milliseconds> grace_given) {
   auto row = load_fresh(name);
   if (!row) throw_not_found(name);
   if (is_terminal(row->status)) co_return;
+  const auto grace = grace_given ? *grace_given : grace_of(*row);
   transact([&](detail::store& db) {
     db.append_event(name, "", now_ms(), log_event::cancel_requested,
                     "cancel requested by process " + std::to_string(self_pid) +
                         (force ? std::string(": SIGKILL to the process group now")
                                : ": SIGTERM to the process group, SIGKILL after " +
-                                     std::to_string(cfg.grace_period.count()) + " ms"));
+                                     std::to_string(grace.count()) + " ms"));
   });
   auto signal_steps = [&](const detail::job_row& r, int sig) {
-    for (const auto& s : r.steps)
-      if (s.status == job_status::running && process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start))
-        ::killpg(static_cast<pid_t>(s.pid), sig);
+    for (const auto& s : r.steps) {
+      if (s.status != job_status::running) continue;
+      if (process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start)) ::killpg(static_cast<pid_t>(s.pid), sig);
+      // and what left the group: the cgroup that holds the step's tree (local_tree.cpp)
+      auto dirs = process::cgroup_dirs_for(job_token(r) + "-" + s.name);
+      if (!dirs.empty()) process::signal_all(dirs.front(), sig);
+    }
   };
   signal_steps(*row, force ? SIGKILL : SIGTERM);
   foreign_watch fw(*this, *row, false);
@@ -65,7 +83,7 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool
     }
   };
   if (!force) {  // a forced cancel sent its SIGKILL above
-    if (co_await wait_for_end(steady::now() + cfg.grace_period)) co_return;
+    if (co_await wait_for_end(steady::now() + grace)) co_return;
     if (auto r = db->load_job(name)) signal_steps(*r, SIGKILL);
   }
   if (!co_await wait_for_end(steady::now() + std::chrono::seconds(30)))

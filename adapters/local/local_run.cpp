@@ -188,14 +188,14 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
         auto& s = j->steps[i];
         if (a.forced)
           log->info("job {} step {}: still running {} ms after SIGTERM; sending SIGKILL", j->row.name,
-                    s.row.name, cfg.grace_period.count());
+                    s.row.name, j->grace.count());
         s.proc.signal_group(a.forced ? SIGKILL : SIGTERM);
         if (!s.tree_cgroup.empty()) process::signal_all(s.tree_cgroup, a.forced ? SIGKILL : SIGTERM);
       }
       break;
     case A::arm_timer:
       if (!grace) grace = std::make_unique<asio::steady_timer>(ex);
-      grace->expires_after(cfg.grace_period);
+      grace->expires_after(j->grace);
       grace->async_wait([w = std::weak_ptr<job_rec>(j)](error_code ec) {
         if (auto jr = w.lock(); jr && !ec) jr->post(job_input::timer_fired());
       });
@@ -214,7 +214,7 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
                                    : "cancel requested";
       if (a.deadline && !j->venv.empty())  // (a command's log stays its own bytes)
         log_progress(*j, j->steps[0], "[tjob] " + why + "; stopping the job\n");
-      queue_write([name = j->row.name, t = now_ms(), grace = cfg.grace_period.count(),
+      queue_write([name = j->row.name, t = now_ms(), grace = j->grace.count(),
                    why = std::move(why)](detail::store& db) {
         db.append_event(
             name, "", t, log_event::cancel_requested,

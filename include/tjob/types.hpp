@@ -276,6 +276,10 @@ struct cancel_options {
   /// SIGKILL now, without the grace period (local and container backends; on
   /// Kubernetes the cluster's own grace period applies either way).
   bool force = false;
+  /// The time between SIGTERM and SIGKILL (local backend). Unset: the job's
+  /// own, the grace period of the engine that made it (`tjob train --grace`),
+  /// whichever process cancels it.
+  std::optional<std::chrono::milliseconds> grace;
 };
 
 /// Options of `get_job_logs`.

@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -1502,4 +1503,32 @@ TEST_CASE_FIXTURE(fixture, "out of memory at any limit is a clear error and an e
   REQUIRE(list.exit_code == 0);
   CHECK(list.out.find("\"Running\"") == std::string::npos);
   CHECK(list.out.find("\"Created\"") == std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "a cancel without --grace gives the job the grace it was submitted with") {
+  if (!local_only("a job made through the server has the server's grace period")) return;
+  // Issue 43: `tjob cancel` waited its own default of 10 s for a job
+  // submitted with --grace 1.
+  auto pidfile = dir.path() / "pids";
+  auto cancel_said = [&](const std::string& name) {
+    const auto events = tjob({"events", name}).out;
+    const auto at = events.find("cancel requested by process");
+    return at == std::string::npos ? std::string() : events.substr(at, events.find('\n', at) - at);
+  };
+  for (const auto& [name, cancel_grace, expected] :
+       {std::tuple<std::string, std::string, std::string>{"own-grace", "", "SIGKILL after 1000 ms"},
+        {"given-grace", "2", "SIGKILL after 2000 ms"}}) {
+    CAPTURE(name);
+    REQUIRE(tjob({"train", "--name", name, "--grace", "1", "--", helper_bin(), "ignore-term", pidfile.string()})
+                .exit_code == 0);
+    REQUIRE(tjob({"wait", name, "--status", "Running"}).exit_code == 0);
+    std::vector<std::string> cancel{"cancel", name};
+    if (!cancel_grace.empty()) cancel.insert(cancel.end(), {"--grace", cancel_grace});
+    auto r = tjob(cancel);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out == name + " Failed\n");
+    auto said = cancel_said(name);
+    CAPTURE(said);
+    CHECK(said.find(expected) != std::string::npos);
+  }
 }
