@@ -1,9 +1,9 @@
 // A step is the whole process tree it started, not only its process group
 // (issue 43): a `setsid` child or a double-forked daemon left the group and
 // outlived cancel, delete and the deadline. Each process of a step goes into
-// a cgroup of its own that tracks its tree (process::make_tree_cgroup; the child joins it before exec); when the step's
-// main process ends, or the job is stopped, every process still in it is
-// signalled. The step ends with its main process, as a container does (and
+// a cgroup of its own that tracks its tree (process::make_tree_cgroup; the
+// child joins it before exec); when the step's main process ends, or the job
+// is stopped, every process still in it is signalled. The step ends with its main process, as a container does (and
 // as Kubernetes and Slurm's proctrack/cgroup end a step): the job is Complete
 // or Failed by that exit, and what it left behind is killed before the exit is
 // recorded.
@@ -11,9 +11,9 @@
 // Where no cgroup can be made (no rights to the cgroup file system, none
 // mounted), the job's token in the environment is what finds its processes,
 // as the lost-job reconciler finds them: when the job's last step ends, every
-// process carrying the token is killed. A process that clears its own
-// environment and leaves its session escapes that fallback; docs/reliability.md
-// says so.
+// process carrying the token is killed. A process that leaves its session
+// and execs with an empty environment escapes that fallback;
+// docs/reliability.md says so.
 #include "adapters/local/local_impl.hpp"
 
 #include "adapters/process/cgroup.hpp"
@@ -26,8 +26,8 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <csignal>
+#include <cstring>
 #include <memory>
 
 namespace tjob::local {

@@ -4,14 +4,14 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
-#include <set>
-#include <thread>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <thread>
 
 namespace tjob::process {
 namespace {
@@ -147,8 +147,6 @@ std::size_t signal_all(const std::string& dir, int sig) {
   }
   return sent.size();
 }
-
-bool is_empty(const std::string& dir) { return members(dir).empty(); }
 
 std::optional<std::string> limit_cpu(pid_t pid, const std::string& name, double cpus, std::string& why_not) {
   auto quota = static_cast<long>(cpus * period_us);

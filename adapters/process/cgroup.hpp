@@ -49,9 +49,6 @@ std::optional<std::string> make_tree_cgroup(const std::string& name, std::string
 /// signalled (a process forking meanwhile is caught on the next read).
 std::size_t signal_all(const std::string& dir, int sig);
 
-/// Whether the cgroup `dir` holds no process any more (or is gone).
-bool is_empty(const std::string& dir);
-
 /// How many processes the OOM killer ended in the memory cgroup `dir`
 /// (v1 memory.oom_control, v2 memory.events); 0 when it cannot tell.
 std::uint64_t oom_kills(const std::string& dir);
