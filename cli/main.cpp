@@ -245,9 +245,10 @@ struct commands {
   common_options common;
   job_options run_opts, train_opts;
   std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
-  std::vector<std::string> job_names;  // get, wait, delete, cancel: one or more
+  std::vector<std::string> job_names;      // get, wait, delete, cancel: one or more
   std::vector<std::string> runtime_names;  // runtimes NAME...
-  CLI::Option *del_grace = nullptr, *cancel_grace = nullptr;  // given: the cancel's; else the job's own
+  // --grace of delete and cancel: when given, the cancel's; else the job's own
+  CLI::Option *del_grace = nullptr, *cancel_grace = nullptr;
   bool follow = false, no_progress = false, prune_all = false, delete_all = false, all_steps = false,
        watch = false, timestamps = false;
   std::string since;
@@ -375,13 +376,15 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.del->add_option("name", c.job_names, "Job names");
   c.del->add_flag("--all", c.delete_all, "Every job (with --status: every job in those statuses)");
   c.del->add_option("--status", c.list_statuses, "With --all: only jobs in these statuses (comma-separated)");
-  c.del_grace = c.del->add_option("--grace", c.common.grace_seconds,
-                                  "Seconds between SIGTERM and SIGKILL (default: the job's own, as it was submitted)");
+  c.del_grace =
+      c.del->add_option("--grace", c.common.grace_seconds,
+                        "Seconds between SIGTERM and SIGKILL (default: the job's own, as it was submitted)");
   c.cancel =
       app.add_subcommand("cancel", "Cancel a running job (SIGTERM, SIGKILL after --grace); it stays, Failed");
   c.cancel->add_option("name", c.job_names, "Job names")->required();
   c.cancel_grace = c.cancel->add_option(
-      "--grace", c.common.grace_seconds, "Seconds between SIGTERM and SIGKILL (default: the job's own, as it was submitted)");
+      "--grace", c.common.grace_seconds,
+      "Seconds between SIGTERM and SIGKILL (default: the job's own, as it was submitted)");
   c.queue = app.add_subcommand("queue",
                                "List the jobs waiting for admission, next first: POSITION NAME PRIORITY "
                                "WAITING NEEDS WAITS-FOR (docs/scheduling.md)");
@@ -670,7 +673,8 @@ int main(int argc, char** argv) {
                         e.code() == boost::system::errc::not_enough_memory;
     return say_system_error(e.what(), limits);
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "tjob: error: out of memory: raise the limit on tjob's memory (ulimit -v) or free some\n");
+    std::fprintf(stderr,
+                 "tjob: error: out of memory: raise the limit on tjob's memory (ulimit -v) or free some\n");
     return exit_failed;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tjob: error: %s\n", e.what());

@@ -5,8 +5,8 @@
 #include <tjob/error.hpp>
 
 #include <sys/resource.h>
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <string_view>
 
 namespace tjob::detail {
@@ -30,8 +30,8 @@ std::string failure_message(const train_job& job, const std::map<std::string, st
   for (const auto& s : job.steps) {
     if (s.status != job_status::failed) continue;
     if (any_own && stopped(s)) {
-      msg += "\n    (" + s.name + " was stopped because another step failed: `tjob logs " + job.name + " --step " +
-             s.name + "` shows its log)";
+      msg += "\n    (" + s.name + " was stopped because another step failed: `tjob logs " + job.name +
+             " --step " + s.name + "` shows its log)";
       continue;
     }
     auto it = last_logs.find(s.name);
@@ -75,7 +75,8 @@ std::string fix_for_errno(int err, const std::string& dir) {
              " is used up: free space there, or set TJOB_HOME to a directory on another file system";
     case EMFILE: {
       rlimit lim{};
-      std::string limit = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 ? " (" + std::to_string(lim.rlim_cur) + ")" : "";
+      std::string limit =
+          ::getrlimit(RLIMIT_NOFILE, &lim) == 0 ? " (" + std::to_string(lim.rlim_cur) + ")" : "";
       return "this process has as many files open as it may" + limit +
              ": raise the limit (ulimit -n), or run fewer jobs at once";
     }

@@ -97,8 +97,8 @@ struct trainer_client::impl {
       r.failure.emplace(e.code(), e.what(), e.diagnostics());
     } catch (const std::system_error& e) {  // a thread the OS would not give (ulimit -u, -v): say which limit
       const int err = e.code() == std::errc::resource_unavailable_try_again ? EAGAIN
-                      : e.code() == std::errc::not_enough_memory              ? ENOMEM
-                                                                              : 0;
+                      : e.code() == std::errc::not_enough_memory            ? ENOMEM
+                                                                            : 0;
       r.other = err ? std::string(e.what()) + "; " + detail::fix_for_errno(err, "") : std::string(e.what());
     } catch (const std::bad_alloc&) {
       r.other = detail::fix_for_errno(ENOMEM, "");

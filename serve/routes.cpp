@@ -198,7 +198,8 @@ asio::awaitable<answer> api::cancel(call& c) {
   only(c.query, {"force", "grace_ms"});
   cancel_options opts;
   opts.force = flag_param(c.query, "force");
-  if (auto g = int_param(c.query, "grace_ms", 0, std::int64_t(1) << 40)) opts.grace = std::chrono::milliseconds(*g);
+  if (auto g = int_param(c.query, "grace_ms", 0, std::int64_t(1) << 40))
+    opts.grace = std::chrono::milliseconds(*g);
   co_await engine_.cancel_job(c.name, opts);
   auto job = co_await engine_.get_job(c.name);
   co_return json_reply(200, to_json(job));

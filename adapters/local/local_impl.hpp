@@ -89,7 +89,7 @@ struct phase {
 
 /// A job this engine runs. Jobs of other processes are read from the store.
 struct job_rec {
-  detail::job_row row;  // row.steps is unused: `steps` holds them
+  detail::job_row row;                // row.steps is unused: `steps` holds them
   std::chrono::milliseconds grace{};  // SIGTERM to SIGKILL: the engine's, or what a cancel gave
   std::vector<step_rec> steps;
   std::vector<phase> phases;       // the setup phases, then node-0's code
@@ -368,6 +368,9 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   boost::asio::awaitable<void> record_job(std::shared_ptr<job_rec> j, detail::checked_request& c);
   boost::asio::awaitable<void> make_job_files(std::shared_ptr<job_rec> j);
   void log_progress(job_rec& j, step_rec& s, const std::string& line);
+  /// The step's process has exited (await_exit): ends its tree, reads why, posts `exited`.
+  void step_exited(const std::shared_ptr<job_rec>& j, std::size_t index, process::exit_status st,
+                   const std::string& what, steady::duration ran);
   /// A note on a node's limits: in a Python job's log, else a Setup event.
   void say_limit(job_rec& j, step_rec& s, const std::string& text);
   boost::asio::awaitable<void> remove_tree(std::filesystem::path dir, std::string job);

@@ -392,9 +392,11 @@ void engine_state::check_recordable(const job_rec& j) const {
   for (const auto& s : j.steps)
     if (!s.ended_how.empty()) how += (how.empty() ? "" : ", ") + s.row.name + " " + s.ended_how;
   fail(errc::store_unavailable,
-       "TrainJob " + quote(j.row.name) + (how.empty() ? std::string(" has no process running") : " ended (" + how + ")") +
+       "TrainJob " + quote(j.row.name) +
+           (how.empty() ? std::string(" has no process running") : " ended (" + how + ")") +
            ", but the store has refused every write for " +
-           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(steady::now() - failing_since).count()) +
+           std::to_string(
+               std::chrono::duration_cast<std::chrono::seconds>(steady::now() - failing_since).count()) +
            " s, so its record is not complete: " + commit_error +
            ". This process keeps trying while it runs; once it has exited, the next tjob command records the "
            "job as Failed, reason lost, when the store can be written again");
@@ -404,7 +406,8 @@ std::optional<std::string> engine_state::full_file_system(const std::string& pat
   const auto dir = std::filesystem::path(path).parent_path();
   struct statvfs fs {};
   struct stat st {};
-  if (::statvfs(dir.c_str(), &fs) != 0 || fs.f_bavail > 0 || ::stat(dir.c_str(), &st) != 0) return std::nullopt;
+  if (::statvfs(dir.c_str(), &fs) != 0 || fs.f_bavail > 0 || ::stat(dir.c_str(), &st) != 0)
+    return std::nullopt;
   return fmt::format(
       "the file system of its log ({}, device {}:{}) had no space left when it ended: its last output may be "
       "missing from the log; free space there",

@@ -66,7 +66,8 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool
   auto signal_steps = [&](const detail::job_row& r, int sig) {
     for (const auto& s : r.steps) {
       if (s.status != job_status::running) continue;
-      if (process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start)) ::killpg(static_cast<pid_t>(s.pid), sig);
+      if (process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start))
+        ::killpg(static_cast<pid_t>(s.pid), sig);
       // and what left the group: the cgroup that holds the step's tree (local_tree.cpp)
       auto dirs = process::cgroup_dirs_for(job_token(r) + "-" + s.name);
       if (!dirs.empty()) process::signal_all(dirs.front(), sig);

@@ -593,44 +593,49 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
               self->await_exit(j, index, what);
               return;
             }
-            auto st = **reaped;
-            // The step ends with its main process, as a container does: whatever it
-            // left behind goes with it, in its process group or out of it.
-            s.proc.signal_group(SIGKILL);
-            s.proc = process::child();  // its pidfd: the one descriptor a running job holds
-            self->end_tree(*j, s);
-            auto why = describe(st);
-            if (!s.memory_cgroup.empty() && process::oom_kills(s.memory_cgroup) > 0) {
-              why = "OOMKilled";  // Kubernetes' and Docker's word
-              self->say_limit(*j, s,
-                              "the kernel's OOM killer ended a process of " + s.row.name +
-                                  ": it used the node's whole memory limit (" + s.memory_cgroup + ")");
-            }
-            self->remove_cgroups(s);
-            // A process that failed on a full disk (ENOSPC) rarely says so
-            // where anyone reads it: its log is on that disk too (issue 43).
-            std::string note;
-            if (st.code != 0 && st.signal == 0 && why != "OOMKilled") {
-              if (auto full = self->full_file_system(s.log_path)) {
-                why = "DiskFull";
-                note = *full;
-              }
-            }
-            s.ended_how = why;
-            double secs = std::chrono::duration<double>(steady::now() - t0).count();
-            // A cancel asked by another process (cancel_foreign) is in the log,
-            // and it signalled the process itself: it is an input here too.
-            // (A handler must not throw: a store that cannot be read now
-            // costs the cancel's wording, not the exit.)
-            try {
-              if (self->db->has_event(j->row.name, log_event::cancel_requested))
-                j->post(job_input::cancel(false, true));
-            } catch (const std::exception& e) {
-              self->log->warn("job {}: cannot read its event log at the exit of {}: {}", j->row.name,
-                              s.row.name, e.what());
-            }
-            j->post(job_input::exited(index, st.code, std::move(why), s.row.pid, what, secs, std::move(note)));
+            self->step_exited(j, index, **reaped, what, steady::now() - t0);
           }));
+}
+
+// The step's process has exited: what it left behind is ended, its cgroups
+// go, and its exit (with what the engine knows of why) is the job's input.
+void engine_state::step_exited(const std::shared_ptr<job_rec>& j, std::size_t index, process::exit_status st,
+                               const std::string& what, steady::duration ran) {
+  auto& s = j->steps[index];
+  // The step ends with its main process, as a container does: whatever it
+  // left behind goes with it, in its process group or out of it.
+  s.proc.signal_group(SIGKILL);
+  s.proc = process::child();  // its pidfd: the one descriptor a running job holds
+  end_tree(*j, s);
+  auto why = describe(st);
+  if (!s.memory_cgroup.empty() && process::oom_kills(s.memory_cgroup) > 0) {
+    why = "OOMKilled";  // Kubernetes' and Docker's word
+    say_limit(*j, s,
+              "the kernel's OOM killer ended a process of " + s.row.name +
+                  ": it used the node's whole memory limit (" + s.memory_cgroup + ")");
+  }
+  remove_cgroups(s);
+  // A process that failed on a full disk (ENOSPC) rarely says so where
+  // anyone reads it: its log is on that disk too (issue 43).
+  std::string note;
+  if (st.code != 0 && st.signal == 0 && why != "OOMKilled") {
+    if (auto full = full_file_system(s.log_path)) {
+      why = "DiskFull";
+      note = *full;
+    }
+  }
+  s.ended_how = why;
+  const double secs = std::chrono::duration<double>(ran).count();
+  // A cancel asked by another process (cancel_foreign) is in the log, and it
+  // signalled the process itself: it is an input here too. (A handler must
+  // not throw: a store that cannot be read now costs the cancel's wording,
+  // not the exit.)
+  try {
+    if (db->has_event(j->row.name, log_event::cancel_requested)) j->post(job_input::cancel(false, true));
+  } catch (const std::exception& e) {
+    log->warn("job {}: cannot read its event log at the exit of {}: {}", j->row.name, s.row.name, e.what());
+  }
+  j->post(job_input::exited(index, st.code, std::move(why), s.row.pid, what, secs, std::move(note)));
 }
 
 // What tjob says of a node's limits: a line of the log of a Python job (as

@@ -3,10 +3,9 @@
 // outlived cancel, delete and the deadline. Each process of a step goes into
 // a cgroup of its own that tracks its tree (process::make_tree_cgroup; the
 // child joins it before exec); when the step's main process ends, or the job
-// is stopped, every process still in it is signalled. The step ends with its main process, as a container does (and
-// as Kubernetes and Slurm's proctrack/cgroup end a step): the job is Complete
-// or Failed by that exit, and what it left behind is killed before the exit is
-// recorded.
+// is stopped, every process still in it is signalled. The step ends with its main process, as a container
+// does (and as Kubernetes and Slurm's proctrack/cgroup end a step): the job is Complete or Failed by that
+// exit, and what it left behind is killed before the exit is recorded.
 //
 // Where no cgroup can be made (no rights to the cgroup file system, none
 // mounted), the job's token in the environment is what finds its processes,
@@ -102,9 +101,10 @@ void engine_state::remove_cgroups_later(std::vector<std::string> dirs, int round
   }
   if (busy.empty() || round >= 8) return;  // (what is left, shutdown tries again)
   auto timer = std::make_shared<asio::steady_timer>(ex, std::chrono::milliseconds(5 << round));
-  timer->async_wait([w = weak_from_this(), timer, busy = std::move(busy), round](boost::system::error_code ec) {
-    if (auto self = w.lock(); self && !ec && !self->stopping) self->remove_cgroups_later(busy, round + 1);
-  });
+  timer->async_wait(
+      [w = weak_from_this(), timer, busy = std::move(busy), round](boost::system::error_code ec) {
+        if (auto self = w.lock(); self && !ec && !self->stopping) self->remove_cgroups_later(busy, round + 1);
+      });
 }
 
 asio::awaitable<void> engine_state::remove_busy_cgroups() {

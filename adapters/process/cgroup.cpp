@@ -194,10 +194,12 @@ std::uint64_t oom_kills(const std::string& dir) {
   return 0;
 }
 
-std::vector<std::string> remove_when_empty(const std::vector<std::string>& dirs, std::chrono::milliseconds limit) {
+std::vector<std::string> remove_when_empty(const std::vector<std::string>& dirs,
+                                           std::chrono::milliseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
   std::vector<std::string> busy = dirs;
-  for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, std::chrono::milliseconds(100))) {
+  for (auto pause = std::chrono::milliseconds(1);;
+       pause = std::min(pause * 2, std::chrono::milliseconds(100))) {
     std::erase_if(busy, [](const std::string& dir) { return remove_cgroup(dir); });
     if (busy.empty() || std::chrono::steady_clock::now() + pause > until) return busy;
     // The kernel says nothing when a cgroup empties (v1 has no event a

@@ -60,7 +60,8 @@ bool remove_cgroup(const std::string& dir);
 /// Removes each of `dirs` once the kernel has emptied it, waiting at most
 /// `limit` in all (blocking: the processes in them were killed and are
 /// exiting). Returns those still busy.
-std::vector<std::string> remove_when_empty(const std::vector<std::string>& dirs, std::chrono::milliseconds limit);
+std::vector<std::string> remove_when_empty(const std::vector<std::string>& dirs,
+                                           std::chrono::milliseconds limit);
 
 /// Every directory make_tree_cgroup, limit_cpu and limit_memory would use for `name`, whether
 /// or not they exist (what crash recovery removes).

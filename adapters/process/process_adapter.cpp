@@ -427,10 +427,16 @@ detail::outcome<child> child::spawn(asio::any_io_executor ex, const spawn_spec& 
   c.impl_ = std::make_unique<impl>(ex, pid, pidfd);
   return c;
 #else
-  launch l{
-      spec.executable.c_str(),  argv.data(),   envp.data(),    spec.cwd.empty() ? nullptr : spec.cwd.c_str(),
-      spec.stdout_path.c_str(), spec.stdin_fd, spec.stdout_fd, spec.stderr_fd, spec.new_session,
-      spec.cgroup_procs_fd};
+  launch l{spec.executable.c_str(),
+           argv.data(),
+           envp.data(),
+           spec.cwd.empty() ? nullptr : spec.cwd.c_str(),
+           spec.stdout_path.c_str(),
+           spec.stdin_fd,
+           spec.stdout_fd,
+           spec.stderr_fd,
+           spec.new_session,
+           spec.cgroup_procs_fd};
   char* stack = child_stack_top();
   if (!stack) {
     ec.assign(ENOMEM, boost::system::system_category());

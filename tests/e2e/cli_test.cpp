@@ -15,8 +15,8 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <tuple>
 #include <thread>
+#include <tuple>
 
 using namespace std::chrono_literals;
 using tjob::test::helper_bin;
@@ -1468,16 +1468,18 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(tjob({"get", "piped", "-o", "json"}).out.find("\"progress_percent\":70") != std::string::npos);
 }
 
-TEST_CASE_FIXTURE(fixture, "out of memory at any limit is a clear error and an exit, never a hang or an abort") {
+TEST_CASE_FIXTURE(fixture,
+                  "out of memory at any limit is a clear error and an exit, never a hang or an abort") {
   if (!local_only("the limit is on the client, and the engine is the server's")) return;
   if (tjob::test::under_sanitizer())
-    return (void)tjob::test::not_applicable("a sanitizer's runtime reserves more address space than the limits");
+    return (void)tjob::test::not_applicable(
+        "a sanitizer's runtime reserves more address space than the limits");
   // Issue 43: under ulimit -v of 50,000-58,000 kB `tjob run` hung on a futex
   // or aborted on an uncaught std::bad_alloc, and its job stayed Created.
   std::set<int> outcomes;
   for (int kb = 28'000; kb <= 120'000; kb += 4'000) {  // (below 28 MB the loader itself fails)
-    auto r = run({"prlimit", "--as=" + std::to_string(kb * 1024L), "--", tjob_bin(), "run", "--", helper_bin(),
-                  "print", "hi\n"},
+    auto r = run({"prlimit", "--as=" + std::to_string(kb * 1024L), "--", tjob_bin(), "run", "--",
+                  helper_bin(), "print", "hi\n"},
                  env(), 60s);
     CAPTURE(kb);
     CAPTURE(r.err);
@@ -1496,7 +1498,7 @@ TEST_CASE_FIXTURE(fixture, "out of memory at any limit is a clear error and an e
                           r.err.find("start failed: Cannot allocate memory") != std::string::npos;
     CHECK(says_why);
   }
-  CHECK(outcomes.count(0));  // the range reaches the limits that suffice
+  CHECK(outcomes.count(0));    // the range reaches the limits that suffice
   CHECK(outcomes.size() > 1);  // and those that do not
   // Whatever a run left unfinished is reconciled: nothing stays Created or Running.
   auto list = tjob({"list", "-o", "json"});
@@ -1519,8 +1521,9 @@ TEST_CASE_FIXTURE(fixture, "a cancel without --grace gives the job the grace it 
        {std::tuple<std::string, std::string, std::string>{"own-grace", "", "SIGKILL after 1000 ms"},
         {"given-grace", "2", "SIGKILL after 2000 ms"}}) {
     CAPTURE(name);
-    REQUIRE(tjob({"train", "--name", name, "--grace", "1", "--", helper_bin(), "ignore-term", pidfile.string()})
-                .exit_code == 0);
+    REQUIRE(
+        tjob({"train", "--name", name, "--grace", "1", "--", helper_bin(), "ignore-term", pidfile.string()})
+            .exit_code == 0);
     REQUIRE(tjob({"wait", name, "--status", "Running"}).exit_code == 0);
     std::vector<std::string> cancel{"cancel", name};
     if (!cancel_grace.empty()) cancel.insert(cancel.end(), {"--grace", cancel_grace});

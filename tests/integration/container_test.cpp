@@ -1223,7 +1223,8 @@ struct victims {
   // (CI saw "sh: ready"), so stderr goes to /dev/null before the redirection.
   std::string script() const {
     std::string s = "v=" + dir.string() + "\n";
-    s += "for f in cancelled deadline-exceeded admission.json progress.json progress.jsonl progress.json.tmp; do\n"
+    s += "for f in cancelled deadline-exceeded admission.json progress.json progress.jsonl "
+         "progress.json.tmp; do\n"
          "  busybox ln -sf \"$v/$f\" /workspace/.tjob/$f 2>/dev/null && echo \"linked $f\"\n"
          "done\n"
          "busybox rm -rf /workspace/.tjob 2>/dev/null\n"

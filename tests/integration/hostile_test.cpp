@@ -9,8 +9,8 @@
 #include <spdlog/spdlog.h>
 
 #include <sys/stat.h>
-#include <algorithm>
 #include <unistd.h>
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -176,7 +176,10 @@ namespace {
 struct escaped {
   pid_t session = 0, daemon = 0;
   explicit escaped(const fs::path& pidfile) { std::ifstream(pidfile) >> session >> daemon; }
-  bool alive() const { return session > 0 && daemon > 0 && !tjob::test::process_gone(session) && !tjob::test::process_gone(daemon); }
+  bool alive() const {
+    return session > 0 && daemon > 0 && !tjob::test::process_gone(session) &&
+           !tjob::test::process_gone(daemon);
+  }
   bool gone() const { return tjob::test::wait_gone(session, 20s) && tjob::test::wait_gone(daemon, 20s); }
   void kill_them() const {
     if (session > 0) ::kill(session, SIGKILL);
@@ -268,7 +271,8 @@ TEST_CASE_FIXTURE(fixture,
   for (const auto& name : {ends, cancelled, std::string("late")}) c.delete_job(name);
 }
 
-TEST_CASE_FIXTURE(fixture, "the cgroups that held a job's processes are removed by the time its engine is gone") {
+TEST_CASE_FIXTURE(fixture,
+                  "the cgroups that held a job's processes are removed by the time its engine is gone") {
   if (!cgroups_writable()) return (void)tjob::test::skip("a writable cgroup file system (run as root)");
   const auto pidfile = dir.path() / "pids";
   {
@@ -279,7 +283,8 @@ TEST_CASE_FIXTURE(fixture, "the cgroups that held a job's processes are removed 
   escaped e(pidfile);
   CHECK(e.gone());
   std::vector<std::string> left;
-  for (const char* root : {"/sys/fs/cgroup/pids/tjob", "/sys/fs/cgroup/freezer/tjob", "/sys/fs/cgroup/tjob"}) {
+  for (const char* root :
+       {"/sys/fs/cgroup/pids/tjob", "/sys/fs/cgroup/freezer/tjob", "/sys/fs/cgroup/tjob"}) {
     std::error_code ec;
     for (const auto& d : fs::directory_iterator(root, ec))
       if (d.path().filename().string().find("-cgroup-left-") != std::string::npos) left.push_back(d.path());
@@ -383,7 +388,8 @@ TEST_CASE_FIXTURE(fixture, "a new job never takes over a directory that another 
     CHECK(c.get_job_logs("j5").read_all() == text);
   }
   std::vector<std::string> entries;
-  for (const auto& d : fs::directory_iterator(fs::path(home()) / "jobs")) entries.push_back(d.path().filename());
+  for (const auto& d : fs::directory_iterator(fs::path(home()) / "jobs"))
+    entries.push_back(d.path().filename());
   std::sort(entries.begin(), entries.end());
   CHECK(entries == std::vector<std::string>{"first", "j5"});
 }
@@ -397,8 +403,9 @@ struct small_fs {
   bool mounted = false;
   small_fs(fs::path p, const std::string& size) : at(std::move(p)) {
     fs::create_directories(at);
-    mounted = tjob::test::run({"mount", "-t", "tmpfs", "-o", "size=" + size + ",mode=0700", "tmpfs", at.string()})
-                  .exit_code == 0;
+    mounted =
+        tjob::test::run({"mount", "-t", "tmpfs", "-o", "size=" + size + ",mode=0700", "tmpfs", at.string()})
+            .exit_code == 0;
   }
   ~small_fs() {
     if (mounted) tjob::test::run({"umount", "-l", at.string()});
@@ -407,7 +414,8 @@ struct small_fs {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(fixture, "a full disk: the job is Failed DiskFull, the error is said once, and a wait ends") {
+TEST_CASE_FIXTURE(fixture,
+                  "a full disk: the job is Failed DiskFull, the error is said once, and a wait ends") {
   // Issue 43: with TJOB_HOME on a full file system the engine retried every
   // 200 ms, printing the same line each time, and tjob run never returned.
   small_fs disk(dir.path() / "small", "6m");
@@ -465,8 +473,8 @@ TEST_CASE_FIXTURE(fixture, "a full disk: the job is Failed DiskFull, the error i
     failures += l.find("store commit failed") != std::string::npos;
     recovered = recovered || l.find("store commit succeeded after") != std::string::npos;
   }
-  MESSAGE("the store refused writes while the disk was full: " << refused_while_full << "; failed commits said "
-                                                                 << failures << " time(s)");
+  MESSAGE("the store refused writes while the disk was full: "
+          << refused_while_full << "; failed commits said " << failures << " time(s)");
   CHECK(failures <= 2);  // said once (again only if its words changed), not every retry
   if (refused_while_full) CHECK(recovered);
   c.delete_job("full");

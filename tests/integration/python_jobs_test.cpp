@@ -554,9 +554,10 @@ TEST_CASE_FIXTURE(fixture, "a command's memory= is its limit too, said in its ev
     train_request r;
     r.name = name;
     command_trainer t;
-    t.command = {"/usr/bin/python3", "-c",
-                 "b = bytearray(" + std::to_string(mib) +
-                     " << 20)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\nprint('touched', flush=True)\n"};
+    t.command = {
+        "/usr/bin/python3", "-c",
+        "b = bytearray(" + std::to_string(mib) +
+            " << 20)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\nprint('touched', flush=True)\n"};
     t.memory = memory;
     r.job_trainer = t;
     return r;
@@ -575,7 +576,8 @@ TEST_CASE_FIXTURE(fixture, "a command's memory= is its limit too, said in its ev
   CHECK(c.get_job_logs(over).read_all().find("touched") == std::string::npos);
   bool killed = false;
   for (const auto& e : c.get_job_events(over))
-    killed = killed || e.message.find("the kernel's OOM killer ended a process of node-0") != std::string::npos;
+    killed =
+        killed || e.message.find("the kernel's OOM killer ended a process of node-0") != std::string::npos;
   CHECK(killed);
 }
 

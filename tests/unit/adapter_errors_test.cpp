@@ -326,7 +326,8 @@ TEST_CASE("a container list that met a container exiting is asked again, and oth
   CHECK(server.requests().size() == 6);
 }
 
-TEST_CASE("a failure's last logs are those of the step whose failure it is, not of the steps stopped for it") {
+TEST_CASE(
+    "a failure's last logs are those of the step whose failure it is, not of the steps stopped for it") {
   tjob::train_job job;
   job.name = "ddp";
   job.status = tjob::job_status::failed;
@@ -350,8 +351,10 @@ TEST_CASE("a failure's last logs are those of the step whose failure it is, not 
   CHECK(msg.find("node-1: status=Failed, exit_code=1, reason=rank 1 raised") != std::string::npos);
   CHECK(msg.find("    RuntimeError: bad x=8") != std::string::npos);
   CHECK(msg.find("SignalException") == std::string::npos);
-  CHECK(msg.find("(node-0 was stopped because another step failed: `tjob logs ddp --step node-0` shows its log)") !=
-        std::string::npos);
+  CHECK(
+      msg.find(
+          "(node-0 was stopped because another step failed: `tjob logs ddp --step node-0` shows its log)") !=
+      std::string::npos);
   // When every failed step was stopped (nothing else to show), their logs are shown.
   job.steps = {n0};
   CHECK(tjob::detail::failure_message(job, logs).find("SignalException") != std::string::npos);
