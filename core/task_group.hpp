@@ -37,6 +37,14 @@ class task_group {
              std::function<void(std::exception_ptr)> done = {}, boost::asio::cancellation_slot slot = {}) {
     ++state_->running;
     auto ended = [s = state_, what = std::move(what), done = std::move(done)](std::exception_ptr e) {
+      // Counted out whatever `done` or the log throws (out of memory, issue
+      // 43): a task never counted out would keep join() waiting forever.
+      struct count_out {
+        state* st;
+        ~count_out() {
+          if (--st->running == 0) st->idle.notify();
+        }
+      } counted{s.get()};
       if (done) {
         done(e);
       } else if (e) {
@@ -48,9 +56,13 @@ class task_group {
           s->log->warn("{}: unknown error", what);
         }
       }
-      if (--s->running == 0) s->idle.notify();
     };
-    boost::asio::co_spawn(ex_, std::move(task), boost::asio::bind_cancellation_slot(slot, std::move(ended)));
+    try {
+      boost::asio::co_spawn(ex_, std::move(task), boost::asio::bind_cancellation_slot(slot, std::move(ended)));
+    } catch (...) {  // not started (no memory for its frame): join() must not wait for it
+      if (--state_->running == 0) state_->idle.notify();
+      throw;
+    }
   }
 
   std::size_t running() const noexcept { return state_->running; }
