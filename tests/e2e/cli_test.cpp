@@ -16,7 +16,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <tuple>
 
 using namespace std::chrono_literals;
 using tjob::test::helper_bin;
@@ -1527,9 +1526,15 @@ TEST_CASE_FIXTURE(fixture, "a cancel without --grace gives the job the grace it 
     const auto at = events.find("cancel requested by process");
     return at == std::string::npos ? std::string() : events.substr(at, events.find('\n', at) - at);
   };
-  for (const auto& [name, cancel_grace, expected] :
-       {std::tuple<std::string, std::string, std::string>{"own-grace", "", "SIGKILL after 1000 ms"},
-        {"given-grace", "2", "SIGKILL after 2000 ms"}}) {
+  struct round {
+    std::string name, cancel_grace, expected;
+  };
+  // (no structured binding: clang 14 cannot capture one in CAPTURE's lambda)
+  for (const auto& c : {round{"own-grace", "", "SIGKILL after 1000 ms"},
+                        round{"given-grace", "2", "SIGKILL after 2000 ms"}}) {
+    const auto& name = c.name;
+    const auto& cancel_grace = c.cancel_grace;
+    const auto& expected = c.expected;
     CAPTURE(name);
     REQUIRE(
         tjob({"train", "--name", name, "--grace", "1", "--", helper_bin(), "ignore-term", pidfile.string()})
