@@ -35,13 +35,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (at == std::string::npos || at < auth) continue;
     auto colon = a.find(':', auth);
     if (colon == std::string::npos || colon > at) continue;
-    auto password = a.substr(colon + 1, at - colon - 1);
-    // (the user name, or the text before the scheme, has it too)
-    if (a.substr(0, colon).find(password) != std::string::npos) continue;
+    // The password's place holds "***" and nothing of it, and the rest is as
+    // it was. (A search for the password's text in the masked URL gave false
+    // alarms: "se\0\0p:" is in "...se\0\0p:***@" when the user name ends
+    // with "se\0\0p"; regress-password-is-user-suffix.)
     auto url = tjob::detail::mask_url(a);
-    if (password.size() >= 4 && password != "***" &&
-        url.substr(0, url.find('@', auth)).find(password) != std::string::npos)
-      std::abort();
+    if (url != a.substr(0, colon) + ":***" + a.substr(at)) std::abort();
     if (tjob::detail::mask_url(url) != url) std::abort();
   }
   return 0;

@@ -179,19 +179,21 @@ int main(int argc, char** argv) {
       for (;;) ::pause();
     } else if (cmd == "escape") {
       const bool bare = arg(2) == "bare";
-      int link[2];
-      if (::pipe(link) != 0) return 102;
-      pid_t session = ::fork();
-      // "bare": exec'd again with no environment at all (clearenv alone leaves
-      // /proc/<pid>/environ as it was, where the token is found).
-      auto wait_forever = [bare] {
-        if (bare) {
+      int link[2], settled[2];
+      // `settled` closes in each child once it is what it will stay (exec'd
+      // with no environment, or not): the pidfile is written only then, so
+      // nobody can look for them while they still carry the job's variables.
+      if (::pipe(link) != 0 || ::pipe2(settled, O_CLOEXEC) != 0) return 102;
+      auto wait_forever = [bare, &settled] {
+        if (bare) {  // exec'd again with no environment (clearenv alone leaves /proc/<pid>/environ as it was)
           char* const argv[] = {const_cast<char*>("sleep"), const_cast<char*>("100000"), nullptr};
           char* const envp[] = {nullptr};
           ::execve("/bin/sleep", argv, envp);
         }
+        ::close(settled[1]);
         for (;;) ::pause();
       };
+      pid_t session = ::fork();
       if (session == 0) {
         ::setsid();
         wait_forever();
@@ -203,8 +205,12 @@ int main(int argc, char** argv) {
         write_all(link[1], reinterpret_cast<const char*>(&daemon), sizeof daemon);
         ::_exit(0);
       }
+      ::close(settled[1]);
       pid_t daemon = 0;
       if (::read(link[0], &daemon, sizeof daemon) != sizeof daemon) return 103;
+      char byte;
+      while (::read(settled[0], &byte, 1) > 0) {
+      }
       FILE* f = std::fopen(arg(1).c_str(), "w");
       if (!f) return 104;
       std::fprintf(f, "%d %d\n", static_cast<int>(session), static_cast<int>(daemon));
