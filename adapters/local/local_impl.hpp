@@ -422,6 +422,10 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// The cgroup.procs of the cgroup that holds the step's tree, open for
   /// its next process to join before exec; -1 where none can be made.
   int open_tree(job_rec& j, step_rec& s, const std::string& cgroup_name);
+  /// Puts the step's code under the phase's memory and CPU limits (cgroups).
+  void limit_step(job_rec& j, step_rec& s, const phase& ph, const std::string& cgroup_name);
+  /// Adds `dir` to the step's cgroups, once.
+  static void keep_cgroup(step_rec& s, const std::string& dir);
   /// Kills what the step's ended main process left behind, in its group or out of it.
   void end_tree(job_rec& j, step_rec& s);
   /// Removes the step's cgroups once the kernel has emptied them.

@@ -352,11 +352,13 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
   bool left_behind = false;  // the directory was there already: another job's, whose record is gone
   try {
     co_await blocking([&] {
-      if (::mkdir(j->dir.c_str(), 0700) != 0 && errno == EEXIST) {
-        left_behind = true;
-        return;
+      if (::mkdir(j->dir.c_str(), 0700) != 0) {
+        if (errno == EEXIST) {
+          left_behind = true;
+          return;
+        }
+        make_private_dirs(j->dir);  // (its parents are gone)
       }
-      make_private_dirs(j->dir);
       if (needs_work) make_private_dirs(work);
       for (const auto& [path, text] : j->files) {
         if (auto ec = detail::append_file(path, text))

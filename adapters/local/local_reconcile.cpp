@@ -69,8 +69,8 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool
       if (process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start))
         ::killpg(static_cast<pid_t>(s.pid), sig);
       // and what left the group: the cgroup that holds the step's tree (local_tree.cpp)
-      auto dirs = process::cgroup_dirs_for(job_token(r) + "-" + s.name);
-      if (!dirs.empty()) process::signal_all(dirs.front(), sig);
+      if (auto dir = process::tree_cgroup_dir(job_token(r) + "-" + s.name); !dir.empty())
+        process::signal_all(dir, sig);
     }
   };
   signal_steps(*row, force ? SIGKILL : SIGTERM);

@@ -440,45 +440,7 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   s.proc = std::move(*child);
   s.row.pid = s.proc.pid();
   s.row.pid_start = s.proc.start_time();
-  if (ph.memory_limit) {
-    // The node's memory as Kubernetes and Docker mean it: what its whole
-    // process tree has resident, in a memory cgroup. posix_spawn cannot put
-    // the child there itself; it has only just been exec'd, so what it starts
-    // later (torchrun's workers) is inside.
-    std::string why_not;
-    const auto mib = ph.memory_limit >> 20;
-    if (auto dir = process::limit_memory(s.row.pid, cgroup_name, ph.memory_limit, why_not)) {
-      if (std::find(s.cgroups.begin(), s.cgroups.end(), *dir) == s.cgroups.end()) s.cgroups.push_back(*dir);
-      s.memory_cgroup = *dir;
-      say_limit(*j, s, fmt::format("memory limited to {} MiB for the node ({})", mib, *dir));
-    } else {
-      // Without a cgroup, an address-space limit per process is all there is;
-      // it is not the same thing, and the log says so.
-      rlimit lim{ph.memory_limit, ph.memory_limit};
-      if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
-        say_limit(*j, s,
-                  fmt::format("memory not limited: {}; and no address-space limit either: {}", why_not,
-                              std::strerror(errno)));
-      else
-        say_limit(*j, s,
-                  fmt::format("warning: memory limited as address space, not resident memory: {}. "
-                              "Each process may map at most {} MiB (RLIMIT_AS), which large imports such "
-                              "as torch can exceed while using far less; raise memory= or run where "
-                              "cgroups are writable",
-                              why_not, mib));
-    }
-  }
-  if (ph.cpu_limit > 0) {
-    // As with the memory limit: moved right after exec, before it starts workers.
-    std::string why_not;
-    auto dir = process::limit_cpu(s.row.pid, cgroup_name, ph.cpu_limit, why_not);
-    if (dir) {
-      if (std::find(s.cgroups.begin(), s.cgroups.end(), *dir) == s.cgroups.end()) s.cgroups.push_back(*dir);
-      say_limit(*j, s, "CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")");
-    } else {
-      say_limit(*j, s, "CPU time not limited: " + why_not);
-    }
-  }
+  limit_step(*j, s, ph, cgroup_name);
   std::string what =
       "process " + std::to_string(s.row.pid) + " started (" + ph.name + "): " + join_argv(detail::masked_args(spec.argv));
   if (first) {
@@ -595,61 +557,6 @@ void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t ind
             }
             self->step_exited(j, index, **reaped, what, steady::now() - t0);
           }));
-}
-
-// The step's process has exited: what it left behind is ended, its cgroups
-// go, and its exit (with what the engine knows of why) is the job's input.
-void engine_state::step_exited(const std::shared_ptr<job_rec>& j, std::size_t index, process::exit_status st,
-                               const std::string& what, steady::duration ran) {
-  auto& s = j->steps[index];
-  // The step ends with its main process, as a container does: whatever it
-  // left behind goes with it, in its process group or out of it.
-  s.proc.signal_group(SIGKILL);
-  s.proc = process::child();  // its pidfd: the one descriptor a running job holds
-  end_tree(*j, s);
-  auto why = describe(st);
-  if (!s.memory_cgroup.empty() && process::oom_kills(s.memory_cgroup) > 0) {
-    why = "OOMKilled";  // Kubernetes' and Docker's word
-    say_limit(*j, s,
-              "the kernel's OOM killer ended a process of " + s.row.name +
-                  ": it used the node's whole memory limit (" + s.memory_cgroup + ")");
-  }
-  remove_cgroups(s);
-  // A process that failed on a full disk (ENOSPC) rarely says so where
-  // anyone reads it: its log is on that disk too (issue 43).
-  std::string note;
-  if (st.code != 0 && st.signal == 0 && why != "OOMKilled") {
-    if (auto full = full_file_system(s.log_path)) {
-      why = "DiskFull";
-      note = *full;
-    }
-  }
-  s.ended_how = why;
-  const double secs = std::chrono::duration<double>(ran).count();
-  // A cancel asked by another process (cancel_foreign) is in the log, and it
-  // signalled the process itself: it is an input here too. (A handler must
-  // not throw: a store that cannot be read now costs the cancel's wording,
-  // not the exit.)
-  try {
-    if (db->has_event(j->row.name, log_event::cancel_requested)) j->post(job_input::cancel(false, true));
-  } catch (const std::exception& e) {
-    log->warn("job {}: cannot read its event log at the exit of {}: {}", j->row.name, s.row.name, e.what());
-  }
-  j->post(job_input::exited(index, st.code, std::move(why), s.row.pid, what, secs, std::move(note)));
-}
-
-// What tjob says of a node's limits: a line of the log of a Python job (as
-// its setup's lines are); a command's log stays its own bytes, so there it is
-// a Setup event (tjob get, the events) and a line of the engine's log.
-void engine_state::say_limit(job_rec& j, step_rec& s, const std::string& text) {
-  if (!j.venv.empty()) {
-    log_progress(j, s, "[tjob] " + text + "\n");
-    return;
-  }
-  log->info("job {} {}: {}", j.row.name, s.row.name, text);
-  queue_write([name = j.row.name, step = s.row.name, t = now_ms(), text](detail::store& db) {
-    db.append_event(name, step, t, log_event::setup, text);
-  });
 }
 
 // Deleting a tree (a venv: thousands of files) is blocking work: it runs on

@@ -1,3 +1,5 @@
+// A step's processes: its whole tree, its limits, and its end.
+//
 // A step is the whole process tree it started, not only its process group
 // (issue 43): a `setsid` child or a double-forked daemon left the group and
 // outlived cancel, delete and the deadline. Each process of a step goes into
@@ -18,10 +20,12 @@
 #include "adapters/process/cgroup.hpp"
 #include "adapters/process/proc_info.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/steady_timer.hpp>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
@@ -40,7 +44,7 @@ int engine_state::open_tree(job_rec& j, step_rec& s, const std::string& cgroup_n
   if (dir) {
     fd = ::open((*dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) why_not = "cannot open " + *dir + "/cgroup.procs: " + std::strerror(errno);
-    if (std::find(s.cgroups.begin(), s.cgroups.end(), *dir) == s.cgroups.end()) s.cgroups.push_back(*dir);
+    keep_cgroup(s, *dir);
   }
   if (fd < 0) {
     s.tree_cgroup.clear();
@@ -55,6 +59,52 @@ int engine_state::open_tree(job_rec& j, step_rec& s, const std::string& cgroup_n
   }
   s.tree_cgroup = *dir;
   return fd;
+}
+
+void engine_state::keep_cgroup(step_rec& s, const std::string& dir) {
+  if (std::find(s.cgroups.begin(), s.cgroups.end(), dir) == s.cgroups.end()) s.cgroups.push_back(dir);
+}
+
+// The node's limits, on its code's process just after exec (a memory and a
+// CPU cgroup are other hierarchies than the tree's on v1, and the spawn
+// joins one): what it starts later (torchrun's workers) is inside.
+void engine_state::limit_step(job_rec& j, step_rec& s, const phase& ph, const std::string& cgroup_name) {
+  if (ph.memory_limit) {
+    // The node's memory as Kubernetes and Docker mean it: what its whole
+    // process tree has resident, in a memory cgroup.
+    std::string why_not;
+    const auto mib = ph.memory_limit >> 20;
+    if (auto dir = process::limit_memory(s.row.pid, cgroup_name, ph.memory_limit, why_not)) {
+      keep_cgroup(s, *dir);
+      s.memory_cgroup = *dir;
+      say_limit(j, s, fmt::format("memory limited to {} MiB for the node ({})", mib, *dir));
+    } else {
+      // Without a cgroup, an address-space limit per process is all there is;
+      // it is not the same thing, and the log says so.
+      rlimit lim{ph.memory_limit, ph.memory_limit};
+      if (::prlimit(s.row.pid, RLIMIT_AS, &lim, nullptr) != 0)
+        say_limit(j, s,
+                  fmt::format("memory not limited: {}; and no address-space limit either: {}", why_not,
+                              std::strerror(errno)));
+      else
+        say_limit(j, s,
+                  fmt::format("warning: memory limited as address space, not resident memory: {}. "
+                              "Each process may map at most {} MiB (RLIMIT_AS), which large imports such "
+                              "as torch can exceed while using far less; raise memory= or run where "
+                              "cgroups are writable",
+                              why_not, mib));
+    }
+  }
+  if (ph.cpu_limit > 0) {
+    std::string why_not;
+    auto dir = process::limit_cpu(s.row.pid, cgroup_name, ph.cpu_limit, why_not);
+    if (dir) {
+      keep_cgroup(s, *dir);
+      say_limit(j, s, "CPU time limited to " + std::to_string(ph.cpu_limit) + " CPU(s) (" + *dir + ")");
+    } else {
+      say_limit(j, s, "CPU time not limited: " + why_not);
+    }
+  }
 }
 
 void engine_state::end_tree(job_rec& j, step_rec& s) {
@@ -114,6 +164,61 @@ asio::awaitable<void> engine_state::remove_busy_cgroups() {
   std::vector<std::string> left;
   co_await blocking([&] { left = process::remove_when_empty(dirs, std::chrono::seconds(2)); });
   for (const auto& dir : left) log->warn("cannot remove cgroup {}: it still holds processes", dir);
+}
+
+// The step's process has exited: what it left behind is ended, its cgroups
+// go, and its exit (with what the engine knows of why) is the job's input.
+void engine_state::step_exited(const std::shared_ptr<job_rec>& j, std::size_t index, process::exit_status st,
+                               const std::string& what, steady::duration ran) {
+  auto& s = j->steps[index];
+  // The step ends with its main process, as a container does: whatever it
+  // left behind goes with it, in its process group or out of it.
+  s.proc.signal_group(SIGKILL);
+  s.proc = process::child();  // its pidfd: the one descriptor a running job holds
+  end_tree(*j, s);
+  auto why = describe(st);
+  if (!s.memory_cgroup.empty() && process::oom_kills(s.memory_cgroup) > 0) {
+    why = "OOMKilled";  // Kubernetes' and Docker's word
+    say_limit(*j, s,
+              "the kernel's OOM killer ended a process of " + s.row.name +
+                  ": it used the node's whole memory limit (" + s.memory_cgroup + ")");
+  }
+  remove_cgroups(s);
+  // A process that failed on a full disk (ENOSPC) rarely says so where
+  // anyone reads it: its log is on that disk too (issue 43).
+  std::string note;
+  if (st.code != 0 && st.signal == 0 && why != "OOMKilled") {
+    if (auto full = full_file_system(s.log_path)) {
+      why = "DiskFull";
+      note = *full;
+    }
+  }
+  s.ended_how = why;
+  const double secs = std::chrono::duration<double>(ran).count();
+  // A cancel asked by another process (cancel_foreign) is in the log, and it
+  // signalled the process itself: it is an input here too. (A handler must
+  // not throw: a store that cannot be read now costs the cancel's wording,
+  // not the exit.)
+  try {
+    if (db->has_event(j->row.name, log_event::cancel_requested)) j->post(job_input::cancel(false, true));
+  } catch (const std::exception& e) {
+    log->warn("job {}: cannot read its event log at the exit of {}: {}", j->row.name, s.row.name, e.what());
+  }
+  j->post(job_input::exited(index, st.code, std::move(why), s.row.pid, what, secs, std::move(note)));
+}
+
+// What tjob says of a node's limits: a line of the log of a Python job (as
+// its setup's lines are); a command's log stays its own bytes, so there it is
+// a Setup event (tjob get, the events) and a line of the engine's log.
+void engine_state::say_limit(job_rec& j, step_rec& s, const std::string& text) {
+  if (!j.venv.empty()) {
+    log_progress(j, s, "[tjob] " + text + "\n");
+    return;
+  }
+  log->info("job {} {}: {}", j.row.name, s.row.name, text);
+  queue_write([name = j.row.name, step = s.row.name, t = now_ms(), text](detail::store& db) {
+    db.append_event(name, step, t, log_event::setup, text);
+  });
 }
 
 }  // namespace tjob::local

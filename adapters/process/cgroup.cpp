@@ -128,6 +128,8 @@ std::vector<std::string> cgroup_dirs_for(const std::string& name) {
   return out;
 }
 
+std::string tree_cgroup_dir(const std::string& name) { return place_for(tracking_controller(), name).dir; }
+
 std::optional<std::string> make_tree_cgroup(const std::string& name, std::string& why_not) {
   return make_cgroup(0, tracking_controller(), name, why_not, [](const std::string&, bool) { return true; });
 }

@@ -63,6 +63,10 @@ bool remove_cgroup(const std::string& dir);
 std::vector<std::string> remove_when_empty(const std::vector<std::string>& dirs,
                                            std::chrono::milliseconds limit);
 
+/// The directory make_tree_cgroup uses for `name`, whether or not it exists;
+/// empty where no cgroup hierarchy is mounted.
+std::string tree_cgroup_dir(const std::string& name);
+
 /// Every directory make_tree_cgroup, limit_cpu and limit_memory would use for `name`, whether
 /// or not they exist (what crash recovery removes).
 std::vector<std::string> cgroup_dirs_for(const std::string& name);

@@ -214,6 +214,16 @@ void wait_ready(trainer_client& c, const std::string& name) {
   REQUIRE_MESSAGE(line == std::optional<std::string>("ready\n"), name << " never said ready");
 }
 
+// Submits `r`, an escaping_job, and waits for its "ready": what it left
+// outside its process group, seen alive.
+escaped start_escaping(trainer_client& c, const train_request& r, const fs::path& pidfile) {
+  c.train(r);
+  wait_ready(c, r.name);
+  escaped e(pidfile);
+  CHECK(e.alive());
+  return e;
+}
+
 // Where this process can make cgroups for tjob (root, a cgroup file system
 // mounted and writable): the fallback is not what is tested then.
 bool cgroups_writable() {
@@ -236,39 +246,30 @@ TEST_CASE_FIXTURE(fixture,
 
   // Complete: the main process exits 0 while both still run. "bare": they
   // also exec'd with no environment, so only the cgroup can find them.
-  auto ends = c.train(escaping_job("escaper-ends", pids("ends"), "bare", {"read-fifo", g.path()}));
-  wait_ready(c, ends);
-  escaped e1(pids("ends"));
-  CHECK(e1.alive());
+  auto e1 = start_escaping(c, escaping_job("escaper-ends", pids("ends"), "bare", {"read-fifo", g.path()}),
+                           pids("ends"));
   g.release();
-  CHECK(c.wait_for_job_status(ends, {job_status::complete}, 30s).reason.empty());
+  CHECK(c.wait_for_job_status("escaper-ends", {job_status::complete}, 30s).reason.empty());
   CHECK(e1.gone());
 
-  auto cancelled = c.train(escaping_job("cancelled", pids("cancelled"), "bare", {"sleep", "600000"}));
-  wait_ready(c, cancelled);
-  escaped e2(pids("cancelled"));
-  CHECK(e2.alive());
-  c.cancel_job(cancelled);
-  CHECK(c.wait_for_job_status(cancelled, {job_status::failed}, 30s).reason == "cancelled");
+  auto e2 = start_escaping(c, escaping_job("cancelled", pids("cancelled"), "bare", {"sleep", "600000"}),
+                           pids("cancelled"));
+  c.cancel_job("cancelled");
+  CHECK(c.wait_for_job_status("cancelled", {job_status::failed}, 30s).reason == "cancelled");
   CHECK(e2.gone());
 
   auto late = escaping_job("late", pids("late"), "bare", {"sleep", "600000"});
   late.active_deadline = 1s;
-  c.train(late);
-  wait_ready(c, "late");
-  escaped e3(pids("late"));
-  CHECK(e3.alive());
+  auto e3 = start_escaping(c, late, pids("late"));
   CHECK(c.wait_for_job_status("late", {job_status::failed}, 30s).reason == "DeadlineExceeded");
   CHECK(e3.gone());
 
-  auto deleted = c.train(escaping_job("deleted", pids("deleted"), "bare", {"sleep", "600000"}));
-  wait_ready(c, deleted);
-  escaped e4(pids("deleted"));
-  CHECK(e4.alive());
-  c.delete_job(deleted);
+  auto e4 = start_escaping(c, escaping_job("deleted", pids("deleted"), "bare", {"sleep", "600000"}),
+                           pids("deleted"));
+  c.delete_job("deleted");
   CHECK(e4.gone());
   for (const auto* e : {&e1, &e2, &e3, &e4}) e->kill_them();  // (none should be left to kill)
-  for (const auto& name : {ends, cancelled, std::string("late")}) c.delete_job(name);
+  for (const char* name : {"escaper-ends", "cancelled", "late"}) c.delete_job(name);
 }
 
 TEST_CASE_FIXTURE(fixture,
@@ -303,12 +304,9 @@ TEST_CASE_FIXTURE(fixture,
   } guard((dir.path() / "no-cgroups").string());
   trainer_client c(config(300ms));
   auto pids = [&](const char* n) { return dir.path() / (std::string(n) + ".pids"); };
-  auto kept = c.train(escaping_job("kept-env", pids("env"), "env", {"sleep", "600000"}));
-  wait_ready(c, kept);
-  escaped e1(pids("env"));
-  CHECK(e1.alive());
-  c.cancel_job(kept);
-  CHECK(c.wait_for_job_status(kept, {job_status::failed}, 30s).reason == "cancelled");
+  auto e1 = start_escaping(c, escaping_job("kept-env", pids("env"), "env", {"sleep", "600000"}), pids("env"));
+  c.cancel_job("kept-env");
+  CHECK(c.wait_for_job_status("kept-env", {job_status::failed}, 30s).reason == "cancelled");
   CHECK(e1.gone());
 
   auto ends = c.train(escaping_job("ends-env", pids("ends"), "env", {}));
