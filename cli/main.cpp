@@ -21,6 +21,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -586,6 +587,36 @@ int say_system_error(const char* what, bool limits) {
   return exit_failed;
 }
 
+// What a command that failed prints, and its exit code.
+int say_failure(std::exception_ptr failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "tjob: error: %s\n", e.what());
+    return exit_usage;
+  } catch (const tjob::error& e) {
+    std::fprintf(stderr, "tjob: error: %s\n", e.what());
+    return is_usage_error(e.code()) ? exit_usage : exit_failed;
+  } catch (const std::system_error& e) {
+    // A thread or process the OS would not give (issue 43: under ulimit -v
+    // or -u this was a bare "Resource temporarily unavailable").
+    const bool limits = e.code() == std::errc::resource_unavailable_try_again ||
+                        e.code() == std::errc::not_enough_memory;  // (std::thread's are generic_category)
+    return say_system_error(e.what(), limits);
+  } catch (const boost::system::system_error& e) {  // Asio's threads
+    const bool limits = e.code() == boost::system::errc::resource_unavailable_try_again ||
+                        e.code() == boost::system::errc::not_enough_memory;
+    return say_system_error(e.what(), limits);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "tjob: error: out of memory: raise the limit on tjob's memory (ulimit -v) or free some\n");
+    return exit_failed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tjob: error: %s\n", e.what());
+    return exit_failed;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -656,28 +687,7 @@ int main(int argc, char** argv) {
       return cli::run_serve(std::move(cfg), c.serve_opts);
     }
     return run_query(c);
-  } catch (const usage_error& e) {
-    std::fprintf(stderr, "tjob: error: %s\n", e.what());
-    return exit_usage;
-  } catch (const tjob::error& e) {
-    std::fprintf(stderr, "tjob: error: %s\n", e.what());
-    return is_usage_error(e.code()) ? exit_usage : exit_failed;
-  } catch (const std::system_error& e) {
-    // A thread or process the OS would not give (issue 43: under ulimit -v
-    // or -u this was a bare "Resource temporarily unavailable").
-    const bool limits = e.code() == std::errc::resource_unavailable_try_again ||
-                        e.code() == std::errc::not_enough_memory;  // (std::thread's are generic_category)
-    return say_system_error(e.what(), limits);
-  } catch (const boost::system::system_error& e) {  // Asio's threads
-    const bool limits = e.code() == boost::system::errc::resource_unavailable_try_again ||
-                        e.code() == boost::system::errc::not_enough_memory;
-    return say_system_error(e.what(), limits);
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr,
-                 "tjob: error: out of memory: raise the limit on tjob's memory (ulimit -v) or free some\n");
-    return exit_failed;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tjob: error: %s\n", e.what());
-    return exit_failed;
+  } catch (...) {
+    return say_failure(std::current_exception());
   }
 }
