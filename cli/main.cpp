@@ -251,7 +251,7 @@ struct commands {
   // --grace of delete and cancel: when given, the cancel's; else the job's own
   CLI::Option *del_grace = nullptr, *cancel_grace = nullptr;
   bool follow = false, no_progress = false, prune_all = false, delete_all = false, all_steps = false,
-       watch = false, timestamps = false;
+       watch = false, timestamps = false, repair = false;
   std::string since;
   long long tail = -1;
   int attempt = 0;
@@ -259,7 +259,7 @@ struct commands {
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
            *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr, *runtimes = nullptr,
            *cache_list = nullptr, *cache_prune = nullptr, *version = nullptr, *completion = nullptr,
-           *serve = nullptr, *queue = nullptr;
+           *serve = nullptr, *queue = nullptr, *doctor = nullptr;
   cli::serve_options serve_opts;
   std::string shell;
   CLI::Option *tail_opt = nullptr, *step_opt = nullptr, *attempt_opt = nullptr;
@@ -424,6 +424,10 @@ void add_other_commands(CLI::App& app, commands& c) {
                             "ones and abandoned builds; venvs in use are left alone");
   c.cache_prune->add_option("--unused-for", c.unused_days, "Days without a job using it (default 7)");
   c.cache_prune->add_flag("--all", c.prune_all, "Remove every cached venv that is not in use");
+  c.doctor = app.add_subcommand("doctor",
+                                "Check the store for damage (every page, every index against its table); "
+                                "exit 1 when it is damaged");
+  c.doctor->add_flag("--repair", c.repair, "Rebuild damaged indexes from the tables (nothing is lost)");
 }
 
 // An unknown command is named with the list of the known ones.
@@ -575,6 +579,10 @@ int run_query(commands& c) {
     auto removed = client.prune_venv_cache(unused);
     for (const auto& e : removed) write_out("removed " + e.key + "\n");
     write_out(fmt::format("{} cached venv(s) removed\n", removed.size()));
+  } else if (*c.doctor) {
+    auto found = client.check_store(c.repair);
+    write_out(cli::render_store_check(found));
+    if (!found.problems.empty() && !found.repaired) return exit_failed;
   }
   return exit_ok;
 }

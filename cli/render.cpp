@@ -285,6 +285,14 @@ std::string render_queue(const std::vector<queue_entry>& entries, output_format 
   return table(rows);
 }
 
+std::string render_store_check(const store_check& c) {
+  if (c.problems.empty()) return "store " + c.store + ": sound\n";
+  std::string out = fmt::format("store {}: {} problem(s){}\n", c.store, c.problems.size(),
+                                c.repaired ? ", repaired" : "");
+  for (const auto& p : c.problems) out += "  " + p + "\n";
+  return out + c.meaning + "\n";
+}
+
 std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, output_format f) {
   if (f != output_format::table && f != output_format::wide) return render_list(entries, f);
   std::vector<std::vector<std::string>> rows{{"KEY", "PYTHON", "PACKAGES", "SIZE", "LAST USED", "STATE"}};

@@ -33,6 +33,8 @@ std::string render_job_list(const std::vector<train_job>& jobs, output_format f)
 std::string render_events(const std::vector<event>& events, output_format f);
 std::string render_runtimes(const std::vector<runtime>& runtimes, output_format f);
 std::string render_queue(const std::vector<queue_entry>& entries, output_format f);
+/// `tjob doctor`: the store, sound or its problems (one per line), then what they mean.
+std::string render_store_check(const store_check& c);
 std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, output_format f);
 
 /// JSON value as YAML (block style).

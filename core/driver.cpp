@@ -32,6 +32,14 @@ asio::awaitable<std::vector<venv_cache_entry>> backend::prune_venv_cache(std::ch
   co_return co_await list_venv_cache();
 }
 
+asio::awaitable<store_check> backend::check_store(bool) {
+  throw error(errc::invalid_argument,
+              "the " + capabilities().id +
+                  " backend keeps no store of tjob's to check (its jobs are recorded by its peer); the store "
+                  "is the local backend's: run tjob doctor where the jobs run, with --backend local");
+  co_return store_check{};
+}
+
 asio::awaitable<std::vector<queue_entry>> backend::queue() {
   const auto caps = capabilities();
   throw error(errc::invalid_argument,

@@ -111,6 +111,9 @@ class backend {
   virtual boost::asio::awaitable<std::vector<venv_cache_entry>> list_venv_cache();
   virtual boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(
       std::chrono::seconds unused_for);
+  /// Checks (and with `repair`, mends the indexes of) the backend's store.
+  /// Default: an error that says the backend keeps no store of tjob's.
+  virtual boost::asio::awaitable<store_check> check_store(bool repair);
   /// The jobs waiting for admission, in queue order. Default: an error that
   /// says the backend's jobs start at once (its peer schedules them).
   virtual boost::asio::awaitable<std::vector<queue_entry>> queue();

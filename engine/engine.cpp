@@ -44,6 +44,7 @@ void raise_open_file_limit() {
 std::shared_ptr<spdlog::logger> quiet_logger() {
   auto l = std::make_shared<spdlog::logger>("tjob.engine", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   l->set_level(spdlog::level::warn);
+  l->set_pattern("tjob: %l: %v");  // as the CLI's own messages ("tjob: error: ...")
   return l;
 }
 
@@ -365,6 +366,10 @@ asio::awaitable<std::vector<venv_cache_entry>> engine::list_venv_cache() {
 
 asio::awaitable<std::vector<venv_cache_entry>> engine::prune_venv_cache(std::chrono::seconds unused_for) {
   co_return co_await impl_->backend->prune_venv_cache(unused_for);
+}
+
+asio::awaitable<store_check> engine::check_store(bool repair) {
+  co_return co_await impl_->backend->check_store(repair);
 }
 
 asio::awaitable<std::vector<queue_entry>> engine::get_queue() { co_return co_await impl_->backend->queue(); }

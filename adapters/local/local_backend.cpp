@@ -449,6 +449,50 @@ asio::awaitable<std::vector<venv_cache_entry>> backend::prune_venv_cache(std::ch
   co_return out;
 }
 
+namespace {
+
+// Whether SQLite's problem line is an index that disagrees with its table
+// (the rows are all in the table; REINDEX rebuilds the index from them).
+bool index_problem(const std::string& line) {
+  for (const char* what : {"missing from index ", "wrong # of entries in index ", "non-unique entry in index "})
+    if (line.find(what) != std::string::npos) return true;
+  return false;
+}
+
+std::string meaning_of(const store_check& c, bool repair) {
+  if (c.repaired)
+    return "the indexes were damaged (lookups through them missed rows); they were rebuilt from the tables "
+           "and the store is now sound: nothing was lost";
+  if (c.problems.empty()) return "the store is sound";
+  if (c.indexes_only && !repair)
+    return "an index of the store disagrees with its table: every row is still in the tables, but lookups "
+           "through the index miss some or find them twice, so a job, its steps or its events can be "
+           "missing from get, list, events and wait, and the queue can pass a job over. Nothing is lost: "
+           "`tjob doctor --repair` rebuilds the indexes from the tables (jobs may go on running)";
+  return std::string(repair ? "rebuilding the indexes did not mend it: " : "") +
+         "the store's tables are damaged: the rows on the damaged pages cannot be read and may be lost, "
+         "and writing to it can spread the damage. Stop every tjob that uses " +
+         c.store + ", copy it (with its -wal file) aside, and recover what can be read with the sqlite3 "
+         "shell's .recover command (https://sqlite.org/recovery.html) or restore it from a backup; the job "
+         "directories beside it are not touched";
+}
+
+}  // namespace
+
+asio::awaitable<store_check> backend::check_store(bool repair) {
+  auto& e = *impl_;
+  if (repair) e.check_writable("repair the store");
+  store_check out;
+  out.store = e.db->path().string();
+  detail::store::integrity found;
+  co_await e.blocking([&] { found = detail::store::check_file(e.db->path(), repair, e.cfg.store_busy_timeout); });
+  out.problems = std::move(found.problems);
+  out.repaired = found.repaired;
+  out.indexes_only = !out.problems.empty() && std::all_of(out.problems.begin(), out.problems.end(), index_problem);
+  out.meaning = meaning_of(out, repair);
+  co_return out;
+}
+
 asio::awaitable<void> backend::shutdown() {
   auto self = impl_;
   auto& e = *impl_;

@@ -46,6 +46,7 @@ class backend final : public detail::backend {
   boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(
       std::chrono::seconds unused_for) override;
   boost::asio::awaitable<std::vector<queue_entry>> queue() override;
+  boost::asio::awaitable<store_check> check_store(bool repair) override;
   boost::asio::awaitable<void> shutdown() override;
 
  private:

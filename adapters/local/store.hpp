@@ -106,6 +106,18 @@ class store {
   /// woken once the commit is visible to them.
   void commit();
   static std::filesystem::path wake_path(const std::filesystem::path& db_path);
+
+  /// SQLite's integrity_check of the store at `db_path` (every page, and
+  /// every index against its table), at most 100 problems, on a connection
+  /// of its own: any thread may run it beside the store's users. `repair`:
+  /// when there are problems, the indexes are rebuilt from the tables
+  /// (REINDEX, one transaction) and the file is checked again.
+  struct integrity {
+    std::vector<std::string> problems;  ///< empty: sound; after a failed repair, what is left
+    bool repaired = false;              ///< `problems` were all mended by the rebuild
+  };
+  static integrity check_file(const std::filesystem::path& db_path, bool repair,
+                              std::chrono::milliseconds busy_timeout);
   void rollback() noexcept;
 
   bool insert_job(const job_row& job);  ///< false when the name is taken
@@ -178,6 +190,7 @@ class store {
 
  private:
   struct stmt;
+  class read_snapshot;
   void open(std::chrono::milliseconds busy_timeout, const std::function<void()>& before_create);
   void switch_to_wal(std::chrono::milliseconds busy_timeout);
   void close() noexcept;

@@ -97,6 +97,7 @@ class trainer_client {
   runtime get_runtime(const std::string& name);
   std::vector<venv_cache_entry> list_venv_cache();
   std::vector<venv_cache_entry> prune_venv_cache(std::chrono::seconds unused_for);
+  store_check check_store(bool repair);
 
   const std::filesystem::path& home() const;
   const engine_config& config() const;

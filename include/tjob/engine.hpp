@@ -198,6 +198,12 @@ class engine {
   /// copied is left alone. Returns what was removed.
   boost::asio::awaitable<std::vector<venv_cache_entry>> prune_venv_cache(std::chrono::seconds unused_for);
 
+  /// Checks the local store for damage (SQLite's integrity_check: every page,
+  /// and every index against its table), as `tjob doctor` does. `repair`
+  /// rebuilds the indexes from the tables, which mends an index's damage
+  /// without losing anything; damage in a table is reported, not mended.
+  boost::asio::awaitable<store_check> check_store(bool repair);
+
   /// The jobs waiting for admission (engine_config::admission), next first.
   boost::asio::awaitable<std::vector<queue_entry>> get_queue();
 

@@ -271,6 +271,15 @@ struct venv_cache_entry {
   std::string problem;          ///< empty when usable; a broken entry is rebuilt, never used
 };
 
+/// What `engine::check_store` found (`tjob doctor`).
+struct store_check {
+  std::string store;                  ///< the file checked
+  std::vector<std::string> problems;  ///< as SQLite's integrity_check words them; empty: sound
+  bool indexes_only = false;          ///< every problem is in an index: the tables are whole
+  bool repaired = false;              ///< `problems` were mended (the indexes rebuilt): now sound
+  std::string meaning;                ///< what the damage means for the jobs, and what to do
+};
+
 /// Options of `cancel_job`.
 struct cancel_options {
   /// SIGKILL now, without the grace period (local and container backends; on

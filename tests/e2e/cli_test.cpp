@@ -1550,3 +1550,59 @@ TEST_CASE_FIXTURE(fixture, "a cancel without --grace gives the job the grace it 
     CHECK(said.find(expected) != std::string::npos);
   }
 }
+
+TEST_CASE_FIXTURE(fixture, "tjob doctor finds a damaged index, says what it means, and --repair mends it") {
+  if (!local_only("the check is of the local store; the server's is checked on its machine")) return;
+  REQUIRE(tjob({"run", "--name", "keep-me", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  REQUIRE(tjob({"run", "--name", "victim-job", "--", helper_bin(), "exit", "0"}).exit_code == 0);
+  auto sound = tjob({"doctor"});
+  CHECK(sound.exit_code == 0);
+  CHECK(sound.out == "store " + home() + "/tjob.db: sound\n");
+  const auto events_before = tjob({"events", "victim-job"}).out;
+
+  // One byte of one entry of the index events_by_job flipped, as a bad
+  // sector or a stray write would: the table still holds every event.
+  auto db = std::filesystem::path(home()) / "tjob.db";
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(raw, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr) == SQLITE_OK);
+  long long root = 0, page_size = 0;
+  auto read = [&](const char* sql, long long& out) {
+    sqlite3_stmt* s = nullptr;
+    REQUIRE(sqlite3_prepare_v2(raw, sql, -1, &s, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(s) == SQLITE_ROW);
+    out = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+  };
+  read("SELECT rootpage FROM sqlite_master WHERE name='events_by_job'", root);
+  read("PRAGMA page_size", page_size);
+  sqlite3_close(raw);
+  {
+    std::fstream f(db, std::ios::in | std::ios::out | std::ios::binary);
+    std::string page(static_cast<std::size_t>(page_size), '\0');
+    f.seekg((root - 1) * page_size);
+    f.read(page.data(), page_size);
+    auto at = page.find("victim-job");
+    REQUIRE(at != std::string::npos);  // a leaf page: the index is small
+    f.seekp((root - 1) * page_size + static_cast<long long>(at) + 9);
+    f.put('x');  // victim-job -> victim-jox
+  }
+  // What the damage does: a lookup through the index misses an event.
+  CHECK(tjob({"events", "victim-job"}).out != events_before);
+
+  auto found = tjob({"doctor"});
+  CHECK(found.exit_code == 1);
+  CHECK(found.out.find("store " + db.string() + ": ") == 0);
+  CHECK(found.out.find("missing from index events_by_job") != std::string::npos);
+  CHECK(found.out.find("Nothing is lost") != std::string::npos);
+  CHECK(found.out.find("tjob doctor --repair") != std::string::npos);
+
+  auto mended = tjob({"doctor", "--repair"});
+  CHECK(mended.exit_code == 0);
+  CHECK(mended.out.find("repaired") != std::string::npos);
+  CHECK(mended.out.find("missing from index events_by_job") != std::string::npos);
+  CHECK(mended.out.find("nothing was lost") != std::string::npos);
+  CHECK(tjob({"doctor"}).out == sound.out);
+  CHECK(tjob({"events", "victim-job"}).out == events_before);
+  CHECK(tjob({"get", "keep-me", "-o", "name"}).out == "keep-me\n");
+}

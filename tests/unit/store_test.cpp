@@ -10,6 +10,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -141,6 +142,62 @@ TEST_CASE("connections that find a new store at the same time all open it, none 
     CHECK(db.load_jobs().size() == openers);
     if (std::any_of(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); })) break;
   }
+}
+
+TEST_CASE("a concurrent reader sees a job and its steps from one commit, never half of another") {
+  // A job and its steps are read in two statements; a commit between them
+  // showed a job Running whose every step had ended (`tjob list -w`'s
+  // "Running 1/1", issue 43). Here a writer keeps changing a job and its
+  // steps together while the reader reads them.
+  tjob::test::temp_dir d;
+  auto path = d.path() / "tjob.db";
+  store reader(path, std::chrono::seconds(30));
+  auto two_steps = sample("torn");
+  two_steps.steps.push_back(two_steps.steps[0]);
+  two_steps.steps[1].name = "node-1";
+  reader.begin();
+  REQUIRE(reader.insert_job(two_steps));
+  reader.commit();
+  std::atomic<bool> stop{false};
+  std::atomic<int> commits{0};
+  std::string writer_error;
+  std::thread writer([&] {
+    try {
+      store db(path, std::chrono::seconds(30));
+      for (int i = 0; !stop; ++i) {
+        auto status = i % 2 ? job_status::complete : job_status::running;
+        db.begin();
+        for (auto s : two_steps.steps) {
+          s.status = status;
+          db.update_step("torn", s);
+        }
+        db.update_job_status("torn", status, "");
+        db.commit();
+        ++commits;
+      }
+    } catch (const error& e) {
+      writer_error = e.what();
+    }
+  });
+  int torn = 0, reads = 0;
+  std::string example;
+  while (reads < 4000 || commits < 200) {
+    if (!writer_error.empty()) break;
+    for (const auto& j : {reader.load_jobs().at(0), *reader.load_job("torn")}) {
+      ++reads;
+      for (const auto& s : j.steps)
+        if (s.status != j.status && j.status != job_status::created) {
+          ++torn;
+          example = std::string(to_string(j.status)) + " with " + s.name + " " + std::string(to_string(s.status));
+        }
+    }
+    if (reads > 200000) break;
+  }
+  stop = true;
+  writer.join();
+  CHECK(writer_error.empty());
+  CHECK_MESSAGE(commits >= 200, "the writer made too few commits for the reads to race them");
+  CHECK_MESSAGE(torn == 0, torn << " torn reads of " << reads << ", e.g. the job " << example);
 }
 
 TEST_CASE("a write lock held elsewhere times out as store_locked and loses nothing") {
