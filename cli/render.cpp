@@ -287,8 +287,8 @@ std::string render_queue(const std::vector<queue_entry>& entries, output_format 
 
 std::string render_store_check(const store_check& c) {
   if (c.problems.empty()) return "store " + c.store + ": sound\n";
-  std::string out = fmt::format("store {}: {} problem(s){}\n", c.store, c.problems.size(),
-                                c.repaired ? ", repaired" : "");
+  std::string out =
+      fmt::format("store {}: {} problem(s){}\n", c.store, c.problems.size(), c.repaired ? ", repaired" : "");
   for (const auto& p : c.problems) out += "  " + p + "\n";
   return out + c.meaning + "\n";
 }

@@ -227,9 +227,7 @@ std::vector<venv_cache_entry> trainer_client::list_venv_cache() {
 std::vector<venv_cache_entry> trainer_client::prune_venv_cache(std::chrono::seconds unused_for) {
   return impl_->call(impl_->eng->prune_venv_cache(unused_for));
 }
-store_check trainer_client::check_store(bool repair) {
-  return impl_->call(impl_->eng->check_store(repair));
-}
+store_check trainer_client::check_store(bool repair) { return impl_->call(impl_->eng->check_store(repair)); }
 const std::filesystem::path& trainer_client::home() const { return impl_->eng->home(); }
 const engine_config& trainer_client::config() const { return impl_->cfg; }
 

@@ -454,7 +454,8 @@ namespace {
 // Whether SQLite's problem line is an index that disagrees with its table
 // (the rows are all in the table; REINDEX rebuilds the index from them).
 bool index_problem(const std::string& line) {
-  for (const char* what : {"missing from index ", "wrong # of entries in index ", "non-unique entry in index "})
+  for (const char* what :
+       {"missing from index ", "wrong # of entries in index ", "non-unique entry in index "})
     if (line.find(what) != std::string::npos) return true;
   return false;
 }
@@ -472,7 +473,8 @@ std::string meaning_of(const store_check& c, bool repair) {
   return std::string(repair ? "rebuilding the indexes did not mend it: " : "") +
          "the store's tables are damaged: the rows on the damaged pages cannot be read and may be lost, "
          "and writing to it can spread the damage. Stop every tjob that uses " +
-         c.store + ", copy it (with its -wal file) aside, and recover what can be read with the sqlite3 "
+         c.store +
+         ", copy it (with its -wal file) aside, and recover what can be read with the sqlite3 "
          "shell's .recover command (https://sqlite.org/recovery.html) or restore it from a backup; the job "
          "directories beside it are not touched";
 }
@@ -485,10 +487,12 @@ asio::awaitable<store_check> backend::check_store(bool repair) {
   store_check out;
   out.store = e.db->path().string();
   detail::store::integrity found;
-  co_await e.blocking([&] { found = detail::store::check_file(e.db->path(), repair, e.cfg.store_busy_timeout); });
+  co_await e.blocking(
+      [&] { found = detail::store::check_file(e.db->path(), repair, e.cfg.store_busy_timeout); });
   out.problems = std::move(found.problems);
   out.repaired = found.repaired;
-  out.indexes_only = !out.problems.empty() && std::all_of(out.problems.begin(), out.problems.end(), index_problem);
+  out.indexes_only =
+      !out.problems.empty() && std::all_of(out.problems.begin(), out.problems.end(), index_problem);
   out.meaning = meaning_of(out, repair);
   co_return out;
 }

@@ -99,10 +99,11 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool
 // machine's end): said once, with where to check what else it may have hurt.
 void engine_state::reconcile_all() {
   if (auto n = reconcile_rows(db->load_unfinished()))
-    log->warn("{} job(s) marked Failed, lost: the tjob that owned them ended without recording how they "
-              "ended, and what was left of their processes was stopped; `tjob doctor` checks the store for "
-              "damage such an end can leave",
-              n);
+    log->warn(
+        "{} job(s) marked Failed, lost: the tjob that owned them ended without recording how they "
+        "ended, and what was left of their processes was stopped; `tjob doctor` checks the store for "
+        "damage such an end can leave",
+        n);
 }
 
 bool engine_state::reconcile_row(const detail::job_row& row) { return reconcile_rows({row}) > 0; }

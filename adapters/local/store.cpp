@@ -387,8 +387,8 @@ store::integrity store::check_file(const std::filesystem::path& db_path, bool re
   sqlite3_free(msg);
   if (rc != SQLITE_OK) {
     sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
-    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED || (rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR ||
-        rc == SQLITE_READONLY)
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED || (rc & 0xff) == SQLITE_FULL ||
+        (rc & 0xff) == SQLITE_IOERR || rc == SQLITE_READONLY)
       failed(rc, "cannot rebuild its indexes");
     out.problems.push_back("rebuilding the indexes failed: " + why);  // the damage stopped it
     return out;

@@ -188,7 +188,8 @@ TEST_CASE("a concurrent reader sees a job and its steps from one commit, never h
       for (const auto& s : j.steps)
         if (s.status != j.status && j.status != job_status::created) {
           ++torn;
-          example = std::string(to_string(j.status)) + " with " + s.name + " " + std::string(to_string(s.status));
+          example =
+              std::string(to_string(j.status)) + " with " + s.name + " " + std::string(to_string(s.status));
         }
     }
     if (reads > 200000) break;
