@@ -12,6 +12,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <functional>
+#include <system_error>
 #include <thread>
 
 namespace tjob::cli {
@@ -104,6 +106,19 @@ void follow_step(trainer_client& client, const std::string& name, log_options op
   }
 }
 
+// Starts `f` on a thread of its own, or says the OS would not give one
+// (ulimit -u reached, issue 43): the caller then does that work itself. A
+// follower that cannot be had must never end the run that owns the jobs.
+bool start_thread(std::vector<std::thread>& threads, const std::function<void()>& f) {
+  try {
+    threads.emplace_back(f);
+    return true;
+  } catch (const std::system_error& e) {
+    if (e.code() != std::errc::resource_unavailable_try_again) throw;
+    return false;
+  }
+}
+
 std::vector<std::string> step_names(trainer_client& client, const std::string& name) {
   std::vector<std::string> steps;
   for (const auto& s : client.get_job(name).steps) steps.push_back(s.name);
@@ -122,23 +137,26 @@ void stream_array(trainer_client& client, const std::vector<std::string>& names,
   std::atomic<std::size_t> next{0};
   std::vector<std::thread> threads;
   followers = std::clamp<std::size_t>(followers, 1, names.size());
-  for (std::size_t t = 0; t < followers; ++t)
-    threads.emplace_back([&] {
-      for (auto i = next++; i < names.size() && !out.reader_gone; i = next++) {
-        const auto& name = names[i];
-        std::vector<std::string> steps;
-        try {
-          steps = step_names(client, name);
-        } catch (const std::exception& e) {  // deleted meanwhile
-          std::lock_guard lock(out.mu);
-          std::fprintf(stderr, "tjob: cannot follow %s: %s\n", name.c_str(), e.what());
-          continue;
-        }
-        for (const auto& step : steps)
-          follow_step(client, name, {.step = step, .follow = true},
-                      steps.size() == 1 ? "[" + name + "] " : "[" + name + " " + step + "] ", out);
+  auto follow_members = [&] {
+    for (auto i = next++; i < names.size() && !out.reader_gone; i = next++) {
+      const auto& name = names[i];
+      std::vector<std::string> steps;
+      try {
+        steps = step_names(client, name);
+      } catch (const std::exception& e) {  // deleted meanwhile
+        std::lock_guard lock(out.mu);
+        std::fprintf(stderr, "tjob: cannot follow %s: %s\n", name.c_str(), e.what());
+        continue;
       }
-    });
+      for (const auto& step : steps)
+        follow_step(client, name, {.step = step, .follow = true},
+                    steps.size() == 1 ? "[" + name + "] " : "[" + name + " " + step + "] ", out);
+    }
+  };
+  // Fewer followers when the OS gives fewer threads; with none, this one.
+  for (std::size_t t = 0; t < followers && start_thread(threads, follow_members); ++t) {
+  }
+  if (threads.empty()) follow_members();
   for (auto& t : threads) t.join();
 }
 
@@ -161,12 +179,20 @@ void stream_steps(trainer_client& client, const std::string& name, const std::ve
   }
   shared_out out;
   std::vector<std::thread> followers;
-  for (const auto& step : steps)
-    followers.emplace_back([&, step] {
+  std::vector<std::string> left;  // those no thread could be had for: followed here, after
+  for (const auto& step : steps) {
+    auto follow = [&, step] {
       auto mine = options;
       mine.step = step;
       follow_step(client, name, mine, "[" + step + "] ", out);
-    });
+    };
+    if (!start_thread(followers, follow)) left.push_back(step);
+  }
+  for (const auto& step : left) {
+    auto mine = options;
+    mine.step = step;
+    follow_step(client, name, mine, "[" + step + "] ", out);
+  }
   for (auto& t : followers) t.join();
 }
 

@@ -29,12 +29,22 @@ job_input job_input::spawned(std::size_t step) {
   return in;
 }
 
-job_input job_input::spawn_failed(std::size_t step, std::string what, std::string how, std::string message) {
+job_input job_input::spawn_failed(std::size_t step, std::size_t phase, std::string what, std::string how,
+                                  std::string message, bool transient) {
   job_input in{kind::spawn_failed};
   in.step = step;
+  in.phase = phase;
   in.what = std::move(what);
   in.how = std::move(how);
   in.message = std::move(message);
+  in.transient = transient;
+  return in;
+}
+
+job_input job_input::respawn_due(std::size_t step, std::size_t phase) {
+  job_input in{kind::respawn_due};
+  in.step = step;
+  in.phase = phase;
   return in;
 }
 
@@ -164,7 +174,7 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
       break;
 
     case K::spawn_failed: {
-      if (in.step >= steps_.size()) break;
+      if (in.step >= steps_.size() || respawn(in)) break;
       auto& s = steps_[in.step];
       step_outcome out;
       out.message = in.message;
@@ -283,6 +293,7 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
         case stage::setup:
         case stage::running:
           stop_running(std::nullopt, in.forced);
+          end_respawning(std::nullopt);
           break;
         case stage::backoff:
           finish_all(stop_word() + " while waiting to restart");
@@ -303,6 +314,15 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
       ++attempt_;
       start_nodes();  // the venv and its packages are there: no setup again
       break;
+
+    case K::respawn_due: {
+      if (in.step >= steps_.size() || !steps_[in.step].respawning) break;  // ended meanwhile
+      steps_[in.step].respawning = false;
+      job_action a{job_action::kind::spawn, in.step, in.phase};
+      a.first = !steps_[in.step].started;
+      emit(std::move(a));
+      break;
+    }
   }
   return std::move(out_);
 }
@@ -381,6 +401,8 @@ void job_fsm::node_ended(std::size_t i, step_outcome out, bool failed) {
   if (failed && !failed_node_ && !cancelled_) {
     failed_node_ = i;
     stop_running(i, false);
+    end_respawning(i);
+    if (stage_ == stage::done) return;  // (the last of them finished the job)
   }
   for (const auto& s : steps_)
     if (!s.ended) return;
@@ -470,6 +492,58 @@ bool job_fsm::restart(std::size_t blamed) {
   stage_ = stage::backoff;
   emit(std::move(a));
   return true;
+}
+
+bool job_fsm::respawn(const job_input& in) {
+  auto& s = steps_[in.step];
+  if (!in.transient || cancelled_ || failed_node_ || s.respawn_waited >= respawn_limit) return false;
+  using std::chrono::milliseconds;
+  const milliseconds delay = std::min(milliseconds(50 << std::min(s.respawns, 6)), milliseconds(2000));
+  job_action a{job_action::kind::respawn, in.step, in.phase};
+  a.first = !s.started;
+  a.delay = delay;
+  if (s.respawns == 0)
+    a.text = fmt::format(
+        "cannot start {} yet: {}; trying again, with a back-off from {} ms to 2 s, as other "
+        "processes end (for at most {} min)",
+        in.what, in.how, delay.count(), respawn_limit.count() / 60000);
+  ++s.respawns;
+  s.respawn_waited += delay;
+  s.respawning = true;
+  emit(std::move(a));
+  return true;
+}
+
+void job_fsm::end_respawning(std::optional<std::size_t> failed) {
+  for (std::size_t i = 0; i < steps_.size() && stage_ != stage::done; ++i) {
+    auto& s = steps_[i];
+    if (!s.respawning) continue;
+    s.respawning = false;
+    step_outcome out;
+    if (failed) {
+      out = s.started ? step_outcome{{event_kind::exited, 127},
+                                     "stopped: " + shape_.steps[*failed] +
+                                         " failed while this step waited for "
+                                         "the OS to allow its process",
+                                     "stopped: " + shape_.steps[*failed] + " failed",
+                                     std::nullopt}
+                      : step_outcome{{event_kind::start_failed},
+                                     "not started: " + shape_.steps[*failed] + " failed",
+                                     "not started: " + shape_.steps[*failed] + " failed",
+                                     std::nullopt};
+      s.stopped = true;
+    } else {
+      out = {
+          {event_kind::cancelled},
+          stop_word() + (s.started ? " while waiting for the OS to allow its process" : " before it started"),
+          stop_reason(),
+          {}};
+    }
+    if (stage_ == stage::setup)
+      setup_ended(std::move(out));
+    else
+      node_ended(i, std::move(out), false);
+  }
 }
 
 // Every step ends cancelled with `message` (nothing of the job ran).

@@ -62,8 +62,11 @@ struct job_input {
     venv_waited,     ///< the wait for another builder ended (or was abandoned)
     venv_finalized,  ///< `ok`, `how`
     spawned,         ///< `step`'s process runs
-    spawn_failed,    ///< `step`, `what` (the phase), `how` (the error), `message`
-    exited,          ///< `step`, `exit_code`, `how` (describe), `pid`, `what`, `seconds`
+    /// `step`, `phase`, `what` (the phase's name), `how` (the error),
+    /// `message`; `transient`: the OS refused the fork for want of processes
+    /// (EAGAIN: ulimit -u, a pids limit), which the end of others' gives back
+    spawn_failed,
+    exited,  ///< `step`, `exit_code`, `how` (describe), `pid`, `what`, `seconds`
     /// `forced`; `recorded`: somebody already logged the request; `deadline`:
     /// the job's active deadline passed (it ends DeadlineExceeded, not
     /// cancelled); `never`: a dependency can never be satisfied, `message`
@@ -75,12 +78,14 @@ struct job_input {
     /// one is the job's root cause, whichever node's torchrun ends first.
     worker_failed,
     backoff_elapsed,  ///< the wait before the next attempt (restart) has passed
+    respawn_due,      ///< the wait of a `respawn` of `step`'s `phase` has passed
   };
   kind k = kind::begin;
   std::size_t step = 0;
+  std::size_t phase = 0;
   int exit_code = 0;
   venv_found found = venv_found::copied;
-  bool ok = false, forced = false, recorded = false, deadline = false, never = false;
+  bool ok = false, forced = false, recorded = false, deadline = false, never = false, transient = false;
   std::string what, how, message;
   long pid = 0;
   double seconds = 0;
@@ -91,7 +96,8 @@ struct job_input {
   static job_input venv_waited() { return {kind::venv_waited}; }
   static job_input venv_finalized(bool ok, std::string how = {});
   static job_input spawned(std::size_t step);
-  static job_input spawn_failed(std::size_t step, std::string what, std::string how, std::string message);
+  static job_input spawn_failed(std::size_t step, std::size_t phase, std::string what, std::string how,
+                                std::string message, bool transient = false);
   /// `note`: what else the exit's event says (a full disk); empty: nothing.
   static job_input exited(std::size_t step, int code, std::string how, long pid, std::string what,
                           double seconds, std::string note = {});
@@ -101,10 +107,16 @@ struct job_input {
   static job_input timer_fired() { return {kind::timer_fired}; }
   static job_input worker_failed(std::size_t step, std::string what);
   static job_input backoff_elapsed() { return {kind::backoff_elapsed}; }
+  static job_input respawn_due(std::size_t step, std::size_t phase);
 };
 
 /// The index of a node's code among a step's phases (the setup phases are 0..).
 inline constexpr std::size_t code_phase = static_cast<std::size_t>(-1);
+
+/// How long a step waits in all for the OS to allow its process (refused
+/// forks, EAGAIN) before it fails to start: the back-off doubles from 50 ms
+/// to 2 s between tries.
+inline constexpr std::chrono::milliseconds respawn_limit{std::chrono::minutes(5)};
 
 struct job_action {
   enum class kind : std::uint8_t {
@@ -126,6 +138,11 @@ struct job_action {
     /// one per step), then wait `delay`; backoff_elapsed follows, and attempt
     /// `attempt` starts. A cancel meanwhile ends the job (finish).
     restart,
+    /// The OS refused `step`'s process for want of processes (a transient
+    /// spawn_failed): start `phase` again after `delay`; respawn_due follows
+    /// unless the job ends first. `first` as for spawn; `text`: why, on the
+    /// first wait of the step (empty on the next ones).
+    respawn,
   };
   kind k;
   std::size_t step = 0;
@@ -135,7 +152,7 @@ struct job_action {
   std::vector<std::size_t> steps;
   std::string text;
   std::vector<step_outcome> outcomes;
-  std::chrono::milliseconds delay{0};  ///< restart
+  std::chrono::milliseconds delay{0};  ///< restart, respawn
   int attempt = 1;                     ///< restart: the attempt that follows
 };
 
@@ -167,7 +184,12 @@ class job_fsm {
     bool running = false;
     bool ended = false;
     bool stopped = false;  ///< stopped because another node failed
-    std::string how;       ///< how its process ended (a node's code)
+    /// Waiting to try a refused fork again (respawn): neither running nor
+    /// ended; a cancel or another node's failure ends it at once.
+    bool respawning = false;
+    int respawns = 0;  ///< refused forks in a row
+    std::chrono::milliseconds respawn_waited{0};
+    std::string how;  ///< how its process ended (a node's code)
     step_outcome out;
   };
 
@@ -182,6 +204,12 @@ class job_fsm {
   /// Whether the blamed failure is retried; if so, emits restart and returns true.
   bool restart(std::size_t blamed);
   void finish_all(const std::string& message);
+  /// A refused fork of `in.step`: a respawn after a back-off, or (past
+  /// respawn_limit, or once cancelled) the failure it is.
+  bool respawn(const job_input& in);
+  /// Ends the steps that wait to respawn, as the cancel or another node's
+  /// failure (`failed`) ends the running ones.
+  void end_respawning(std::optional<std::size_t> failed);
   /// How a stopped step's message and reason put it: cancelled, or DeadlineExceeded.
   std::string stop_word() const;
   std::string stop_reason() const;

@@ -126,6 +126,12 @@ struct job_rec {
   /// wait before its next attempt, while it waits.
   std::unique_ptr<retry_policy> retry;
   std::unique_ptr<boost::asio::steady_timer> backoff_timer;
+  /// The waits of steps whose fork the OS refused (job_action::respawn), a
+  /// timer per step, made at the first (a pointer: most jobs never need one).
+  struct respawn_timers {
+    std::vector<std::unique_ptr<boost::asio::steady_timer>> by_step;
+  };
+  std::unique_ptr<respawn_timers> respawns;
   /// Set when the venv comes from the cache (engine_config::venv_cache):
   /// what it is built from; `python` is the interpreter as given until
   /// resolve_venv finds the real one.
@@ -208,6 +214,7 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// this user; nullopt while it has.
   std::optional<std::string> full_file_system(const std::string& path) const;
   bool stopping = false;
+  bool said_fork_refused = false;  // the first refused fork is a warning; the next ones, events
   /// Why the store is read-only (see the constructor); empty when it is not.
   std::string read_only;
   /// Throws store_unavailable, saying why and what still works, when the store is read-only.
@@ -344,6 +351,7 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// Restarting, their logs mark where the next attempt begins, and the
   /// backoff timer posts backoff_elapsed.
   void restart_attempt(const std::shared_ptr<job_rec>& j, job_action& a);
+  void respawn_later(const std::shared_ptr<job_rec>& j, const job_action& a);
   /// The job waits between attempts: backoff_waiting, until end_backoff.
   void wait_backoff(const std::shared_ptr<job_rec>& j);
   void end_backoff(const job_rec& j);

@@ -226,6 +226,9 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
       if (grace) grace->cancel();
       restart_attempt(j, a);
       break;
+    case A::respawn:
+      respawn_later(j, a);
+      break;
     case A::finish:
       break;  // run_job's
   }
@@ -267,6 +270,30 @@ void engine_state::restart_attempt(const std::shared_ptr<job_rec>& j, job_action
   wait_backoff(j);
 }
 
+// The OS refused a step's process for want of processes (issue 43: a job
+// array under ulimit -u lost its members): the step waits and tries again,
+// as others' processes end. Its first wait is said in a Waiting event.
+void engine_state::respawn_later(const std::shared_ptr<job_rec>& j, const job_action& a) {
+  if (!j->respawns) j->respawns = std::make_unique<job_rec::respawn_timers>();
+  auto& timers = j->respawns->by_step;
+  if (timers.size() < j->steps.size()) timers.resize(j->steps.size());
+  auto& timer = timers[a.step];
+  if (!timer) timer = std::make_unique<asio::steady_timer>(ex);
+  timer->expires_after(a.delay);
+  timer->async_wait([w = std::weak_ptr<job_rec>(j), step = a.step, phase = a.phase](error_code ec) {
+    if (auto jr = w.lock(); jr && !ec) jr->post(job_input::respawn_due(step, phase));
+  });
+  if (a.text.empty()) return;
+  std::string text = a.text;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NPROC, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    text += fmt::format(" (this user may have {} processes and threads: ulimit -u)", lim.rlim_cur);
+  log->log(std::exchange(said_fork_refused, true) ? spdlog::level::info : spdlog::level::warn,
+           "job {} step {}: {}", j->row.name, j->steps[a.step].row.name, text);
+  queue_write([name = j->row.name, step = j->steps[a.step].row.name, t = now_ms(), text = std::move(text)](
+                  detail::store& db) { db.append_event(name, step, t, log_event::waiting, text); });
+}
+
 // A child operation of the job (a lease wait, a venv cache step): it posts
 // its answer to the job's inbox, and op_stop abandons it. One that fails
 // fails the job (run_job rethrows it); one abandoned answers `abandoned`
@@ -292,6 +319,9 @@ void engine_state::start_op(const std::shared_ptr<job_rec>& j, asio::awaitable<v
 asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes,
                                                std::size_t blamed) {
   if (j->deadline_timer) j->deadline_timer->cancel();
+  if (j->respawns)
+    for (auto& t : j->respawns->by_step)
+      if (t) t->cancel();
   if (j->backoff_timer) {
     j->backoff_timer->cancel();
     end_backoff(*j);
@@ -435,7 +465,8 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
         (f.code == process::process_errc::log_unopenable ? "cannot open its log " + s.log_path + ": "
                                                          : std::string()) +
         f.diagnostics;
-    return job_input::spawn_failed(index, ph.name, f.diagnostics, std::move(message));
+    return job_input::spawn_failed(index, phase_index, ph.name, f.diagnostics, std::move(message),
+                                   f.code == process::process_errc::no_processes);
   }
   s.proc = std::move(*child);
   s.row.pid = s.proc.pid();

@@ -371,7 +371,9 @@ detail::failure spawn_failure(const spawn_spec& spec, const std::string& step, c
   } else if (step == "open the log") {
     code = process_errc::log_unopenable;
     what = "cannot open its log " + spec.stdout_path;
-  } else if (e == ENOMEM || e == EAGAIN || e == EMFILE || e == ENFILE) {
+  } else if (e == EAGAIN) {
+    code = process_errc::no_processes;
+  } else if (e == ENOMEM || e == EMFILE || e == ENFILE) {
     code = process_errc::no_resources;
   }
   return {code, "cannot start " + spec.executable + ": " + what + ": " + ec.message(), ec.message()};
@@ -386,6 +388,7 @@ constexpr detail::code_info process_codes[] = {
     {"no resources for a child", errc::spawn_failed},
     {"setting up the child failed", errc::spawn_failed},
     {"cannot reap the child", errc::backend_error},
+    {"no process for a child: the limit on processes is reached", errc::spawn_failed},
 };
 
 }  // namespace

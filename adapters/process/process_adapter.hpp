@@ -39,6 +39,9 @@ enum class process_errc {
   no_resources,    ///< no memory, processes or descriptors for a child (spawn_failed)
   setup_failed,    ///< another step before exec failed (spawn_failed)
   reap_failed,     ///< the exited child could not be waited for (backend_error)
+  /// The OS would not make another process (EAGAIN: the user's limit, ulimit
+  /// -u, or a pids cgroup's, or the system's): transient, as others end (spawn_failed)
+  no_processes,
 };
 const boost::system::error_category& process_category() noexcept;
 inline boost::system::error_code make_error_code(process_errc e) noexcept {

@@ -1606,3 +1606,47 @@ TEST_CASE_FIXTURE(fixture, "tjob doctor finds a damaged index, says what it mean
   CHECK(tjob({"events", "victim-job"}).out == events_before);
   CHECK(tjob({"get", "keep-me", "-o", "name"}).out == "keep-me\n");
 }
+
+TEST_CASE_FIXTURE(
+    fixture, "a job array under a small process limit (ulimit -u) waits for its forks and loses no member") {
+  if (!local_only("the limit is on the client, and the engine is the server's")) return;
+  // Issue 43: with few processes allowed, members failed `start failed:
+  // Resource temporarily unavailable`, then tjob run itself exited when it
+  // could not make a follower thread, and the rest were marked lost. The
+  // limit is per user and does not bind root: the run is nobody's.
+  if (::geteuid() != 0) return (void)tjob::test::skip("only root can run tjob as another user here");
+  const uid_t nobody = 65534;
+  std::filesystem::permissions(dir.path(),
+                               std::filesystem::perms::owner_all | std::filesystem::perms::others_exec);
+  auto home = dir.path() / "nobody-home";
+  std::filesystem::create_directory(home);
+  REQUIRE(::chown(home.c_str(), nobody, nobody) == 0);
+  auto helper = dir.path() / "helper";  // where nobody can run it, wherever the build is
+  std::filesystem::copy_file(helper_bin(), helper);
+  auto e = env();
+  e["TJOB_HOME"] = home.string();
+  auto as_nobody = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{"prlimit",       "--nproc=30",     "--",      "setpriv", "--reuid=65534",
+                                  "--regid=65534", "--clear-groups", tjob_bin()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, e, 120s);
+  };
+  auto r = as_nobody({"run", "--name", "few", "--array", "0-39", "--max-running", "0", "--cpu-budget", "0",
+                      "--memory-budget", "0", "--", helper.string(), "sleep", "300"});
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("tjob: array few: 40 Complete") != std::string::npos);
+  auto list = boost::json::parse(as_nobody({"list", "-o", "json"}).out).as_array();
+  CHECK(list.size() == 40);
+  int waited = 0;
+  for (const auto& j : list) {
+    std::string name(j.at("name").as_string());
+    CHECK_MESSAGE(j.at("status").as_string() == "Complete", name);
+    auto events = as_nobody({"events", std::string(name)}).out;
+    if (events.find("cannot start command yet: Resource temporarily unavailable") != std::string::npos)
+      ++waited;
+  }
+  // The limit was reached (else this case proves nothing), and said where it was.
+  CHECK(waited > 0);
+  CHECK(r.err.find("ulimit -u") != std::string::npos);
+}

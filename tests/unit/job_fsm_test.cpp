@@ -130,8 +130,8 @@ TEST_CASE(
   SUBCASE("the first process") {
     job_fsm m(shape(1));
     m.on(job_input::begin());
-    auto out =
-        finished(m.on(job_input::spawn_failed(0, "command", "No such file or directory", "cannot start")));
+    auto out = finished(
+        m.on(job_input::spawn_failed(0, code_phase, "command", "No such file or directory", "cannot start")));
     CHECK(out[0].ev.kind == event_kind::start_failed);
     CHECK(out[0].reason == "start failed: No such file or directory");
   }
@@ -140,7 +140,7 @@ TEST_CASE(
     m.on(job_input::begin());
     m.on(job_input::spawned(0));
     m.on(exit_of(0, 0, "venv"));
-    auto as = m.on(job_input::spawn_failed(0, "python", "Permission denied", "cannot start x"));
+    auto as = m.on(job_input::spawn_failed(0, code_phase, "python", "Permission denied", "cannot start x"));
     REQUIRE(kinds(as) == std::vector<A>{A::note, A::finish});
     CHECK(as[0].text == "cannot start x");
     auto out = finished(as);
@@ -153,7 +153,8 @@ TEST_CASE(
     auto as = m.on(job_input::begin());
     REQUIRE(as.size() == 2);
     m.on(job_input::spawned(0));
-    as = m.on(job_input::spawn_failed(1, "torchrun", "No such file or directory", "cannot start torchrun"));
+    as = m.on(job_input::spawn_failed(1, code_phase, "torchrun", "No such file or directory",
+                                      "cannot start torchrun"));
     REQUIRE(kinds(as) == std::vector<A>{A::signal, A::arm_timer});
     CHECK(as[0].steps == std::vector<std::size_t>{0});
     CHECK_FALSE(as[0].forced);
@@ -583,7 +584,7 @@ TEST_CASE("an exit code that is never retried, a start failure and a setup failu
     sh.retry = &policy;
     job_fsm m(sh);
     m.on(job_input::begin());
-    auto out = finished(m.on(job_input::spawn_failed(0, "command", "not found", "cannot start")));
+    auto out = finished(m.on(job_input::spawn_failed(0, code_phase, "command", "not found", "cannot start")));
     CHECK(out[0].ev.kind == event_kind::start_failed);
   }
   SUBCASE("a setup phase fails") {
@@ -654,4 +655,84 @@ TEST_CASE("a cancel or the deadline during the backoff ends the job: the retry l
     auto out = finished(m.on(exit_of(0, 143)));
     CHECK(out[0].ev.kind == event_kind::cancelled);
   }
+}
+
+namespace {
+
+job_input refused_fork(std::size_t step) {
+  return job_input::spawn_failed(step, code_phase, "command", "clone: Resource temporarily unavailable",
+                                 "cannot start x", true);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a fork the OS refuses (EAGAIN) waits with a growing back-off and tries again, then the step runs") {
+  job_fsm m(shape(1));
+  m.on(job_input::begin());
+  auto as = m.on(refused_fork(0));
+  REQUIRE(kinds(as) == std::vector<A>{A::respawn});
+  CHECK(as[0].step == 0);
+  CHECK(as[0].phase == code_phase);
+  CHECK(as[0].first);
+  CHECK(as[0].delay == std::chrono::milliseconds(50));
+  CHECK(as[0].text.find("clone: Resource temporarily unavailable") != std::string::npos);
+  as = m.on(job_input::respawn_due(0, code_phase));
+  REQUIRE(kinds(as) == std::vector<A>{A::spawn});
+  CHECK(as[0].first);
+  as = m.on(refused_fork(0));
+  REQUIRE(kinds(as) == std::vector<A>{A::respawn});
+  CHECK(as[0].delay == std::chrono::milliseconds(100));
+  CHECK(as[0].text.empty());  // said once
+  REQUIRE(kinds(m.on(job_input::respawn_due(0, code_phase))) == std::vector<A>{A::spawn});
+  CHECK(m.on(job_input::spawned(0)).empty());
+  auto out = finished(m.on(exit_of(0, 0)));
+  CHECK(out[0].ev.kind == event_kind::exited);
+  CHECK(out[0].ev.exit_code == 0);
+}
+
+TEST_CASE("a cancel ends a step that waits to be forked at once, and its late respawn_due does nothing") {
+  job_fsm m(shape(2));
+  auto as = m.on(job_input::begin());
+  REQUIRE(as.size() == 2);
+  m.on(job_input::spawned(0));
+  REQUIRE(kinds(m.on(refused_fork(1))) == std::vector<A>{A::respawn});
+  as = m.on(job_input::cancel());
+  REQUIRE(kinds(as) == std::vector<A>{A::record_cancel, A::signal, A::arm_timer});
+  CHECK(as[1].steps == std::vector<std::size_t>{0});
+  CHECK(m.on(job_input::respawn_due(1, code_phase)).empty());  // no spawn for a cancelled job
+  auto out = finished(m.on(exit_of(0, 143)));
+  CHECK(out[1].ev.kind == event_kind::cancelled);
+  CHECK(out[1].message == "cancelled before it started");
+  CHECK(m.on(job_input::respawn_due(1, code_phase)).empty());
+}
+
+TEST_CASE("a node that fails while another waits to be forked ends the job: the waiting one never starts") {
+  job_fsm m(shape(2));
+  m.on(job_input::begin());
+  m.on(job_input::spawned(0));
+  REQUIRE(kinds(m.on(refused_fork(1))) == std::vector<A>{A::respawn});
+  auto out = finished(m.on(exit_of(0, 2)));
+  CHECK(out[0].reason == "exit code 2");
+  CHECK(out[1].ev.kind == event_kind::start_failed);
+  CHECK(out[1].reason == "not started: node-0 failed");
+}
+
+TEST_CASE("a fork refused for longer than respawn_limit fails the step's start, saying why") {
+  job_fsm m(shape(1));
+  m.on(job_input::begin());
+  std::chrono::milliseconds waited{0};
+  std::vector<job_action> as;
+  for (int i = 0; i < 10'000; ++i) {
+    as = m.on(refused_fork(0));
+    if (kinds(as) != std::vector<A>{A::respawn}) break;
+    CHECK(as[0].delay <= std::chrono::seconds(2));
+    waited += as[0].delay;
+    REQUIRE(kinds(m.on(job_input::respawn_due(0, code_phase))) == std::vector<A>{A::spawn});
+  }
+  CHECK(waited >= respawn_limit);
+  CHECK(waited < respawn_limit + std::chrono::seconds(2));
+  auto out = finished(as);
+  CHECK(out[0].ev.kind == event_kind::start_failed);
+  CHECK(out[0].reason == "start failed: clone: Resource temporarily unavailable");
 }
