@@ -30,8 +30,9 @@ job_input job_input::spawned(std::size_t step) {
 }
 
 job_input job_input::spawn_failed(std::size_t step, std::size_t phase, std::string what, std::string how,
-                                  std::string message, bool transient) {
+                                  std::string message, bool transient, bool others_running) {
   job_input in{kind::spawn_failed};
+  in.others_running = others_running;
   in.step = step;
   in.phase = phase;
   in.what = std::move(what);
@@ -496,7 +497,9 @@ bool job_fsm::restart(std::size_t blamed) {
 
 bool job_fsm::respawn(const job_input& in) {
   auto& s = steps_[in.step];
-  if (!in.transient || cancelled_ || failed_node_ || s.respawn_waited >= respawn_limit) return false;
+  if (!in.transient || cancelled_ || failed_node_ ||
+      (s.respawn_waited >= respawn_limit && !in.others_running))
+    return false;
   using std::chrono::milliseconds;
   const milliseconds delay = std::min(milliseconds(50 << std::min(s.respawns, 6)), milliseconds(2000));
   job_action a{job_action::kind::respawn, in.step, in.phase};
@@ -504,8 +507,9 @@ bool job_fsm::respawn(const job_input& in) {
   a.delay = delay;
   if (s.respawns == 0)
     a.text = fmt::format(
-        "cannot start {} yet: {}; trying again, with a back-off from {} ms to 2 s, as other "
-        "processes end (for at most {} min)",
+        "cannot start {} yet: {}; trying again as other processes end (at once when one of "
+        "tjob's ends, else after a back-off from {} ms to 2 s; for at most {} min while none of "
+        "tjob's runs)",
         in.what, in.how, delay.count(), respawn_limit.count() / 60000);
   ++s.respawns;
   s.respawn_waited += delay;

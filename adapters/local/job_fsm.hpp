@@ -86,6 +86,9 @@ struct job_input {
   int exit_code = 0;
   venv_found found = venv_found::copied;
   bool ok = false, forced = false, recorded = false, deadline = false, never = false, transient = false;
+  /// spawn_failed: other processes of the engine run, whose end frees what
+  /// a transient failure lacks (its wait is then not bounded by respawn_limit)
+  bool others_running = false;
   std::string what, how, message;
   long pid = 0;
   double seconds = 0;
@@ -97,7 +100,7 @@ struct job_input {
   static job_input venv_finalized(bool ok, std::string how = {});
   static job_input spawned(std::size_t step);
   static job_input spawn_failed(std::size_t step, std::size_t phase, std::string what, std::string how,
-                                std::string message, bool transient = false);
+                                std::string message, bool transient = false, bool others_running = false);
   /// `note`: what else the exit's event says (a full disk); empty: nothing.
   static job_input exited(std::size_t step, int code, std::string how, long pid, std::string what,
                           double seconds, std::string note = {});
@@ -113,9 +116,11 @@ struct job_input {
 /// The index of a node's code among a step's phases (the setup phases are 0..).
 inline constexpr std::size_t code_phase = static_cast<std::size_t>(-1);
 
-/// How long a step waits in all for the OS to allow its process (refused
-/// forks, EAGAIN) before it fails to start: the back-off doubles from 50 ms
-/// to 2 s between tries.
+/// How long a step waits in all for the OS to allow its process (a refused
+/// fork, EAGAIN; no descriptor, EMFILE) while no other process of the
+/// engine runs whose end would free one, before it fails to start. The
+/// back-off doubles from 50 ms to 2 s between tries, and an exit of one of
+/// the engine's processes ends it at once.
 inline constexpr std::chrono::milliseconds respawn_limit{std::chrono::minutes(5)};
 
 struct job_action {

@@ -215,6 +215,18 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::optional<std::string> full_file_system(const std::string& path) const;
   bool stopping = false;
   bool said_fork_refused = false;  // the first refused fork is a warning; the next ones, events
+  /// Processes of this engine's steps that run (each holds a pidfd): a
+  /// process is started only while they, the descriptors the engine held
+  /// at its start and a reserve for its own work fit the open-file limit;
+  /// else its step waits as for a refused fork (issue 43: `ulimit -n`).
+  std::size_t live_children = 0;
+  std::size_t base_descriptors = 0;
+  static constexpr std::size_t descriptor_reserve = 64;
+  /// Why a new process would take a descriptor the engine cannot spare; empty when it can.
+  std::string descriptors_short() const;
+  /// The jobs with a step waiting to try its process again: an exit wakes
+  /// them at once (what it frees may be what they wait for).
+  std::vector<std::weak_ptr<job_rec>> respawn_waiters;
   /// Why the store is read-only (see the constructor); empty when it is not.
   std::string read_only;
   /// Throws store_unavailable, saying why and what still works, when the store is read-only.
@@ -352,6 +364,7 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// backoff timer posts backoff_elapsed.
   void restart_attempt(const std::shared_ptr<job_rec>& j, job_action& a);
   void respawn_later(const std::shared_ptr<job_rec>& j, const job_action& a);
+  void wake_respawns();
   /// The job waits between attempts: backoff_waiting, until end_backoff.
   void wait_backoff(const std::shared_ptr<job_rec>& j);
   void end_backoff(const job_rec& j);

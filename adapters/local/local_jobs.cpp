@@ -147,6 +147,7 @@ engine_state::engine_state(const detail::backend_context& ctx)
   refresh_budget();  // (config.yaml's errors are raised here, at open)
   self_pid = ::getpid();
   self_start = process::start_time(self_pid).value_or(0);
+  base_descriptors = process::open_descriptors();
   reconcile_all();
 }
 

@@ -280,18 +280,54 @@ void engine_state::respawn_later(const std::shared_ptr<job_rec>& j, const job_ac
   auto& timer = timers[a.step];
   if (!timer) timer = std::make_unique<asio::steady_timer>(ex);
   timer->expires_after(a.delay);
-  timer->async_wait([w = std::weak_ptr<job_rec>(j), step = a.step, phase = a.phase](error_code ec) {
-    if (auto jr = w.lock(); jr && !ec) jr->post(job_input::respawn_due(step, phase));
+  // Cancelled (an exit woke it, see wake_respawns), it is due at once; a
+  // job that has ended ignores it.
+  timer->async_wait([w = std::weak_ptr<job_rec>(j), step = a.step, phase = a.phase](error_code) {
+    if (auto jr = w.lock()) jr->post(job_input::respawn_due(step, phase));
   });
+  respawn_waiters.push_back(j);
   if (a.text.empty()) return;
   std::string text = a.text;
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_NPROC, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
-    text += fmt::format(" (this user may have {} processes and threads: ulimit -u)", lim.rlim_cur);
   log->log(std::exchange(said_fork_refused, true) ? spdlog::level::info : spdlog::level::warn,
            "job {} step {}: {}", j->row.name, j->steps[a.step].row.name, text);
   queue_write([name = j->row.name, step = j->steps[a.step].row.name, t = now_ms(), text = std::move(text)](
                   detail::store& db) { db.append_event(name, step, t, log_event::waiting, text); });
+}
+
+// A process ended: what it held (a process slot, its pidfd) may be what a
+// refused start waits for. Each waiting step tries again now.
+void engine_state::wake_respawns() {
+  for (auto& w : std::exchange(respawn_waiters, {}))
+    if (auto j = w.lock(); j && j->respawns)
+      for (auto& t : j->respawns->by_step)
+        if (t) t->cancel();
+}
+
+namespace {
+
+// The limit a refused start ran into, to say with it: " (...)", or empty.
+std::string limit_of(const error_code& code) {
+  rlimit lim{};
+  const int which = code == process::process_errc::no_processes     ? RLIMIT_NPROC
+                    : code == process::process_errc::no_descriptors ? RLIMIT_NOFILE
+                                                                    : -1;
+  if (which < 0 || ::getrlimit(which, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return {};
+  return which == RLIMIT_NPROC
+             ? fmt::format(" (this user may have {} processes and threads: ulimit -u)", lim.rlim_cur)
+             : fmt::format(" (this process may have {} files open: ulimit -n)", lim.rlim_cur);
+}
+
+}  // namespace
+
+std::string engine_state::descriptors_short() const {
+  rlimit lim{};
+  if (live_children == 0 || ::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return {};
+  if (live_children + base_descriptors + descriptor_reserve < lim.rlim_cur) return {};
+  return fmt::format(
+      "too many open files (jobs' processes hold {}, the engine {}, and {} are kept for its own work, of "
+      "this "
+      "process's limit of {}: ulimit -n)",
+      live_children, base_descriptors, descriptor_reserve, lim.rlim_cur);
 }
 
 // A child operation of the job (a lease wait, a venv cache step): it posts
@@ -453,6 +489,10 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   spec.cwd = ph.cwd;
   if (!ph.title.empty()) log_progress(*j, s, "[tjob] " + ph.title + "\n");
   spec.stdout_path = s.log_path;
+  if (auto why = descriptors_short(); !why.empty())
+    return job_input::spawn_failed(index, phase_index, ph.name, why,
+                                   "cannot start " + quote(spec.executable) + ": " + why, true,
+                                   live_children > 0);
   const std::string cgroup_name = job_token(j->row) + "-" + s.row.name;
   const int tree_fd = open_tree(*j, s, cgroup_name);
   spec.cgroup_procs_fd = tree_fd;
@@ -465,10 +505,13 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
         (f.code == process::process_errc::log_unopenable ? "cannot open its log " + s.log_path + ": "
                                                          : std::string()) +
         f.diagnostics;
-    return job_input::spawn_failed(index, phase_index, ph.name, f.diagnostics, std::move(message),
-                                   f.code == process::process_errc::no_processes);
+    const bool transient =
+        f.code == process::process_errc::no_processes || f.code == process::process_errc::no_descriptors;
+    return job_input::spawn_failed(index, phase_index, ph.name, f.diagnostics + limit_of(f.code),
+                                   std::move(message), transient, live_children > 0);
   }
   s.proc = std::move(*child);
+  ++live_children;
   s.row.pid = s.proc.pid();
   s.row.pid_start = s.proc.start_time();
   limit_step(*j, s, ph, cgroup_name);

@@ -175,6 +175,8 @@ void engine_state::step_exited(const std::shared_ptr<job_rec>& j, std::size_t in
   // left behind goes with it, in its process group or out of it.
   s.proc.signal_group(SIGKILL);
   s.proc = process::child();  // its pidfd: the one descriptor a running job holds
+  --live_children;
+  if (!respawn_waiters.empty()) wake_respawns();
   end_tree(*j, s);
   auto why = describe(st);
   if (!s.memory_cgroup.empty() && process::oom_kills(s.memory_cgroup) > 0) {

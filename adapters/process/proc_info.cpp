@@ -79,6 +79,16 @@ std::size_t count_group_members(pid_t pgid) {
   return count;
 }
 
+std::size_t open_descriptors() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return 0;
+  std::size_t count = 0;
+  while (auto* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++count;
+  ::closedir(d);
+  return count > 0 ? count - 1 : 0;
+}
+
 std::vector<std::pair<pid_t, std::string>> find_by_environment(const std::set<std::string>& entries) {
   std::vector<std::pair<pid_t, std::string>> found;
   if (entries.empty()) return found;

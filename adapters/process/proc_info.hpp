@@ -22,6 +22,10 @@ bool is_same_process(pid_t pid, std::uint64_t start);
 /// The number of live (non-zombie) processes whose process group is `pgid`.
 std::size_t count_group_members(pid_t pgid);
 
+/// The descriptors this process has open (entries of /proc/self/fd, less
+/// the one the count itself opens); 0 when they cannot be read.
+std::size_t open_descriptors();
+
 /// The live processes whose environment holds one of `entries` ("KEY=VALUE"),
 /// with the entry each holds. One pass over /proc, however many entries.
 std::vector<std::pair<pid_t, std::string>> find_by_environment(const std::set<std::string>& entries);

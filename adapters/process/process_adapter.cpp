@@ -373,7 +373,9 @@ detail::failure spawn_failure(const spawn_spec& spec, const std::string& step, c
     what = "cannot open its log " + spec.stdout_path;
   } else if (e == EAGAIN) {
     code = process_errc::no_processes;
-  } else if (e == ENOMEM || e == EMFILE || e == ENFILE) {
+  } else if (e == EMFILE || e == ENFILE) {
+    code = process_errc::no_descriptors;
+  } else if (e == ENOMEM) {
     code = process_errc::no_resources;
   }
   return {code, "cannot start " + spec.executable + ": " + what + ": " + ec.message(), ec.message()};
@@ -389,6 +391,7 @@ constexpr detail::code_info process_codes[] = {
     {"setting up the child failed", errc::spawn_failed},
     {"cannot reap the child", errc::backend_error},
     {"no process for a child: the limit on processes is reached", errc::spawn_failed},
+    {"no descriptor for a child: the limit on open files is reached", errc::spawn_failed},
 };
 
 }  // namespace

@@ -36,12 +36,15 @@ enum class process_errc {
   exec_failed,     ///< execve failed otherwise, e.g. not a program the kernel can run (spawn_failed)
   bad_cwd,         ///< the working directory cannot be entered (spawn_failed)
   log_unopenable,  ///< the log file cannot be opened for appending (spawn_failed)
-  no_resources,    ///< no memory, processes or descriptors for a child (spawn_failed)
+  no_resources,    ///< no memory for a child (spawn_failed)
   setup_failed,    ///< another step before exec failed (spawn_failed)
   reap_failed,     ///< the exited child could not be waited for (backend_error)
   /// The OS would not make another process (EAGAIN: the user's limit, ulimit
   /// -u, or a pids cgroup's, or the system's): transient, as others end (spawn_failed)
   no_processes,
+  /// This process may open no more files (EMFILE: ulimit -n; ENFILE: the
+  /// system's): transient, as others' descriptors are closed (spawn_failed)
+  no_descriptors,
 };
 const boost::system::error_category& process_category() noexcept;
 inline boost::system::error_code make_error_code(process_errc e) noexcept {

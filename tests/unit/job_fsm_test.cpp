@@ -736,3 +736,17 @@ TEST_CASE("a fork refused for longer than respawn_limit fails the step's start, 
   CHECK(out[0].ev.kind == event_kind::start_failed);
   CHECK(out[0].reason == "start failed: clone: Resource temporarily unavailable");
 }
+
+TEST_CASE("a step waits for a refused fork past respawn_limit while other processes of the engine run") {
+  job_fsm m(shape(1));
+  m.on(job_input::begin());
+  std::chrono::milliseconds waited{0};
+  while (waited < respawn_limit + std::chrono::seconds(10)) {
+    auto as = m.on(job_input::spawn_failed(0, code_phase, "command", "too many open files", "x", true, true));
+    REQUIRE(kinds(as) == std::vector<A>{A::respawn});
+    waited += as[0].delay;
+    REQUIRE(kinds(m.on(job_input::respawn_due(0, code_phase))) == std::vector<A>{A::spawn});
+  }
+  CHECK(m.on(job_input::spawned(0)).empty());
+  CHECK(finished(m.on(exit_of(0, 0)))[0].ev.exit_code == 0);
+}
