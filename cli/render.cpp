@@ -286,11 +286,23 @@ std::string render_queue(const std::vector<queue_entry>& entries, output_format 
 }
 
 std::string render_store_check(const store_check& c) {
-  if (c.problems.empty()) return "store " + c.store + ": sound\n";
-  std::string out =
-      fmt::format("store {}: {} problem(s){}\n", c.store, c.problems.size(), c.repaired ? ", repaired" : "");
-  for (const auto& p : c.problems) out += "  " + p + "\n";
-  return out + c.meaning + "\n";
+  std::string out;
+  if (c.problems.empty()) {
+    out = "store " + c.store + ": sound\n";
+  } else {
+    out = fmt::format("store {}: {} problem(s){}\n", c.store, c.problems.size(),
+                      c.repaired ? ", repaired" : "");
+    for (const auto& p : c.problems) out += "  " + p + "\n";
+    out += c.meaning + "\n";
+  }
+  if (c.unrecorded_dirs.empty()) return out;
+  out += fmt::format(
+      "{} job director{} with no record in the store (a store that was lost or replaced, a removal "
+      "that did not finish); each keeps its name from new jobs. Move aside what you want to keep "
+      "and remove the rest:\n",
+      c.unrecorded_dirs.size(), c.unrecorded_dirs.size() == 1 ? "y" : "ies");
+  for (const auto& d : c.unrecorded_dirs) out += "  " + d + "\n";
+  return out;
 }
 
 std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, output_format f) {

@@ -9,6 +9,7 @@
 #include <boost/asio/cancellation_type.hpp>
 
 #include <algorithm>
+#include <set>
 
 namespace tjob::local {
 
@@ -494,6 +495,17 @@ asio::awaitable<store_check> backend::check_store(bool repair) {
   out.indexes_only =
       !out.problems.empty() && std::all_of(out.problems.begin(), out.problems.end(), index_problem);
   out.meaning = meaning_of(out, repair);
+  // (the names in the store, then the directories: one made between the two is not taken for a stray)
+  std::set<std::string> recorded;
+  for (const auto& row : e.db->load_jobs()) recorded.insert(row.name);
+  co_await e.blocking([&] {
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(e.jobs_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      auto name = it->path().filename().string();
+      if (it->is_directory(ec) && !recorded.count(name)) out.unrecorded_dirs.push_back(it->path().string());
+    }
+  });
+  std::sort(out.unrecorded_dirs.begin(), out.unrecorded_dirs.end());
   co_return out;
 }
 

@@ -278,6 +278,10 @@ struct store_check {
   bool indexes_only = false;          ///< every problem is in an index: the tables are whole
   bool repaired = false;              ///< `problems` were mended (the indexes rebuilt): now sound
   std::string meaning;                ///< what the damage means for the jobs, and what to do
+  /// Job directories the store has no record of (a lost store, a removal
+  /// that failed): each holds its name, which no new job can take. Listed,
+  /// never removed: what is in them is the user's to keep or delete.
+  std::vector<std::string> unrecorded_dirs;
 };
 
 /// Options of `cancel_job`.

@@ -1605,6 +1605,19 @@ TEST_CASE_FIXTURE(fixture, "tjob doctor finds a damaged index, says what it mean
   CHECK(tjob({"doctor"}).out == sound.out);
   CHECK(tjob({"events", "victim-job"}).out == events_before);
   CHECK(tjob({"get", "keep-me", "-o", "name"}).out == "keep-me\n");
+
+  // A job directory the store does not know (a removal that failed) is listed, and left.
+  auto stray = std::filesystem::path(home()) / "jobs" / "stray";
+  std::filesystem::create_directories(stray);
+  auto listed = tjob({"doctor"});
+  CHECK(listed.exit_code == 0);
+  CHECK(listed.out ==
+        sound.out +
+            "1 job directory with no record in the store (a store that was lost or replaced, a "
+            "removal that did not finish); each keeps its name from new jobs. Move aside what you "
+            "want to keep and remove the rest:\n  " +
+            stray.string() + "\n");
+  CHECK(std::filesystem::exists(stray));
 }
 
 TEST_CASE_FIXTURE(
