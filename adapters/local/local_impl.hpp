@@ -101,6 +101,7 @@ struct job_rec {
   bool remove_venv = false;
   bool torch_port = false;     // the nodes rendezvous on one free port, chosen at start
   bool failure_watch = false;  // its nodes' worker failures are watched (several torch nodes)
+  bool line_hook = false;      // its venv makes its processes print whole lines (install_line_hook)
   int master_port = 0;
   int gpus_per_node = 0;
   std::vector<std::string> node_devices;  // CUDA_VISIBLE_DEVICES of each node, once leased
@@ -365,6 +366,8 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   void restart_attempt(const std::shared_ptr<job_rec>& j, job_action& a);
   void respawn_later(const std::shared_ptr<job_rec>& j, const job_action& a);
   void wake_respawns();
+  std::filesystem::path site_packages(const job_rec& j) const;  ///< its venv's; empty: none
+  void install_line_hook(job_rec& j);
   /// The job waits between attempts: backoff_waiting, until end_backoff.
   void wait_backoff(const std::shared_ptr<job_rec>& j);
   void end_backoff(const job_rec& j);

@@ -468,6 +468,7 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
         a.replace(at, master_port_placeholder.size(), std::to_string(j->master_port));
   auto env = ph.env;
   env.emplace(token_variable, job_token(j->row));
+  if (ph.final && !j->venv.empty() && !j->line_hook) install_line_hook(*j);
   if (ph.final && ph.torch_port && j->steps.size() > 1) {
     start_failure_watch(j);
     env.insert_or_assign("TJOB_FAILURE_DIR", failures_dir(*j).string());
@@ -538,6 +539,26 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   return job_input::spawned(index);
 }
 
+std::filesystem::path engine_state::site_packages(const job_rec& j) const {
+  std::error_code ec;
+  std::filesystem::path site;
+  for (const auto& e : std::filesystem::directory_iterator(j.venv / "lib", ec))
+    if (e.path().filename().string().rfind("python", 0) == 0) site = e.path() / "site-packages";
+  if (ec || site.empty() || !std::filesystem::is_directory(site, ec)) return {};
+  return site;
+}
+
+// Every Python process of the job writes each line it prints whole
+// (python::line_hook_module): the ranks of a node share its log.
+void engine_state::install_line_hook(job_rec& j) {
+  j.line_hook = true;
+  auto site = site_packages(j);
+  if (site.empty() || detail::append_file(site / python::line_hook_file, python::line_hook_module()) ||
+      detail::append_file(site / python::line_hook_pth, python::line_hook_pth_text))
+    log->warn("job {}: cannot install the line hook in {}: the lines of its processes may interleave",
+              j.row.name, j.venv.string());
+}
+
 // A worker that raises makes the node fail, but its torchrun may end after
 // another node's (whose workers lost their peer) or wait at its exit barrier
 // for minutes. The hook records the exception at once; the first record is
@@ -547,10 +568,8 @@ void engine_state::start_failure_watch(const std::shared_ptr<job_rec>& j) {
   j->failure_watch = true;
   std::error_code ec;
   std::filesystem::create_directory(failures_dir(*j), ec);
-  std::filesystem::path site;
-  for (const auto& e : std::filesystem::directory_iterator(j->venv / "lib", ec))
-    if (e.path().filename().string().rfind("python", 0) == 0) site = e.path() / "site-packages";
-  if (ec || site.empty() || !std::filesystem::is_directory(site, ec)) {
+  auto site = site_packages(*j);
+  if (site.empty()) {
     log->debug("job {}: no site-packages in {}; worker failures are not recorded", j->row.name,
                j->venv.string());
     return;

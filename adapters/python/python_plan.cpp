@@ -227,6 +227,23 @@ if plan.get("torch") and importlib.util.find_spec("torch") is not None:
 else:
     argv = [sys.executable, script]
 argv += plan.get("args") or []
+# Every Python process of the job prints whole lines (line_hook_module), then
+# runs the sitecustomize it would have run without this one.
+site = os.path.join(work, "_tjob_site")
+os.makedirs(site, exist_ok=True)
+with open(os.path.join(site, "sitecustomize.py"), "w", encoding="utf-8") as f:
+    f.write(plan["line_hook"] + """
+import importlib.machinery, importlib.util, os as _os
+_here = _os.path.dirname(_os.path.abspath(__file__))
+_path = [p for p in sys.path if _os.path.abspath(p or _os.curdir) != _here]
+_spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _path)
+if _spec is not None and _spec.loader is not None:
+    _next = importlib.util.module_from_spec(_spec)
+    sys.modules["sitecustomize"] = _next
+    _spec.loader.exec_module(_next)
+""")
+paths = [site] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+os.environ["PYTHONPATH"] = os.pathsep.join(paths)
 sys.stdout.flush()
 os.execv(argv[0], argv)
 )PY";
@@ -244,7 +261,8 @@ json::object entry_plan(const python_trainer& pt, const std::string& source, boo
                     {"pip_args", std::move(pip_args)},
                     {"pip_env", std::move(pip_env)},
                     {"args", std::move(args)},
-                    {"torch", torch}};
+                    {"torch", torch},
+                    {"line_hook", line_hook_module()}};
   if (with_code) {
     json::object shipped;
     auto files = shipped_files(pt, source);
@@ -255,6 +273,26 @@ json::object entry_plan(const python_trainer& pt, const std::string& source, boo
     plan["script"] = script;
   }
   return plan;
+}
+
+std::string line_hook_module() {
+  return R"py(# Put here by tjob: each line a process prints reaches the log in one write, so
+# the lines of processes sharing the log (torch ranks) never tear each other
+# (see line_hook_module in tjob's adapters/python/python_plan.hpp).
+import sys
+
+
+def _whole_lines():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)
+            stream._CHUNK_SIZE = 1 << 20
+        except Exception:
+            pass
+
+
+_whole_lines()
+)py";
 }
 
 std::string failure_hook_module() {

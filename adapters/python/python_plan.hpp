@@ -60,6 +60,20 @@ inline constexpr const char* failure_hook_file = "_tjob_failure_hook.py";
 inline constexpr const char* failure_hook_pth = "_tjob_failure_hook.pth";
 inline constexpr const char* failure_hook_pth_text = "import _tjob_failure_hook\n";
 
+/// A module that makes every line a Python process prints reach its output
+/// in one write(2): stdout and stderr line-buffered (even under `python -u`,
+/// which torchrun gives its workers), with room for lines of up to 1 MiB.
+/// Processes that share a log (a node's torch ranks) then never tear each
+/// other's lines: each write to a file is appended whole (issue 42). It
+/// costs a write per line where `-u` made one per print() argument and end.
+/// Imported by the `.pth` line `line_hook_pth` in a venv's site-packages
+/// (local jobs); `entry_script` puts it on PYTHONPATH as `sitecustomize`,
+/// which then runs the environment's own sitecustomize, if any, after it.
+std::string line_hook_module();
+inline constexpr const char* line_hook_file = "_tjob_lines.py";
+inline constexpr const char* line_hook_pth = "_tjob_lines.pth";
+inline constexpr const char* line_hook_pth_text = "import _tjob_lines\n";
+
 /// The file the code itself is in (what a syntax check compiles): the
 /// user's file when it runs or is loaded where it is, else the name
 /// training_files gives the code's text (`<stem>.py` or `<stem>.code.py`).
