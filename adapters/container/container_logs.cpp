@@ -64,6 +64,21 @@ struct container_log final : detail::piecewise_log {
   bool following = false;  // the open stream follows
   bool rereading = false;
   bool raw = false;  // a TTY's log: no frames
+  bool finished = false;  // the log has ended and what was held is handed out
+  // Each stream's bytes after its last line end ('\n' or '\r'), held until
+  // that line ends: the daemon may cut a line where its log driver read a
+  // pipe (Podman's conmon does), and the other stream's next frame would
+  // then land inside it. Lines are handed out whole, in the order they end.
+  std::string held_out, held_err;
+  static constexpr std::size_t hold_limit = 1 << 20;  // a longer line goes out in pieces
+
+  // What is held goes out (the log ended, or is read again from its start).
+  void release(std::string& out) {
+    out += held_out;
+    out += held_err;
+    held_out.clear();
+    held_err.clear();
+  }
   // Its container had ended for good when the log was asked for: its log is
   // whole, and a follow would only wait (Podman ends a follow of an ended
   // container a poll interval later, 250 ms; Docker at once).
@@ -87,6 +102,7 @@ struct container_log final : detail::piecewise_log {
         raw(tty) {}
 
   asio::awaitable<bool> read_piece(std::string& out) override {
+    if (finished) co_return false;
     if (container.empty()) {
       // The job waits for admission: its container comes when it is let in.
       auto c = co_await b->await_container(job, step, options.follow);
@@ -130,6 +146,7 @@ struct container_log final : detail::piecewise_log {
       if (watch) watch->body = nullptr;
       body.reset();
       rereading = true;
+      release(out);  // (all that was received: the reread skips that much)
       skip = emitted;
       dec = frame_decoder(raw);
       auto rest = options;
@@ -143,15 +160,29 @@ struct container_log final : detail::piecewise_log {
       co_return true;
     }
     if (!piece) raise(prefixed(piece.error(), where));
-    if (ended) co_return false;
-    auto fed = dec.feed(**piece, [&](int, std::string_view p) {
+    if (ended) {
+      release(out);
+      finished = true;
+      co_return !out.empty();
+    }
+    auto fed = dec.feed(**piece, [&](int stream, std::string_view p) {
       if (skip > 0) {
         const auto n = std::min<std::uint64_t>(skip, p.size());
         p.remove_prefix(n);
         skip -= n;
       }
-      out.append(p);
       emitted += p.size();
+      if (raw) {
+        out.append(p);
+        return;
+      }
+      auto& held = stream == 2 ? held_err : held_out;
+      held.append(p);
+      auto end = held.find_last_of("\n\r");
+      if (end == std::string::npos && held.size() < hold_limit) return;
+      const auto n = end == std::string::npos ? held.size() : end + 1;
+      out.append(held, 0, n);
+      held.erase(0, n);
     });
     if (!fed) raise(prefixed(fed.error(), where));
     co_return true;

@@ -904,6 +904,33 @@ TEST_CASE_TEMPLATE("the README's container command trains the linear example", D
   CHECK(r.err.find("Complete") != std::string::npos);
 }
 
+TEST_CASE_TEMPLATE("two ranks that print at once in a container never tear each other's lines", D,
+                   TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty() || !tjob::test::system_python_has("torch.distributed")) return;
+  auto cfg = fx.config(sock, "host");
+  cfg.backend_config["volumes"] = boost::json::value_from(host_volumes);
+  cfg.backend_config["image"] = "localhost/tjob-host:bookworm";
+  trainer_client client(cfg);
+  python_trainer t;
+  t.source = tjob::test::rank_chatter_source;
+  t.function = "chatter";
+  t.python = "/usr/bin/python3";
+  t.procs_per_node = 2;
+  train_request r;
+  r.runtime = "torch-distributed";
+  r.job_trainer = t;
+  auto name = client.train(r);
+  auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed}, 300s);
+  auto log = all_of(client.get_job_logs(name, {}));
+  CHECK_MESSAGE(job.status == job_status::complete, log);
+  auto lines = tjob::test::read_rank_chatter(log);
+  CHECK_MESSAGE(lines.torn == 0, lines.torn << " torn lines, e.g. \"" << lines.example << "\"");
+  CHECK(lines.whole.size() == 1200);
+  client.delete_job(name);
+}
+
 TEST_CASE_TEMPLATE("wait_for_jobs_change is woken by the daemon's events", D, TJOB_DAEMONS) {
   fixture fx;
   auto sock = socket_of(D::name);

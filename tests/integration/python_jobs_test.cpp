@@ -12,8 +12,6 @@
 #include <unistd.h>
 #include <cstdlib>
 #include <fstream>
-#include <set>
-#include <sstream>
 
 using namespace tjob;
 using namespace std::chrono_literals;
@@ -325,44 +323,16 @@ TEST_CASE_FIXTURE(fixture,
   cfg.admission.cpus = 0;
   trainer_client c(cfg);
   python_trainer t;
-  t.source =
-      "def chatter():\n"
-      "    import sys, torch.distributed as dist\n"
-      "    dist.init_process_group('gloo')\n"
-      "    r = dist.get_rank()\n"
-      "    dist.barrier()\n"
-      "    for i in range(300):\n"
-      "        print(f'rank{r}-line{i:04d}-' + 'x' * 150)\n"
-      "        print(f'rank{r}-err{i:04d}', 'y' * 40, file=sys.stderr)\n"
-      "    dist.destroy_process_group()\n";
+  t.source = tjob::test::rank_chatter_source;
   t.function = "chatter";
   t.python = "/usr/bin/python3";
   t.system_site_packages = true;
   t.procs_per_node = 2;
   auto name = c.train(python_job(t, "torch-distributed"));
   c.wait_for_job_status(name, {job_status::complete}, 300s);
-  auto log = c.get_job_logs(name).read_all();
-  std::set<std::string> whole;
-  int torn = 0;
-  std::string example;
-  std::istringstream in(log);
-  for (std::string line; std::getline(in, line);) {
-    const bool out_line = line.size() == 4 + 1 + 9 + 150 + 1 && line.rfind("rank", 0) == 0 &&
-                          line.compare(5, 5, "-line") == 0 &&
-                          line.find_first_not_of('x', 15) == std::string::npos;
-    const bool err_line = line.size() == 13 + 1 + 40 && line.rfind("rank", 0) == 0 &&
-                          line.compare(5, 4, "-err") == 0 &&
-                          line.find_first_not_of('y', 14) == std::string::npos;
-    if (out_line || err_line)
-      whole.insert(line.substr(0, 14));
-    else if (line.find("rank0-") != std::string::npos || line.find("rank1-") != std::string::npos ||
-             line.empty()) {
-      ++torn;
-      if (example.empty()) example = line.substr(0, 200);
-    }
-  }
-  CHECK_MESSAGE(torn == 0, torn << " torn lines, e.g. \"" << example << "\"");
-  CHECK(whole.size() == 1200);  // 300 of each kind, from each rank
+  auto lines = tjob::test::read_rank_chatter(c.get_job_logs(name).read_all());
+  CHECK_MESSAGE(lines.torn == 0, lines.torn << " torn lines, e.g. \"" << lines.example << "\"");
+  CHECK(lines.whole.size() == 1200);  // 300 of each kind, from each rank
 }
 
 TEST_CASE_FIXTURE(fixture, "one failing node stops the others and the job is Failed") {

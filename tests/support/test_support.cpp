@@ -455,4 +455,35 @@ boost::json::object kube_standin::config() const {
   return {{"config_file", kubeconfig()}, {"in_cluster_dir", ""}};
 }
 
+const char* const rank_chatter_source =
+    "def chatter():\n"
+    "    import sys, torch.distributed as dist\n"
+    "    dist.init_process_group('gloo')\n"
+    "    r = dist.get_rank()\n"
+    "    dist.barrier()\n"
+    "    for i in range(300):\n"
+    "        print(f'rank{r}-line{i:04d}-' + 'x' * 150)\n"
+    "        print(f'rank{r}-err{i:04d}', 'y' * 40, file=sys.stderr)\n"
+    "    dist.destroy_process_group()\n";
+
+rank_lines read_rank_chatter(const std::string& log) {
+  rank_lines out;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    const bool out_line = line.size() == 4 + 1 + 9 + 150 + 1 && line.rfind("rank", 0) == 0 &&
+                          line.compare(5, 5, "-line") == 0 &&
+                          line.find_first_not_of('x', 15) == std::string::npos;
+    const bool err_line = line.size() == 13 + 1 + 40 && line.rfind("rank", 0) == 0 &&
+                          line.compare(5, 4, "-err") == 0 &&
+                          line.find_first_not_of('y', 14) == std::string::npos;
+    if (out_line || err_line) {
+      out.whole.insert(line.substr(0, 14));
+    } else if (line.find("rank0-") != std::string::npos || line.find("rank1-") != std::string::npos ||
+               line.empty()) {
+      if (out.torn++ == 0) out.example = line.substr(0, 200);
+    }
+  }
+  return out;
+}
+
 }  // namespace tjob::test

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -210,6 +211,20 @@ struct kube_standin {
 };
 
 std::string read_file(const std::filesystem::path& p);
+
+/// A function `chatter` for torch ranks: after a barrier, each prints 300
+/// lines to stdout ("rank<R>-line<NNNN>-" and 150 x) and 300 to stderr
+/// ("rank<R>-err<NNNN> " and 40 y), at once with the others.
+extern const char* const rank_chatter_source;
+/// What `log` holds of two ranks' chatter: the lines that came out whole
+/// (their first 14 bytes), and the torn ones (a count, and the first).
+struct rank_lines {
+  std::set<std::string> whole;
+  int torn = 0;
+  std::string example;
+};
+rank_lines read_rank_chatter(const std::string& log);
+
 /// Number of open descriptors of this process.
 std::size_t open_fds();
 
