@@ -1180,8 +1180,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def await_condition(self, arg):
         """Blocks until the condition `arg` names holds (True) or its timeout passes
         (False), woken by the change itself, never by polling: watches_at_least N,
-        lists_of PLURAL more_than N (GETs of the collection that are not watches),
-        or no_pods (in any namespace)."""
+        requests_more_than N (of any kind), lists_of PLURAL more_than N (GETs of the
+        collection, or of a path ending so, that are not watches), or no_pods (in any
+        namespace)."""
         srv = self.server
         deadline = time.monotonic() + float(arg.get("timeout", 30))
         if "no_pods" in arg:
@@ -1192,6 +1193,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             def holds():
                 if "watches_at_least" in arg:
                     return f.watches_opened >= int(arg["watches_at_least"])
+                if "requests_more_than" in arg:
+                    return len(f.requests) > int(arg["requests_more_than"])
                 plural = "/" + arg["lists_of"]
                 n = sum(1 for m, p, w in f.requests if m == "GET" and not w and p.endswith(plural))
                 return n > int(arg["more_than"])
