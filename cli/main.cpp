@@ -196,8 +196,15 @@ int cmd_run(const common_options& common, const job_options& jo) {
   if (!jo.array.empty()) return cli::run_array(client, req, jo.array, jo.stream_step, interrupts);
   auto name = client.train(req);
   interrupts.attach(client, {name});
-  auto started = std::chrono::steady_clock::now();
-  std::fprintf(stderr, "tjob: job %s started\n", name.c_str());
+  // A job that waits (for admission, its dependencies) says so: it has not started.
+  const auto submitted = client.get_job(name);
+  const bool waits = submitted.status == job_status::created && !submitted.reason.empty();
+  if (waits)
+    std::fprintf(stderr, "tjob: job %s submitted; it waits (%s%s): tjob queue says for what\n", name.c_str(),
+                 submitted.reason.c_str(),
+                 submitted.queue_position ? (" #" + std::to_string(*submitted.queue_position)).c_str() : "");
+  else
+    std::fprintf(stderr, "tjob: job %s started\n", name.c_str());
   std::vector<std::string> steps;
   if (!jo.stream_step.empty())
     steps.push_back(jo.stream_step);
@@ -211,12 +218,19 @@ int cmd_run(const common_options& common, const job_options& jo) {
   auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed},
                                         std::chrono::hours(24 * 365));
   interrupts.detach();
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // Its own run time, from its first start (the wait in the queue said apart).
+  auto took = [&] {
+    if (!job.start_time || !job.end_time) return fmt::format("(it never started)");
+    const double ran = std::chrono::duration<double>(*job.end_time - *job.start_time).count();
+    const double waited = std::chrono::duration<double>(*job.start_time - job.creation_timestamp).count();
+    return waits ? fmt::format("in {:.2f} s, after {:.2f} s waiting", ran, waited)
+                 : fmt::format("in {:.2f} s", ran);
+  };
   if (job.status == job_status::complete) {
-    std::fprintf(stderr, "tjob: job %s Complete in %.2f s\n", name.c_str(), secs);
+    std::fprintf(stderr, "tjob: job %s Complete %s\n", name.c_str(), took().c_str());
     return exit_ok;
   }
-  std::fprintf(stderr, "tjob: job %s Failed in %.2f s: %s\n", name.c_str(), secs, job.reason.c_str());
+  std::fprintf(stderr, "tjob: job %s Failed %s: %s\n", name.c_str(), took().c_str(), job.reason.c_str());
   // cancelled by our signal: the shell's convention, 128 + the signal (130 for Ctrl-C)
   if (int sig = interrupts.first_signal(); sig && job.reason == "cancelled") return 128 + sig;
   return cli::exit_code_of(job);

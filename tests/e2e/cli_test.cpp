@@ -1685,3 +1685,29 @@ TEST_CASE_FIXTURE(
   for (const auto& j : list)
     CHECK_MESSAGE(j.at("status").as_string() == "Complete", j.at("name").as_string());
 }
+
+TEST_CASE_FIXTURE(fixture,
+                  "tjob run of a job that waits in the queue says so, and its run time leaves the wait out") {
+  if (!local_only("the budgets are the server's own settings")) return;
+  // Issue 42: it printed "started" at once and counted the queue as run time.
+  tjob::test::gate g;
+  const std::vector<std::string> budget{"--max-running", "1", "--cpu-budget", "0"};
+  auto args = [&](std::vector<std::string> a) {
+    a.insert(a.begin() + 1, budget.begin(), budget.end());
+    return a;
+  };
+  REQUIRE(tjob(args({"train", "--name", "holder", "--", helper_bin(), "read-fifo", g.path()})).exit_code ==
+          0);
+  auto second = args({"run", "--name", "second", "--", helper_bin(), "print", "ran\n"});
+  second.insert(second.begin(), tjob_bin());
+  tjob::test::background waiter(second, env());
+  REQUIRE_MESSAGE(
+      waiter.wait_for_stderr("tjob: job second submitted; it waits (Queued #1): tjob queue says for what"),
+      waiter.err());
+  CHECK(waiter.err().find("started") == std::string::npos);
+  g.release();
+  CHECK(waiter.wait() == 0);
+  CHECK(waiter.out() == "ran\n");
+  CHECK(waiter.err().find("tjob: job second Complete in ") != std::string::npos);
+  CHECK(waiter.err().find(" s waiting\n") != std::string::npos);
+}
