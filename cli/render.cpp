@@ -179,8 +179,10 @@ std::string progress_cell(const train_job& j) {
 
 // The estimated time left as reported ("3m12s"), or "-".
 std::string eta_cell(const train_job& j) {
-  return j.estimated_remaining_seconds ? format_duration(std::chrono::seconds(*j.estimated_remaining_seconds))
-                                       : "-";
+  // An ended job has nothing left: its last report's estimate no longer holds.
+  return j.estimated_remaining_seconds && !is_terminal(j.status)
+             ? format_duration(std::chrono::seconds(*j.estimated_remaining_seconds))
+             : "-";
 }
 
 }  // namespace

@@ -171,6 +171,9 @@ class engine {
   /// Throws job_failed (with each failed step's exit code and last log lines)
   /// when it fails and Failed was not asked for, unreachable_status when it
   /// ends otherwise, timeout when `timeout` passes first.
+  /// With g++ 12, pass `statuses` as a named local: a braced set inside the
+  /// co_await's argument is refused ("array used as initializer"), and
+  /// temporaries there are miscompiled (docs/architecture.md).
   boost::asio::awaitable<train_job> wait_for_job_status(
       std::string name, std::set<job_status> statuses = {job_status::complete},
       std::chrono::milliseconds timeout = std::chrono::seconds(600));

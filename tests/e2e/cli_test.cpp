@@ -1711,3 +1711,17 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(waiter.err().find("tjob: job second Complete in ") != std::string::npos);
   CHECK(waiter.err().find(" s waiting\n") != std::string::npos);
 }
+
+TEST_CASE_FIXTURE(fixture, "an ended job shows no time left, whatever its code last estimated") {
+  // Issue 42: a finished job still showed its last report's ETA.
+  REQUIRE(tjob({"run", "--name", "eta", "--", "/usr/bin/python3", "-c",
+                "import tjob; assert tjob.report(progress=40, eta=90)"})
+              .exit_code == 0);
+  auto got = tjob({"get", "eta"}).out;
+  CAPTURE(got);
+  CHECK(got.find("40%") != std::string::npos);  // the report is kept
+  CHECK(got.find("1m 30s") == std::string::npos);
+  auto wide = tjob({"list", "-o", "wide"}).out;
+  CAPTURE(wide);
+  CHECK(wide.find("1m 30s") == std::string::npos);
+}
