@@ -4,6 +4,7 @@
 #include "adapters/kubernetes/kube_api.hpp"
 #include "adapters/kubernetes/kubeconfig.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
+#include "adapters/progress/home_tls.hpp"
 #include "adapters/python/python_plan.hpp"
 #include "core/fail.hpp"
 #include "core/log_stream_impl.hpp"
@@ -165,6 +166,12 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     int procs = pt.gpus > 0 ? pt.gpus : pt.procs_per_node;
     bool torch = rt.trainer.framework == "torch";
     auto plan = python::entry_plan(pt, source, torch, true, {});
+    // `import tjob` works in the pod as on the other backends: tjob.report
+    // posts to Kubeflow Trainer's progress endpoint where the controller
+    // gives one ($KUBEFLOW_TRAINER_SERVER_URL), and returns False elsewhere.
+    json::object helper;
+    for (auto& [file, text] : progress::python_helper_files()) helper[file] = std::move(text);
+    plan["site_files"] = std::move(helper);
     if (torch) {
       python::torch_topology topo{"{PET_NNODES}", "{PET_NODE_RANK}", "{PET_NPROC_PER_NODE}",
                                   "{PET_MASTER_ADDR}", "{PET_MASTER_PORT}"};

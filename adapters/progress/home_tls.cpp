@@ -169,6 +169,10 @@ void make_files(const tls_files& f) {
 extern const char* const helper_init_py;
 extern const char* const helper_report_py;
 
+std::vector<std::pair<std::string, std::string>> python_helper_files() {
+  return {{"tjob/__init__.py", helper_init_py}, {"tjob/report.py", helper_report_py}};
+}
+
 fs::path python_helper(const fs::path& dir) {
   auto root = dir / "python", package = root / "tjob";
   for (const auto& d : {dir, root, package})

@@ -231,6 +231,11 @@ argv += plan.get("args") or []
 # runs the sitecustomize it would have run without this one.
 site = os.path.join(work, "_tjob_site")
 os.makedirs(site, exist_ok=True)
+for name, text in (plan.get("site_files") or {}).items():  # modules the job imports (tjob.report)
+    path = os.path.join(site, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
 with open(os.path.join(site, "sitecustomize.py"), "w", encoding="utf-8") as f:
     f.write(plan["line_hook"] + """
 import importlib.machinery, importlib.util, os as _os

@@ -218,6 +218,26 @@ TEST_CASE_FIXTURE(kube_fixture,
   CHECK(log.find("it says hi from tinyjob 1.2.0 on tinydep 0.1.0") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(kube_fixture, "tjob.report can be called in a pod as on every backend") {
+  // Issue 42: `import tjob` failed in the pod (ModuleNotFoundError). The
+  // helper goes with the plan: without Kubeflow Trainer's progress endpoint
+  // (the stand-in has none) a report says so by returning False.
+  trainer_client c(kube_config());
+  train_request r;
+  r.name = "reports";
+  python_trainer pt;
+  pt.source = "def train():\n    import tjob\n    print('reported:', tjob.report(progress=50, loss=0.1))\n";
+  pt.function = "train";
+  pt.python = "/usr/bin/python3";
+  r.job_trainer = pt;
+  c.train(r);
+  auto job = c.wait_for_job_status("reports", {job_status::complete, job_status::failed}, 120s);
+  auto log = c.get_job_logs("reports", {}).read_all();
+  INFO(log);
+  CHECK(job.status == job_status::complete);
+  CHECK(log.find("reported: False\n") != std::string::npos);
+}
+
 TEST_CASE_FIXTURE(kube_fixture, "a wait costs the watch connections, not a request every few seconds") {
   // Kubeflow polls every 2 s: a get_job round of 2+ requests each time. A
   // tjob wait reads the job once when it begins and again when its watches
