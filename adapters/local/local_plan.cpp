@@ -33,9 +33,8 @@ std::string check_working_dir(const std::string& who, const std::string& dir) {
   std::error_code fec;
   auto wd = std::filesystem::absolute(dir, fec);
   if (fec || !std::filesystem::is_directory(wd, fec))
-    fail(errc::invalid_argument, who + ": working_dir " + quote(dir) +
-                                     " is not a directory; create it, or leave working_dir "
-                                     "empty to use the job's own work dir");
+    fail(errc::invalid_argument, who + ": working_dir (--workdir) " + quote(dir) +
+                                     " is not a directory; create it, or give a directory that exists");
   return wd.string();
 }
 

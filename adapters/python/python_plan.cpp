@@ -63,6 +63,36 @@ void check_index_url(const std::string& who, const std::string& url) {
 
 }  // namespace
 
+namespace {
+
+// The keyword arguments against the function's parameters, as Python's call
+// would take them (and the Python client checks them at train()): found at
+// submit, not inside the job after its venv was made (issue 42).
+void check_keywords(const std::string& who, const std::string& function, std::string_view source,
+                    const json::object& args) {
+  auto params = keyword_parameters(source, function);
+  if (!params) return;  // it takes any keyword, or its signature is for Python to read
+  std::string names, unknown, missing;
+  for (const auto& p : *params) {
+    names += (names.empty() ? "" : ", ") + p.name;
+    if (!p.has_default && !args.contains(p.name)) missing += (missing.empty() ? "" : ", ") + p.name;
+  }
+  for (const auto& [k, v] : args) {
+    bool known = false;
+    for (const auto& p : *params) known = known || p.name == k;
+    if (!known) unknown += (unknown.empty() ? "" : ", ") + quote(std::string(k));
+  }
+  if (!unknown.empty())
+    fail(errc::invalid_argument, who + ": function_args (--args): " + function + "() takes no argument " +
+                                     unknown + "; " +
+                                     (names.empty() ? "it takes none" : "its parameters are " + names));
+  if (!missing.empty())
+    fail(errc::invalid_argument, who + ": function_args (--args): " + function + "() needs " + missing +
+                                     ", which has no default: add it to the arguments");
+}
+
+}  // namespace
+
 std::string check_python_code(const std::string& who, python_trainer& pt) {
   if (pt.source.empty() == pt.source_file.empty())
     fail(errc::invalid_argument, who +
@@ -95,6 +125,9 @@ std::string check_python_code(const std::string& who, python_trainer& pt) {
                ": function_args (--args) must be a JSON object of keyword arguments, such as "
                "{\"lr\": 0.1}; got " +
                printable(pt.function_args, 60));
+    check_keywords(who, pt.function, source, v.as_object());
+  } else if (!pt.function.empty()) {
+    check_keywords(who, pt.function, source, {});
   }
   if (pt.procs_per_node < 1) fail(errc::invalid_argument, who + ": procs_per_node must be 1 or more");
   for (const auto& a : pt.args)

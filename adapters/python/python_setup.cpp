@@ -161,6 +161,56 @@ bool defines_function(std::string_view source, std::string_view function) {
 
 namespace {
 
+// The text between the parentheses of `def function(`, nesting, strings and
+// comments taken into account; nullopt when it does not close.
+std::optional<std::string> parameter_text(std::string_view source, std::string_view function) {
+  std::size_t pos = 0;
+  while (pos < source.size()) {
+    auto end = source.find('\n', pos);
+    if (end == std::string_view::npos) end = source.size();
+    std::string_view line = source.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind("async ", 0) == 0) {
+      auto at = line.find_first_not_of(" \t", 6);
+      if (at == std::string_view::npos) continue;
+      line.remove_prefix(at);
+    }
+    if (line.rfind("def ", 0) != 0) continue;
+    auto name_at = line.find_first_not_of(" \t", 4);
+    if (name_at == std::string_view::npos || line.substr(name_at, function.size()) != function) continue;
+    auto open = line.find_first_not_of(" \t", name_at + function.size());
+    if (open == std::string_view::npos || line[open] != '(') continue;
+    std::size_t i = static_cast<std::size_t>(line.data() - source.data()) + open + 1;
+    std::string out;
+    int depth = 0;
+    while (i < source.size()) {
+      char c = source[i];
+      if (c == '#') {
+        while (i < source.size() && source[i] != '\n') ++i;
+        continue;
+      }
+      if (c == '\'' || c == '"') {  // a string literal, kept as a placeholder
+        const bool triple = source.substr(i, 3) == std::string(3, c);
+        const std::string close = triple ? std::string(3, c) : std::string(1, c);
+        i += close.size();
+        while (i < source.size() && source.substr(i, close.size()) != close) i += source[i] == '\\' ? 2 : 1;
+        i += close.size();
+        out += "''";
+        continue;
+      }
+      if (c == '(' || c == '[' || c == '{') ++depth;
+      if (c == ')' || c == ']' || c == '}') {
+        if (depth == 0) return c == ')' ? std::optional(out) : std::nullopt;
+        --depth;
+      }
+      out += depth == 0 && c == ',' ? '\x01' : c;  // the commas that part parameters
+      ++i;
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 // `s` as a Python string literal (UTF-8 passes as it is).
 std::string py_literal(std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";
@@ -181,6 +231,45 @@ std::string py_literal(std::string_view s) {
 }
 
 }  // namespace
+
+std::optional<std::vector<keyword_parameter>> keyword_parameters(std::string_view source,
+                                                                 std::string_view function) {
+  auto text = parameter_text(source, function);
+  if (!text) return std::nullopt;
+  std::vector<keyword_parameter> out;
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    auto cut = rest.find('\x01');
+    std::string_view p = rest.substr(0, cut);
+    rest = cut == std::string_view::npos ? std::string_view() : rest.substr(cut + 1);
+    // name[: annotation][= default], at the top level of the parentheses
+    auto trim = [](std::string_view s) {
+      auto b = s.find_first_not_of(" \t\r\n\\");
+      if (b == std::string_view::npos) return std::string_view();
+      return s.substr(b, s.find_last_not_of(" \t\r\n\\") - b + 1);
+    };
+    bool has_default = false;
+    int depth = 0;
+    std::size_t name_end = p.size();
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      char c = p[i];
+      if (c == '(' || c == '[' || c == '{') ++depth;
+      if (c == ')' || c == ']' || c == '}') --depth;
+      if (depth == 0 && (c == ':' || c == '=') && name_end == p.size()) name_end = i;
+      if (depth == 0 && c == '=' && !(i + 1 < p.size() && p[i + 1] == '=')) has_default = true;
+    }
+    auto name = trim(p.substr(0, name_end));
+    if (name.empty()) continue;                         // a trailing comma
+    if (name.rfind("**", 0) == 0) return std::nullopt;  // any keyword
+    if (name == "/") {                                  // what came before is positional-only
+      out.clear();
+      continue;
+    }
+    if (name.front() == '*') continue;  // *args, or the bare * before keyword-only ones
+    out.push_back({std::string(name), has_default});
+  }
+  return out;
+}
 
 std::string function_launcher(std::string_view code_path, std::string_view function, bool with_kwargs) {
   // The function name is a Python identifier (defines_function checked it);

@@ -53,6 +53,20 @@ std::string_view pip_bootstrap_code();
 /// True when `source` defines `function` at top level (`def f(` or `async def f(`).
 bool defines_function(std::string_view source, std::string_view function);
 
+/// The parameters of the top-level `def function(...)` in `source` that a
+/// call by keyword can name, each with whether it has a default; nullopt
+/// when it takes any keyword (`**kwargs`), or its signature cannot be read
+/// here (then the check is left to Python). Read from the text, as
+/// defines_function: strings, comments, annotations and defaults inside the
+/// parentheses are skipped; positional-only ones (before `/`) and `*args`
+/// are left out.
+struct keyword_parameter {
+  std::string name;
+  bool has_default = false;
+};
+std::optional<std::vector<keyword_parameter>> keyword_parameters(std::string_view source,
+                                                                 std::string_view function);
+
 /// The launcher of a function trainer: it loads the training code from
 /// `code_path` (absolute, or relative to the launcher's own directory) as a
 /// module named `__tjob_main__`, so the file's `if __name__ == "__main__":`

@@ -544,6 +544,12 @@ TEST_CASE_FIXTURE(fixture, "tjob run FILE.py runs Python code and rejects bad Py
   std::vector<bad_case> cases = {
       {{"run", "--func", "go", "--args", "[1]", file.string()}, "function_args"},
       {{"run", "--func", "missing", file.string()}, "'missing' is not defined"},
+      // (issue 42: found at submit, as the Python client does, not inside the job after its venv)
+      {{"run", "--func", "go", "--args", "{\"m\": 7}", file.string()},
+       "function_args (--args): go() takes no argument 'm'; its parameters are n"},
+      {{"run", "--func", "go", file.string()}, "go() needs n, which has no default"},
+      {{"run", "--workdir", "/nonexistent-dir", file.string()},
+       "working_dir (--workdir) '/nonexistent-dir' is not"},
       {{"run", "--resources", "gpu=1", file.string()}, "gpu"},
       {{"run", "--resources", "disk=1", file.string()}, "accepted keys are cpu"},
       {{"run", "--resources", "cpu=0", file.string()}, "cpu=0"},

@@ -136,3 +136,24 @@ TEST_CASE("what tjob records of an index URL and a command line hides their secr
   CHECK(masked_args({"--password", "--hf-token", "x"}) == strings{"--password", "--hf-token", "***"});
   CHECK(masked_args({"--token"}) == strings{"--token"});
 }
+
+TEST_CASE("keyword_parameters reads what a call by keyword can name from a def's text") {
+  auto names = [](std::string_view src, std::string_view fn = "f") {
+    std::string out;
+    auto ps = keyword_parameters(src, fn);
+    if (!ps) return std::string("any");
+    for (const auto& p : *ps) out += p.name + (p.has_default ? "=" : "") + " ";
+    return out;
+  };
+  CHECK(names("def f(a, b=1):\n  pass\n") == "a b= ");
+  CHECK(names("def f():\n  pass\n") == "");
+  CHECK(names("async def f(x: int = 3, *, y, z: dict[str, int] = {'a': (1, 2)}):\n  pass\n") == "x= y z= ");
+  CHECK(names("def f(a, /, b, *args, c=2, **kw):\n  pass\n") == "any");
+  CHECK(names("def f(a, /, b, *args, c=2):\n  pass\n") == "b c= ");
+  CHECK(names("def f(\n    lr=0.1,  # the rate, (a comment with a ')')\n    name=')(,',\n    epochs: int = "
+              "5,\n):\n"
+              "  pass\n") == "lr= name= epochs= ");
+  CHECK(names("def g(a):\n  pass\ndef f(b):\n  pass\n") == "b ");
+  CHECK(names("def f(a, b", "f") == "any");       // unclosed: left to Python
+  CHECK(names("def fx(a):\n  pass\n") == "any");  // no such function
+}
