@@ -165,6 +165,10 @@ def test_a_wait_times_out_with_timeout_error_and_the_job_runs_on(home, gate):
         assert client.wait_for_job_status(name).status == "Complete"
 
 
+def _uses_module_names():
+    print(os.getpid(), HELPER)
+
+
 def test_bad_input_is_a_value_error_naming_the_field_before_anything_is_created(home):
     def needs(a, b):
         pass
@@ -178,6 +182,10 @@ def test_bad_input_is_a_value_error_naming_the_field_before_anything_is_created(
         cases = [
             (dict(trainer=CustomTrainer(func=lambda: None)), "lambda"),
             (dict(trainer=CustomTrainer(func=closure)), "closure over x"),
+            (dict(trainer=CustomTrainer(func=_uses_module_names)),
+             "'_uses_module_names' uses HELPER, os from its module, which the job does not have (it runs only the "
+             "function's source): import os inside the function, define what it needs inside it, or pass values "
+             "in func_args"),
             (dict(trainer=CustomTrainer(func=needs, func_args={"a": 1})), "needs b"),
             (dict(trainer=CustomTrainer(func=needs, func_args={"a": 1, "b": object()})), "JSON"),
             (dict(trainer=CustomTrainer(func=needs, func_args={"a": 1, "b": [float("inf")]})), "infinite float"),

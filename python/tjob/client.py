@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import collections
 import datetime
+import dis
 import inspect
 import json
 import os
@@ -104,6 +105,16 @@ def _resources(res: Optional[Dict]) -> Dict[str, str]:
     return out
 
 
+def _globals_read(code) -> set:
+    """The global names `code` (and the functions and comprehensions inside it) reads: what
+    LOAD_GLOBAL looks up. Attribute names and names imported inside are not among them."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _globals_read(const)
+    return names
+
+
 def _function_source(func: Callable, func_args: Optional[Dict]) -> Dict:
     if not callable(func):
         raise ValueError(f"CustomTrainer.func must be a function, got {type(func).__name__}")
@@ -117,6 +128,16 @@ def _function_source(func: Callable, func_args: Optional[Dict]) -> Dict:
     if func.__code__.co_freevars:
         raise ValueError(f"CustomTrainer.func {name!r} is a closure over {', '.join(func.__code__.co_freevars)}: "
                          "the job runs only the function's source, so pass those values in func_args")
+    # The module's names are not in the job either: the copied source would
+    # end in NameError there, after its venv was made (issue 42).
+    outside = sorted(n for n in _globals_read(func.__code__) if n != name and n in func.__globals__)
+    if outside:
+        modules = [n for n in outside if inspect.ismodule(func.__globals__[n])]
+        raise ValueError(
+            f"CustomTrainer.func {name!r} uses {', '.join(outside)} from its module, which the job does not have "
+            "(it runs only the function's source): "
+            + (f"import {', '.join(modules)} inside the function, " if modules else "")
+            + "define what it needs inside it, or pass values in func_args")
     try:
         source = textwrap.dedent(inspect.getsource(func))
     except (OSError, TypeError) as e:
