@@ -67,8 +67,12 @@ std::string trimmed(std::string s) {
 
 // The token: read from the file; made there (0600) when it is the default
 // file and does not exist yet.
+std::filesystem::path token_path_of(const std::string& given, const std::filesystem::path& home) {
+  return given.empty() ? home / "serve.token" : std::filesystem::path(given);
+}
+
 std::string load_token(const std::string& given, const std::filesystem::path& home) {
-  auto path = given.empty() ? home / "serve.token" : std::filesystem::path(given);
+  auto path = token_path_of(given, home);
   if (given.empty() && !std::filesystem::exists(path)) {
     std::filesystem::create_directories(home);
     std::random_device rd;  // /dev/urandom
@@ -225,6 +229,12 @@ int serve_in_foreground(engine_config config, const serve_options& o, int& ready
                  eng.home().string());
     addresses += a + "\n";
   }
+  // Where a client finds what it needs: the token (never logged itself) and the dashboard.
+  for (const auto& a : srv.addresses())
+    if (a.rfind("tcp://", 0) == 0)
+      logger->info("msg=\"clients send the token in {} (Authorization: Bearer); the dashboard is at {}://{}/\"",
+                   token_path_of(o.token_file, eng.home()).string(), o.tls_cert.empty() ? "http" : "https",
+                   a.substr(6));
   if (o.detach) write_pid_file(eng.home());
   tell_parent(ready, "ok\n" + addresses);
   asio::signal_set signals(io, SIGTERM, SIGINT);

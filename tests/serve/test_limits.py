@@ -189,6 +189,9 @@ def test_tcp_needs_the_token_and_never_logs_it(make_server, tmp_path):
     assert get("/healthz")[0] == 200  # health checks need no token
     s.wait_log(lambda l: "status=401" in l)
     assert token not in s.log() and "wrong-token" not in s.log()
+    # where the token is, and the dashboard (issue 42)
+    s.wait_log(lambda l: ('msg="clients send the token in %s (Authorization: Bearer); the dashboard is at '
+                          'http://127.0.0.1:%d/"' % (token_file, port)) in l)
     assert not os.path.exists(os.path.join(s.home, "tjob.sock"))  # only what --listen says
 
 
