@@ -12,6 +12,7 @@
     backend: "",
     view: null, // the job shown, or null for the table
     logAbort: null,
+    logStep: null, // the step the person chose for the log pane; null: firstStep's
     charts: new Map(), // metric name -> {plot, el}
     shownUpdated: null,
     shownStatus: null,
@@ -233,7 +234,8 @@
       state.shownStatus = j.status;
       await events(j.name);
     }
-    if (!update) follow(j);
+    // A job that fails while shown switches to the failing step, unless a step was chosen.
+    if (!update || (!state.logStep && firstStep(j) !== $("log-step").value)) follow(j);
   }
 
   async function events(name) {
@@ -246,13 +248,23 @@
     if (state.view !== name) return;
     const body = $("events").tBodies[0];
     body.replaceChildren();
-    for (const e of evs.slice(-200).reverse()) {
+    // Progress reports are plotted: in the table they are one row, so that the
+    // steps' events stay in sight (a report a second made a page thousands of rows long).
+    const progress = evs.filter((e) => e.reason === "Progress");
+    const rows = evs.filter((e) => e.reason !== "Progress").slice(-200);
+    if (progress.length) {
+      const last = progress[progress.length - 1];
+      rows.push({ time: last.time, step: "", reason: "Progress",
+                  message: progress.length + " report(s), plotted under Metrics; the latest: " + last.message });
+      rows.sort((a, b) => (a.time < b.time ? -1 : a.time > b.time ? 1 : 0));
+    }
+    for (const e of rows.reverse()) {
       const tr = document.createElement("tr");
       [e.time.replace("T", " ").replace("Z", ""), e.step || "-", e.reason, e.message].forEach((v) =>
         tr.appendChild(el("td", v)));
       body.appendChild(tr);
     }
-    plot(evs.filter((e) => e.reason === "Progress"));
+    plot(progress);
   }
 
   // Every metric with numeric values, over time: one chart each (uPlot).
@@ -298,13 +310,35 @@
     }
   }
 
-  // The live tail of the job's first step's log.
+  // The step whose log a failed job shows first: the one whose failure was the job's (not one
+  // stopped because of it, or never started); else the first.
+  function firstStep(j) {
+    const failed = j.steps.filter((s) => s.status === "Failed");
+    const cause = failed.find((s) => !/^(stopped|not started)/.test(s.reason || "")) || failed[0];
+    return (cause || j.steps[0] || { name: "node-0" }).name;
+  }
+
+  // The step chooser: every step of the job, the one shown selected.
+  function stepChooser(j, step) {
+    const pick = $("log-step");
+    const names = j.steps.map((s) => s.name);
+    if ([...pick.options].map((o) => o.value).join() !== names.join())
+      pick.replaceChildren(...names.map((n) => {
+        const o = document.createElement("option");
+        o.value = o.textContent = n;
+        return o;
+      }));
+    pick.value = step;
+    pick.disabled = names.length < 2;
+  }
+
+  // The live tail of a step's log: the one chosen, else firstStep's.
   async function follow(j) {
     if (state.logAbort) state.logAbort.abort();
     const abort = new AbortController();
     state.logAbort = abort;
-    const step = j.steps.length ? j.steps[0].name : "node-0";
-    $("log-step").textContent = "(" + step + ")";
+    const step = state.logStep && j.steps.some((s) => s.name === state.logStep) ? state.logStep : firstStep(j);
+    stepChooser(j, step);
     const pre = $("log");
     pre.textContent = "";
     pre.dataset.lines = "0";
@@ -354,8 +388,9 @@
   // --- views ---------------------------------------------------------------------------------
 
   function route() {
-    const m = location.hash.match(/^#job=(.+)$/);
+    const m = location.hash.match(/^#job=([^&]+)/);
     const name = m ? decodeURIComponent(m[1]) : null;
+    if (state.view !== name) state.logStep = null;
     if (state.logAbort && state.view !== name) state.logAbort.abort();
     if (state.view !== name) {
       state.charts.clear();
@@ -382,7 +417,9 @@
     if (m) {
       state.token = decodeURIComponent(m[1]);
       sessionStorage.setItem("tjob-token", state.token);
-      history.replaceState(null, "", location.pathname); // not left in the address bar
+      // The token is not left in the address bar; the rest (#job=NAME) still opens the job.
+      const rest = location.hash.replace(/(^#|&)token=[^&]*/, "$1").replace(/^#&/, "#").replace(/&$/, "");
+      history.replaceState(null, "", location.pathname + (rest === "#" ? "" : rest));
     }
     try {
       const h = await json("GET", "/healthz");
@@ -403,6 +440,12 @@
     state.token = $("token").value.trim();
     sessionStorage.setItem("tjob-token", state.token);
     start();
+  });
+  $("log-step").addEventListener("change", () => {
+    state.logStep = $("log-step").value;
+    const j = state.jobs.get(state.view);
+    if (j) follow(j);
+    else if (state.view) showJob(state.view, false);
   });
   $("cancel").addEventListener("click", () => act("cancel"));
   $("delete").addEventListener("click", () => act("delete"));

@@ -59,7 +59,7 @@ def test_the_dashboard_shows_a_job_live_and_cancels_it(make_server, tmp_path):
     assert seen["points"][1] > seen["points"][0] >= 1
     assert seen["log_lines"][1] > seen["log_lines"][0] >= 1
     assert seen["log_last"].startswith("step ")
-    assert seen["progress_events"] >= 1
+    assert seen["progress_events"] == 1  # the reports are plotted; the table has one row for them (issue 42)
     assert seen["dialogs"][0].startswith("Cancel job dash?")
     assert seen["dialogs"][1].startswith("Delete job dash?")
     assert seen["status"] == "Failed (cancelled)"
@@ -67,3 +67,47 @@ def test_the_dashboard_shows_a_job_live_and_cancels_it(make_server, tmp_path):
     assert seen["errors"] == [], "\n".join(seen["errors"])
     assert os.path.getsize(shot) > 10000
     assert s.get("/v1/jobs/dash").status == 404
+
+
+# Two nodes: node-1 fails, and node-0 is stopped because of it.
+FAILING_NODE = """
+def go():
+    import os, sys, time
+    rank = int(os.environ["GROUP_RANK"])  # (torchrun's node rank, in its workers)
+    print("this is node-%d" % rank, flush=True)
+    if rank == 1:
+        time.sleep(1)
+        raise RuntimeError("node-1 gives up")
+    time.sleep(600)
+"""
+
+
+def test_the_dashboard_opens_a_job_by_link_and_shows_the_failing_step_first(make_server, tmp_path):
+    if not shutil.which("node") or not os.path.isdir(os.path.join(NODE_TOOLS, "node_modules", "playwright-core")):
+        unavailable("node and tests/serve/node's packages (scripts/setup runs npm ci there)")
+    if not os.access(CHROMIUM, os.X_OK):
+        unavailable("chromium is not installed (scripts/setup installs Debian's)")
+    token = "dashboard-test-token-0123456789"
+    (tmp_path / "token").write_text(token + "\n")
+    os.chmod(tmp_path / "token", 0o600)
+    s = make_server(["--listen", "unix://" + str(tmp_path / "s.sock"), "--listen", "tcp://127.0.0.1:0",
+                     "--token-file", str(tmp_path / "token")])
+    s.socket = str(tmp_path / "s.sock")
+    host, port = s.tcp()
+    r = s.post("/v1/jobs", {"name": "pair", "runtime": "torch-distributed", "num_nodes": 2,
+                            "trainer": {"kind": "python", "source": FAILING_NODE, "function": "go",
+                                        "python": "/usr/bin/python3", "system_site_packages": True}})
+    assert r.status == 201, r
+    ended = s.wait("pair", "Failed")
+    assert [st["status"] for st in ended["steps"]] == ["Failed", "Failed"], ended
+    r = subprocess.run(["node", os.path.join(NODE_TOOLS, "steps.mjs"), "http://%s:%d" % (host, port), token, "pair"],
+                       capture_output=True, text=True, timeout=4 * DEADLINE, cwd=NODE_TOOLS)
+    assert r.stdout.strip(), r.stderr
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "failed" not in seen, r.stdout
+    assert seen["address"].endswith("/#job=pair")  # the token left the address, the job stayed
+    assert seen["choices"] == ["node-0", "node-1"]
+    assert seen["first_step"] == "node-1"  # the step whose failure was the job's, not the one stopped for it
+    assert "node-1 gives up" in seen["first_log"]
+    assert seen["second_step"] == "node-0" and "this is node-0" in seen["second_log"]
+    assert seen["errors"] == [], "\n".join(seen["errors"])
