@@ -182,6 +182,22 @@ def test_bad_input_is_a_value_error_naming_the_field_before_anything_is_created(
         cases = [
             (dict(trainer=CustomTrainer(func=lambda: None)), "lambda"),
             (dict(trainer=CustomTrainer(func=closure)), "closure over x"),
+            # a value of the wrong type names its field and what it takes (issue 42)
+            (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1}, packages_to_install="numpy")),
+             "CustomTrainer.packages_to_install='numpy': give a list of strings, such as ['numpy', 'torch==2.3']"),
+            (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1}, pip_index_urls="http://x")),
+             "CustomTrainer.pip_index_urls='http://x': give a list of strings"),
+            (dict(trainer=CustomTrainer(func=train_model, func_args=[1])), "CustomTrainer.func_args=[1]: give a dict"),
+            (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1}, num_nodes="2")),
+             "CustomTrainer.num_nodes='2': give a whole number, 1 or more"),
+            (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1}, num_nodes=True)),
+             "CustomTrainer.num_nodes=True"),
+            (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1}, image=3)),
+             "CustomTrainer.image=3: give a string"),
+            (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1}, env=["A=1"])),
+             "CustomTrainer.env=['A=1']: give a dict"),
+            (dict(trainer=CommandTrainer([HELPER], working_dir=5)), "CommandTrainer.working_dir=5: give a string"),
+            (dict(trainer=CommandTrainer([HELPER], num_nodes=0)), "CommandTrainer.num_nodes=0"),
             (dict(trainer=CustomTrainer(func=_uses_module_names)),
              "'_uses_module_names' uses HELPER, os from its module, which the job does not have (it runs only the "
              "function's source): import os inside the function, define what it needs inside it, or pass values "

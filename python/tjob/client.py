@@ -171,11 +171,40 @@ def _function_source(func: Callable, func_args: Optional[Dict]) -> Dict:
     return {"source": source, "function": name, "function_args": encoded}
 
 
-def _check_env(env: Optional[Dict]) -> Dict[str, str]:
+def _strings(value, field: str, example: str) -> List[str]:
+    """A list of strings (None: empty); a str alone is refused, not taken letter by letter."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) \
+            or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{field}={value!r}: give a list of strings, such as {example}")
+    return list(value)
+
+
+def _text(value, field: str) -> str:
+    """An optional string (None: empty)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{field}={value!r}: give a string")
+    return value
+
+
+def _nodes(value, field: str) -> int:
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{field}={value!r}: give a whole number, 1 or more")
+    return value
+
+
+def _check_env(env: Optional[Dict], field: str = "env") -> Dict[str, str]:
+    if env is not None and not isinstance(env, dict):
+        raise ValueError(f"{field}={env!r}: give a dict of names to values, such as {{'LR': '0.1'}}")
     out = {}
     for k, v in (env or {}).items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise ValueError(f"env: {k!r}={v!r}: names and values must be strings")
+            raise ValueError(f"{field}: {k!r}={v!r}: names and values must be strings")
         out[k] = v
     return out
 
@@ -255,43 +284,54 @@ def _request(caps: Dict, defaults: Dict, runtime, initializer, trainer, options)
                                  "that exists")
             if trainer.func_args:
                 raise ValueError("CustomTrainer.func_args go to a function; a script takes args")
+            if trainer.args is not None and (isinstance(trainer.args, (str, bytes))
+                                             or not isinstance(trainer.args, (list, tuple))):
+                raise ValueError(f"CustomTrainer.args={trainer.args!r}: give the script's arguments as a list, "
+                                 "such as ['--epochs', '3']")
             t = {"kind": "python", "source_file": os.path.abspath(path),
                  "args": [str(a) for a in trainer.args or []]}
         else:
             if trainer.args:
                 raise ValueError("CustomTrainer.args go to a script; a function takes func_args")
+            if trainer.func_args is not None and not isinstance(trainer.func_args, dict):
+                raise ValueError(f"CustomTrainer.func_args={trainer.func_args!r}: give a dict of the function's "
+                                 "keyword arguments, such as {'lr': 0.1}")
             t = {"kind": "python", **_function_source(trainer.func, trainer.func_args)}
-        t["packages_to_install"] = list(trainer.packages_to_install or [])
-        t["pip_index_urls"] = list(trainer.pip_index_urls or [])
-        t["env"] = _check_env(trainer.env)
-        t["image"] = trainer.image or ""
+        t["packages_to_install"] = _strings(trainer.packages_to_install, "CustomTrainer.packages_to_install",
+                                            "['numpy', 'torch==2.3']")
+        t["pip_index_urls"] = _strings(trainer.pip_index_urls, "CustomTrainer.pip_index_urls",
+                                       "['https://pypi.org/simple']")
+        t["env"] = _check_env(trainer.env, "CustomTrainer.env")
+        t["image"] = _text(trainer.image, "CustomTrainer.image")
         t["resources_per_node"] = _resources(trainer.resources_per_node)
         t.update(defaults)
-        req["num_nodes"] = trainer.num_nodes or 1
+        req["num_nodes"] = _nodes(trainer.num_nodes, "CustomTrainer.num_nodes")
     elif isinstance(trainer, CommandTrainer):
         if not trainer.command or not all(isinstance(a, str) for a in trainer.command):
             raise ValueError(f"CommandTrainer.command={trainer.command!r}: give the program and its arguments "
                              "as a list of strings")
-        t = {"kind": "command", "command": list(trainer.command), "env": _check_env(trainer.env),
-             "working_dir": trainer.working_dir or "", "image": trainer.image or ""}
-        req["num_nodes"] = trainer.num_nodes or 1
+        t = {"kind": "command", "command": list(trainer.command),
+             "env": _check_env(trainer.env, "CommandTrainer.env"),
+             "working_dir": _text(trainer.working_dir, "CommandTrainer.working_dir"),
+             "image": _text(trainer.image, "CommandTrainer.image")}
+        req["num_nodes"] = _nodes(trainer.num_nodes, "CommandTrainer.num_nodes")
     elif isinstance(trainer, CustomTrainerContainer):
         if not caps["runs_images_as_is"]:
             raise ValueError("CustomTrainerContainer runs an image as it is: only the kubernetes backend "
                              "takes it (Kubeflow's rule)")
         if command is None and args is None:
             raise ValueError("CustomTrainerContainer: give the image's command with the TrainerCommand option")
+        if not isinstance(trainer.image, str) or not trainer.image:
+            raise ValueError(f"CustomTrainerContainer.image={trainer.image!r}: give the image's name")
         t = {"kind": "command", "command": (command or []) + (args or []), "image": trainer.image,
-             "env": _check_env(trainer.env)}
-        req["num_nodes"] = trainer.num_nodes or 1
+             "env": _check_env(trainer.env, "CustomTrainerContainer.env")}
+        req["num_nodes"] = _nodes(trainer.num_nodes, "CustomTrainerContainer.num_nodes")
         if trainer.resources_per_node:
             raise ValueError("CustomTrainerContainer.resources_per_node: not supported by tjob yet")
     elif trainer is None:
         raise ValueError("trainer: give a CustomTrainer (a function to run)")
     else:
         raise ValueError(f"trainer: {type(trainer).__name__} is not a trainer tjob runs")
-    if not isinstance(req["num_nodes"], int) or req["num_nodes"] < 1:
-        raise ValueError(f"num_nodes={req['num_nodes']!r}: give 1 or more")
     req["trainer"] = t
     return req
 
