@@ -213,6 +213,8 @@ int cmd_run(const common_options& common, const job_options& jo) {
   {
     std::optional<cli::status_line> line;
     if (!jo.no_progress && cli::status_line_wanted()) line.emplace(client, name);
+    std::optional<cli::restart_notices> restarts;
+    if (req.retry.max_restarts > 0) restarts.emplace(client, name);
     cli::stream_steps(client, name, steps);
   }  // (the status line is cleared before the last words)
   auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed},

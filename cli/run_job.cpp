@@ -196,6 +196,52 @@ void stream_steps(trainer_client& client, const std::string& name, const std::ve
   for (auto& t : followers) t.join();
 }
 
+restart_notices::restart_notices(trainer_client& client, std::string job) {
+  auto run = [this, &client, job = std::move(job)] {
+    try {
+      auto attempt_of = [](const train_job& j) {
+        int a = 1;
+        for (const auto& s : j.steps) a = std::max(a, s.attempt);
+        return a;
+      };
+      // Every Restarting event, once, in order: those before this thread began too.
+      std::size_t said = 0;
+      int shown = 1;
+      auto say_new = [&] {
+        std::size_t seen = 0;
+        for (const auto& e : client.get_job_events(job))
+          // (one line per restart: the steps that only went with the failed one are not said)
+          if (e.reason == "Restarting" && e.message.find("(it went with the others)") == std::string::npos &&
+              ++seen > said)
+            std::fprintf(stderr, "tjob: job %s: %s\n", job.c_str(), e.message.c_str());
+        said = std::max(said, seen);
+      };
+      auto known = client.get_job(job);
+      for (;;) {
+        if (attempt_of(known) > shown) {
+          say_new();
+          shown = attempt_of(known);
+        }
+        if (stop_ || is_terminal(known.status)) break;
+        // (a bounded wait: the destructor's stop is seen within it)
+        known = client.wait_for_job_change(job, known, std::chrono::seconds(2));
+      }
+    } catch (const std::exception&) {
+      // deleted meanwhile, or the server gone: the run says what it finds itself
+    }
+  };
+  try {
+    thread_ = std::thread(run);
+  } catch (const std::system_error&) {
+    // no thread to be had (ulimit -u): the run goes on without these lines
+  }
+}
+
+restart_notices::~restart_notices() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
 int run_array(trainer_client& client, const train_request& req, const std::string& spec,
               const std::string& stream_step, run_interrupts& interrupts) {
   if (!stream_step.empty())

@@ -5,6 +5,7 @@
 
 #include <tjob/client.hpp>
 
+#include <atomic>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -96,6 +97,25 @@ class run_interrupts {
   std::string label_;
   int count_ = 0, first_ = 0;
   std::vector<std::thread> threads_;
+};
+
+/// While `tjob run` follows a job that restarts (--retries), says each
+/// failed attempt on stderr as its Restarting event does ("tjob: job NAME:
+/// attempt 1 of 3 failed (exit code 1): ...; attempt 2 starts in 1 s"),
+/// between the attempts' log lines: a command's log is its program's bytes
+/// alone. Follows the job on a thread of its own, woken by its changes;
+/// ends (and joins) once the job has ended, or at the latest a few seconds
+/// after it is destroyed.
+class restart_notices {
+ public:
+  restart_notices(trainer_client& client, std::string job);
+  restart_notices(const restart_notices&) = delete;
+  restart_notices& operator=(const restart_notices&) = delete;
+  ~restart_notices();
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and the threads it

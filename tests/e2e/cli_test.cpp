@@ -1147,6 +1147,11 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(r.exit_code == 0);
   CHECK(r.out == "attempt 1\nattempt 2\nattempt 3\nok\n");  // the run follows every attempt
   CHECK(r.err.find("tjob: job flaky Complete in") != std::string::npos);
+  // each failed attempt is said where it happened (issue 42): the command's log is its own bytes
+  CAPTURE(r.err);
+  CHECK(r.err.find("tjob: job flaky: attempt 1 of 4 failed (exit code 75)") != std::string::npos);
+  CHECK(r.err.find("tjob: job flaky: attempt 2 of 4 failed (exit code 75)") != std::string::npos);
+  CHECK(r.err.find("; attempt 3 starts in ") != std::string::npos);
   CHECK(tjob({"logs", "flaky", "--attempt", "2"}).out == "attempt 2\n");
   CHECK(tjob({"logs", "flaky", "--attempt", "3", "--tail", "1"}).out == "ok\n");
   auto got = tjob({"get", "flaky"}).out;
