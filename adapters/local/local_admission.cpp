@@ -14,6 +14,7 @@
 
 #include <sys/stat.h>
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace tjob::local {
@@ -285,9 +286,23 @@ void engine_state::after_admission(const std::shared_ptr<job_rec>& j) {
 std::vector<queue_entry> engine_state::queue_view() {
   flush();
   std::vector<detail::queue_row> rows;
-  for (const auto& q : db->load_queue()) rows.push_back(q.row);
+  std::map<std::string, std::int64_t> owner;
+  for (const auto& q : db->load_queue()) {
+    rows.push_back(q.row);
+    owner[q.row.job] = q.owner_pid;
+  }
   auto plan = detail::plan_admission(rows, budget);
-  return detail::queue_entries(plan, rows);
+  auto out = detail::queue_entries(plan, rows);
+  // Each owner admits its jobs by its own budgets (its flags, or config.yaml
+  // and the machine): what this process can judge is by its own (issue 42).
+  auto limit = [](auto v) { return v > 0 ? std::to_string(v) : std::string("none"); };
+  const std::string mine = "max_running " + limit(budget.max_running) + ", cpus " + limit(budget.cpus) +
+                           ", memory " + (budget.memory > 0 ? detail::format_bytes(budget.memory) : "none");
+  for (auto& e : out)
+    if (auto it = owner.find(e.name); it != owner.end() && it->second != self_pid)
+      e.waits_for += " (judged by this tjob's budgets, " + mine + "; process " + std::to_string(it->second) +
+                     ", which owns it, admits it by its own)";
+  return out;
 }
 
 void engine_state::arm_deadline(const std::shared_ptr<job_rec>& j) {

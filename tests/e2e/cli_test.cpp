@@ -1194,6 +1194,12 @@ TEST_CASE_FIXTURE(fixture, "tjob queue lists the jobs that wait for the budget, 
   CHECK(q.find("2          low    0          ") != std::string::npos);
   CHECK(q.find("job high ahead of it") != std::string::npos);
   CHECK(tjob({"list"}).out.find("low      Created (Queued #2)") != std::string::npos);
+  // Asked without those flags, the answer says whose budgets it judged by (issue 42: "fits" misled)
+  auto other = tjob({"queue", "--max-running", "0", "--cpu-budget", "0", "--memory-budget", "0"}).out;
+  CAPTURE(other);
+  CHECK(other.find("(judged by this tjob's budgets, max_running none, cpus none, memory none; process ") !=
+        std::string::npos);
+  CHECK(other.find(", which owns it, admits it by its own)") != std::string::npos);
   g.release();
   CHECK(tjob({"wait", "low"}).exit_code == 0);
   CHECK(tjob({"queue", "-o", "json"}).out == "[]\n");
