@@ -4,7 +4,6 @@
 #include "adapters/kubernetes/kube_api.hpp"
 #include "adapters/kubernetes/kubeconfig.hpp"
 #include "adapters/kubernetes/trainjob.hpp"
-#include "adapters/progress/home_tls.hpp"
 #include "adapters/python/python_plan.hpp"
 #include "core/fail.hpp"
 #include "core/log_stream_impl.hpp"
@@ -170,7 +169,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     // posts to Kubeflow Trainer's progress endpoint where the controller
     // gives one ($KUBEFLOW_TRAINER_SERVER_URL), and returns False elsewhere.
     json::object helper;
-    for (auto& [file, text] : progress::python_helper_files()) helper[file] = std::move(text);
+    for (auto& [file, text] : python::helper_files()) helper[file] = std::move(text);
     plan["site_files"] = std::move(helper);
     if (torch) {
       python::torch_topology topo{"{PET_NNODES}", "{PET_NODE_RANK}", "{PET_NPROC_PER_NODE}",

@@ -1,5 +1,7 @@
 #include "adapters/progress/home_tls.hpp"
 
+#include "adapters/python/python_plan.hpp"
+
 #include <openssl/bn.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -166,22 +168,14 @@ void make_files(const tls_files& f) {
 
 }  // namespace
 
-extern const char* const helper_init_py;
-extern const char* const helper_report_py;
-
-std::vector<std::pair<std::string, std::string>> python_helper_files() {
-  return {{"tjob/__init__.py", helper_init_py}, {"tjob/report.py", helper_report_py}};
-}
-
 fs::path python_helper(const fs::path& dir) {
   auto root = dir / "python", package = root / "tjob";
   for (const auto& d : {dir, root, package})
     if (::mkdir(d.c_str(), d == dir ? 0700 : 0755) != 0 && errno != EEXIST)
       throw std::system_error(errno, std::generic_category(), "cannot make " + d.string());
-  for (auto [name, text] :
-       {std::pair{"__init__.py", helper_init_py}, std::pair{"report.py", helper_report_py}}) {
-    auto path = package / name;
-    std::string want(text), have;
+  for (const auto& [name, want] : python::helper_files()) {
+    auto path = root / name;
+    std::string have;
     if (FILE* f = std::fopen(path.c_str(), "rb")) {
       char buf[4096];
       std::size_t n;

@@ -10,9 +10,6 @@
 #pragma once
 
 #include <filesystem>
-#include <string>
-#include <utility>
-#include <vector>
 
 namespace tjob::progress {
 
@@ -31,8 +28,5 @@ tls_files home_tls(const std::filesystem::path& dir);
 /// when it is not there or not this tjob's (files 0644, directories 0755:
 /// a container's user reads them).
 std::filesystem::path python_helper(const std::filesystem::path& dir);
-/// The same package as files (path under its root, text), for a job that
-/// takes it along (a pod: python::entry_script's `site_files`).
-std::vector<std::pair<std::string, std::string>> python_helper_files();
 
 }  // namespace tjob::progress

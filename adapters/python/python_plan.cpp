@@ -313,6 +313,13 @@ json::object entry_plan(const python_trainer& pt, const std::string& source, boo
   return plan;
 }
 
+extern const char* const helper_init_py;
+extern const char* const helper_report_py;
+
+std::vector<std::pair<std::string, std::string>> helper_files() {
+  return {{"tjob/__init__.py", helper_init_py}, {"tjob/report.py", helper_report_py}};
+}
+
 std::string line_hook_module() {
   return R"py(# Put here by tjob: each line a process prints reaches the log in one write, so
 # the lines of processes sharing the log (torch ranks) never tear each other

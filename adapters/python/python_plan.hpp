@@ -70,6 +70,12 @@ inline constexpr const char* failure_hook_pth_text = "import _tjob_failure_hook\
 /// (local jobs); `entry_script` puts it on PYTHONPATH as `sitecustomize`,
 /// which then runs the environment's own sitecustomize, if any, after it.
 std::string line_hook_module();
+
+/// tjob's helper package for a job's code (`import tjob; tjob.report(...)`):
+/// its files (path under the package's root, text), embedded at build time
+/// from adapters/progress/tjob_shim.py and python/tjob/report.py. Written
+/// under $TJOB_HOME by progress::python_helper, or taken along in a plan.
+std::vector<std::pair<std::string, std::string>> helper_files();
 inline constexpr const char* line_hook_file = "_tjob_lines.py";
 inline constexpr const char* line_hook_pth = "_tjob_lines.pth";
 inline constexpr const char* line_hook_pth_text = "import _tjob_lines\n";

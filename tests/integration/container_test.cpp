@@ -1055,7 +1055,8 @@ TEST_CASE_TEMPLATE("a waiting container job cancelled by another process ends ca
                         "echo", "from the CLI"})
     run.emplace_back(a);
   tjob::test::background cli(run, env);
-  REQUIRE(cli.wait_for_stderr("tjob: job via-cli started"));
+  // (it waits: tjob run says so, and not "started")
+  REQUIRE_MESSAGE(cli.wait_for_stderr("tjob: job via-cli submitted; it waits (Queued"), cli.err());
   wait_queued(client, "via-cli");
   std::vector<std::string> queue = {tjob::test::tjob_bin(), "--max-running", "1", "queue"};
   queue.insert(queue.end(), on.begin(), on.end());
