@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 #include <boost/json.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <csignal>
@@ -1688,15 +1689,28 @@ TEST_CASE_FIXTURE(
   // Issue 43: under ulimit -n the members' processes (a pidfd each) took
   // every descriptor, and the array was refused whole at the next file its
   // submission wrote. A process starts only while a reserve stays free.
-  auto r = run(
-      {"prlimit", "--nofile=128", "--", tjob_bin(), "run", "--name", "fds", "--array", "0-199",
-       "--max-running", "0", "--cpu-budget", "0", "--memory-budget", "0", "--", helper_bin(), "sleep", "300"},
-      env(), 120s);
-  CAPTURE(r.err);
-  CHECK(r.exit_code == 0);
-  CHECK(r.err.find("tjob: array fds: 200 Complete") != std::string::npos);
-  CHECK(r.err.find("too many open files") != std::string::npos);  // the limit was reached, and said
-  CHECK(r.err.find("limit of 128: ulimit -n") != std::string::npos);
+  // The members hold until the limit has been met, whatever the machine's
+  // speed: each reads a FIFO the test keeps open for writing, and the test
+  // lets them go once tjob has said the limit (a sleep's length raced a slow build).
+  auto fifo = dir.path() / "hold";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  int writer = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);  // (O_RDWR: opens at once, and holds readers)
+  REQUIRE(writer >= 0);
+  tjob::test::background r({"prlimit", "--nofile=128", "--", tjob_bin(), "run", "--name", "fds", "--array",
+                            "0-199", "--max-running", "0", "--cpu-budget", "0", "--memory-budget", "0", "--",
+                            helper_bin(), "read-fifo", fifo.string()},
+                           env());
+  const bool said = r.wait_for_stderr("too many open files", 120s);
+  // Then a plain empty file in its place for the members still to start, and
+  // the end of the FIFO's last writer for those that read it.
+  std::ofstream(dir.path() / "hold.file").close();
+  std::filesystem::rename(dir.path() / "hold.file", fifo);
+  ::close(writer);
+  CHECK_MESSAGE(said, r.err());  // the limit was reached, and said
+  CHECK(r.wait(120s) == 0);
+  CAPTURE(r.err());
+  CHECK(r.err().find("tjob: array fds: 200 Complete") != std::string::npos);
+  CHECK(r.err().find("limit of 128: ulimit -n") != std::string::npos);
   auto list = boost::json::parse(tjob({"list", "-o", "json"}).out).as_array();
   CHECK(list.size() == 200);
   for (const auto& j : list)
