@@ -335,7 +335,9 @@ pid_t spawn_portable(const spawn_spec& spec, std::vector<char*>& argv, std::vect
     // posix_spawn does not say which of its steps failed: tell the chdir and
     // the log's open from the exec as the clone path does, by looking.
     ec.assign(rc, boost::system::system_category());
-    std::string step = "execve";
+    // No process, or no descriptor, for it: its clone failed (a transient
+    // refusal that the engine waits out), not the exec.
+    std::string step = rc == EAGAIN || rc == EMFILE || rc == ENFILE ? "clone" : "execve";
     auto parent = std::filesystem::path(spec.stdout_path).parent_path();
     if (!spec.cwd.empty() && ::access(spec.cwd.c_str(), X_OK) != 0)
       step = "chdir";
