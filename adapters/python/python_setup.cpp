@@ -137,33 +137,11 @@ runpy.run_module("pip", run_name="__main__", alter_sys=True)
 )py";
 }
 
-bool defines_function(std::string_view source, std::string_view function) {
-  std::size_t pos = 0;
-  while (pos < source.size()) {
-    auto end = source.find('\n', pos);
-    if (end == std::string_view::npos) end = source.size();
-    std::string_view line = source.substr(pos, end - pos);
-    pos = end + 1;
-    if (line.rfind("async ", 0) == 0) {
-      line.remove_prefix(6);
-      while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
-    }
-    if (line.rfind("def ", 0) != 0) continue;
-    line.remove_prefix(4);
-    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
-    if (line.rfind(function, 0) != 0) continue;
-    line.remove_prefix(function.size());
-    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
-    if (!line.empty() && line.front() == '(') return true;
-  }
-  return false;
-}
-
 namespace {
 
-// The text between the parentheses of `def function(`, nesting, strings and
-// comments taken into account; nullopt when it does not close.
-std::optional<std::string> parameter_text(std::string_view source, std::string_view function) {
+// Where the parameters of the first top-level `def function(` (or `async
+// def`) begin in `source`: just after its '('; npos when there is none.
+std::size_t def_open(std::string_view source, std::string_view function) {
   std::size_t pos = 0;
   while (pos < source.size()) {
     auto end = source.find('\n', pos);
@@ -180,33 +158,48 @@ std::optional<std::string> parameter_text(std::string_view source, std::string_v
     if (name_at == std::string_view::npos || line.substr(name_at, function.size()) != function) continue;
     auto open = line.find_first_not_of(" \t", name_at + function.size());
     if (open == std::string_view::npos || line[open] != '(') continue;
-    std::size_t i = static_cast<std::size_t>(line.data() - source.data()) + open + 1;
-    std::string out;
-    int depth = 0;
-    while (i < source.size()) {
-      char c = source[i];
-      if (c == '#') {
-        while (i < source.size() && source[i] != '\n') ++i;
-        continue;
-      }
-      if (c == '\'' || c == '"') {  // a string literal, kept as a placeholder
-        const bool triple = source.substr(i, 3) == std::string(3, c);
-        const std::string close = triple ? std::string(3, c) : std::string(1, c);
-        i += close.size();
-        while (i < source.size() && source.substr(i, close.size()) != close) i += source[i] == '\\' ? 2 : 1;
-        i += close.size();
-        out += "''";
-        continue;
-      }
-      if (c == '(' || c == '[' || c == '{') ++depth;
-      if (c == ')' || c == ']' || c == '}') {
-        if (depth == 0) return c == ')' ? std::optional(out) : std::nullopt;
-        --depth;
-      }
-      out += depth == 0 && c == ',' ? '\x01' : c;  // the commas that part parameters
-      ++i;
+    return static_cast<std::size_t>(line.data() - source.data()) + open + 1;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+bool defines_function(std::string_view source, std::string_view function) {
+  return def_open(source, function) != std::string_view::npos;
+}
+
+namespace {
+
+// The text between the parentheses of `def function(`, nesting, strings and
+// comments taken into account; nullopt when it does not close.
+std::optional<std::string> parameter_text(std::string_view source, std::string_view function) {
+  std::size_t i = def_open(source, function);
+  if (i == std::string_view::npos) return std::nullopt;
+  std::string out;
+  int depth = 0;
+  while (i < source.size()) {
+    char c = source[i];
+    if (c == '#') {
+      while (i < source.size() && source[i] != '\n') ++i;
+      continue;
     }
-    return std::nullopt;
+    if (c == '\'' || c == '"') {  // a string literal, kept as a placeholder
+      const bool triple = source.substr(i, 3) == std::string(3, c);
+      const std::string close = triple ? std::string(3, c) : std::string(1, c);
+      i += close.size();
+      while (i < source.size() && source.substr(i, close.size()) != close) i += source[i] == '\\' ? 2 : 1;
+      i += close.size();
+      out += "''";
+      continue;
+    }
+    if (c == '(' || c == '[' || c == '{') ++depth;
+    if (c == ')' || c == ']' || c == '}') {
+      if (depth == 0) return c == ')' ? std::optional(out) : std::nullopt;
+      --depth;
+    }
+    out += depth == 0 && c == ',' ? '\x01' : c;  // the commas that part parameters
+    ++i;
   }
   return std::nullopt;
 }
