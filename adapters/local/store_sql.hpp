@@ -1,13 +1,22 @@
 // The few helpers the store's SQL needs in every file of it (store.cpp,
-// store_queue.cpp): a column as text, a text bound, a statement reset.
+// store_queue.cpp, store_check.cpp): a column as text, a text bound, a
+// statement reset, and what an SQLite code means (classify, fix_for).
 #pragma once
+
+#include <tjob/error.hpp>
 
 #include <sqlite3.h>
 
+#include <filesystem>
 #include <string>
 #include <string_view>
 
 namespace tjob::detail {
+
+/// The error an SQLite result code is (locked, corrupt, else unavailable).
+errc classify(int rc);
+/// What to do about `e` for the store at `p`.
+std::string fix_for(errc e, const std::filesystem::path& p);
 
 inline std::string text_of(sqlite3_stmt* s, int col) {
   auto* t = sqlite3_column_text(s, col);
