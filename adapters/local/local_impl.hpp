@@ -167,6 +167,10 @@ struct job_rec {
   void wake_inbox(boost::system::error_code ec = {});
 };
 
+/// The limit a start refused for want of processes or descriptors ran
+/// into, to say with it: " (this user may have N processes and threads:
+/// ulimit -u)", or empty.
+std::string refused_limit(const boost::system::error_code& code);
 
 struct engine_state : std::enable_shared_from_this<engine_state> {
   explicit engine_state(const detail::backend_context& ctx);
@@ -364,6 +368,7 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// Restarting, their logs mark where the next attempt begins, and the
   /// backoff timer posts backoff_elapsed.
   void restart_attempt(const std::shared_ptr<job_rec>& j, job_action& a);
+  /// A refused start's step waits (job_action::respawn), and what it waits for (local_tree.cpp).
   void respawn_later(const std::shared_ptr<job_rec>& j, const job_action& a);
   void wake_respawns();
   std::filesystem::path site_packages(const job_rec& j) const;  ///< its venv's; empty: none

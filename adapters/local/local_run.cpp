@@ -2,7 +2,6 @@
 
 #include "adapters/local/log_files.hpp"
 #include "adapters/process/cgroup.hpp"
-#include "adapters/python/python_plan.hpp"
 #include "core/secrets.hpp"
 
 #include <fmt/format.h>
@@ -270,66 +269,6 @@ void engine_state::restart_attempt(const std::shared_ptr<job_rec>& j, job_action
   wait_backoff(j);
 }
 
-// The OS refused a step's process for want of processes (issue 43: a job
-// array under ulimit -u lost its members): the step waits and tries again,
-// as others' processes end. Its first wait is said in a Waiting event.
-void engine_state::respawn_later(const std::shared_ptr<job_rec>& j, const job_action& a) {
-  if (!j->respawns) j->respawns = std::make_unique<job_rec::respawn_timers>();
-  auto& timers = j->respawns->by_step;
-  if (timers.size() < j->steps.size()) timers.resize(j->steps.size());
-  auto& timer = timers[a.step];
-  if (!timer) timer = std::make_unique<asio::steady_timer>(ex);
-  timer->expires_after(a.delay);
-  // Cancelled (an exit woke it, see wake_respawns), it is due at once; a
-  // job that has ended ignores it.
-  timer->async_wait([w = std::weak_ptr<job_rec>(j), step = a.step, phase = a.phase](error_code) {
-    if (auto jr = w.lock()) jr->post(job_input::respawn_due(step, phase));
-  });
-  respawn_waiters.push_back(j);
-  if (a.text.empty()) return;
-  std::string text = a.text;
-  log->log(std::exchange(said_fork_refused, true) ? spdlog::level::info : spdlog::level::warn,
-           "job {} step {}: {}", j->row.name, j->steps[a.step].row.name, text);
-  queue_write([name = j->row.name, step = j->steps[a.step].row.name, t = now_ms(), text = std::move(text)](
-                  detail::store& db) { db.append_event(name, step, t, log_event::waiting, text); });
-}
-
-// A process ended: what it held (a process slot, its pidfd) may be what a
-// refused start waits for. Each waiting step tries again now.
-void engine_state::wake_respawns() {
-  for (auto& w : std::exchange(respawn_waiters, {}))
-    if (auto j = w.lock(); j && j->respawns)
-      for (auto& t : j->respawns->by_step)
-        if (t) t->cancel();
-}
-
-namespace {
-
-// The limit a refused start ran into, to say with it: " (...)", or empty.
-std::string limit_of(const error_code& code) {
-  rlimit lim{};
-  const int which = code == process::process_errc::no_processes     ? RLIMIT_NPROC
-                    : code == process::process_errc::no_descriptors ? RLIMIT_NOFILE
-                                                                    : -1;
-  if (which < 0 || ::getrlimit(which, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return {};
-  return which == RLIMIT_NPROC
-             ? fmt::format(" (this user may have {} processes and threads: ulimit -u)", lim.rlim_cur)
-             : fmt::format(" (this process may have {} files open: ulimit -n)", lim.rlim_cur);
-}
-
-}  // namespace
-
-std::string engine_state::descriptors_short() const {
-  rlimit lim{};
-  if (live_children == 0 || ::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return {};
-  if (live_children + base_descriptors + descriptor_reserve < lim.rlim_cur) return {};
-  return fmt::format(
-      "too many open files (jobs' processes hold {}, the engine {}, and {} are kept for its own work, of "
-      "this "
-      "process's limit of {}: ulimit -n)",
-      live_children, base_descriptors, descriptor_reserve, lim.rlim_cur);
-}
-
 // A child operation of the job (a lease wait, a venv cache step): it posts
 // its answer to the job's inbox, and op_stop abandons it. One that fails
 // fails the job (run_job rethrows it); one abandoned answers `abandoned`
@@ -508,7 +447,7 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
         f.diagnostics;
     const bool transient =
         f.code == process::process_errc::no_processes || f.code == process::process_errc::no_descriptors;
-    return job_input::spawn_failed(index, phase_index, ph.name, f.diagnostics + limit_of(f.code),
+    return job_input::spawn_failed(index, phase_index, ph.name, f.diagnostics + refused_limit(f.code),
                                    std::move(message), transient, live_children > 0);
   }
   s.proc = std::move(*child);
@@ -539,86 +478,6 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   return job_input::spawned(index);
 }
 
-std::filesystem::path engine_state::site_packages(const job_rec& j) const {
-  std::error_code ec;
-  std::filesystem::path site;
-  for (const auto& e : std::filesystem::directory_iterator(j.venv / "lib", ec))
-    if (e.path().filename().string().rfind("python", 0) == 0) site = e.path() / "site-packages";
-  if (ec || site.empty() || !std::filesystem::is_directory(site, ec)) return {};
-  return site;
-}
-
-// Every Python process of the job writes each line it prints whole
-// (python::line_hook_module): the ranks of a node share its log.
-void engine_state::install_line_hook(job_rec& j) {
-  j.line_hook = true;
-  auto site = site_packages(j);
-  if (site.empty() || detail::append_file(site / python::line_hook_file, python::line_hook_module()) ||
-      detail::append_file(site / python::line_hook_pth, python::line_hook_pth_text))
-    log->warn("job {}: cannot install the line hook in {}: the lines of its processes may interleave",
-              j.row.name, j.venv.string());
-}
-
-// A worker that raises makes the node fail, but its torchrun may end after
-// another node's (whose workers lost their peer) or wait at its exit barrier
-// for minutes. The hook records the exception at once; the first record is
-// the job's root cause. Two small files: written here, on the reactor.
-void engine_state::start_failure_watch(const std::shared_ptr<job_rec>& j) {
-  if (j->failure_watch) return;
-  j->failure_watch = true;
-  std::error_code ec;
-  std::filesystem::create_directory(failures_dir(*j), ec);
-  auto site = site_packages(*j);
-  if (site.empty()) {
-    log->debug("job {}: no site-packages in {}; worker failures are not recorded", j->row.name,
-               j->venv.string());
-    return;
-  }
-  if (detail::append_file(site / python::failure_hook_file, python::failure_hook_module()) ||
-      detail::append_file(site / python::failure_hook_pth, python::failure_hook_pth_text)) {
-    log->debug("job {}: cannot install the worker failure hook in {}", j->row.name, site.string());
-    return;
-  }
-  spawn_internal(watch_worker_failures(j), "watching worker failures");
-}
-
-asio::awaitable<void> engine_state::watch_worker_failures(std::shared_ptr<job_rec> j) {
-  const auto dir = failures_dir(*j);
-  detail::wake_signal w(ex);
-  detail::wake_registration on_end(j->watchers, &w);  // transitions and shutdown
-  int wd = watch.add(dir, &w);
-  struct unwatch {
-    detail::fs_watch& watch;
-    int wd;
-    detail::wake_signal* w;
-    ~unwatch() { watch.remove(wd, w); }
-  } guard{watch, wd, &w};
-  while (!stopping && !is_terminal(j->row.status)) {
-    // "<time_ns> <GROUP_RANK> <RANK> <what>": the earliest is the root cause.
-    std::optional<std::tuple<long long, std::size_t, std::string>> first;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      auto name = e.path().filename().string();
-      if (name.rfind("rank-", 0) != 0 || name.ends_with(".tmp")) continue;
-      std::ifstream in(e.path());
-      long long t = 0;
-      std::size_t node = 0;
-      std::string rank, what;
-      if (!(in >> t >> node >> rank)) continue;
-      std::getline(in >> std::ws, what);
-      if (node >= j->steps.size()) continue;
-      if (!first || t < std::get<0>(*first)) first.emplace(t, node, "rank " + rank + " raised " + what);
-    }
-    if (first) {
-      j->post(job_input::worker_failed(std::get<1>(*first), std::get<2>(*first)));
-      co_return;  // the machine takes the first; the rest follow from it
-    }
-    co_await w.wait_until(steady::time_point::max());
-  }
-}
-
-// The step's process ending is an input of the job: `exited`. Shutting the
-// engine down (the step's stop signal) leaves the process as it is.
 void engine_state::await_exit(const std::shared_ptr<job_rec>& j, std::size_t index, std::string what) {
   auto& s = j->steps[index];
   s.proc.exit_signal().async_wait(

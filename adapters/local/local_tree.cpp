@@ -223,4 +223,62 @@ void engine_state::say_limit(job_rec& j, step_rec& s, const std::string& text) {
   });
 }
 
+// ---------------------------------------------------------------------------
+// starts the OS refuses (ulimit -u, ulimit -n): the step waits
+
+// The OS refused a step's process for want of processes (issue 43: a job
+// array under ulimit -u lost its members): the step waits and tries again,
+// as others' processes end. Its first wait is said in a Waiting event.
+void engine_state::respawn_later(const std::shared_ptr<job_rec>& j, const job_action& a) {
+  if (!j->respawns) j->respawns = std::make_unique<job_rec::respawn_timers>();
+  auto& timers = j->respawns->by_step;
+  if (timers.size() < j->steps.size()) timers.resize(j->steps.size());
+  auto& timer = timers[a.step];
+  if (!timer) timer = std::make_unique<asio::steady_timer>(ex);
+  timer->expires_after(a.delay);
+  // Cancelled (an exit woke it, see wake_respawns), it is due at once; a
+  // job that has ended ignores it.
+  timer->async_wait([w = std::weak_ptr<job_rec>(j), step = a.step, phase = a.phase](error_code) {
+    if (auto jr = w.lock()) jr->post(job_input::respawn_due(step, phase));
+  });
+  respawn_waiters.push_back(j);
+  if (a.text.empty()) return;
+  std::string text = a.text;
+  log->log(std::exchange(said_fork_refused, true) ? spdlog::level::info : spdlog::level::warn,
+           "job {} step {}: {}", j->row.name, j->steps[a.step].row.name, text);
+  queue_write([name = j->row.name, step = j->steps[a.step].row.name, t = now_ms(), text = std::move(text)](
+                  detail::store& db) { db.append_event(name, step, t, log_event::waiting, text); });
+}
+
+// A process ended: what it held (a process slot, its pidfd) may be what a
+// refused start waits for. Each waiting step tries again now.
+void engine_state::wake_respawns() {
+  for (auto& w : std::exchange(respawn_waiters, {}))
+    if (auto j = w.lock(); j && j->respawns)
+      for (auto& t : j->respawns->by_step)
+        if (t) t->cancel();
+}
+
+std::string refused_limit(const error_code& code) {
+  rlimit lim{};
+  const int which = code == process::process_errc::no_processes     ? RLIMIT_NPROC
+                    : code == process::process_errc::no_descriptors ? RLIMIT_NOFILE
+                                                                    : -1;
+  if (which < 0 || ::getrlimit(which, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return {};
+  return which == RLIMIT_NPROC
+             ? fmt::format(" (this user may have {} processes and threads: ulimit -u)", lim.rlim_cur)
+             : fmt::format(" (this process may have {} files open: ulimit -n)", lim.rlim_cur);
+}
+
+std::string engine_state::descriptors_short() const {
+  rlimit lim{};
+  if (live_children == 0 || ::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return {};
+  if (live_children + base_descriptors + descriptor_reserve < lim.rlim_cur) return {};
+  return fmt::format(
+      "too many open files (jobs' processes hold {}, the engine {}, and {} are kept for its own work, of "
+      "this "
+      "process's limit of {}: ulimit -n)",
+      live_children, base_descriptors, descriptor_reserve, lim.rlim_cur);
+}
+
 }  // namespace tjob::local

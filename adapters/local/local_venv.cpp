@@ -1,5 +1,6 @@
 #include "adapters/local/local_impl.hpp"
 #include "adapters/local/log_files.hpp"
+#include "adapters/python/python_plan.hpp"
 
 #include <algorithm>
 
@@ -234,5 +235,89 @@ void engine_state::end_venv_build(const std::shared_ptr<job_rec>& j, bool ok) {
       }(shared_from_this(), build, j->row.name, release),
       "removing a failed venv build");
 }
+
+// ---------------------------------------------------------------------------
+// what tjob puts in a job's venv: the line hook, the worker-failure hook
+
+std::filesystem::path engine_state::site_packages(const job_rec& j) const {
+  std::error_code ec;
+  std::filesystem::path site;
+  for (const auto& e : std::filesystem::directory_iterator(j.venv / "lib", ec))
+    if (e.path().filename().string().rfind("python", 0) == 0) site = e.path() / "site-packages";
+  if (ec || site.empty() || !std::filesystem::is_directory(site, ec)) return {};
+  return site;
+}
+
+// Every Python process of the job writes each line it prints whole
+// (python::line_hook_module): the ranks of a node share its log.
+void engine_state::install_line_hook(job_rec& j) {
+  j.line_hook = true;
+  auto site = site_packages(j);
+  if (site.empty() || detail::append_file(site / python::line_hook_file, python::line_hook_module()) ||
+      detail::append_file(site / python::line_hook_pth, python::line_hook_pth_text))
+    log->warn("job {}: cannot install the line hook in {}: the lines of its processes may interleave",
+              j.row.name, j.venv.string());
+}
+
+// A worker that raises makes the node fail, but its torchrun may end after
+// another node's (whose workers lost their peer) or wait at its exit barrier
+// for minutes. The hook records the exception at once; the first record is
+// the job's root cause. Two small files: written here, on the reactor.
+void engine_state::start_failure_watch(const std::shared_ptr<job_rec>& j) {
+  if (j->failure_watch) return;
+  j->failure_watch = true;
+  std::error_code ec;
+  std::filesystem::create_directory(failures_dir(*j), ec);
+  auto site = site_packages(*j);
+  if (site.empty()) {
+    log->debug("job {}: no site-packages in {}; worker failures are not recorded", j->row.name,
+               j->venv.string());
+    return;
+  }
+  if (detail::append_file(site / python::failure_hook_file, python::failure_hook_module()) ||
+      detail::append_file(site / python::failure_hook_pth, python::failure_hook_pth_text)) {
+    log->debug("job {}: cannot install the worker failure hook in {}", j->row.name, site.string());
+    return;
+  }
+  spawn_internal(watch_worker_failures(j), "watching worker failures");
+}
+
+asio::awaitable<void> engine_state::watch_worker_failures(std::shared_ptr<job_rec> j) {
+  const auto dir = failures_dir(*j);
+  detail::wake_signal w(ex);
+  detail::wake_registration on_end(j->watchers, &w);  // transitions and shutdown
+  int wd = watch.add(dir, &w);
+  struct unwatch {
+    detail::fs_watch& watch;
+    int wd;
+    detail::wake_signal* w;
+    ~unwatch() { watch.remove(wd, w); }
+  } guard{watch, wd, &w};
+  while (!stopping && !is_terminal(j->row.status)) {
+    // "<time_ns> <GROUP_RANK> <RANK> <what>": the earliest is the root cause.
+    std::optional<std::tuple<long long, std::size_t, std::string>> first;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      auto name = e.path().filename().string();
+      if (name.rfind("rank-", 0) != 0 || name.ends_with(".tmp")) continue;
+      std::ifstream in(e.path());
+      long long t = 0;
+      std::size_t node = 0;
+      std::string rank, what;
+      if (!(in >> t >> node >> rank)) continue;
+      std::getline(in >> std::ws, what);
+      if (node >= j->steps.size()) continue;
+      if (!first || t < std::get<0>(*first)) first.emplace(t, node, "rank " + rank + " raised " + what);
+    }
+    if (first) {
+      j->post(job_input::worker_failed(std::get<1>(*first), std::get<2>(*first)));
+      co_return;  // the machine takes the first; the rest follow from it
+    }
+    co_await w.wait_until(steady::time_point::max());
+  }
+}
+
+// The step's process ending is an input of the job: `exited`. Shutting the
+// engine down (the step's stop signal) leaves the process as it is.
 
 }  // namespace tjob::local
