@@ -23,7 +23,9 @@ for i in range(1, 1000):
 """
 
 
-def test_the_dashboard_shows_a_job_live_and_cancels_it(make_server, tmp_path):
+def _server_for_the_browser(make_server, tmp_path):
+    """A server on a unix socket and on TCP with a token, for a page in chromium (skipped where node's
+    packages or chromium are missing): the server, its TCP host and port, and the token."""
     if not shutil.which("node") or not os.path.isdir(os.path.join(NODE_TOOLS, "node_modules", "playwright-core")):
         unavailable("node and tests/serve/node's packages (scripts/setup runs npm ci there)")
     if not os.access(CHROMIUM, os.X_OK):
@@ -35,6 +37,11 @@ def test_the_dashboard_shows_a_job_live_and_cancels_it(make_server, tmp_path):
                      "--token-file", str(tmp_path / "token")])
     s.socket = str(tmp_path / "s.sock")
     host, port = s.tcp()
+    return s, host, port, token
+
+
+def test_the_dashboard_shows_a_job_live_and_cancels_it(make_server, tmp_path):
+    s, host, port, token = _server_for_the_browser(make_server, tmp_path)
     # The page's own files need no token; the API does.
     page = s.request("GET", "/")
     assert page.status == 200 and "<title>tjob</title>" in page.body
@@ -83,17 +90,7 @@ def go():
 
 
 def test_the_dashboard_opens_a_job_by_link_and_shows_the_failing_step_first(make_server, tmp_path):
-    if not shutil.which("node") or not os.path.isdir(os.path.join(NODE_TOOLS, "node_modules", "playwright-core")):
-        unavailable("node and tests/serve/node's packages (scripts/setup runs npm ci there)")
-    if not os.access(CHROMIUM, os.X_OK):
-        unavailable("chromium is not installed (scripts/setup installs Debian's)")
-    token = "dashboard-test-token-0123456789"
-    (tmp_path / "token").write_text(token + "\n")
-    os.chmod(tmp_path / "token", 0o600)
-    s = make_server(["--listen", "unix://" + str(tmp_path / "s.sock"), "--listen", "tcp://127.0.0.1:0",
-                     "--token-file", str(tmp_path / "token")])
-    s.socket = str(tmp_path / "s.sock")
-    host, port = s.tcp()
+    s, host, port, token = _server_for_the_browser(make_server, tmp_path)
     r = s.post("/v1/jobs", {"name": "pair", "runtime": "torch-distributed", "num_nodes": 2,
                             "trainer": {"kind": "python", "source": FAILING_NODE, "function": "go",
                                         "python": "/usr/bin/python3", "system_site_packages": True}})

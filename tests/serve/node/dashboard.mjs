@@ -1,27 +1,11 @@
 // Drives tjob serve's dashboard in Debian's chromium (headless, through playwright-core) as a person
 // would, for tests/serve/test_dashboard.py: node dashboard.mjs URL TOKEN JOB [SCREENSHOT]. Prints one
 // JSON object of what it saw; a step that never happens fails with its own name.
-import { chromium } from "playwright-core";
+import { launch, wait } from "./browser.mjs";
 
 const [url, token, job, shot] = process.argv.slice(2);
 const out = { errors: [] };
-const browser = await chromium.launch({
-  executablePath: process.env.TJOB_CHROMIUM || "/usr/bin/chromium",
-  // (no sandbox as root; no traffic but to the server under test)
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"],
-});
-const step = async (name, f) => {
-  try {
-    return await f();
-  } catch (e) {
-    out.failed = name + ": " + e.message.split("\n")[0];
-    console.log(JSON.stringify(out));
-    await browser.close();
-    process.exit(1);
-  }
-};
-const wait = { timeout: 60000 };
+const { browser, step } = await launch(out);
 try {
   // Without the token the page asks for it, and shows nothing else.
   const anon = await browser.newPage();

@@ -1,26 +1,11 @@
 // For tests/serve/test_dashboard.py: node steps.mjs URL TOKEN JOB. Opens the job by a link that
 // carries the token (/#job=JOB&token=TOKEN), reads which step's log the page shows first and what the
 // step chooser offers, chooses the other step, and reads its log. Prints one JSON object.
-import { chromium } from "playwright-core";
+import { launch, wait } from "./browser.mjs";
 
 const [url, token, job] = process.argv.slice(2);
 const out = { errors: [] };
-const browser = await chromium.launch({
-  executablePath: process.env.TJOB_CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"],
-});
-const wait = { timeout: 60000 };
-const step = async (name, f) => {
-  try {
-    return await f();
-  } catch (e) {
-    out.failed = name + ": " + e.message.split("\n")[0];
-    console.log(JSON.stringify(out));
-    await browser.close();
-    process.exit(1);
-  }
-};
+const { browser, step } = await launch(out);
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
   page.on("pageerror", (e) => out.errors.push(String(e)));
