@@ -275,8 +275,7 @@ std::string engine_state::descriptors_short() const {
   if (live_children == 0 || ::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return {};
   if (live_children + base_descriptors + descriptor_reserve < lim.rlim_cur) return {};
   return fmt::format(
-      "too many open files (jobs' processes hold {}, the engine {}, and {} are kept for its own work, of "
-      "this "
+      "too many open files (jobs' processes hold {}, the engine {}, and {} are kept for its own work, of this "
       "process's limit of {}: ulimit -n)",
       live_children, base_descriptors, descriptor_reserve, lim.rlim_cur);
 }
