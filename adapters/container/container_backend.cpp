@@ -338,7 +338,7 @@ std::optional<job_dir> backend::impl::state(const std::string& job) const {
 void backend::impl::set_marker(const std::string& job, const char* marker, std::string_view text) const {
   auto d = state(job);
   if (!d) {
-    make_private_dir(ctx.home / "containers");
+    make_home_dirs(ctx.home);
     make_private_dir(workdir(job));
     d = state(job);
   }

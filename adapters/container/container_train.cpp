@@ -162,6 +162,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
   topo.nproc_per_node = std::to_string(p.procs);
   topo.master_port = std::to_string(cfg.network == container_network::host ? detail::free_port() : 29500);
   if (cfg.network == container_network::job) topo.master_addr = node_name(name, 0);
+  std::string node0_address;  // on the job network, once node-0 runs
   for (int rank = 0; rank < r.num_nodes; ++rank) {
     node_spec n;
     n.job = name;
@@ -178,6 +179,10 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
     n.working_dir = p.working_dir;
     n.network = cfg.network;
     n.network_name = net;
+    if (cfg.network == container_network::job) {
+      n.hostname = n.container_name;
+      if (rank > 0 && !node0_address.empty()) n.extra_hosts = {node_name(name, 0) + ":" + node0_address};
+    }
     n.volumes = cfg.volumes;
     n.volumes.insert(n.volumes.end(), p.volumes.begin(), p.volumes.end());
     n.memory = p.memory;
@@ -202,17 +207,15 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
     undo.made.push_back(id);
     auto started = co_await d.container_start(id);
     if (!started) raise(prefixed(started.error(), where));
-    if (rank == 0 && r.num_nodes > 1 && cfg.network == container_network::job &&
-        d.info().kind == daemon_kind::podman) {
-      // Podman's compat networks may have no DNS: reach node-0 by its address.
+    if (rank == 0 && r.num_nodes > 1 && cfg.network == container_network::job) {
+      // torch's agent on node-0 hands its workers and the other nodes its own
+      // name as MASTER_ADDR, and a job network may have no DNS (Podman's, here):
+      // every other node is told node-0's address in its /etc/hosts.
       auto inspected = co_await d.container_inspect(id);
       if (auto& ins = inspected.value())
         if (auto* ns = obj_of(*ins, "NetworkSettings"))
           if (auto* nets = obj_of(*ns, "Networks"))
-            if (auto* mine = obj_of(*nets, net)) {
-              auto ip = str_of(*mine, "IPAddress");
-              if (!ip.empty()) topo.master_addr = ip;
-            }
+            if (auto* mine = obj_of(*nets, net)) node0_address = str_of(*mine, "IPAddress");
     }
   }
 }
@@ -300,15 +303,11 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   // $TJOB_HOME; so are the home's parents where they are missing (a fresh
   // machine has no ~/.local/state). Its workspace is the job's to write; its
   // inputs and its state are not (job_dir.hpp).
-  std::vector<fs::path> missing;
-  for (auto p = ctx.home; !p.empty() && p != p.parent_path() && !fs::exists(p); p = p.parent_path())
-    missing.push_back(p);
-  std::reverse(missing.begin(), missing.end());
-  missing.push_back(ctx.home / "containers");
-  missing.push_back(ctx.home / "containers" / ".queue");
-  for (const auto& p : missing)
-    if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST)
-      fail(errc::invalid_argument, me + ": cannot create its work dir " + p.string() + ": " + std::strerror(errno));
+  try {
+    make_home_dirs(ctx.home);
+  } catch (const error& e) {
+    fail(errc::invalid_argument, me + ": " + e.what());
+  }
   // The job's own: made here, never a link (make_private_dir refuses one).
   for (const auto& p : {dir, inputs_of(name), workspace_of(name), workspace_of(name) / ".tjob"}) {
     try {

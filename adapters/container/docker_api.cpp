@@ -392,9 +392,13 @@ asio::awaitable<outcome<void>> docker_api::container_kill(const std::string& id,
   auto r = co_await call("POST",
                          "/containers/" + http::url_encode(id) + "/kill?signal=" + http::url_encode(signal));
   if (!r) co_return r.error();
-  // 409: not running (Docker); Podman answers 409 or 500 with "not running"
+  // 409: not running (Docker); Podman answers 409, or 500 with "not running"
+  // or "can only kill running containers" (a node between restarts)
   if (r->status == 204 || r->status == 200 || r->status == 404 || r->status == 409) co_return outcome<void>();
-  if (daemon_message(r->body).find("not running") != std::string::npos) co_return outcome<void>();
+  auto said = daemon_message(r->body);
+  if (said.find("not running") != std::string::npos ||
+      said.find("can only kill running") != std::string::npos)
+    co_return outcome<void>();
   co_return refuse("signalling container " + quote(id), *r);
 }
 

@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace tjob::container {
 
@@ -156,6 +158,18 @@ void make_private_dir(const std::filesystem::path& path) {
   if (err == EEXIST && ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return;
   if (err == EEXIST) err = ENOTDIR;
   refuse("cannot create " + path.string(), err);
+}
+
+void make_home_dirs(const std::filesystem::path& home) {
+  std::vector<std::filesystem::path> missing;
+  for (auto p = home; !p.empty() && p != p.parent_path() && !std::filesystem::exists(p); p = p.parent_path())
+    missing.push_back(p);
+  std::reverse(missing.begin(), missing.end());
+  missing.push_back(home / "containers");
+  missing.push_back(home / "containers" / ".queue");
+  for (const auto& p : missing)
+    if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST)
+      refuse("cannot create its work dir " + p.string(), errno);
 }
 
 }  // namespace tjob::container

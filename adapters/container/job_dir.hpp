@@ -76,4 +76,9 @@ class job_dir {
 /// refusing a link in its place. Throws tjob::error naming it.
 void make_private_dir(const std::filesystem::path& path);
 
+/// Makes a tjob home's container directories where they are missing: `home`
+/// and its missing parents, then `home/containers` and its `.queue`, each
+/// private (0700). Throws tjob::error naming the one it could not make.
+void make_home_dirs(const std::filesystem::path& home);
+
 }  // namespace tjob::container

@@ -44,6 +44,11 @@ json::object create_body(const node_spec& n) {
       host["NetworkMode"] = "none";
       break;
   }
+  if (!n.extra_hosts.empty()) {
+    json::array hosts;
+    for (const auto& h : n.extra_hosts) hosts.emplace_back(h);
+    host["ExtraHosts"] = std::move(hosts);
+  }
   if (n.max_restarts > 0) {
     // The daemon restarts the node itself when it exits non-zero, not after a
     // stop (a cancel): docker run --restart on-failure:N.
@@ -71,6 +76,7 @@ json::object create_body(const node_spec& n) {
                     {"AttachStdout", false},
                     {"AttachStderr", false},
                     {"HostConfig", std::move(host)}};
+  if (!n.hostname.empty()) body["Hostname"] = n.hostname;
   if (n.network == container_network::job)
     body["NetworkingConfig"] = json::object{
         {"EndpointsConfig",

@@ -57,6 +57,8 @@ struct node_spec {
   std::string working_dir = workspace;
   container_network network = container_network::job;
   std::string network_name;                   ///< for the job network: `<job>-net`
+  std::string hostname;                       ///< Config.Hostname; empty: the daemon's (the id)
+  std::vector<std::string> extra_hosts;       ///< HostConfig.ExtraHosts, NAME:IP lines for /etc/hosts
   std::vector<std::string> volumes;           ///< HOST:CONTAINER[:ro|rw], after the workdir's
   std::int64_t memory = 0;                    ///< HostConfig.Memory, bytes; 0: none
   std::int64_t nano_cpus = 0;                 ///< HostConfig.NanoCpus; 0: none

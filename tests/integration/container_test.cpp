@@ -22,6 +22,7 @@
 #include <thread>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 using namespace tjob;
 using namespace std::chrono_literals;
@@ -512,27 +513,76 @@ TEST_CASE_TEMPLATE("an image missing under pull policy Never is refused and noth
   }
 }
 
-TEST_CASE_TEMPLATE("a 2-node container job runs steps node-0 and node-1 Complete", D, TJOB_DAEMONS) {
+TEST_CASE_TEMPLATE("a 2-node container job makes one process group: node-0 and node-1 Complete", D,
+                   TJOB_DAEMONS) {
   fixture fx;
   auto sock = socket_of(D::name);
-  if (sock.empty() || !tjob::test::system_python_has("torch")) return;
+  if (sock.empty() || !tjob::test::system_python_has("torch.distributed")) return;
   auto cfg = fx.config(sock, "host");
   cfg.backend_config["volumes"] = boost::json::value_from(host_volumes);
   cfg.backend_config["image"] = "localhost/tjob-host:bookworm";
   trainer_client client(cfg);
+  // Issue 42: a job that never made a process group passed where a real one hung.
+  python_trainer t;
+  t.source = tjob::test::allreduce_source;
+  t.function = "allreduce";
+  t.python = "/usr/bin/python3";
   train_request r;
-  r.job_trainer = linear_trainer();
+  r.runtime = "torch-distributed";
+  r.job_trainer = t;
   r.num_nodes = 2;
   auto name = client.train(r);
-  auto job = client.wait_for_job_status(name, {job_status::complete}, 300s);
+  auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed}, 300s);
+  auto log0 = all_of(client.get_job_logs(name, {.step = "node-0"}));
+  auto log1 = all_of(client.get_job_logs(name, {.step = "node-1"}));
+  CAPTURE(log0);
+  CAPTURE(log1);
   REQUIRE(job.steps.size() == 2);
   CHECK(job.num_nodes == 2);
   CHECK(job.steps[0].name == "node-0");
   CHECK(job.steps[1].name == "node-1");
   CHECK(job.steps[0].status == job_status::complete);
   CHECK(job.steps[1].status == job_status::complete);
-  CHECK(all_of(client.get_job_logs(name, {.step = "node-1"})).find("Training completed!") !=
-        std::string::npos);
+  CHECK(log0.find("node=0 rank=0 world=2 sum=3.0") != std::string::npos);
+  CHECK(log1.find("node=1 rank=1 world=2 sum=3.0") != std::string::npos);
+  client.delete_job(name);
+}
+
+TEST_CASE_TEMPLATE("on the job network every node resolves node-0's name to node-0's address without DNS", D,
+                   TJOB_DAEMONS) {
+  // Issue 42: torch's agent on node-0 hands the other nodes its name as
+  // MASTER_ADDR, and a Podman network may have no DNS. Only files are read
+  // here (/etc/hostname, /etc/hosts through getent): nothing crosses the bridge.
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  auto cfg = fx.config(sock, "job");
+  cfg.backend_config["volumes"] = boost::json::value_from(host_volumes);
+  trainer_client client(cfg);
+  // (a name of this run's: a failed run leaves its containers for a look)
+  const std::string named = "hosts-" + std::to_string(::getpid());
+  auto r = shell_job("echo name=$(cat /etc/hostname); getent hosts " + named + "-node-0", named);
+  std::get<command_trainer>(r.job_trainer).image = "localhost/tjob-host:bookworm";
+  r.num_nodes = 2;
+  auto name = client.train(r);
+  auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed}, 120s);
+  auto log0 = all_of(client.get_job_logs(name, {.step = "node-0"}));
+  auto log1 = all_of(client.get_job_logs(name, {.step = "node-1"}));
+  CAPTURE(log0);
+  CAPTURE(log1);
+  REQUIRE(job.status == job_status::complete);
+  CHECK(log0.find("name=" + named + "-node-0\n") != std::string::npos);
+  CHECK(log1.find("name=" + named + "-node-1\n") != std::string::npos);
+  // `getent hosts` prints "ADDRESS  NAME...": the same address on both nodes.
+  auto address_in = [](const std::string& log) {
+    auto at = log.find('\n');
+    auto line = at == std::string::npos ? std::string() : log.substr(at + 1);
+    return line.substr(0, line.find(' '));
+  };
+  auto a0 = address_in(log0);
+  CHECK(!a0.empty());
+  CHECK(a0.rfind("127.", 0) != 0);
+  CHECK(address_in(log1) == a0);
   client.delete_job(name);
 }
 
@@ -773,6 +823,17 @@ TEST_CASE("a daemon answering 500 gives its own message, naming the job") {
   CHECK(msg.find("injected failure: the daemon is broken") != std::string::npos);
   CHECK(msg.find("500") != std::string::npos);
   CHECK(code_of([&] { client.get_job("x"); }) == errc::backend_error);
+}
+
+TEST_CASE("a cancel that finds its container gone from running by the time it signals it succeeds") {
+  // Issue 42: Podman answers such a kill 500, "can only kill running containers".
+  fixture fx;
+  fake_daemon fake("killrace");
+  trainer_client client(fx.config(fake.socket));
+  REQUIRE(client.get_job("big").status == job_status::running);
+  client.cancel_job("big", {.force = true});
+  CHECK(fake.proc->wait_for_stdout("asked to kill"));
+  CHECK(client.get_job("big").status != job_status::running);
 }
 
 TEST_CASE("a daemon closing the connection mid-response is an error, not a hang or a crash") {

@@ -276,15 +276,7 @@ TEST_CASE_FIXTURE(fixture,
   cfg.admission.cpus = 0;  // 2 nodes x 2 processes, on a machine of any size
   trainer_client c(cfg);
   python_trainer t;
-  t.source =
-      "def allreduce():\n"
-      "    import os, torch, torch.distributed as dist\n"
-      "    dist.init_process_group('gloo')\n"
-      "    x = torch.tensor([float(dist.get_rank() + 1)])\n"
-      "    dist.all_reduce(x)\n"
-      "    print(f\"node={os.environ['GROUP_RANK']} rank={dist.get_rank()} world={os.environ['WORLD_SIZE']} "
-      "sum={x.item()}\", flush=True)\n"
-      "    dist.destroy_process_group()\n";
+  t.source = tjob::test::allreduce_source;
   t.function = "allreduce";
   t.python = "/usr/bin/python3";
   t.system_site_packages = true;

@@ -10,6 +10,8 @@ It answers /_ping and /version as Docker 20.10 does, then, per MODE:
   reset     every other request gets half a head, then a TCP-style reset (SO_LINGER 0);
   slow      every other request is answered after 30 s;
   garbage   every other request gets 200 with a body that is not JSON.
+  killrace  one job `big` listed running; it has exited by the time it is signalled, and the kill
+            gets Podman's answer (500, "can only kill running containers"); /events is 500.
   pingonly  /version is 500 (its ping's headers must do); no containers.
   oldping   its ping has no Api-Version header (/version must be asked; it says so on stdout); no containers.
   tls:DIR   as pingonly, but on TCP 127.0.0.1 (SOCKET is ignored) with TLS from DIR/server.pem and
@@ -35,6 +37,7 @@ INSPECT = {"Id": "c0ffee", "Config": {"Tty": False, "Labels": CONTAINER["Labels"
 
 
 FIRST_LIST = []
+KILLED = []
 LOCK = threading.Lock()
 
 
@@ -43,7 +46,10 @@ def state():
     with LOCK:
         if not FIRST_LIST:
             FIRST_LIST.append(time.monotonic())
-        done = MODE != "noevents" or time.monotonic() - FIRST_LIST[0] > 2
+        if MODE == "killrace":
+            done = bool(KILLED)
+        else:
+            done = MODE != "noevents" or time.monotonic() - FIRST_LIST[0] > 2
     return "exited" if done else "running"
 
 
@@ -92,9 +98,15 @@ class Handler(socketserver.StreamRequestHandler):
             return self.send(200, [])
         if MODE == "garbage":
             return self.send(200, b"<html>this is not the Engine API</html>", "text/html")
-        if MODE in ("bigframe", "noevents"):
+        if MODE in ("bigframe", "noevents", "killrace"):
             if "/events" in path:
                 return self.send(500, {"message": "events are broken here"})
+            if MODE == "killrace" and "/kill" in path:
+                with LOCK:
+                    KILLED.append(path)
+                print("asked to kill", flush=True)
+                return self.send(500, {"message": "can only kill running containers. c0ffee is in state "
+                                                  "exited: container state improper"})
             st = state()
             if "/containers/json" in path:
                 return self.send(200, [dict(CONTAINER, State=st)])

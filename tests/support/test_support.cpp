@@ -455,6 +455,16 @@ boost::json::object kube_standin::config() const {
   return {{"config_file", kubeconfig()}, {"in_cluster_dir", ""}};
 }
 
+const char* const allreduce_source =
+    "def allreduce():\n"
+    "    import os, torch, torch.distributed as dist\n"
+    "    dist.init_process_group('gloo')\n"
+    "    x = torch.tensor([float(dist.get_rank() + 1)])\n"
+    "    dist.all_reduce(x)\n"
+    "    print(f\"node={os.environ['GROUP_RANK']} rank={dist.get_rank()} world={os.environ['WORLD_SIZE']} "
+    "sum={x.item()}\", flush=True)\n"
+    "    dist.destroy_process_group()\n";
+
 const char* const rank_chatter_source =
     "def chatter():\n"
     "    import sys, torch.distributed as dist\n"

@@ -216,6 +216,10 @@ std::string read_file(const std::filesystem::path& p);
 /// lines to stdout ("rank<R>-line<NNNN>-" and 150 x) and 300 to stderr
 /// ("rank<R>-err<NNNN> " and 40 y), at once with the others.
 extern const char* const rank_chatter_source;
+/// A function `allreduce` for torch ranks: one gloo process group, an
+/// all_reduce of rank+1, and a line "node=<GROUP_RANK> rank=<R>
+/// world=<WORLD_SIZE> sum=<S>" from each rank.
+extern const char* const allreduce_source;
 /// What `log` holds of two ranks' chatter: the lines that came out whole
 /// (their first 14 bytes), and the torn ones (a count, and the first).
 struct rank_lines {

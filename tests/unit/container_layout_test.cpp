@@ -125,6 +125,8 @@ TEST_CASE("create_body lays a node out as Kubeflow does, with limits and a GPU r
   n.memory = 268435456;
   n.nano_cpus = 500000000;
   n.gpus = 2;
+  n.hostname = n.container_name;
+  n.extra_hosts = {"j1-node-0:192.0.2.7"};
   auto b = create_body(n);
   auto& labels = b.at("Labels").as_object();
   CHECK(labels.at(label_job) == "j1");
@@ -147,13 +149,20 @@ TEST_CASE("create_body lays a node out as Kubeflow does, with limits and a GPU r
         R"([{"Driver":"","Count":2,"DeviceIDs":null,"Capabilities":[["gpu"]],"Options":{}}])");
   CHECK(b.at("NetworkingConfig").at("EndpointsConfig").at("j1-net").at("Aliases").as_array()[0] ==
         "j1-node-1");
+  // Issue 42: node-0's name reaches every node by /etc/hosts, not by DNS.
+  CHECK(b.at("Hostname") == "j1-node-1");
+  CHECK(json::serialize(host.at("ExtraHosts")) == R"(["j1-node-0:192.0.2.7"])");
 
   n.network = container_network::host;
+  n.hostname.clear();
+  n.extra_hosts.clear();
   n.gpus = 0;
   auto h = create_body(n);
   CHECK(h.at("HostConfig").at("NetworkMode") == "host");
   CHECK_FALSE(h.at("HostConfig").as_object().contains("DeviceRequests"));
   CHECK_FALSE(h.contains("NetworkingConfig"));
+  CHECK_FALSE(h.contains("Hostname"));
+  CHECK_FALSE(h.at("HostConfig").as_object().contains("ExtraHosts"));
   n.network = container_network::none;
   CHECK(create_body(n).at("HostConfig").at("NetworkMode") == "none");
   CHECK_FALSE(create_body(n).at("HostConfig").as_object().contains("RestartPolicy"));
