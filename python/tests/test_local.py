@@ -210,6 +210,15 @@ def test_bad_input_is_a_value_error_naming_the_field_before_anything_is_created(
                                         resources_per_node={"gpu": -1})), "gpu=-1"),
             (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1},
                                         resources_per_node={"tpu": 1})), "'tpu': unknown key"),
+            (dict(trainer=CommandTrainer("true")), "CommandTrainer.command='true': give a list of strings"),
+            (dict(trainer=CommandTrainer([])), "CommandTrainer.command=[]: give the program"),
+            (dict(trainer=CustomTrainer(func=train_model, func_args={"lr": 1}, resources_per_node=2)),
+             "resources_per_node=2: give a dict"),
+            (dict(trainer=CommandTrainer([HELPER]), options=[Name(3)]), "Name(3): give the job's name as a string"),
+            (dict(trainer=CommandTrainer([HELPER]), options=[tjob.Dependencies(after_ok=5)]),
+             "Dependencies.after_ok=5: give a list of strings"),
+            (dict(trainer=CommandTrainer([HELPER]), options=[tjob.Dependencies(after_any="prep")]),
+             "Dependencies.after_any='prep': give a list of strings"),
             (dict(trainer=CommandTrainer([HELPER]), options=[Name("../etc")]), "../etc"),
             (dict(trainer=CommandTrainer([HELPER]), options=[Labels({"a": "b"})]), "Labels option"),
             (dict(trainer=BuiltinTrainer()), "BuiltinTrainer"),
@@ -236,6 +245,34 @@ def test_bad_input_is_a_value_error_naming_the_field_before_anything_is_created(
             client.wait_for_job_status("ghost", status={"Done"})
     with pytest.raises(ValueError, match="Invalid backend config"):
         TrainerClient(backend_config={"kind": "local"})
+
+
+def test_a_backend_config_field_of_the_wrong_type_is_a_value_error_naming_it(home):
+    """Issue 42: the configs' fields were passed on unchecked; a wrong type was a raw pybind11 error
+    ("Unable to cast Python instance"), or was taken (a negative grace period, an int as the interpreter)."""
+    cases = [
+        (LocalProcessBackendConfig(cleanup_venv="no"), "LocalProcessBackendConfig.cleanup_venv='no': give True or False"),
+        (LocalProcessBackendConfig(grace_period="5"), "LocalProcessBackendConfig.grace_period='5': give a number of seconds"),
+        (LocalProcessBackendConfig(grace_period=-1), "LocalProcessBackendConfig.grace_period=-1"),
+        (LocalProcessBackendConfig(max_running="2"), "LocalProcessBackendConfig.max_running='2': give a whole number"),
+        (LocalProcessBackendConfig(cpu_budget=1.5), "LocalProcessBackendConfig.cpu_budget=1.5"),
+        (LocalProcessBackendConfig(memory_budget=[1]), "LocalProcessBackendConfig.memory_budget=[1]: give bytes"),
+        (LocalProcessBackendConfig(python=3), "LocalProcessBackendConfig.python=3: give a path"),
+        (tjob.ContainerBackendConfig(volumes="/a:/b"), "ContainerBackendConfig.volumes='/a:/b': give a list of strings"),
+        (tjob.ContainerBackendConfig(auto_remove=None), "ContainerBackendConfig.auto_remove=None"),
+        (tjob.ContainerBackendConfig(initializer_timeout=0), "ContainerBackendConfig.initializer_timeout=0"),
+        (tjob.KubernetesBackendConfig(namespace=3), "KubernetesBackendConfig.namespace=3: give a string"),
+        (tjob.SlurmBackendConfig(sbatch_options="--time=5"), "SlurmBackendConfig.sbatch_options='--time=5'"),
+        (tjob.SlurmBackendConfig(pack_nodes="yes"), "SlurmBackendConfig.pack_nodes='yes': give True or False"),
+    ]
+    for config, mention in cases:
+        with pytest.raises(ValueError) as e:
+            TrainerClient(backend_config=config)
+        assert mention in str(e.value), (config, str(e.value))
+    # a path may be a pathlib.Path, as elsewhere in Python
+    import pathlib
+    with TrainerClient(backend_config=LocalProcessBackendConfig(home=pathlib.Path(home))) as client:
+        assert client.list_jobs() == []
 
 
 def test_a_backend_that_cannot_be_reached_is_a_runtime_error(home, tmp_path):

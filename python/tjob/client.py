@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import datetime
 import dis
 import inspect
@@ -97,6 +98,8 @@ def _exception(error) -> BaseException:
 
 def _resources(res: Optional[Dict]) -> Dict[str, str]:
     """resources_per_node as the engine reads it (tjob::set_resources_per_node, which checks it)."""
+    if res is not None and not isinstance(res, dict):
+        raise ValueError(f"resources_per_node={res!r}: give a dict such as {{'cpu': 2, 'memory': '4Gi', 'gpu': 1}}")
     out: Dict[str, str] = {}
     for key, value in (res or {}).items():
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -198,15 +201,67 @@ def _nodes(value, field: str) -> int:
     return value
 
 
-def _check_env(env: Optional[Dict], field: str = "env") -> Dict[str, str]:
-    if env is not None and not isinstance(env, dict):
-        raise ValueError(f"{field}={env!r}: give a dict of names to values, such as {{'LR': '0.1'}}")
+def _string_map(value, field: str, example: str = "{'LR': '0.1'}") -> Dict[str, str]:
+    """A dict of strings to strings (None: empty)."""
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"{field}={value!r}: give a dict of names to values, such as {example}")
     out = {}
-    for k, v in (env or {}).items():
+    for k, v in (value or {}).items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise ValueError(f"{field}: {k!r}={v!r}: names and values must be strings")
         out[k] = v
     return out
+
+
+# What each field of a backend config takes: (the check, what to say when it fails).
+def _is_whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_FIELD_KINDS = {
+    "flag": (lambda v: isinstance(v, bool), "True or False"),
+    "text": (lambda v: isinstance(v, str), "a string"),
+    "text?": (lambda v: v is None or isinstance(v, str), "a string, or None"),
+    "path?": (lambda v: v is None or isinstance(v, (str, os.PathLike)), "a path (a str or a pathlib.Path), or None"),
+    "seconds?": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v),
+                 "a number of seconds, 0 or more, or None"),
+    "count?": (lambda v: v is None or (_is_whole(v) and v >= 0), "a whole number, 0 or more (0: no limit), or None"),
+    "count": (lambda v: _is_whole(v) and v >= 1, "a whole number, 1 or more"),
+    "bytes?": (lambda v: v is None or isinstance(v, str) or (_is_whole(v) and v >= 0),
+               "bytes as a whole number or a string such as '16Gi' (0: no limit), or None"),
+    "strings": (lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v),
+                "a list of strings"),
+}
+
+_CONFIG_FIELDS = {
+    "LocalProcessBackendConfig": dict(
+        cleanup_venv="flag", home="path?", python="path?", system_site_packages="flag", venv_cache="flag",
+        grace_period="seconds?", max_running="count?", cpu_budget="count?", memory_budget="bytes?"),
+    "ContainerBackendConfig": dict(
+        pull_policy="text", auto_remove="flag", container_host="text?", container_runtime="text?",
+        dataset_initializer_image="text", model_initializer_image="text", initializer_timeout="count",
+        home="path?", image="text?", network="text", volumes="strings", grace_period="seconds?",
+        max_running="count?", cpu_budget="count?", memory_budget="bytes?"),
+    "KubernetesBackendConfig": dict(namespace="text?", config_file="path?", context="text?", home="path?"),
+    "SlurmBackendConfig": dict(
+        slurm_conf="path?", partition="text?", account="text?", qos="text?", sbatch_options="strings",
+        shared_dir="path?", pack_nodes="flag", python="path?", system_site_packages="flag", home="path?",
+        grace_period="seconds?"),
+}
+
+
+def _checked_config(c):
+    """A backend config with every field checked, its paths as strings; a bad one is a ValueError naming it."""
+    kind = type(c).__name__
+    paths = {}
+    for name, what in _CONFIG_FIELDS[kind].items():
+        v = getattr(c, name)
+        ok, takes = _FIELD_KINDS[what]
+        if not ok(v):
+            raise ValueError(f"{kind}.{name}={v!r}: give {takes}")
+        if what == "path?" and v is not None:
+            paths[name] = os.fspath(v)
+    return dataclasses.replace(c, **paths)
 
 
 def _request(caps: Dict, defaults: Dict, runtime, initializer, trainer, options) -> Dict:
@@ -229,18 +284,20 @@ def _request(caps: Dict, defaults: Dict, runtime, initializer, trainer, options)
     args: Optional[List[str]] = None
     for opt in options or []:
         if isinstance(opt, Name):
+            if not isinstance(opt.name, str) or not opt.name:
+                raise ValueError(f"Name({opt.name!r}): give the job's name as a string, such as 'mnist-1'")
             req["name"] = opt.name
         elif isinstance(opt, (Labels, Annotations, TrainerCommand, TrainerArgs)) and not caps["keeps_labels"]:
             raise ValueError(f"{type(opt).__name__} option is not compatible with the {backend} backend. "
                              "Supported backends: KubernetesBackend")
         elif isinstance(opt, Labels):
-            req["labels"].update(opt.labels)
+            req["labels"].update(_string_map(opt.labels, "Labels.labels", "{'team': 'vision'}"))
         elif isinstance(opt, Annotations):
-            req["annotations"].update(opt.annotations)
+            req["annotations"].update(_string_map(opt.annotations, "Annotations.annotations", "{'owner': 'ana'}"))
         elif isinstance(opt, TrainerCommand):
-            command = list(opt.command)
+            command = _strings(opt.command, "TrainerCommand.command", "['python', 'train.py']")
         elif isinstance(opt, TrainerArgs):
-            args = list(opt.args)
+            args = _strings(opt.args, "TrainerArgs.args", "['--epochs', '3']")
         elif isinstance(opt, ActiveDeadlineSeconds):
             # Kubeflow's rule: an int of at least 1
             if not isinstance(opt.seconds, int) or isinstance(opt.seconds, bool) or opt.seconds < 1:
@@ -248,10 +305,8 @@ def _request(caps: Dict, defaults: Dict, runtime, initializer, trainer, options)
             req["active_deadline"] = opt.seconds
         elif isinstance(opt, Dependencies):
             for key in ("after_ok", "after_any", "after_not_ok"):
-                names = getattr(opt, key)
-                if isinstance(names, str) or not all(isinstance(n, str) for n in names):
-                    raise ValueError(f"Dependencies.{key}={names!r}: give a list of job names")
-                req[key] = req.get(key, []) + list(names)
+                names = _strings(getattr(opt, key), f"Dependencies.{key}", "['prep-1']")
+                req[key] = req.get(key, []) + names
         elif isinstance(opt, Priority):
             if not isinstance(opt.priority, int) or isinstance(opt.priority, bool):
                 raise ValueError(f"Priority({opt.priority!r}): give a whole number (higher starts first)")
@@ -301,17 +356,18 @@ def _request(caps: Dict, defaults: Dict, runtime, initializer, trainer, options)
                                             "['numpy', 'torch==2.3']")
         t["pip_index_urls"] = _strings(trainer.pip_index_urls, "CustomTrainer.pip_index_urls",
                                        "['https://pypi.org/simple']")
-        t["env"] = _check_env(trainer.env, "CustomTrainer.env")
+        t["env"] = _string_map(trainer.env, "CustomTrainer.env")
         t["image"] = _text(trainer.image, "CustomTrainer.image")
         t["resources_per_node"] = _resources(trainer.resources_per_node)
         t.update(defaults)
         req["num_nodes"] = _nodes(trainer.num_nodes, "CustomTrainer.num_nodes")
     elif isinstance(trainer, CommandTrainer):
-        if not trainer.command or not all(isinstance(a, str) for a in trainer.command):
-            raise ValueError(f"CommandTrainer.command={trainer.command!r}: give the program and its arguments "
-                             "as a list of strings")
-        t = {"kind": "command", "command": list(trainer.command),
-             "env": _check_env(trainer.env, "CommandTrainer.env"),
+        command_line = _strings(trainer.command, "CommandTrainer.command", "['python3', 'train.py']")
+        if not command_line:
+            raise ValueError("CommandTrainer.command=[]: give the program and its arguments, such as "
+                             "['python3', 'train.py']")
+        t = {"kind": "command", "command": command_line,
+             "env": _string_map(trainer.env, "CommandTrainer.env"),
              "working_dir": _text(trainer.working_dir, "CommandTrainer.working_dir"),
              "image": _text(trainer.image, "CommandTrainer.image")}
         req["num_nodes"] = _nodes(trainer.num_nodes, "CommandTrainer.num_nodes")
@@ -324,7 +380,7 @@ def _request(caps: Dict, defaults: Dict, runtime, initializer, trainer, options)
         if not isinstance(trainer.image, str) or not trainer.image:
             raise ValueError(f"CustomTrainerContainer.image={trainer.image!r}: give the image's name")
         t = {"kind": "command", "command": (command or []) + (args or []), "image": trainer.image,
-             "env": _check_env(trainer.env, "CustomTrainerContainer.env")}
+             "env": _string_map(trainer.env, "CustomTrainerContainer.env")}
         req["num_nodes"] = _nodes(trainer.num_nodes, "CustomTrainerContainer.num_nodes")
         if trainer.resources_per_node:
             raise ValueError("CustomTrainerContainer.resources_per_node: not supported by tjob yet")
@@ -344,7 +400,7 @@ def _backend_config(**options) -> str:
 def _config(backend_config) -> (str, Dict, Dict):
     """The engine's config, and what the backend puts in every Python trainer."""
     if backend_config is None or isinstance(backend_config, LocalProcessBackendConfig):
-        c = backend_config or LocalProcessBackendConfig()
+        c = _checked_config(backend_config or LocalProcessBackendConfig())
         # unset: the engine takes $TJOB_PYTHON and $TJOB_SYSTEM_SITE_PACKAGES=1
         python = c.python or ""
         ssp = bool(c.system_site_packages)
@@ -353,7 +409,7 @@ def _config(backend_config) -> (str, Dict, Dict):
                "cpu_budget": c.cpu_budget, "memory_budget": c.memory_budget}
         return "local", cfg, {"python": python, "system_site_packages": ssp}
     if isinstance(backend_config, ContainerBackendConfig):
-        c = backend_config
+        c = _checked_config(backend_config)
         if c.container_runtime not in (None, "docker", "podman"):
             raise ValueError(f"ContainerBackendConfig.container_runtime={c.container_runtime!r}: use docker, "
                              "podman or None (whichever answers)")
@@ -366,7 +422,7 @@ def _config(backend_config) -> (str, Dict, Dict):
                "cpu_budget": c.cpu_budget, "memory_budget": c.memory_budget}
         return "container", cfg, {}
     if isinstance(backend_config, KubernetesBackendConfig):
-        c = backend_config
+        c = _checked_config(backend_config)
         if c.client_configuration is not None:
             raise ValueError("KubernetesBackendConfig.client_configuration: tjob reads the kubeconfig itself; "
                              "give config_file and context")
@@ -376,7 +432,7 @@ def _config(backend_config) -> (str, Dict, Dict):
                "home": c.home}
         return "kubernetes", cfg, {}
     if isinstance(backend_config, SlurmBackendConfig):
-        c = backend_config
+        c = _checked_config(backend_config)
         cfg = {"backend": "slurm",
                "backend_config": _backend_config(slurm_conf=c.slurm_conf, partition=c.partition, account=c.account,
                                                  qos=c.qos, sbatch_options=list(c.sbatch_options),
