@@ -397,6 +397,9 @@ train_job backend::impl::to_job(const std::string& name, std::vector<seen> cs) {
   j.num_nodes = std::max(nodes, 1);
   j.status = detail::aggregate(statuses);
   if (!is_terminal(j.status)) j.end_time.reset();
+  // Podman records a short-lived container's start after its end (StartedAt
+  // 2 ms past FinishedAt, met here): a job never ends before it starts.
+  if (j.end_time && j.start_time && *j.end_time < *j.start_time) j.end_time = j.start_time;
   for (const auto& s : j.steps)
     if (s.status == job_status::failed && j.reason.empty()) j.reason = s.reason;
   if (!is_terminal(j.status))  // between attempts, as a local job reads
@@ -658,10 +661,16 @@ detail::backend_registration registration() {
        "Container backend: the daemon, unix:///path/to/socket or tcp://host:port; default: $DOCKER_HOST, "
        "$CONTAINER_HOST, then the usual sockets",
        kind::text},
-      {"pull_policy", "--pull-policy", "Container backend: IfNotPresent (default), Always or Never", kind::text},
+      {"pull_policy", "--pull-policy", "Container backend: IfNotPresent (default), Always or Never",
+       kind::text},
       {"network", "--network", "Container backend: job (a network <job>-net per job, default), host or none",
        kind::text},
-      {"volumes", "-v,--volume", "Container backend: a bind mount HOST:CONTAINER[:ro] of every node (repeatable)",
+      {"volumes", "-v,--volume",
+       "Container backend: a mount SOURCE:CONTAINER[:ro] of every node, SOURCE a host path or a named volume "
+       "(repeatable)",
+       kind::texts},
+      {"env", "--container-env",
+       "Container backend: NAME=VALUE in every node's environment, under the job's own --env (repeatable)",
        kind::texts},
       {"auto_remove", "--keep-workdir",
        "Container backend: delete keeps the job's work dir on the host (auto_remove off)", kind::flag, false},

@@ -59,7 +59,7 @@ container_backend_config config_of(const boost::json::object& config,
                                    const std::function<std::string(std::string_view)>& name_of) {
   detail::config_reader r{config, name_of, "container"};
   r.only({"container_runtime", "container_host", "pull_policy", "auto_remove", "network", "image", "volumes",
-          "request_timeout_ms"});
+          "env", "request_timeout_ms"});
   container_backend_config c;
   if (auto v = r.text("container_runtime")) {
     if (!v->empty() && *v != "docker" && *v != "podman") r.bad("container_runtime", *v + ": use docker or podman");
@@ -82,6 +82,13 @@ container_backend_config config_of(const boost::json::object& config,
     for (const auto& vol : *v) check_volume(vol);
     c.volumes = *v;
   }
+  if (auto v = r.texts("env"))
+    for (const auto& e : *v) {
+      auto eq = e.find('=');
+      if (eq == std::string::npos || eq == 0 || e.find('\0') != std::string::npos)
+        r.bad("env", "'" + e + "': expected NAME=VALUE (for example HTTPS_PROXY=http://proxy:3128)");
+      c.env[e.substr(0, eq)] = e.substr(eq + 1);
+    }
   if (auto v = r.number("request_timeout_ms", 1)) c.request_timeout = std::chrono::milliseconds(*v);
   return c;
 }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,12 +44,15 @@ struct container_backend_config {
   /// Extra bind mounts of every node container, as `docker run -v`:
   /// HOST:CONTAINER[:ro|rw].
   std::vector<std::string> volumes;
+  /// Environment of every node container, under the job's own (Kubeflow's
+  /// ContainerBackendConfig.env, kubeflow/sdk #636): NAME=VALUE.
+  std::map<std::string, std::string> env;
   /// Timeout of each call to the daemon (streams are not bounded).
   std::chrono::milliseconds request_timeout{30'000};
 };
 
 /// The configuration in `config` (members: container_runtime,
-/// container_host, pull_policy, auto_remove, network, image, volumes,
+/// container_host, pull_policy, auto_remove, network, image, volumes, env,
 /// request_timeout_ms); throws tjob::error naming a member (by `name_of`)
 /// that is unknown or bad.
 container_backend_config config_of(const boost::json::object& config,

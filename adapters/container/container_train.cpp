@@ -175,7 +175,8 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
     n.workspace_dir = workspace_of(name).string();
     n.inputs_dir = inputs_of(name).string();
     n.cmd = p.cmd;
-    n.env = p.env;
+    n.env = cfg.env;  // the backend's, under the job's own
+    for (const auto& [k, v] : p.env) n.env[k] = v;
     n.working_dir = p.working_dir;
     n.network = cfg.network;
     n.network_name = net;

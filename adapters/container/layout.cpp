@@ -84,13 +84,27 @@ json::object create_body(const node_spec& n) {
   return body;
 }
 
+namespace {
+
+// A named volume, as the daemons name one: [a-zA-Z0-9][a-zA-Z0-9_.-]+
+bool volume_name(std::string_view s) {
+  if (s.size() < 2 || !std::isalnum(static_cast<unsigned char>(s.front()))) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') return false;
+  return true;
+}
+
+}  // namespace
+
 void check_volume(const std::string& v) {
   auto bad = [&](const std::string& why) {
     throw error(make_error_code(errc::invalid_argument),
                 "volume '" + v + "': " + why +
-                    " (write HOST:CONTAINER or HOST:CONTAINER:ro, both "
-                    "absolute paths)");
+                    " (write SOURCE:CONTAINER or SOURCE:CONTAINER:ro, SOURCE an absolute host path or a "
+                    "volume's name, CONTAINER an absolute path)");
   };
+  if (v.find('\0') != std::string::npos || v.find('\n') != std::string::npos)
+    bad("it holds a control character");
   auto first = v.find(':');
   if (first == std::string::npos) bad("no ':'");
   auto host = v.substr(0, first);
@@ -101,13 +115,12 @@ void check_volume(const std::string& v) {
     auto mode = rest.substr(second + 1);
     if (mode != "ro" && mode != "rw") bad("the mode must be ro or rw");
   }
-  if (host.empty() || host.front() != '/' || target.empty() || target.front() != '/')
-    bad("both paths must be absolute");
+  if (host.empty() || (host.front() != '/' && !volume_name(host)))
+    bad("the source must be an absolute path or a volume's name (letters, digits, '_', '.', '-')");
+  if (target.empty() || target.front() != '/') bad("the path in the container must be absolute");
   if (target == workspace) bad("/workspace is the job's work dir already");
   if (target == inputs_mount || target.starts_with(std::string(inputs_mount) + "/"))
     bad("/workspace/.tjob is where tjob gives the job its files");
-  if (v.find('\0') != std::string::npos || v.find('\n') != std::string::npos)
-    bad("it holds a control character");
 }
 
 job_status status_of(const std::string& state, std::optional<int> exit_code) {

@@ -70,8 +70,9 @@ struct node_spec {
 /// The body of POST /containers/create for a node.
 boost::json::object create_body(const node_spec& n);
 
-/// Checks a `-v` volume (HOST:CONTAINER[:ro|rw], both absolute); throws
-/// tjob::error(invalid_argument) naming it and the fix.
+/// Checks a `-v` volume (SOURCE:CONTAINER[:ro|rw]: SOURCE an absolute host
+/// path or a named volume's name, which the daemon makes when it is missing;
+/// CONTAINER absolute); throws tjob::error(invalid_argument) naming it and the fix.
 void check_volume(const std::string& volume);
 
 /// A container's status as Kubeflow maps it: running → Running, created →

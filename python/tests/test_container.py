@@ -77,3 +77,38 @@ def test_a_container_array_waits_in_the_homes_queue_under_its_budget(home, daemo
             assert not [j for j in client.list_jobs() if j.name.startswith(name)]
         finally:
             client.delete_job(holder)
+
+
+@pytest.mark.parametrize("daemon", ["docker", "podman"])
+def test_volumes_and_env_in_kubeflows_shape_reach_every_node(home, daemon, tmp_path):
+    """ContainerBackendConfig(volumes={SOURCE: {"bind": ..., "mode": ...}}, env={...}) as kubeflow/sdk #636 has
+    them (issue 40): a host directory bound read-only, a named volume read-write, and the backend's env under
+    the trainer's own."""
+    import subprocess
+    import uuid
+
+    sock = daemon_socket(daemon)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("x,y\n1,2\n")
+    vol = "tjob-py-" + uuid.uuid4().hex[:8]
+    config = ContainerBackendConfig(container_host=sock, container_runtime=daemon, network="none",
+                                    volumes={data: {"bind": "/data", "mode": "ro"}, vol: {"bind": "/cache"}},
+                                    env={"FROM": "backend", "KEPT": "yes"})
+    try:
+        with TrainerClient(backend_config=config) as client:
+            script = 'cat /data/train.csv; echo "$FROM $KEPT" > /cache/said; cat /cache/said; touch /data/x 2>/dev/null || echo ro'
+            name = client.train(trainer=CommandTrainer(["sh", "-c", script], env={"FROM": "trainer"},
+                                                       image="localhost/tjob-bb:latest"))
+            job = client.wait_for_job_status(name)
+            lines = list(client.get_job_logs(name))
+            assert job.status == "Complete"
+            assert lines[:3] == ["x,y\n", "1,2\n", "trainer yes\n"]
+            assert lines[-1] == "ro\n"  # the mode reached the daemon
+            client.delete_job(name)
+    finally:
+        subprocess.run(["docker", "-H", sock, "volume", "rm", vol], capture_output=True)
+    with pytest.raises(ValueError, match=r"ContainerBackendConfig.volumes=.*give a list of 'SOURCE:CONTAINER"):
+        TrainerClient(backend_config=ContainerBackendConfig(container_host=sock, volumes={"/a": "/b"}))
+    with pytest.raises(ValueError, match=r"ContainerBackendConfig.env=\['A=1'\]: give a dict"):
+        TrainerClient(backend_config=ContainerBackendConfig(container_host=sock, env=["A=1"]))

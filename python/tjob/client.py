@@ -231,7 +231,23 @@ _FIELD_KINDS = {
                "bytes as a whole number or a string such as '16Gi' (0: no limit), or None"),
     "strings": (lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v),
                 "a list of strings"),
+    "mounts": (lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v) or
+               isinstance(v, dict) and all(isinstance(k, (str, os.PathLike)) and isinstance(m, dict)
+                                           and isinstance(m.get("bind"), str) and m.get("mode", "rw") in ("ro", "rw")
+                                           and set(m) <= {"bind", "mode"} for k, m in v.items()),
+               "a list of 'SOURCE:CONTAINER[:ro]' strings, or a dict {SOURCE: {'bind': CONTAINER, "
+               "'mode': 'ro' or 'rw'}}"),
+    "string map?": (lambda v: v is None or isinstance(v, dict) and all(isinstance(k, str) and k and "=" not in k
+                                                                        and isinstance(x, str) for k, x in v.items()),
+                    "a dict of names to string values, such as {'HTTPS_PROXY': 'http://proxy:3128'}, or None"),
 }
+
+
+def _mounts(volumes) -> List[str]:
+    """A checked `volumes` field as the engine takes it: SOURCE:CONTAINER:MODE strings."""
+    if isinstance(volumes, dict):
+        return [f"{os.fspath(k)}:{m['bind']}:{m.get('mode', 'rw')}" for k, m in volumes.items()]
+    return list(volumes)
 
 _CONFIG_FIELDS = {
     "LocalProcessBackendConfig": dict(
@@ -240,7 +256,7 @@ _CONFIG_FIELDS = {
     "ContainerBackendConfig": dict(
         pull_policy="text", auto_remove="flag", container_host="text?", container_runtime="text?",
         dataset_initializer_image="text", model_initializer_image="text", initializer_timeout="count",
-        home="path?", image="text?", network="text", volumes="strings", grace_period="seconds?",
+        home="path?", image="text?", network="text", volumes="mounts", env="string map?", grace_period="seconds?",
         max_running="count?", cpu_budget="count?", memory_budget="bytes?"),
     "KubernetesBackendConfig": dict(namespace="text?", config_file="path?", context="text?", home="path?"),
     "SlurmBackendConfig": dict(
@@ -417,7 +433,8 @@ def _config(backend_config) -> (str, Dict, Dict):
                "backend_config": _backend_config(pull_policy=c.pull_policy, auto_remove=c.auto_remove,
                                                  container_host=c.container_host,
                                                  container_runtime=c.container_runtime, image=c.image,
-                                                 network=c.network, volumes=list(c.volumes)),
+                                                 network=c.network, volumes=_mounts(c.volumes),
+                                                 env=[f"{k}={v}" for k, v in (c.env or {}).items()] or None),
                "home": c.home, "grace_period": c.grace_period, "max_running": c.max_running,
                "cpu_budget": c.cpu_budget, "memory_budget": c.memory_budget}
         return "container", cfg, {}

@@ -333,7 +333,11 @@ class ContainerBackendConfig:
     home: Optional[str] = None
     image: Optional[str] = None
     network: str = "job"
-    volumes: List[str] = field(default_factory=list)
+    # Mounts of every node: "SOURCE:CONTAINER[:ro]" strings, or as Kubeflow's (kubeflow/sdk #636) and docker-py's
+    # {SOURCE: {"bind": CONTAINER, "mode": "ro"}}; SOURCE an absolute host path or a named volume's name.
+    volumes: Union[List[str], Dict[str, Dict[str, str]]] = field(default_factory=list)
+    # Environment of every node, under the trainer's own env (Kubeflow's, kubeflow/sdk #636).
+    env: Optional[Dict[str, str]] = None
     grace_period: Optional[float] = None
     # Admission budgets of the home's container jobs (docs/scheduling.md), as LocalProcessBackendConfig's.
     max_running: Optional[int] = None

@@ -586,6 +586,37 @@ TEST_CASE_TEMPLATE("on the job network every node resolves node-0's name to node
   client.delete_job(name);
 }
 
+TEST_CASE_TEMPLATE("a named volume outlives its job for the next, and the backend's env sits under the job's",
+                   D, TJOB_DAEMONS) {
+  // Issue 40 (kubeflow/sdk #624, #636): ContainerBackendConfig(volumes=..., env=...).
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  const std::string vol = "tjob-test-" + std::to_string(::getpid());
+  auto cfg = fx.config(sock);
+  cfg.backend_config["volumes"] = boost::json::array{vol + ":/data"};
+  cfg.backend_config["env"] = boost::json::array{"FROM=backend", "KEPT=yes"};
+  trainer_client client(cfg);
+  auto writer = client.train(shell_job("echo \"$FROM $KEPT\" > /data/said"));
+  CHECK(client.wait_for_job_status(writer, {job_status::complete, job_status::failed}, 60s).status ==
+        job_status::complete);
+  client.delete_job(writer);  // its containers, not the named volume
+  auto r = shell_job("cat /data/said; echo \"$FROM $KEPT\"");
+  std::get<command_trainer>(r.job_trainer).env = {{"FROM", "job"}};
+  auto reader = client.train(r);
+  auto job = client.wait_for_job_status(reader, {job_status::complete, job_status::failed}, 60s);
+  auto log = all_of(client.get_job_logs(reader, {}));
+  CHECK_MESSAGE(job.status == job_status::complete, log);
+  CHECK(log == "backend yes\njob yes\n");
+  client.delete_job(reader);
+  docker_cli(sock, {"volume", "rm", vol});
+  // A source that is neither a path nor a name is refused at once, naming it.
+  auto bad = fx.config(sock);
+  bad.backend_config["volumes"] = boost::json::array{"./data:/data"};
+  CHECK(message_of([&] { trainer_client c(bad); }).find("'./data:/data': the source must be") !=
+        std::string::npos);
+}
+
 TEST_CASE_TEMPLATE("packages are installed in the container with pip from the index", D, TJOB_DAEMONS) {
   fixture fx;
   auto sock = socket_of(D::name);
@@ -823,6 +854,17 @@ TEST_CASE("a daemon answering 500 gives its own message, naming the job") {
   CHECK(msg.find("injected failure: the daemon is broken") != std::string::npos);
   CHECK(msg.find("500") != std::string::npos);
   CHECK(code_of([&] { client.get_job("x"); }) == errc::backend_error);
+}
+
+TEST_CASE(
+    "a container that Podman says started after it finished makes a job that never ends before it starts") {
+  fixture fx;
+  fake_daemon fake("bigframe");  // one exited job, `big`
+  trainer_client client(fx.config(fake.socket));
+  auto job = client.get_job("big");
+  REQUIRE(job.start_time);
+  REQUIRE(job.end_time);
+  CHECK(*job.end_time >= *job.start_time);  // `tjob run` printed "Complete in -0.00 s"
 }
 
 TEST_CASE("a cancel that finds its container gone from running by the time it signals it succeeds") {

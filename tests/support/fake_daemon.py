@@ -33,7 +33,9 @@ CONTAINER = {"Id": "c0ffee", "Names": ["/big-node-0"], "State": "exited", "Creat
                         "trainer.kubeflow.org/step": "node-0",
                         "trainer.kubeflow.org/runtime-name": "torch-distributed"}}
 INSPECT = {"Id": "c0ffee", "Config": {"Tty": False, "Labels": CONTAINER["Labels"]},
-           "State": {"Status": "exited", "ExitCode": 0, "OOMKilled": False, "Pid": 0, "Error": ""}}
+           "State": {"Status": "exited", "ExitCode": 0, "OOMKilled": False, "Pid": 0, "Error": "",
+                     # as Podman 4.3 records a container that exits at once: its start 2 ms after its end
+                     "StartedAt": "2026-12-07T03:28:06.717222003Z", "FinishedAt": "2026-12-07T03:28:06.715202465Z"}}
 
 
 FIRST_LIST = []

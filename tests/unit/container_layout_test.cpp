@@ -1,5 +1,6 @@
 // The pure parts of the container backend: log frames, line splitting,
 // endpoints, the create body (GPU DeviceRequest included) and status mapping.
+#include "adapters/container/container_config.hpp"
 #include "adapters/container/docker_api.hpp"
 #include "adapters/container/job_dir.hpp"
 #include "adapters/container/layout.hpp"
@@ -38,6 +39,14 @@ errc code_of(const std::function<void()>& f) {
     return static_cast<errc>(e.code().value());
   }
   return errc{};
+}
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const tjob::error& e) {
+    return e.what();
+  }
+  return {};
 }
 // What a failed step means to tjob (errc{} when it did not fail).
 errc meaning(const detail::outcome<void>& r) { return r ? errc{} : detail::errc_of(r.error().code); }
@@ -184,12 +193,29 @@ TEST_CASE("status_of maps container states as Kubeflow does") {
   CHECK(status_of("dead", 137) == job_status::failed);
 }
 
-TEST_CASE("check_volume wants absolute HOST:CONTAINER[:ro|rw]") {
+TEST_CASE("check_volume wants SOURCE:CONTAINER[:ro|rw], SOURCE a host path or a volume's name") {
   check_volume("/usr:/usr:ro");
   check_volume("/data:/data");
-  for (const char* bad :
-       {"usr:/usr", "/usr", "/a:/b:xx", "/a:/workspace", "/a:rel", "/a:/workspace/.tjob", "/a:/workspace/.tjob/x:ro"})
-    CHECK(code_of([&] { check_volume(bad); }) == errc::invalid_argument);
+  check_volume("datasets:/data:ro");  // a named volume (issue 40)
+  check_volume("my_vol.1-a:/cache");
+  for (const char* bad : {"./usr:/usr", "/usr", "/a:/b:xx", "/a:/workspace", "/a:rel", "/a:/workspace/.tjob",
+                          "/a:/workspace/.tjob/x:ro", "-vol:/x", "v:/x", "a b:/x", ":/x", "vol:"})
+    CHECK_MESSAGE(code_of([&] { check_volume(bad); }) == errc::invalid_argument, bad);
+  CHECK(message_of([] {
+          check_volume("./usr:/usr");
+        }).find("the source must be an absolute path or a volume's name") != std::string::npos);
+}
+
+TEST_CASE("the backend's env is NAME=VALUE entries, the value free; a bad one names its flag") {
+  auto flag = [](std::string_view m) { return m == "env" ? std::string("--container-env") : std::string(m); };
+  auto c = config_of(json::object{{"env", json::array{"A=1", "PROXY=http://p:3128/a=b", "EMPTY="}}}, flag);
+  CHECK(c.env ==
+        std::map<std::string, std::string>{{"A", "1"}, {"PROXY", "http://p:3128/a=b"}, {"EMPTY", ""}});
+  for (const char* bad : {"A", "=1", ""}) {
+    auto said = message_of([&] { config_of(json::object{{"env", json::array{bad}}}, flag); });
+    CHECK_MESSAGE(said.find("--container-env") != std::string::npos, said);
+    CHECK_MESSAGE(said.find("expected NAME=VALUE") != std::string::npos, said);
+  }
 }
 
 TEST_CASE("a daemon's container events are told in the event log's vocabulary, the action kept") {
