@@ -71,6 +71,10 @@ void add_job_options(CLI::App* cmd, job_options& o) {
                   "Kubernetes backend: an annotation KEY=VALUE of the TrainJob (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--workdir", o.workdir, "Working directory of the job; default: the current directory");
+  cmd->add_option(
+      "--working-dir", o.code_dir,
+      "A directory sent with the job: a snapshot (.gitignore and .tjobignore excludes, at most 256 "
+      "MiB) becomes its working directory and is importable; local, container and Slurm backends");
   cmd->add_option("--package", o.packages,
                   "A package to pip-install into the job's venv (repeatable), after the runtime's")
       ->allow_extra_args(false);
@@ -183,7 +187,18 @@ train_request make_request(const job_options& o, const backend_capabilities& bac
                       " backend has no working directory; it runs where its image says; drop --workdir");
   // Where the job does not run here, --workdir names a directory inside its
   // image (a container runs in /workspace without one).
+  if (!o.code_dir.empty() && !o.workdir.empty())
+    throw usage_error("--working-dir " + o.code_dir +
+                      " is sent with the job and becomes its working directory; "
+                      "drop --workdir");
+  if (!o.code_dir.empty() && !backend.takes_code_dir && !backend.forwards)
+    throw usage_error("--working-dir is for " +
+                      backends_that([](const auto& c) { return c.takes_code_dir; }) + "; add " +
+                      choices_of([](const auto& c) { return c.takes_code_dir; }));
+  const std::string code_dir =
+      o.code_dir.empty() ? o.code_dir : std::filesystem::absolute(o.code_dir, ec).string();
   std::string workdir = !backend.runs_here  ? o.workdir
+                        : !code_dir.empty() ? std::string()
                         : o.workdir.empty() ? std::filesystem::current_path(ec).string()
                                             : std::filesystem::absolute(o.workdir, ec).string();
   req.num_nodes = o.num_nodes;
@@ -214,6 +229,7 @@ train_request make_request(const job_options& o, const backend_capabilities& bac
     t.command = o.command;
     t.env = parse_env(o.env);
     t.working_dir = workdir;
+    t.code_dir = code_dir;
     t.image = o.image;
     for (const auto& [key, value] : parse_resources(o.resources)) {
       if (key != "cpu" && key != "memory")
@@ -256,6 +272,7 @@ train_request make_request(const job_options& o, const backend_capabilities& bac
         "--workdir: a Python job in a container runs in /workspace (its work dir); "
         "drop --workdir");
   t.working_dir = backend.runs_here ? workdir : std::string();
+  t.code_dir = code_dir;
   t.image = o.image;
   t.python = o.python;
   t.system_site_packages = o.system_site_packages;

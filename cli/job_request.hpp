@@ -23,6 +23,7 @@ struct usage_error : std::runtime_error {
 
 struct job_options {
   std::string name, runtime, workdir;
+  std::string code_dir;  // --working-dir: sent with the job
   std::vector<std::string> env, labels, annotations;
   std::vector<std::string> command;
   bool command_mode = false;  // `--` was given: run a program, not Python

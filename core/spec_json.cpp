@@ -43,6 +43,7 @@ json::object to_json(const command_trainer& t) {
   o["command"] = to_array(t.command);
   o["env"] = to_object(t.env);
   o["working_dir"] = t.working_dir;
+  if (!t.code_dir.empty()) o["code_dir"] = t.code_dir;
   o["cpus"] = t.cpus;
   o["memory"] = t.memory;
   if (!t.image.empty()) o["image"] = t.image;
@@ -61,6 +62,7 @@ json::object to_json(const python_trainer& t) {
   o["pip_index_urls"] = to_array(t.pip_index_urls);
   o["env"] = to_object(t.env);
   o["working_dir"] = t.working_dir;
+  if (!t.code_dir.empty()) o["code_dir"] = t.code_dir;
   o["python"] = t.python;
   o["system_site_packages"] = t.system_site_packages;
   o["keep_venv"] = t.keep_venv;
@@ -91,6 +93,7 @@ trainer trainer_fields(const json::object& o) {
     t.pip_index_urls = strings(o.at("pip_index_urls"));
     t.env = string_map(o.at("env"));
     t.working_dir = json::value_to<std::string>(o.at("working_dir"));
+    if (auto* d = o.if_contains("code_dir")) t.code_dir = json::value_to<std::string>(*d);  // since issue 40
     t.python = json::value_to<std::string>(o.at("python"));
     t.system_site_packages = o.at("system_site_packages").as_bool();
     t.keep_venv = o.at("keep_venv").as_bool();
@@ -106,6 +109,7 @@ trainer trainer_fields(const json::object& o) {
   t.command = strings(o.at("command"));
   t.env = string_map(o.at("env"));
   t.working_dir = json::value_to<std::string>(o.at("working_dir"));
+  if (auto* d = o.if_contains("code_dir")) t.code_dir = json::value_to<std::string>(*d);  // since issue 40
   // absent from the specs of stores made before admission
   if (auto* c = o.if_contains("cpus")) t.cpus = static_cast<int>(c->to_number<std::int64_t>());
   if (auto* m = o.if_contains("memory")) t.memory = m->to_number<std::uint64_t>();

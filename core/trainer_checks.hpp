@@ -27,6 +27,13 @@ const runtime& check_request(train_request& req, const runtime_catalog& catalog)
 /// "TrainJob 'name'", the prefix of every message about a job.
 inline std::string who(const std::string& name) { return "TrainJob " + quote(name); }
 
+/// The trainer's code_dir: after the engine's check, the snapshot of the
+/// directory sent with the job (engine/snapshot.hpp); empty: none.
+inline const std::string& code_dir_of(const train_request& r) {
+  if (const auto* c = std::get_if<command_trainer>(&r.job_trainer)) return c->code_dir;
+  return std::get<python_trainer>(r.job_trainer).code_dir;
+}
+
 /// A command trainer's command (not empty, no NUL) and env.
 void check_command(const std::string& who, const command_trainer& ct);
 

@@ -329,6 +329,7 @@ json::object to_json(const train_request& r) {
     t["command"] = to_array(c->command);
     t["env"] = to_object(c->env);
     t["working_dir"] = c->working_dir;
+    if (!c->code_dir.empty()) t["code_dir"] = c->code_dir;
     t["image"] = c->image;
     t["cpus"] = c->cpus;
     t["memory"] = c->memory;
@@ -350,6 +351,7 @@ json::object to_json(const train_request& r) {
     t["pip_index_urls"] = to_array(p.pip_index_urls);
     t["env"] = to_object(p.env);
     t["working_dir"] = p.working_dir;
+    if (!p.code_dir.empty()) t["code_dir"] = p.code_dir;
     t["python"] = p.python;
     t["system_site_packages"] = p.system_site_packages;
     t["keep_venv"] = p.keep_venv;
@@ -512,8 +514,24 @@ class spec_reader {
   std::set<std::string> known_;
 };
 
-command_trainer command_from(spec_reader& r) {
+// A working directory to send with the job names a directory of the
+// server's machine: only a client on its unix socket may (as source_file).
+std::string code_dir_from(spec_reader& r, bool allow_local_paths) {
+  auto v = r.text("code_dir");
+  if (!v || v->empty()) return {};
+  if (!allow_local_paths)
+    r.refuse(
+        "code_dir",
+        "a spec over TCP cannot name a directory of the server's machine; bake the code into an image, or "
+        "submit on the server's unix socket");
+  if (v->front() != '/')
+    r.refuse("code_dir", "give the absolute path of the directory on the server's machine");
+  return *v;
+}
+
+command_trainer command_from(spec_reader& r, bool allow_local_paths) {
   command_trainer t;
+  t.code_dir = code_dir_from(r, allow_local_paths);
   if (auto v = r.texts("command")) t.command = std::move(*v);
   if (auto v = r.text_map("env")) t.env = std::move(*v);
   if (auto v = r.text("working_dir")) t.working_dir = std::move(*v);
@@ -528,6 +546,7 @@ command_trainer command_from(spec_reader& r) {
 
 python_trainer python_from(spec_reader& r, bool allow_source_file) {
   python_trainer t;
+  t.code_dir = code_dir_from(r, allow_source_file);
   if (auto v = r.text("source")) t.source = std::move(*v);
   if (r.get("source_file") && !allow_source_file)
     r.refuse("source_file",
@@ -642,7 +661,7 @@ train_request request_from_json(const json::value& v, bool allow_source_file) {
     if (kind == std::optional<std::string>("command")) {
       spec_reader t(*tv, "trainer", "a command trainer");
       t.text("kind");
-      req.job_trainer = command_from(t);
+      req.job_trainer = command_from(t, allow_source_file);
     } else if (kind == std::optional<std::string>("python")) {
       spec_reader t(*tv, "trainer", "a python trainer");
       t.text("kind");

@@ -78,6 +78,7 @@ json::object to_json(const backend_capabilities& c) {
           {"takes_image", c.takes_image},
           {"workdir_in_image", c.workdir_in_image},
           {"runs_images_as_is", c.runs_images_as_is},
+          {"takes_code_dir", c.takes_code_dir},
           {"venv_cache", c.venv_cache},
           {"job_files", c.job_files}};
 }
@@ -100,6 +101,7 @@ backend_capabilities capabilities_from_json(const json::value& v) {
   r.flag("takes_image", c.takes_image);
   r.flag("workdir_in_image", c.workdir_in_image);
   r.flag("runs_images_as_is", c.runs_images_as_is);
+  r.flag("takes_code_dir", c.takes_code_dir);
   r.flag("venv_cache", c.venv_cache);
   r.text("job_files", c.job_files);
   return c;

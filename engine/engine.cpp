@@ -11,6 +11,12 @@
 #include "core/messages.hpp"
 #include "core/names.hpp"
 #include "core/trainer_checks.hpp"
+#include "engine/snapshot.hpp"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -113,6 +119,65 @@ struct engine::impl {
   std::filesystem::path home;
   std::shared_ptr<detail::backend> backend;
   bool stopping = false;
+  /// Blocking file work (a working directory's snapshot), made at its first use.
+  std::unique_ptr<asio::thread_pool> pool;
+
+  /// Runs `f` on the pool and comes back to the reactor.
+  asio::awaitable<void> blocking(std::function<void()> f) {
+    if (!pool) pool = std::make_unique<asio::thread_pool>(1);
+    co_await asio::post(asio::bind_executor(*pool, asio::use_awaitable));
+    std::exception_ptr error;
+    try {
+      f();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    co_await asio::post(ex, asio::use_awaitable);
+    if (error) std::rethrow_exception(error);
+  }
+
+  /// A trainer's code_dir becomes its snapshot under the home (one copy per
+  /// content), which the backend copies into the job's own directory. A
+  /// backend that forwards leaves it to its server's engine.
+  asio::awaitable<void> send_code_dir(train_request& req, const backend_capabilities& caps) {
+    std::string* dir = nullptr;
+    std::string* working = nullptr;
+    if (auto* c = std::get_if<command_trainer>(&req.job_trainer)) {
+      dir = &c->code_dir;
+      working = &c->working_dir;
+    } else {
+      auto& p = std::get<python_trainer>(req.job_trainer);
+      dir = &p.code_dir;
+      working = &p.working_dir;
+    }
+    if (dir->empty() || caps.forwards) co_return;
+    auto who = req.name.empty() ? std::string("TrainJob") : "TrainJob " + quote(req.name);
+    if (!caps.takes_code_dir)
+      fail(errc::invalid_argument,
+           who + ": working_dir " + quote(*dir) + ": the " + caps.id +
+               " backend cannot send a directory with a job; bake the code into the job's image");
+    if (!working->empty())
+      fail(errc::invalid_argument, who + ": working_dir " + quote(*dir) +
+                                       " is sent with the job and becomes its "
+                                       "working directory; drop --workdir " +
+                                       quote(*working));
+    detail::snapshot made;
+    const std::filesystem::path source = *dir;
+    std::filesystem::path root;
+    co_await blocking([&] {
+      made = detail::take_snapshot(source, home, who);
+      std::error_code ec;
+      root = std::filesystem::canonical(source, ec);
+    });
+    // A script inside the directory runs as the snapshot's (then the job's copy's) file.
+    if (auto* p = std::get_if<python_trainer>(&req.job_trainer); p && !p->source_file.empty()) {
+      auto rel = std::filesystem::path(p->source_file).lexically_relative(root);
+      if (!rel.empty() && *rel.begin() != "..") p->source_file = (made.dir / rel).string();
+    }
+    log->debug("{}: working_dir {}: snapshot {} ({} files, {} bytes{})", who, source.string(), made.hash,
+               made.files, made.bytes, made.reused ? ", unchanged: not copied again" : "");
+    *dir = made.dir.string();
+  }
 
   void check_running() const {
     if (stopping) fail(errc::shut_down, "the engine is shutting down");
@@ -218,6 +283,8 @@ asio::awaitable<std::string> engine::train(train_request req) {
   checked.generated_name = req.name.empty();
   auto catalog = co_await e.backend->runtimes(true);
   checked.rt = detail::check_request(req, *catalog);
+  const auto caps = e.backend->capabilities();
+  co_await e.send_code_dir(req, caps);
   checked.request = std::move(req);
   co_return co_await e.backend->train(std::move(checked));
 }

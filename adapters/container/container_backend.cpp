@@ -640,6 +640,7 @@ backend_capabilities capabilities_of() {
   c.arrays = true;
   c.takes_image = true;
   c.workdir_in_image = true;
+  c.takes_code_dir = true;
   c.job_files = "containers";
   return c;
 }

@@ -103,6 +103,8 @@ node_program backend::impl::program_of(const std::string& me, train_request& r, 
     p.files.emplace_back("entry.py", std::string(python::entry_script()));
     p.plan = python::entry_plan(pt, source, rt.trainer.framework == "torch", false,
                                 std::string(workspace) + "/.tjob/train.py");
+    // The directory sent with the job is its /workspace, and importable.
+    if (!pt.code_dir.empty()) p.plan["python_path"] = json::array{workspace};
     p.env = pt.env;
     p.env.emplace("PYTHONUNBUFFERED", "1");
     // the node's plan file is the last argument
@@ -316,6 +318,14 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
     } catch (const error& e) {
       fail(errc::invalid_argument, me + ": " + e.what() + "; remove what is in the way, or choose another name");
     }
+  }
+  // The directory sent with the job (its snapshot) is the workspace's content.
+  if (const auto& from = detail::code_dir_of(r); !from.empty()) {
+    std::error_code ec;
+    fs::copy(from, workspace_of(name), fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+    if (ec)
+      fail(errc::invalid_argument,
+           me + ": cannot copy its working_dir into " + workspace_of(name).string() + ": " + ec.message());
   }
 
   std::exception_ptr failed;

@@ -262,6 +262,7 @@ backend_capabilities capabilities_of() {
   c.restarts = true;
   c.arrays = true;
   c.venv_cache = true;
+  c.takes_code_dir = true;
   c.job_files = "jobs";
   return c;
 }

@@ -95,6 +95,7 @@ struct job_rec {
   std::vector<phase> phases;       // the setup phases, then node-0's code
   std::vector<phase> node_phases;  // each node's code (node-0's is also phases.back())
   std::vector<std::pair<std::string, std::string>> files;  // written into the job dir at creation
+  std::string code_snapshot;  // a trainer's code_dir snapshot, copied into the work dir at creation
   std::string spec;
   std::string dir;
   std::filesystem::path venv;  // empty for command jobs

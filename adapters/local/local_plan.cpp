@@ -68,11 +68,16 @@ std::string find_program(const std::string& who, const std::string& prog,
 void engine_state::plan_command(job_rec& j, const std::string& who, command_trainer& ct) {
   detail::check_command(who, ct);
   ct.working_dir = check_working_dir(who, ct.working_dir);
+  j.code_snapshot = ct.code_dir;  // (its cwd then is the work dir, where the copy goes)
   phase ph;
   ph.name = "command";
   ph.final = true;
-  ph.executable =
-      find_program(who, ct.command.front(), ct.env, ct.working_dir, "give its full path or fix PATH");
+  // A program of the directory sent with the job is found in its snapshot,
+  // and run from the job's copy of it.
+  const auto& look_in = ct.code_dir.empty() ? ct.working_dir : ct.code_dir;
+  ph.executable = find_program(who, ct.command.front(), ct.env, look_in, "give its full path or fix PATH");
+  if (!ct.code_dir.empty() && ph.executable.starts_with(ct.code_dir + "/"))
+    ph.executable = j.dir + "/work" + ph.executable.substr(ct.code_dir.size());
   ph.argv = ct.command;
   ph.env = ct.env;
   ph.cwd = ct.working_dir;
@@ -136,6 +141,10 @@ void engine_state::plan_python(job_rec& j, const std::string& who, python_traine
                                int num_nodes) {
   std::string source = python::check_python_code(who, pt);
   pt.working_dir = check_working_dir(who, pt.working_dir);
+  // A script of the directory sent with the job runs as the job's copy of it
+  // (its text is read: what the job runs is that copy's, made at its start).
+  if (!pt.code_dir.empty() && pt.source_file.starts_with(pt.code_dir + "/"))
+    pt.source_file = j.dir + "/work/" + pt.source_file.substr(pt.code_dir.size() + 1);
   std::vector<std::string> packages;
   try {
     packages = python::merge_packages(rt.trainer.packages, pt.packages_to_install);
@@ -149,6 +158,13 @@ void engine_state::plan_python(job_rec& j, const std::string& who, python_traine
   auto work = std::filesystem::path(j.dir) / "work";
   auto cwd = pt.working_dir.empty() ? work.string() : pt.working_dir;
   std::map<std::string, std::string> env = pt.env;
+  j.code_snapshot = pt.code_dir;
+  if (!pt.code_dir.empty()) {
+    // The directory sent with the job is its work dir, and importable.
+    const char* outer = std::getenv("PYTHONPATH");
+    auto inherited = env.count("PYTHONPATH") ? env["PYTHONPATH"] : std::string(outer ? outer : "");
+    env["PYTHONPATH"] = work.string() + (inherited.empty() ? "" : ":" + inherited);
+  }
   env.emplace("PIP_DISABLE_PIP_VERSION_CHECK", "1");
   env.emplace("PYTHONUNBUFFERED", "1");  // progress reaches the log as it is printed
   std::string file = pt.source_file;
@@ -335,7 +351,7 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
 // none: a directory less per job).
 asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
   const std::string work = j->dir + "/work";
-  bool needs_work = !j->files.empty();
+  bool needs_work = !j->files.empty() || !j->code_snapshot.empty();
   for (auto* list : {&j->phases, &j->node_phases})
     for (auto& ph : *list) {
       if (ph.cwd.empty()) ph.cwd = work;
@@ -359,6 +375,15 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
         make_private_dirs(j->dir);  // (its parents are gone)
       }
       if (needs_work) make_private_dirs(work);
+      if (!j->code_snapshot.empty()) {
+        std::error_code ec;
+        std::filesystem::copy(
+            j->code_snapshot, work,
+            std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks, ec);
+        if (ec)
+          throw std::system_error(ec.value(), std::generic_category(),
+                                  "cannot copy its working_dir into " + work);
+      }
       for (const auto& [path, text] : j->files) {
         if (auto ec = detail::append_file(path, text))
           throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
@@ -397,7 +422,10 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
     made.push_back(j->dir + "/progress-token");
     for (const auto& s : j->steps) made.push_back(s.log_path);
     for (const auto& path : made) ::unlink(path.c_str());
-    ::rmdir(work.c_str());
+    if (::rmdir(work.c_str()) != 0 && !j->code_snapshot.empty()) {
+      std::error_code rec;
+      std::filesystem::remove_all(work, rec);  // the copy of its working_dir
+    }
     if (::rmdir(j->dir.c_str()) != 0 && errno != ENOENT) {
       std::error_code rec;
       std::filesystem::remove_all(j->dir, rec);

@@ -280,7 +280,7 @@ if _spec is not None and _spec.loader is not None:
     sys.modules["sitecustomize"] = _next
     _spec.loader.exec_module(_next)
 """)
-paths = [site] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+paths = [site] + (plan.get("python_path") or []) + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 os.environ["PYTHONPATH"] = os.pathsep.join(paths)
 sys.stdout.flush()
 os.execv(argv[0], argv)

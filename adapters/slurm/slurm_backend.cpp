@@ -415,6 +415,7 @@ backend_capabilities capabilities_of() {
   c.queued_by = "Slurm cluster, whose queue squeue shows";
   c.keeps_labels = true;
   c.arrays = true;
+  c.takes_code_dir = true;
   return c;
 }
 

@@ -114,6 +114,8 @@ void plan_python(const std::string& me, python_trainer pt, const runtime& rt, co
   }
   pt.packages_to_install.clear();  // installed before the nodes start
   auto plan = python::entry_plan(pt, source, torch, false, (dir / "train.py").string());
+  // The directory sent with the job is its work dir, and importable.
+  if (!pt.code_dir.empty()) plan["python_path"] = json::array{(dir / "work").string()};
   if (torch) {
     python::torch_topology topo{"{PET_NNODES}", "{PET_NODE_RANK}", "{PET_NPROC_PER_NODE}", "{PET_MASTER_ADDR}",
                                 "{PET_MASTER_PORT}"};
@@ -284,6 +286,17 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   make_job_dir(me, dir, p.files);
   std::error_code ec;
   auto undo = [&] { fs::remove_all(dir, ec); };
+  // The directory sent with the job (its snapshot) is the work dir's content:
+  // in the shared directory, so every node sees it.
+  if (const auto& from = detail::code_dir_of(r); !from.empty()) {
+    fs::copy(from, dir / "work", fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+    if (ec) {
+      auto why = ec.message();
+      undo();
+      fail(errc::backend_error,
+           me + ": cannot copy its working_dir into " + (dir / "work").string() + ": " + why);
+    }
+  }
   if (!never.empty()) {
     write_file(dir / "never", never + "\n");
     waiters.notify_all();

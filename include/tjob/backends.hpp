@@ -62,6 +62,9 @@ struct backend_capabilities {
   /// A trainer's image is run as it is, its command included (Kubeflow's
   /// CustomTrainerContainer).
   bool runs_images_as_is = false;
+  /// A trainer's code_dir (a directory of this machine, snapshotted at
+  /// submit) becomes the job's working directory, a copy of its own.
+  bool takes_code_dir = false;
   /// Local Python jobs' venv cache (`tjob cache`).
   bool venv_cache = false;
   /// Where under $TJOB_HOME a job's own files are ("jobs/<name>",

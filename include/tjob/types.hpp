@@ -27,6 +27,11 @@ struct command_trainer {
   std::vector<std::string> command;        ///< argv; must not be empty
   std::map<std::string, std::string> env;  ///< laid over the engine's environment
   std::string working_dir;  ///< empty: the job's own `jobs/<name>/work/` (in a container: /workspace)
+  /// A directory of this machine sent with the job (`--working-dir`; Ray's
+  /// working_dir): a snapshot taken at submit (.gitignore/.tjobignore
+  /// excludes, at most 256 MiB) becomes the job's own working directory, a
+  /// copy per job. Not with working_dir. Local, container and Slurm backends.
+  std::string code_dir;
   std::string image;        ///< container backend: the image; empty: the config's, else the runtime's
   /// What the job is admitted for (engine_config::admission): CPUs and bytes
   /// of memory it holds while it runs. `cpus` is a reservation; `memory`
@@ -53,6 +58,9 @@ struct python_trainer {
   std::vector<std::string> pip_index_urls;  ///< empty: $DEFAULT_PIP_INDEX_URLS or PyPI
   std::map<std::string, std::string> env;   ///< laid over the engine's environment
   std::string working_dir;                  ///< empty: the job's own work dir
+  /// As command_trainer::code_dir; the copy is also first on PYTHONPATH, so
+  /// the function imports the directory's modules (Python's working_dir).
+  std::string code_dir;
   std::string python;                       ///< interpreter; empty: the first python3 on PATH
   bool system_site_packages = false;        ///< the venv sees the interpreter's packages (a system torch)
   bool keep_venv = false;                   ///< keep the venv after the job, whatever the config says

@@ -155,6 +155,7 @@ tjob::train_request request_of(const py::dict& d) {
     take(t, "command", c.command);
     take(t, "env", c.env);
     take(t, "working_dir", c.working_dir);
+    take(t, "code_dir", c.code_dir);
     take(t, "image", c.image);
     r.job_trainer = std::move(c);
   } else {
@@ -168,6 +169,7 @@ tjob::train_request request_of(const py::dict& d) {
     take(t, "pip_index_urls", p.pip_index_urls);
     take(t, "env", p.env);
     take(t, "working_dir", p.working_dir);
+    take(t, "code_dir", p.code_dir);
     take(t, "python", p.python);
     take(t, "system_site_packages", p.system_site_packages);
     take(t, "keep_venv", p.keep_venv);

@@ -585,3 +585,29 @@ def test_a_detached_array_has_one_supervisor(home, tmp_path):
         jobs = client.wait_for_array(name, timeout=60)
         owners = {"".join(client.get_job_logs(j.name)) for j in jobs}
         assert len(owners) == 1 and owners != {f"{os.getpid()}\n"}
+
+
+def test_a_working_dir_travels_with_the_job_and_is_importable(home, tmp_path):
+    """CustomTrainer(working_dir=...) (issue 40; Ray's runtime_env working_dir): the function imports the
+    directory's package and reads its data file; the excluded directory does not travel."""
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "__init__.py").write_text("def double(x):\n    return 2 * x\n")
+    (project / "n.txt").write_text("21\n")
+    (project / "runs").mkdir()
+    (project / "runs" / "old.log").write_text("not sent\n")
+    (project / ".gitignore").write_text("runs/\n")
+
+    def train():
+        import os
+
+        import pkg
+        print("answer", pkg.double(int(open("n.txt").read())), "runs" in os.listdir("."))
+
+    with TrainerClient(backend_config=LocalProcessBackendConfig(python=sys.executable)) as client:
+        name = client.train(runtime="python", trainer=CustomTrainer(func=train, working_dir=project))
+        job = client.wait_for_job_status(name)
+        assert job.status == "Complete"
+        assert "answer 42 False\n" in list(client.get_job_logs(name))
+        with pytest.raises(ValueError, match="CustomTrainer.working_dir=.*is not a directory"):
+            client.train(runtime="python", trainer=CustomTrainer(func=train, working_dir=project / "nowhere"))

@@ -368,6 +368,17 @@ def _request(caps: Dict, defaults: Dict, runtime, initializer, trainer, options)
                 raise ValueError(f"CustomTrainer.func_args={trainer.func_args!r}: give a dict of the function's "
                                  "keyword arguments, such as {'lr': 0.1}")
             t = {"kind": "python", **_function_source(trainer.func, trainer.func_args)}
+        if trainer.working_dir is not None:
+            if not isinstance(trainer.working_dir, (str, os.PathLike)) or not os.fspath(trainer.working_dir):
+                raise ValueError(f"CustomTrainer.working_dir={trainer.working_dir!r}: give the path of a local "
+                                 "directory to send with the job")
+            path = os.path.abspath(os.fspath(trainer.working_dir))
+            if not os.path.isdir(path):
+                raise ValueError(f"CustomTrainer.working_dir={trainer.working_dir!r}: {path} is not a directory")
+            if not caps["takes_code_dir"] and not caps["forwards"]:
+                raise ValueError(f"CustomTrainer.working_dir is not compatible with the {backend} backend: it cannot "
+                                 "send a directory with a job; bake the code into the job's image")
+            t["code_dir"] = path
         t["packages_to_install"] = _strings(trainer.packages_to_install, "CustomTrainer.packages_to_install",
                                             "['numpy', 'torch==2.3']")
         t["pip_index_urls"] = _strings(trainer.pip_index_urls, "CustomTrainer.pip_index_urls",

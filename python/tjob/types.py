@@ -45,6 +45,10 @@ class CustomTrainer:
     env: Optional[Dict[str, str]] = None
     # tjob
     args: Optional[List[str]] = None
+    # A local directory sent with the job (as Ray's working_dir): a snapshot taken at train() (.gitignore and
+    # .tjobignore excludes, at most 256 MiB) becomes the job's working directory, first on its PYTHONPATH, so the
+    # function imports the directory's modules and reads its files. Local, container and Slurm backends.
+    working_dir: Optional[Union[str, os.PathLike]] = None
 
 
 @dataclass

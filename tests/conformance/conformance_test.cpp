@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -331,4 +332,33 @@ TEST_CASE_TEMPLATE("conformance: bad input is refused before anything is made", 
   cfg.backend_config["no_such_option"] = true;
   auto why = message_of([&] { trainer_client bad(cfg); });
   CHECK(why.find("no_such_option") != std::string::npos);
+}
+
+TEST_CASE_TEMPLATE(
+    "conformance: a directory sent with a job is taken where the backend can, else refused by name", T,
+    TJOB_BACKENDS) {
+  // Issue 40: a remote backend forwards it to its server's engine (here on
+  // its unix socket, so the path is the server machine's own).
+  T t;
+  if (!t.ready()) return;
+  trainer_client c(t.config());
+  const auto src = t.fx.dir.path() / "project";
+  fs::create_directories(src);
+  std::ofstream(src / "n.txt") << "21\n";
+  auto r = t.job({print("sent\n")}, "sent-dir");
+  std::get<command_trainer>(r.job_trainer).code_dir = src.string();
+  const auto runs = c.job_backend();
+  if (runs.takes_code_dir) {
+    auto name = c.train(r);
+    CHECK(c.wait_for_job_status(name, {job_status::complete}, 120s).status == job_status::complete);
+    CHECK(c.get_job_logs(name).read_all() == "sent\n");
+    c.delete_job(name);
+  } else {
+    auto before = c.list_jobs().size();
+    auto why = message_of([&] { c.train(r); });
+    CHECK(code_of([&] { c.train(r); }) == errc::invalid_argument);
+    CHECK_MESSAGE(
+        why.find("the " + runs.id + " backend cannot send a directory with a job") != std::string::npos, why);
+    CHECK(c.list_jobs().size() == before);
+  }
 }

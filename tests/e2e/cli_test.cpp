@@ -100,6 +100,28 @@ TEST_CASE_FIXTURE(fixture, "tjob run streams the job's output and exits with its
   CHECK(bad.err.find("exit code 9") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(fixture, "tjob run --working-dir sends a directory: the program runs in a copy of it") {
+  // Issue 40: a program of that directory, named relative to it, and its files.
+  const auto src = dir.path() / "project";
+  std::filesystem::create_directories(src / "out");
+  std::ofstream(src / "n.txt") << "21\n";
+  std::ofstream(src / "out" / "big.bin") << "left out\n";
+  std::ofstream(src / ".tjobignore") << "out/\n";
+  std::ofstream(src / "run.sh")
+      << "#!/bin/sh\necho \"$(cat n.txt) $(ls -A | tr '\\n' ' ')\"\necho x > made.txt\n";
+  std::filesystem::permissions(src / "run.sh", std::filesystem::perms(0755));
+  auto r = tjob({"run", "--working-dir", src.string(), "--", "./run.sh"});
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out == "21 .tjobignore n.txt run.sh \n");
+  CHECK_FALSE(std::filesystem::exists(src / "made.txt"));  // written in the job's copy
+  auto both = tjob({"run", "--working-dir", src.string(), "--workdir", src.string(), "--", "./run.sh"});
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("drop --workdir") != std::string::npos);
+  auto none = tjob({"run", "--working-dir", (dir.path() / "nowhere").string(), "--", "./run.sh"});
+  CHECK(none.exit_code != 0);
+  CHECK(none.err.find("is not a directory here") != std::string::npos);
+}
+
 TEST_CASE_FIXTURE(fixture, "arguments and env values reach the program as data and never through a shell") {
   std::string nasty = "$(touch " + (dir.path() / "pwned").string() + "); `id` 'q' \"d\" \n;|&";
   auto r = tjob({"run", "--env", "NASTY=" + nasty, "--", helper_bin(), "print", nasty, "env", "NASTY"});

@@ -617,6 +617,52 @@ TEST_CASE_TEMPLATE("a named volume outlives its job for the next, and the backen
         std::string::npos);
 }
 
+TEST_CASE_TEMPLATE("a directory sent with a container job is its /workspace, importable, a copy per job", D,
+                   TJOB_DAEMONS) {
+  // Issue 40: the same project as on the local backend, in a container.
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  const auto src = fx.dir.path() / "project";
+  fs::create_directories(src / "pkg");
+  fs::create_directories(src / "outputs");
+  std::ofstream(src / "pkg" / "__init__.py") << "def double(x):\n    return 2 * x\n";
+  std::ofstream(src / "n.txt") << "21\n";
+  std::ofstream(src / "outputs" / "old.ckpt") << "not sent\n";
+  std::ofstream(src / ".tjobignore") << "outputs/\n";
+  auto cfg = fx.config(sock);
+  cfg.backend_config["volumes"] = boost::json::value_from(host_volumes);
+  cfg.backend_config["image"] = "localhost/tjob-host:bookworm";
+  trainer_client client(cfg);
+  python_trainer t;
+  t.source =
+      "def train():\n"
+      "    import os, pkg\n"
+      "    print('answer', pkg.double(int(open('n.txt').read())), 'in', os.getcwd(), flush=True)\n"
+      "    print('outputs sent:', os.path.exists('outputs'), flush=True)\n";
+  t.function = "train";
+  t.python = "/usr/bin/python3";
+  t.code_dir = src.string();
+  train_request r;
+  r.runtime = "python";
+  r.job_trainer = t;
+  auto name = client.train(r);
+  auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed}, 120s);
+  auto log = all_of(client.get_job_logs(name, {}));
+  CAPTURE(log);
+  REQUIRE(job.status == job_status::complete);
+  CHECK(log.find("answer 42 in /workspace\n") != std::string::npos);
+  CHECK(log.find("outputs sent: False\n") != std::string::npos);
+  // A command runs in it too.
+  auto cmd = shell_job("cat n.txt");
+  std::get<command_trainer>(cmd.job_trainer).code_dir = src.string();
+  auto second = client.train(cmd);
+  client.wait_for_job_status(second, {job_status::complete}, 60s);
+  CHECK(all_of(client.get_job_logs(second, {})) == "21\n");
+  client.delete_job(name);
+  client.delete_job(second);
+}
+
 TEST_CASE_TEMPLATE("packages are installed in the container with pip from the index", D, TJOB_DAEMONS) {
   fixture fx;
   auto sock = socket_of(D::name);

@@ -714,3 +714,54 @@ TEST_CASE_FIXTURE(fixture, "cpu=N limits a node's CPU time with a cgroup where t
     c.cancel_job(name);
   }
 }
+
+TEST_CASE_FIXTURE(fixture,
+                  "a directory sent with a job is its working directory and importable, a copy per job, its "
+                  "snapshot taken once") {
+  // Issue 40: a package of several modules and a data file beside the function.
+  const auto src = dir.path() / "project";
+  std::filesystem::create_directories(src / "pkg");
+  std::filesystem::create_directories(src / "data");
+  std::filesystem::create_directories(src / "outputs");
+  std::ofstream(src / "pkg" / "__init__.py") << "from pkg.maths import double\n";
+  std::ofstream(src / "pkg" / "maths.py") << "def double(x):\n    return 2 * x\n";
+  std::ofstream(src / "data" / "n.txt") << "21\n";
+  std::ofstream(src / "outputs" / "old.ckpt") << "not sent\n";
+  std::ofstream(src / ".gitignore") << "outputs/\n";
+  trainer_client c(config());
+  python_trainer t;
+  t.source =
+      "def train():\n"
+      "    import os, pkg\n"
+      "    print('answer', pkg.double(int(open('data/n.txt').read())), flush=True)\n"
+      "    print('outputs sent:', os.path.exists('outputs'), flush=True)\n"
+      "    seen = os.path.exists('mine.txt')\n"
+      "    open('mine.txt', 'w').write('x')\n"
+      "    print('saw another job\\'s file:', seen, flush=True)\n";
+  t.function = "train";
+  t.code_dir = src.string();
+  std::vector<std::string> names;
+  for (int i = 0; i < 2; ++i) {
+    auto name = c.train(python_job(t));
+    auto job = c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 120s);
+    auto log = c.get_job_logs(name).read_all();
+    CAPTURE(log);
+    REQUIRE(job.status == job_status::complete);
+    CHECK(log.find("answer 42\n") != std::string::npos);
+    CHECK(log.find("outputs sent: False\n") != std::string::npos);
+    CHECK(log.find("saw another job's file: False\n") != std::string::npos);
+    names.push_back(name);
+  }
+  // One snapshot for both (unchanged), untouched by what the jobs wrote.
+  std::vector<std::filesystem::path> snapshots;
+  for (const auto& e : std::filesystem::directory_iterator(c.home() / "snapshots"))
+    snapshots.push_back(e.path());
+  REQUIRE(snapshots.size() == 1);
+  CHECK_FALSE(std::filesystem::exists(snapshots[0] / "mine.txt"));
+  CHECK(std::filesystem::exists(c.home() / "jobs" / names[0] / "work" / "mine.txt"));
+  // With working_dir as well: refused, naming both.
+  t.working_dir = dir.path().string();
+  auto said = tjob::test::message_of([&] { c.train(python_job(t)); });
+  CHECK(said.find("is sent with the job and becomes its working directory; drop --workdir") !=
+        std::string::npos);
+}

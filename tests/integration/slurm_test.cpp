@@ -317,3 +317,53 @@ TEST_CASE("slurm: the nodes' progress reports reach tjob through the job's direc
                              fx.env());
   CHECK_MESSAGE(got.out.find("100%") != std::string::npos, got.out, got.err);
 }
+
+TEST_CASE("slurm: a directory sent with a job is its working directory on every node, importable") {
+  // Issue 40: the snapshot is copied into the job's directory in the shared
+  // directory, which every node mounts at the same path.
+  auto conf = tjob::test::slurm_conf();
+  if (!conf || !tjob::test::system_python_has("torch")) return;
+  tjob::test::home_fixture fx;
+  const auto src = fx.dir.path() / "project";
+  fs::create_directories(src / "pkg");
+  std::ofstream(src / "pkg" / "__init__.py") << "def double(x):\n    return 2 * x\n";
+  std::ofstream(src / "n.txt") << "21\n";
+  trainer_client c(slurm_config(fx, *conf));
+  python_trainer t;
+  t.source =
+      "def train():\n"
+      "    import os, pkg\n"
+      "    print('answer', pkg.double(int(open('n.txt').read())), flush=True)\n";
+  t.function = "train";
+  t.python = "/usr/bin/python3";
+  t.system_site_packages = true;  // Debian's torch: two nodes meet through torchrun
+  t.code_dir = src.string();
+  train_request r;
+  r.name = "slurm-sent-dir";
+  r.runtime = "torch-distributed";
+  r.num_nodes = 2;
+  r.job_trainer = t;
+  auto name = c.train(r);
+  auto job = c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 300s);
+  auto log0 = c.get_job_logs(name, {.step = "node-0"}).read_all();
+  auto log1 = c.get_job_logs(name, {.step = "node-1"}).read_all();
+  CAPTURE(log0);
+  CAPTURE(log1);
+  REQUIRE(job.status == job_status::complete);
+  CHECK(log0.find("answer 42\n") != std::string::npos);
+  CHECK(log1.find("answer 42\n") != std::string::npos);
+  // A command's program of that directory runs from the job's copy.
+  std::ofstream(src / "run.sh") << "#!/bin/sh\necho ran \"$(cat n.txt)\"\n";
+  fs::permissions(src / "run.sh", fs::perms(0755));
+  command_trainer ct;
+  ct.command = {"./run.sh"};
+  ct.code_dir = src.string();
+  train_request cr;
+  cr.name = "slurm-sent-cmd";
+  cr.job_trainer = ct;
+  auto second = c.train(cr);
+  c.wait_for_job_status(second, {job_status::complete}, 300s);
+  CHECK(c.get_job_logs(second).read_all() == "ran 21\n");
+  c.delete_job(name);
+  c.delete_job(second);
+}
