@@ -174,13 +174,13 @@ def _function_source(func: Callable, func_args: Optional[Dict]) -> Dict:
     return {"source": source, "function": name, "function_args": encoded}
 
 
-def _strings(value, field: str, example: str) -> List[str]:
+def _strings(value, field: str, example: str, what: str = "a list of strings") -> List[str]:
     """A list of strings (None: empty); a str alone is refused, not taken letter by letter."""
     if value is None:
         return []
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) \
             or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{field}={value!r}: give a list of strings, such as {example}")
+        raise ValueError(f"{field}={value!r}: give {what}, such as {example}")
     return list(value)
 
 
@@ -321,7 +321,7 @@ def _request(caps: Dict, defaults: Dict, runtime, initializer, trainer, options)
             req["active_deadline"] = opt.seconds
         elif isinstance(opt, Dependencies):
             for key in ("after_ok", "after_any", "after_not_ok"):
-                names = _strings(getattr(opt, key), f"Dependencies.{key}", "['prep-1']")
+                names = _strings(getattr(opt, key), f"Dependencies.{key}", "['prep-1']", "a list of job names")
                 req[key] = req.get(key, []) + names
         elif isinstance(opt, Priority):
             if not isinstance(opt.priority, int) or isinstance(opt.priority, bool):

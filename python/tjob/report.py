@@ -30,7 +30,7 @@ import threading
 import time
 import urllib.parse
 
-__all__ = ["report"]
+__all__ = ["report", "flush", "checkpoint_dir", "restart_count"]
 
 _URL = "KUBEFLOW_TRAINER_SERVER_URL"
 _CA = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
@@ -189,3 +189,20 @@ def flush():
         return _reporter.flush()
     except Exception:  # noqa: BLE001
         return False
+
+
+def checkpoint_dir():
+    """The job's checkpoint directory ($TJOB_CHECKPOINT_DIR), which every attempt of the job sees: save
+    there, and resume from what is there when restart_count() > 0. None outside a tjob job. The
+    directory is the job's own: removed with the job."""
+    d = os.environ.get("TJOB_CHECKPOINT_DIR")
+    return d or None
+
+
+def restart_count():
+    """How many times the job was restarted before this attempt ($TJOB_RESTART_COUNT: 0 on the first
+    attempt, as Slurm's SLURM_RESTART_COUNT). 0 outside a job, or where the backend does not say."""
+    try:
+        return max(0, int(os.environ.get("TJOB_RESTART_COUNT", "0")))
+    except ValueError:
+        return 0

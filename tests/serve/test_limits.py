@@ -43,7 +43,8 @@ def test_malformed_json(busy):
 
 @pytest.mark.parametrize("spec,field,message", [
     ({"trainer": {"kind": "command", "comand": ["x"]}}, "trainer.comand",
-     "job spec: trainer.comand: unknown field; a command trainer has command, cpus, env, image, kind, memory, working_dir"),
+     "job spec: trainer.comand: unknown field; a command trainer has code_dir, command, cpus, env, image, kind, memory, "
+         "working_dir"),
     ({"trainer": COMMAND, "nmae": "x"}, "nmae",
      "job spec: nmae: unknown field; a job spec has active_deadline, after_any, after_not_ok, after_ok, annotations, array, array_limit, labels, name, num_nodes, priority, retry, runtime, trainer"),
     ({"name": "x"}, "trainer", "job spec: trainer: missing; give {\"kind\": \"command\", \"command\": [...]} or "

@@ -206,7 +206,7 @@ TEST_CASE("check_volume wants SOURCE:CONTAINER[:ro|rw], SOURCE a host path or a 
         }).find("the source must be an absolute path or a volume's name") != std::string::npos);
 }
 
-TEST_CASE("the backend's env is NAME=VALUE entries, the value free; a bad one names its flag") {
+TEST_CASE("the backend's env is NAME=VALUE entries, the value free, and a bad one names its flag") {
   auto flag = [](std::string_view m) { return m == "env" ? std::string("--container-env") : std::string(m); };
   auto c = config_of(json::object{{"env", json::array{"A=1", "PROXY=http://p:3128/a=b", "EMPTY="}}}, flag);
   CHECK(c.env ==
