@@ -182,6 +182,7 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   fs::path workdir(const std::string& job) const;
   fs::path workspace_of(const std::string& job) const { return workdir(job) / workspace_dir_name; }
   fs::path inputs_of(const std::string& job) const { return workdir(job) / inputs_dir_name; }
+  fs::path checkpoints_of(const std::string& job) const { return workdir(job) / checkpoints_dir_name; }
   train_job to_job(const std::string& name, std::vector<seen> cs);
   failure not_found(const std::string& name) const;
   /// The job, or job_not_found (a failure, for the waiter to decide on).

@@ -176,6 +176,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
     n.workdir = dir.string();
     n.workspace_dir = workspace_of(name).string();
     n.inputs_dir = inputs_of(name).string();
+    n.checkpoints_dir = checkpoints_of(name).string();
     n.cmd = p.cmd;
     n.env = cfg.env;  // the backend's, under the job's own
     for (const auto& [k, v] : p.env) n.env[k] = v;
@@ -312,7 +313,8 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
     fail(errc::invalid_argument, me + ": " + e.what());
   }
   // The job's own: made here, never a link (make_private_dir refuses one).
-  for (const auto& p : {dir, inputs_of(name), workspace_of(name), workspace_of(name) / ".tjob"}) {
+  for (const auto& p :
+       {dir, inputs_of(name), workspace_of(name), workspace_of(name) / ".tjob", checkpoints_of(name)}) {
     try {
       make_private_dir(p);
     } catch (const error& e) {

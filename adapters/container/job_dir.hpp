@@ -28,6 +28,8 @@ namespace tjob::container {
 
 inline constexpr const char* workspace_dir_name = "workspace";
 inline constexpr const char* inputs_dir_name = "inputs";
+/// The job's checkpoint directory, bound read-write at checkpoints_mount.
+inline constexpr const char* checkpoints_dir_name = "checkpoints";
 
 /// The state directory of one job, open. Move-only; closes on destruction.
 class job_dir {

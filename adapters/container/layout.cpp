@@ -28,6 +28,11 @@ json::object create_body(const node_spec& n) {
   binds.emplace_back((n.workspace_dir.empty() ? n.workdir : n.workspace_dir) + ":" + workspace + ":rw");
   // (after /workspace: the daemon mounts it on top, and the job cannot change it)
   if (!n.inputs_dir.empty()) binds.emplace_back(n.inputs_dir + ":" + inputs_mount + ":ro");
+  if (!n.checkpoints_dir.empty()) {
+    binds.emplace_back(n.checkpoints_dir + ":" + checkpoints_mount + ":rw");
+    if (!n.env.count("TJOB_CHECKPOINT_DIR"))
+      env.emplace_back(std::string("TJOB_CHECKPOINT_DIR=") + checkpoints_mount);
+  }
   for (const auto& v : n.volumes) binds.emplace_back(v);
 
   json::object host{{"Binds", std::move(binds)}, {"Init", true}, {"AutoRemove", false}};
@@ -121,6 +126,7 @@ void check_volume(const std::string& v) {
   if (target == workspace) bad("/workspace is the job's work dir already");
   if (target == inputs_mount || target.starts_with(std::string(inputs_mount) + "/"))
     bad("/workspace/.tjob is where tjob gives the job its files");
+  if (target == checkpoints_mount) bad(std::string(checkpoints_mount) + " is the job's checkpoint directory");
 }
 
 job_status status_of(const std::string& state, std::optional<int> exit_code) {

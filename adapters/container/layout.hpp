@@ -40,6 +40,9 @@ inline constexpr const char* label_array = "tjob/array";
 inline constexpr const char* workspace = "/workspace";
 /// Where a node reads what tjob gives it (inputs_dir, read-only).
 inline constexpr const char* inputs_mount = "/workspace/.tjob";
+/// The job's checkpoint directory in a node ($TJOB_CHECKPOINT_DIR): the same
+/// host directory for every node and every restart of a node.
+inline constexpr const char* checkpoints_mount = "/tjob/checkpoints";
 
 inline std::string network_name(const std::string& job) { return job + "-net"; }
 inline std::string node_name(const std::string& job, int rank) {
@@ -52,6 +55,7 @@ struct node_spec {
   std::string workdir;        ///< the job's directory (the workdir label, as Kubeflow's)
   std::string workspace_dir;  ///< bound read-write at /workspace; empty: workdir
   std::string inputs_dir;     ///< bound read-only at /workspace/.tjob; empty: none
+  std::string checkpoints_dir;  ///< bound read-write at checkpoints_mount; empty: none
   std::vector<std::string> cmd;
   std::map<std::string, std::string> env;
   std::string working_dir = workspace;

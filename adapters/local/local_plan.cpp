@@ -375,6 +375,8 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
         make_private_dirs(j->dir);  // (its parents are gone)
       }
       if (needs_work) make_private_dirs(work);
+      if (::mkdir((j->dir + "/checkpoints").c_str(), 0700) != 0 && errno != EEXIST)
+        throw std::system_error(errno, std::generic_category(), "cannot create " + j->dir + "/checkpoints");
       if (!j->code_snapshot.empty()) {
         std::error_code ec;
         std::filesystem::copy(
@@ -422,6 +424,7 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
     made.push_back(j->dir + "/progress-token");
     for (const auto& s : j->steps) made.push_back(s.log_path);
     for (const auto& path : made) ::unlink(path.c_str());
+    ::rmdir((j->dir + "/checkpoints").c_str());
     if (::rmdir(work.c_str()) != 0 && !j->code_snapshot.empty()) {
       std::error_code rec;
       std::filesystem::remove_all(work, rec);  // the copy of its working_dir

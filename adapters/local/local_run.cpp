@@ -407,6 +407,12 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
         a.replace(at, master_port_placeholder.size(), std::to_string(j->master_port));
   auto env = ph.env;
   env.emplace(token_variable, job_token(j->row));
+  if (ph.final) {
+    // The checkpoint contract (docs/scheduling.md): a directory every attempt
+    // sees, and which attempt this is (as Slurm's SLURM_RESTART_COUNT).
+    env.insert_or_assign("TJOB_CHECKPOINT_DIR", j->dir + "/checkpoints");
+    env.insert_or_assign("TJOB_RESTART_COUNT", std::to_string(std::max(s.row.attempt, 1) - 1));
+  }
   if (ph.final && !j->venv.empty() && !j->line_hook) install_line_hook(*j);
   if (ph.final && ph.torch_port && j->steps.size() > 1) {
     start_failure_watch(j);

@@ -233,6 +233,7 @@ void backend::impl::make_job_dir(const std::string& me, const fs::path& dir,
                                   "; the shared directory (--shared-dir) must be writable");
   }
   ::mkdir((dir / "work").c_str(), 0700);
+  ::mkdir((dir / "checkpoints").c_str(), 0700);  // TJOB_CHECKPOINT_DIR: every node and attempt sees it
   const std::pair<std::string, std::string> fixed[] = {{batch_script_file, std::string(batch_script())},
                                                        {node_script_file, std::string(node_script())},
                                                        {helper_file, std::string(helper_script())}};
@@ -303,6 +304,7 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
     co_return name;
   }
   p.env.push_back("TJOB_JOB_DIR=" + dir.string());
+  p.env.push_back("TJOB_CHECKPOINT_DIR=" + (dir / "checkpoints").string());
   try {
     add_progress_environment(dir, p.env, ctx.cfg.clean_job_environment);
   } catch (const std::exception& e) {

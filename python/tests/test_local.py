@@ -611,3 +611,24 @@ def test_a_working_dir_travels_with_the_job_and_is_importable(home, tmp_path):
         assert "answer 42 False\n" in list(client.get_job_logs(name))
         with pytest.raises(ValueError, match="CustomTrainer.working_dir=.*is not a directory"):
             client.train(runtime="python", trainer=CustomTrainer(func=train, working_dir=project / "nowhere"))
+
+
+def test_an_attempt_resumes_from_the_checkpoint_directory_with_the_helpers(home):
+    """tjob.checkpoint_dir() and tjob.restart_count() (issue 37): the first attempt saves and fails, the
+    restart finds what it saved."""
+    def train():
+        import os
+
+        import tjob
+        path = os.path.join(tjob.checkpoint_dir(), "epoch")
+        if tjob.restart_count() == 0:
+            open(path, "w").write("3")
+            raise SystemExit(5)
+        print("restart", tjob.restart_count(), "resumes at epoch", open(path).read())
+
+    with TrainerClient(backend_config=LocalProcessBackendConfig(python=sys.executable)) as client:
+        name = client.train(runtime="python", trainer=CustomTrainer(func=train),
+                            options=[tjob.Retries(max_restarts=1, backoff_seconds=0)])
+        assert client.wait_for_job_status(name).status == "Complete"
+        assert "restart 1 resumes at epoch 3\n" in list(client.get_job_logs(name))
+    assert tjob.checkpoint_dir() is None and tjob.restart_count() == 0  # outside a job

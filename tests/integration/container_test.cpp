@@ -663,6 +663,30 @@ TEST_CASE_TEMPLATE("a directory sent with a container job is its /workspace, imp
   client.delete_job(second);
 }
 
+TEST_CASE_TEMPLATE("a container job's checkpoint directory outlives a restart of its node, on the host", D,
+                   TJOB_DAEMONS) {
+  // Issue 37: TJOB_CHECKPOINT_DIR, bound from the job's directory, so the
+  // restart the daemon makes (max_restarts) finds what the first run saved.
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  auto r = shell_job(
+      "d=$TJOB_CHECKPOINT_DIR; if [ -f $d/epoch ]; then echo resumed at $(cat $d/epoch) in $d; exit 0; fi; "
+      "echo 3 > $d/epoch; exit 5");
+  r.retry.max_restarts = 1;
+  auto name = client.train(r);
+  auto job = client.wait_for_job_status(name, {job_status::complete, job_status::failed}, 120s);
+  auto log = all_of(client.get_job_logs(name, {}));
+  CAPTURE(log);
+  CHECK(job.status == job_status::complete);
+  CHECK(log.find("resumed at 3 in /tjob/checkpoints\n") != std::string::npos);
+  const auto host = fs::path(fx.home()) / "containers" / name / "checkpoints";
+  CHECK(fs::exists(host / "epoch"));
+  client.delete_job(name);
+  CHECK_FALSE(fs::exists(host));
+}
+
 TEST_CASE_TEMPLATE("packages are installed in the container with pip from the index", D, TJOB_DAEMONS) {
   fixture fx;
   auto sock = socket_of(D::name);

@@ -557,6 +557,33 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(tjob::test::code_of([&] { c.get_job_logs(name, {.attempt = 0}); }) == errc::invalid_argument);
 }
 
+TEST_CASE_FIXTURE(
+    fixture, "every attempt sees the job's checkpoint directory and its restart count, and resumes from it") {
+  // Issue 37, the checkpoint contract: TJOB_CHECKPOINT_DIR persists across
+  // attempts; TJOB_RESTART_COUNT is 0, then 1 (Slurm's SLURM_RESTART_COUNT).
+  trainer_client c(config());
+  train_request r;
+  r.name = "resumes";
+  command_trainer t;
+  t.command = {
+      "sh", "-c",
+      "d=\"$TJOB_CHECKPOINT_DIR\"; n=\"$TJOB_RESTART_COUNT\"\n"
+      "if [ -f \"$d/epoch\" ]; then echo \"restart $n resumes at epoch $(cat \"$d/epoch\")\"; exit 0; fi\n"
+      "echo 3 > \"$d/epoch\"; echo \"restart $n saved epoch 3\"; exit 5\n"};
+  r.job_trainer = t;
+  r.retry.max_restarts = 1;
+  r.retry.backoff = 0ms;
+  auto job = c.wait_for_job_status(c.train(r), {job_status::complete, job_status::failed}, 60s);
+  auto log = c.get_job_logs("resumes").read_all();
+  CAPTURE(log);
+  CHECK(job.status == job_status::complete);
+  CHECK(log == "restart 0 saved epoch 3\nrestart 1 resumes at epoch 3\n");
+  auto checkpoints = std::filesystem::path(c.home()) / "jobs" / "resumes" / "checkpoints";
+  CHECK(std::filesystem::exists(checkpoints / "epoch"));
+  c.delete_job("resumes");
+  CHECK_FALSE(std::filesystem::exists(checkpoints));  // the job's own: removed with it
+}
+
 TEST_CASE_FIXTURE(fixture, "an exit code that is never retried is not, and a job out of restarts fails") {
   trainer_client c(config());
   auto once = dir.path() / "once";

@@ -367,3 +367,25 @@ TEST_CASE("slurm: a directory sent with a job is its working directory on every 
   c.delete_job(name);
   c.delete_job(second);
 }
+
+TEST_CASE("slurm: every node of a job sees one checkpoint directory, in the shared directory") {
+  // Issue 37: TJOB_CHECKPOINT_DIR, the job's own (removed with it).
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  auto name =
+      c.train(shell_job("echo \"$SLURM_PROCID\" > \"$TJOB_CHECKPOINT_DIR/node-$SLURM_PROCID\"; "
+                        "echo in \"$TJOB_CHECKPOINT_DIR\"",
+                        "slurm-checkpoints", 2));
+  auto job = c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 300s);
+  auto log = c.get_job_logs(name).read_all();
+  CAPTURE(log);
+  REQUIRE(job.status == job_status::complete);
+  const auto dir = fs::path(fx.home()) / "slurm" / name / "checkpoints";
+  CHECK(log == "in " + dir.string() + "\n");
+  CHECK(read_file(dir / "node-0") == "0\n");
+  CHECK(read_file(dir / "node-1") == "1\n");
+  c.delete_job(name);
+  CHECK_FALSE(fs::exists(dir));
+}

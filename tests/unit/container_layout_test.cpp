@@ -126,6 +126,7 @@ TEST_CASE("create_body lays a node out as Kubeflow does, with limits and a GPU r
   n.workdir = "/home/u/.tjob/containers/j1";
   n.workspace_dir = "/home/u/.tjob/containers/j1/workspace";
   n.inputs_dir = "/home/u/.tjob/containers/j1/inputs";
+  n.checkpoints_dir = "/home/u/.tjob/containers/j1/checkpoints";
   n.cmd = {"python3", "x.py"};
   n.env = {{"A", "1; $(rm -rf /)"}};
   n.network = container_network::job;
@@ -153,7 +154,9 @@ TEST_CASE("create_body lays a node out as Kubeflow does, with limits and a GPU r
   CHECK(labels.at(label_workdir) == "/home/u/.tjob/containers/j1");
   CHECK(host.at("Binds").as_array()[0] == "/home/u/.tjob/containers/j1/workspace:/workspace:rw");
   CHECK(host.at("Binds").as_array()[1] == "/home/u/.tjob/containers/j1/inputs:/workspace/.tjob:ro");
-  CHECK(host.at("Binds").as_array()[2] == "/data:/data:ro");
+  CHECK(host.at("Binds").as_array()[2] == "/home/u/.tjob/containers/j1/checkpoints:/tjob/checkpoints:rw");
+  CHECK(host.at("Binds").as_array()[3] == "/data:/data:ro");
+  CHECK(b.at("Env").as_array()[1] == "TJOB_CHECKPOINT_DIR=/tjob/checkpoints");
   CHECK(json::serialize(host.at("DeviceRequests")) ==
         R"([{"Driver":"","Count":2,"DeviceIDs":null,"Capabilities":[["gpu"]],"Options":{}}])");
   CHECK(b.at("NetworkingConfig").at("EndpointsConfig").at("j1-net").at("Aliases").as_array()[0] ==
@@ -198,8 +201,9 @@ TEST_CASE("check_volume wants SOURCE:CONTAINER[:ro|rw], SOURCE a host path or a 
   check_volume("/data:/data");
   check_volume("datasets:/data:ro");  // a named volume (issue 40)
   check_volume("my_vol.1-a:/cache");
-  for (const char* bad : {"./usr:/usr", "/usr", "/a:/b:xx", "/a:/workspace", "/a:rel", "/a:/workspace/.tjob",
-                          "/a:/workspace/.tjob/x:ro", "-vol:/x", "v:/x", "a b:/x", ":/x", "vol:"})
+  for (const char* bad :
+       {"./usr:/usr", "/usr", "/a:/b:xx", "/a:/workspace", "/a:rel", "/a:/workspace/.tjob",
+        "/a:/workspace/.tjob/x:ro", "/a:/tjob/checkpoints", "-vol:/x", "v:/x", "a b:/x", ":/x", "vol:"})
     CHECK_MESSAGE(code_of([&] { check_volume(bad); }) == errc::invalid_argument, bad);
   CHECK(message_of([] {
           check_volume("./usr:/usr");
