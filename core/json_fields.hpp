@@ -1,17 +1,33 @@
 // Reading fields of JSON answers (Docker, Kubernetes) that may be missing or
-// of another type: absent is "" or nullptr, never an exception; and whether
-// a value's numbers are all finite (what JSON can carry).
+// of another type: absent is "" or nullptr, never an exception; whether a
+// value's numbers are all finite (what JSON can carry); and the two small
+// builders every codec uses (strings as an array, a string map as an object).
 #pragma once
 
+#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tjob::detail {
+
+inline boost::json::array to_array(const std::vector<std::string>& v) {
+  boost::json::array a;
+  for (const auto& s : v) a.emplace_back(s);
+  return a;
+}
+
+inline boost::json::object to_object(const std::map<std::string, std::string>& m) {
+  boost::json::object o;
+  for (const auto& [k, v] : m) o[k] = v;
+  return o;
+}
 
 /// False when `v` holds a number beyond a double's range: Boost.JSON reads
 /// 1e400 as an infinity and writes it as `Infinity`, which no JSON reader

@@ -1,5 +1,7 @@
 #include "core/spec_json.hpp"
 
+#include "core/json_fields.hpp"
+
 #include <tjob/error.hpp>
 #include <tjob/spec.hpp>
 
@@ -11,12 +13,6 @@ namespace json = boost::json;
 
 namespace {
 
-json::array to_array(const std::vector<std::string>& v) {
-  json::array a;
-  for (const auto& s : v) a.emplace_back(s);
-  return a;
-}
-
 std::vector<std::string> strings(const json::value& v) {
   std::vector<std::string> out;
   for (const auto& a : v.as_array()) out.push_back(json::value_to<std::string>(a));
@@ -27,12 +23,6 @@ std::map<std::string, std::string> string_map(const json::value& v) {
   std::map<std::string, std::string> out;
   for (const auto& kv : v.as_object()) out[std::string(kv.key())] = json::value_to<std::string>(kv.value());
   return out;
-}
-
-json::object to_object(const std::map<std::string, std::string>& m) {
-  json::object o;
-  for (const auto& [k, v] : m) o[k] = v;
-  return o;
 }
 
 }  // namespace

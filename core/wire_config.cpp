@@ -1,6 +1,8 @@
 // An engine's configuration and a backend's capabilities as JSON
 // (tjob/wire.hpp): what a process hands its supervisor, and what tjob serve
 // says of its backend.
+#include "core/json_fields.hpp"
+
 #include <tjob/wire.hpp>
 
 #include <boost/json.hpp>
@@ -8,6 +10,7 @@
 namespace tjob {
 
 namespace json = boost::json;
+using detail::to_array;
 
 namespace {
 
@@ -55,12 +58,6 @@ struct reader {
     return out;
   }
 };
-
-json::array to_array(const std::vector<std::string>& v) {
-  json::array a;
-  for (const auto& s : v) a.emplace_back(s);
-  return a;
-}
 
 }  // namespace
 
