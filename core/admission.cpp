@@ -116,6 +116,17 @@ std::string never_fits(const admission_need& need, const admission_budget& b) {
   return out;
 }
 
+void note_judged_by(std::vector<queue_entry>& entries, const std::map<std::string, std::int64_t>& owner_of,
+                    std::int64_t self_pid, const admission_budget& mine) {
+  auto limit = [](auto v) { return v > 0 ? std::to_string(v) : std::string("none"); };
+  const std::string budgets = "max_running " + limit(mine.max_running) + ", cpus " + limit(mine.cpus) +
+                              ", memory " + (mine.memory > 0 ? format_bytes(mine.memory) : "none");
+  for (auto& e : entries)
+    if (auto it = owner_of.find(e.name); it != owner_of.end() && it->second != self_pid)
+      e.waits_for += " (judged by this tjob's budgets, " + budgets + "; process " +
+                     std::to_string(it->second) + ", which owns it, admits it by its own)";
+}
+
 std::vector<queue_entry> queue_entries(const admission_plan& plan, const std::vector<queue_row>& rows) {
   std::map<std::string_view, const queue_row*> by_name;
   for (const auto& r : rows) by_name[r.job] = &r;

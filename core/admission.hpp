@@ -70,6 +70,12 @@ struct admission_plan {
 /// (the rows plan_admission was given, or more).
 std::vector<queue_entry> queue_entries(const admission_plan& plan, const std::vector<queue_row>& rows);
 
+/// Each owner admits its jobs by its own budgets; the process that lists the
+/// queue judges by `mine`: each entry whose owner (by name in `owner_of`) is
+/// not `self_pid` says so, with the budgets and the owner (issue 42).
+void note_judged_by(std::vector<queue_entry>& entries, const std::map<std::string, std::int64_t>& owner_of,
+                    std::int64_t self_pid, const admission_budget& mine);
+
 /// What the admitted jobs hold together: all plan_admission needs of them.
 struct admitted_usage {
   int running = 0, cpus = 0, gpus = 0;

@@ -30,6 +30,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 namespace tjob::container {
 
@@ -309,8 +310,16 @@ asio::awaitable<std::vector<queue_entry>> backend::impl::queue_view() {
   auto files = read_queues();
   auto plan = co_await queue_plan(files);
   std::vector<detail::queue_row> rows;
-  for (const auto& q : files) rows.push_back(row_of(q));
-  co_return detail::queue_entries(plan, rows);
+  std::map<std::string, std::int64_t> owner;
+  for (const auto& q : files) {
+    rows.push_back(row_of(q));
+    owner[q.job] = q.owner_pid;
+  }
+  auto out = detail::queue_entries(plan, rows);
+  // Each owner admits its jobs by its own budgets: what this process judges
+  // is by its own, and it says so for another's (issue 42, as the local queue).
+  detail::note_judged_by(out, owner, self_pid, admission_budget());
+  co_return out;
 }
 
 // Where a waiting job that was not read with its queue stands: its place.

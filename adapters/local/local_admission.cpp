@@ -295,13 +295,7 @@ std::vector<queue_entry> engine_state::queue_view() {
   auto out = detail::queue_entries(plan, rows);
   // Each owner admits its jobs by its own budgets (its flags, or config.yaml
   // and the machine): what this process can judge is by its own (issue 42).
-  auto limit = [](auto v) { return v > 0 ? std::to_string(v) : std::string("none"); };
-  const std::string mine = "max_running " + limit(budget.max_running) + ", cpus " + limit(budget.cpus) +
-                           ", memory " + (budget.memory > 0 ? detail::format_bytes(budget.memory) : "none");
-  for (auto& e : out)
-    if (auto it = owner.find(e.name); it != owner.end() && it->second != self_pid)
-      e.waits_for += " (judged by this tjob's budgets, " + mine + "; process " + std::to_string(it->second) +
-                     ", which owns it, admits it by its own)";
+  detail::note_judged_by(out, owner, self_pid, budget);
   return out;
 }
 

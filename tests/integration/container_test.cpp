@@ -1237,6 +1237,11 @@ TEST_CASE_TEMPLATE("a waiting container job cancelled by another process ends ca
   CHECK(listed.out.find("waiting") != std::string::npos);
   CHECK(listed.out.find("via-cli") != std::string::npos);
   CHECK(listed.out.find("a running slot (1 of max_running 1 in use)") != std::string::npos);
+  // Another process's jobs are judged by this tjob's budgets, and it says so
+  // (issue 42, item 9: on the container backend too).
+  CHECK_MESSAGE(listed.out.find("(judged by this tjob's budgets, max_running 1, ") != std::string::npos,
+                listed.out);
+  CHECK(listed.out.find(", which owns it, admits it by its own)") != std::string::npos);
   std::vector<std::string> cancel = {tjob::test::tjob_bin(), "cancel", waiting};
   cancel.insert(cancel.end(), on.begin(), on.end());
   auto r = tjob::test::run(cancel, env);
