@@ -96,6 +96,10 @@ struct job_rec {
   std::vector<phase> node_phases;  // each node's code (node-0's is also phases.back())
   std::vector<std::pair<std::string, std::string>> files;  // written into the job dir at creation
   std::string code_snapshot;  // a trainer's code_dir snapshot, copied into the work dir at creation
+  /// Its code gets TJOB_CHECKPOINT_DIR (`<dir>/checkpoints`): a Python job,
+  /// or one that may restart. A command that runs once gets none: the
+  /// directory would cost a mkdir on every `tjob run -- CMD` (~40 us here).
+  bool checkpoints() const { return !venv.empty() || retry != nullptr; }
   std::string spec;
   std::string dir;
   std::filesystem::path venv;  // empty for command jobs

@@ -375,7 +375,7 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
         make_private_dirs(j->dir);  // (its parents are gone)
       }
       if (needs_work) make_private_dirs(work);
-      if (::mkdir((j->dir + "/checkpoints").c_str(), 0700) != 0 && errno != EEXIST)
+      if (j->checkpoints() && ::mkdir((j->dir + "/checkpoints").c_str(), 0700) != 0 && errno != EEXIST)
         throw std::system_error(errno, std::generic_category(), "cannot create " + j->dir + "/checkpoints");
       if (!j->code_snapshot.empty()) {
         std::error_code ec;

@@ -407,7 +407,7 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
         a.replace(at, master_port_placeholder.size(), std::to_string(j->master_port));
   auto env = ph.env;
   env.emplace(token_variable, job_token(j->row));
-  if (ph.final) {
+  if (ph.final && j->checkpoints()) {
     // The checkpoint contract (docs/scheduling.md): a directory every attempt
     // sees, and which attempt this is (as Slurm's SLURM_RESTART_COUNT).
     env.insert_or_assign("TJOB_CHECKPOINT_DIR", j->dir + "/checkpoints");
