@@ -561,7 +561,13 @@ TEST_CASE_TEMPLATE("on the job network every node resolves node-0's name to node
   trainer_client client(cfg);
   // (a name of this run's: a failed run leaves its containers for a look)
   const std::string named = "hosts-" + std::to_string(::getpid());
-  auto r = shell_job("echo name=$(cat /etc/hostname); getent hosts " + named + "-node-0", named);
+  // node-0 stays up until node-1 has looked (a file in the workspace they
+  // share), as a real node-0 does: its address is read while it runs.
+  auto r =
+      shell_job("echo name=$(cat /etc/hostname); getent hosts " + named +
+                    "-node-0; case $(cat /etc/hostname) in *-node-0) "
+                    "until [ -f /workspace/looked ]; do sleep 0.05; done;; *) touch /workspace/looked;; esac",
+                named);
   std::get<command_trainer>(r.job_trainer).image = "localhost/tjob-host:bookworm";
   r.num_nodes = 2;
   auto name = client.train(r);
