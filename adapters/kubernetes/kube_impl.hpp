@@ -173,18 +173,7 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     json::object helper;
     for (auto& [file, text] : python::helper_files()) helper[file] = std::move(text);
     plan["site_files"] = std::move(helper);
-    if (torch) {
-      python::torch_topology topo{"{PET_NNODES}", "{PET_NODE_RANK}", "{PET_NPROC_PER_NODE}",
-                                  "{PET_MASTER_ADDR}", "{PET_MASTER_PORT}"};
-      json::array flags;
-      for (auto& f : python::torchrun_flags(topo)) flags.emplace_back(std::move(f));
-      plan["torchrun_args"] = std::move(flags);
-      plan["env_defaults"] = json::object{{"PET_NNODES", "1"},
-                                          {"PET_NODE_RANK", "0"},
-                                          {"PET_NPROC_PER_NODE", std::to_string(procs)},
-                                          {"PET_MASTER_ADDR", "127.0.0.1"},
-                                          {"PET_MASTER_PORT", "29500"}};
-    }
+    if (torch) python::torch_from_environment(plan, procs);
     auto text = json::serialize(plan);
     if (text.size() > max_arg)
       fail(errc::invalid_argument, me + ": the training code and its arguments take " +

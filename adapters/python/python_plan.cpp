@@ -199,6 +199,19 @@ std::vector<std::string> torchrun_flags(const torch_topology& t) {
           "9:1"};
 }
 
+void torch_from_environment(json::object& plan, int procs) {
+  torch_topology topo{"{PET_NNODES}", "{PET_NODE_RANK}", "{PET_NPROC_PER_NODE}", "{PET_MASTER_ADDR}",
+                      "{PET_MASTER_PORT}"};
+  json::array flags;
+  for (auto& f : torchrun_flags(topo)) flags.emplace_back(std::move(f));
+  plan["torchrun_args"] = std::move(flags);
+  plan["env_defaults"] = json::object{{"PET_NNODES", "1"},
+                                      {"PET_NODE_RANK", "0"},
+                                      {"PET_NPROC_PER_NODE", std::to_string(procs)},
+                                      {"PET_MASTER_ADDR", "127.0.0.1"},
+                                      {"PET_MASTER_PORT", "29500"}};
+}
+
 std::vector<std::string> code_argv(const std::string& python, bool torch, const torch_topology& t,
                                    const std::string& file, const std::vector<std::string>& args) {
   std::vector<std::string> argv{python};

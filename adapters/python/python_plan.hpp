@@ -106,6 +106,11 @@ struct torch_topology {
 /// nothing for ranks below 9.
 std::vector<std::string> torchrun_flags(const torch_topology& t);
 
+/// For a node whose topology comes from its environment (Kubernetes' and
+/// Slurm's PET_* variables): the plan's torchrun flags name the variables,
+/// filled in on the node, with the defaults of a single node of `procs`.
+void torch_from_environment(boost::json::object& plan, int procs);
+
 /// The argv of a node's code in a venv or an image: `python -m
 /// torch.distributed.run FLAGS FILE ARGS` for a torch runtime, else
 /// `python -u FILE ARGS`.

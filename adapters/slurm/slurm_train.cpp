@@ -117,16 +117,7 @@ void plan_python(const std::string& me, python_trainer pt, const runtime& rt, co
   // The directory sent with the job is its work dir, and importable.
   if (!pt.code_dir.empty()) plan["python_path"] = json::array{(dir / "work").string()};
   if (torch) {
-    python::torch_topology topo{"{PET_NNODES}", "{PET_NODE_RANK}", "{PET_NPROC_PER_NODE}", "{PET_MASTER_ADDR}",
-                                "{PET_MASTER_PORT}"};
-    json::array flags;
-    for (auto& f : python::torchrun_flags(topo)) flags.emplace_back(std::move(f));
-    plan["torchrun_args"] = std::move(flags);
-    plan["env_defaults"] = json::object{{"PET_NNODES", "1"},
-                                        {"PET_NODE_RANK", "0"},
-                                        {"PET_NPROC_PER_NODE", std::to_string(procs)},
-                                        {"PET_MASTER_ADDR", "127.0.0.1"},
-                                        {"PET_MASTER_PORT", "29500"}};
+    python::torch_from_environment(plan, procs);
     p.files.emplace_back("torch", "\n");
   }
   p.files.emplace_back("plan.json", json::serialize(plan));
