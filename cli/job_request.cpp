@@ -56,25 +56,8 @@ void add_metadata(const job_options& o, train_request& req) {
     }
 }
 
-}  // namespace
-
-void add_job_options(CLI::App* cmd, job_options& o) {
-  cmd->add_option("--name", o.name, "Job name (an RFC 1035 label); default: generated");
-  cmd->add_option("--runtime", o.runtime, "Runtime name; default: torch-distributed");
-  cmd->add_option("--env", o.env,
-                  "Environment variable NAME=VALUE for the job (repeatable); "
-                  "laid over tjob's own environment")
-      ->allow_extra_args(false);
-  cmd->add_option("--label", o.labels, "Kubernetes backend: a label KEY=VALUE of the TrainJob (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--annotation", o.annotations,
-                  "Kubernetes backend: an annotation KEY=VALUE of the TrainJob (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--workdir", o.workdir, "Working directory of the job; default: the current directory");
-  cmd->add_option(
-      "--working-dir", o.code_dir,
-      "A directory sent with the job: a snapshot (.gitignore and .tjobignore excludes, at most 256 "
-      "MiB) becomes its working directory and is importable; local, container and Slurm backends");
+// A Python job's own: its packages, its function, its interpreter and venv.
+void add_python_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--package", o.packages,
                   "A package to pip-install into the job's venv (repeatable), after the runtime's")
       ->allow_extra_args(false);
@@ -93,19 +76,10 @@ void add_job_options(CLI::App* cmd, job_options& o) {
   cmd->add_flag("--refresh", o.refresh,
                 "Rebuild the cached venv this job would copy, so unpinned packages get their newest "
                 "release (the cache also does this once an entry with unpinned packages is a day old)");
-  cmd->add_option("--image", o.image,
-                  "Container backend: the image of the job's containers; default: the runtime's");
-  cmd->add_option("--num-nodes", o.num_nodes,
-                  "Nodes of a torch job, each a torchrun (steps node-0 ... node-N-1), default 1");
-  cmd->add_option(
-      "--resources", o.resources,
-      "Per node, as cpu=N,memory=4Gi,gpu=G: N processes (torchrun --nproc_per_node), "
-      "and N CPUs of CPU time where cgroups allow; "
-      "M of memory for the node's processes together (a memory cgroup; where none can be made, an "
-      "address-space limit per process, with a warning); G GPUs leased "
-      "from $TJOB_GPU_DEVICES as CUDA_VISIBLE_DEVICES. The job waits in the queue until they fit "
-      "in the budgets. For a command after `--`: cpu=N,memory=M are what it is admitted for "
-      "(default cpu=1), not limits");
+}
+
+// When the job may start and how long it runs: priority, deadline, retries, dependencies.
+void add_scheduling_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--priority", o.priority,
                   "Admission order: higher starts first, first submitted first within a priority "
                   "(default 0; docs/scheduling.md)");
@@ -143,6 +117,42 @@ void add_job_options(CLI::App* cmd, job_options& o) {
                   "Failed, reason DependencyNeverSatisfied")
       ->delimiter(',')
       ->allow_extra_args(false);
+}
+
+}  // namespace
+
+void add_job_options(CLI::App* cmd, job_options& o) {
+  cmd->add_option("--name", o.name, "Job name (an RFC 1035 label); default: generated");
+  cmd->add_option("--runtime", o.runtime, "Runtime name; default: torch-distributed");
+  cmd->add_option("--env", o.env,
+                  "Environment variable NAME=VALUE for the job (repeatable); "
+                  "laid over tjob's own environment")
+      ->allow_extra_args(false);
+  cmd->add_option("--label", o.labels, "Kubernetes backend: a label KEY=VALUE of the TrainJob (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--annotation", o.annotations,
+                  "Kubernetes backend: an annotation KEY=VALUE of the TrainJob (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--workdir", o.workdir, "Working directory of the job; default: the current directory");
+  cmd->add_option(
+      "--working-dir", o.code_dir,
+      "A directory sent with the job: a snapshot (.gitignore and .tjobignore excludes, at most 256 "
+      "MiB) becomes its working directory and is importable; local, container and Slurm backends");
+  add_python_options(cmd, o);
+  cmd->add_option("--image", o.image,
+                  "Container backend: the image of the job's containers; default: the runtime's");
+  cmd->add_option("--num-nodes", o.num_nodes,
+                  "Nodes of a torch job, each a torchrun (steps node-0 ... node-N-1), default 1");
+  cmd->add_option(
+      "--resources", o.resources,
+      "Per node, as cpu=N,memory=4Gi,gpu=G: N processes (torchrun --nproc_per_node), "
+      "and N CPUs of CPU time where cgroups allow; "
+      "M of memory for the node's processes together (a memory cgroup; where none can be made, an "
+      "address-space limit per process, with a warning); G GPUs leased "
+      "from $TJOB_GPU_DEVICES as CUDA_VISIBLE_DEVICES. The job waits in the queue until they fit "
+      "in the budgets. For a command after `--`: cpu=N,memory=M are what it is admitted for "
+      "(default cpu=1), not limits");
+  add_scheduling_options(cmd, o);
   cmd->add_option("command", o.command,
                   "FILE.py [ARGS...] to run Python training code in a venv (everything after FILE.py "
                   "is the script's own, as with `python FILE.py ARGS...`), or `-- CMD [ARGS...]` "
