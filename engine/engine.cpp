@@ -163,15 +163,10 @@ struct engine::impl {
                                        quote(*working));
     detail::snapshot made;
     const std::filesystem::path source = *dir;
-    std::filesystem::path root;
-    co_await blocking([&] {
-      made = detail::take_snapshot(source, home, who);
-      std::error_code ec;
-      root = std::filesystem::canonical(source, ec);
-    });
+    co_await blocking([&] { made = detail::take_snapshot(source, home, who); });
     // A script inside the directory runs as the snapshot's (then the job's copy's) file.
     if (auto* p = std::get_if<python_trainer>(&req.job_trainer); p && !p->source_file.empty()) {
-      auto rel = std::filesystem::path(p->source_file).lexically_relative(root);
+      auto rel = std::filesystem::path(p->source_file).lexically_relative(made.source);
       if (!rel.empty() && *rel.begin() != "..") p->source_file = (made.dir / rel).string();
     }
     log->debug("{}: working_dir {}: snapshot {} ({} files, {} bytes{})", who, source.string(), made.hash,

@@ -207,6 +207,7 @@ snapshot take_snapshot(const fs::path& source, const fs::path& home, const std::
              " is not a directory here; give a directory of this machine to send with the job");
   auto entries = walk(root, ignore_rules::of_directory(root), who, limit);
   snapshot s;
+  s.source = root;
   for (const auto& e : entries) {
     s.bytes += e.size;
     s.files += e.type == fs::file_type::regular;

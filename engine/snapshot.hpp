@@ -36,7 +36,8 @@ class ignore_rules {
 };
 
 struct snapshot {
-  std::filesystem::path dir;  ///< $TJOB_HOME/snapshots/<hash>
+  std::filesystem::path source;  ///< the directory taken, canonical
+  std::filesystem::path dir;     ///< $TJOB_HOME/snapshots/<hash>
   std::string hash;           ///< sha256 of the paths, modes and contents
   std::uint64_t bytes = 0;
   std::size_t files = 0;

@@ -114,6 +114,14 @@ TEST_CASE_FIXTURE(fixture, "tjob run --working-dir sends a directory: the progra
   CHECK_MESSAGE(r.exit_code == 0, r.err);
   CHECK(r.out == "21 .tjobignore n.txt run.sh \n");
   CHECK_FALSE(std::filesystem::exists(src / "made.txt"));  // written in the job's copy
+  // A script of that directory runs as the copy's file, beside what it imports.
+  std::ofstream(src / "show.py") << "import os\nhere = os.path.dirname(os.path.abspath(__file__))\n"
+                                    "print('from the copy:', here == os.getcwd() and here != '" +
+                                        src.string() + "')\n";
+  auto py = tjob({"run", "--runtime", "python", "--python", "/usr/bin/python3", "--working-dir", src.string(),
+                  (src / "show.py").string()});
+  CHECK_MESSAGE(py.exit_code == 0, py.err);
+  CHECK_MESSAGE(py.out.find("\nfrom the copy: True\n") != std::string::npos, py.out);
   auto both = tjob({"run", "--working-dir", src.string(), "--workdir", src.string(), "--", "./run.sh"});
   CHECK(both.exit_code == 2);
   CHECK(both.err.find("drop --workdir") != std::string::npos);
