@@ -8,8 +8,10 @@
 #include "cli/run_job.hpp"
 #include "cli/serve_cmd.hpp"
 #include "cli/status_line.hpp"
+#include "cli/sweep_cmd.hpp"
 
 #include <tjob/client.hpp>
+#include <tjob/sweep.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -170,6 +172,8 @@ int cmd_train(const common_options& common, const job_options& jo) {
 struct commands {
   common_options common;
   job_options run_opts, train_opts;
+  cli::sweep_options sweep;  // optimize
+  std::optional<int> trial;  // logs SWEEP --trial
   std::string format = "table", list_runtime, job_name, step = "node-0", statuses = "Complete", list_statuses;
   std::vector<std::string> job_names;      // get, wait, delete, cancel: one or more
   std::vector<std::string> runtime_names;  // runtimes NAME...
@@ -184,7 +188,7 @@ struct commands {
   CLI::App *run = nullptr, *train = nullptr, *list = nullptr, *get = nullptr, *logs = nullptr,
            *wait = nullptr, *del = nullptr, *cancel = nullptr, *events = nullptr, *runtimes = nullptr,
            *cache_list = nullptr, *cache_prune = nullptr, *version = nullptr, *completion = nullptr,
-           *serve = nullptr, *queue = nullptr, *doctor = nullptr;
+           *serve = nullptr, *queue = nullptr, *doctor = nullptr, *optimize = nullptr, *sweeps = nullptr;
   cli::serve_options serve_opts;
   std::string shell;
   CLI::Option *tail_opt = nullptr, *step_opt = nullptr, *attempt_opt = nullptr;
@@ -226,6 +230,9 @@ void add_job_commands(CLI::App& app, commands& c) {
       "wait, cancel, delete and get take NAME for them all");
   c.train->add_option("--grace", c.common.grace_seconds,
                       "Seconds between SIGTERM and SIGKILL on cancel (default 10)");
+  c.optimize = cli::add_optimize_command(app, c.sweep);
+  c.sweeps = app.add_subcommand("sweeps", "List the sweeps: NAME STATUS ALGORITHM TRIALS BEST AGE");
+  c.sweeps->add_option("-o,--output", c.format, "table, name, json or yaml");
 }
 
 // list, get, logs, wait, delete, cancel, events: one job or all of them.
@@ -260,6 +267,7 @@ void add_query_commands(CLI::App& app, commands& c) {
       c.logs->add_option("--attempt", c.attempt,
                          "Only what this attempt of a restarted job wrote (1 = the first; tjob get shows the "
                          "attempt); default: every attempt's output, one after another");
+  c.logs->add_option("--trial", c.trial, "For a sweep: trial N's log (default: the best trial's)");
   c.logs->add_option("--since", c.since,
                      "Only lines written since a time (2026-12-03T19:00:00Z) or for a duration back "
                      "from now (30s, 10m, 1h30m)");
@@ -382,6 +390,11 @@ int run_query(commands& c) {
       throw usage_error("delete: give job names or --all, not both or neither");
     if (!listed.empty() && !c.delete_all) throw usage_error("delete: --status goes with --all");
   }
+  if (*c.sweeps) return write_out(cli::render_sweeps(list_sweeps(make_config(c.common)), fmt)), exit_ok;
+  cli::sweep_query sq{c.get->parsed(), c.logs->parsed(), c.wait->parsed(), c.cancel->parsed(), c.del->parsed(), &c.job_names, &c.job_name, c.trial, wanted,
+                      std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000)), fmt};
+  if ((sq.get || sq.logs || sq.wait || sq.cancel || sq.del) && cli::take_sweeps(sq, make_config(c.common)))
+    return sq.exit_code;
   trainer_client client(make_config(c.common));
   const auto& name = c.job_name;
   // A name that is no job but a job array's stands for its members (get,
@@ -527,6 +540,7 @@ int say_failure(std::exception_ptr failure) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "__supervise") return tjob::supervisor_main();
+  if (argc >= 2 && std::string_view(argv[1]) == "__sweep") return tjob::sweep_supervisor_main();
 
   CLI::App app{
       "tjob — run Kubeflow-style TrainJobs on this machine.\n"
@@ -561,8 +575,9 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
   for (int i = 1; i < ours; ++i)
-    if (std::string_view(argv[i]) == "--") c.run_opts.command_mode = c.train_opts.command_mode = true;
-  for (auto* o : {&c.run_opts, &c.train_opts})
+    if (std::string_view(argv[i]) == "--")
+      c.run_opts.command_mode = c.train_opts.command_mode = c.sweep.job.command_mode = true;
+  for (auto* o : {&c.run_opts, &c.train_opts, &c.sweep.job})
     o->command.insert(o->command.end(), script_args.begin(), script_args.end());
 
   if (app.get_subcommands().empty()) {
@@ -584,6 +599,7 @@ int main(int argc, char** argv) {
   try {
     if (*c.run) return cmd_run(c.common, c.run_opts);
     if (*c.train) return cmd_train(c.common, c.train_opts);
+    if (*c.optimize) return cli::cmd_optimize(c.common, c.sweep, parse_format(c.sweep.format));
     if (*c.serve) {
       auto cfg = make_config(c.common);
       if (forwards(cfg))

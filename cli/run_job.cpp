@@ -48,7 +48,9 @@ int tjob_args_end(CLI::App& app, int argc, char** argv) {
     }
     if (sub) return i + 1;  // FILE.py
     auto named = app.get_subcommands([&](CLI::App* s) { return s->check_name(std::string(a)); });
-    if (named.empty() || (named[0]->get_name() != "run" && named[0]->get_name() != "train")) return argc;
+    if (named.empty() || (named[0]->get_name() != "run" && named[0]->get_name() != "train" &&
+                          named[0]->get_name() != "optimize"))
+      return argc;
     sub = named[0];
   }
   return argc;

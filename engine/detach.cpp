@@ -5,17 +5,14 @@
 // stdin as one JSON object, and reads one JSON answer from its stdout: the
 // job's name, or the error (code, message, diagnostics). The supervisor then
 // owns the job until it ends.
+#include "engine/supervise.hpp"
+
 #include <tjob/client.hpp>
 #include <tjob/spec.hpp>
 #include <tjob/wire.hpp>
 
 #include <boost/json.hpp>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
@@ -26,8 +23,6 @@
 #include <mutex>
 #include <set>
 #include <thread>
-
-extern char** environ;
 
 namespace tjob {
 
@@ -120,71 +115,6 @@ train_request request_from_json(const json::object& o) {
   return req;
 }
 
-bool executable(const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; }
-
-// The program to start: the config's, $TJOB_SUPERVISOR, the tjob built with
-// this library (its build tree, then where it is installed), then tjob on PATH.
-std::string supervisor_program(const engine_config& cfg) {
-  if (!cfg.supervisor.empty()) return cfg.supervisor.string();
-  if (const char* e = std::getenv("TJOB_SUPERVISOR"); e && *e) return e;
-#ifdef TJOB_BUILT_CLI
-  if (executable(TJOB_BUILT_CLI)) return TJOB_BUILT_CLI;
-#endif
-#ifdef TJOB_INSTALLED_CLI
-  if (executable(TJOB_INSTALLED_CLI)) return TJOB_INSTALLED_CLI;
-#endif
-  const char* path = std::getenv("PATH");
-  std::string_view rest = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  while (!rest.empty()) {
-    auto colon = rest.find(':');
-    auto dir = rest.substr(0, colon);
-    rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
-    if (dir.empty()) continue;
-    auto candidate = std::string(dir) + "/tjob";
-    if (executable(candidate)) return candidate;
-  }
-  throw error(errc::executable_not_found,
-              "train_detached: no tjob program to supervise the job (it was not found where the library "
-              "was built or installed, nor on PATH); set engine_config::supervisor or $TJOB_SUPERVISOR "
-              "to the tjob binary");
-}
-
-void write_all(int fd, std::string_view s) {
-  while (!s.empty()) {
-    ssize_t n = ::write(fd, s.data(), s.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    s.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
-std::string read_all(int fd) {
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
-
-void respond(const json::object& o) { write_all(STDOUT_FILENO, json::serialize(o) + "\n"); }
-
-void respond_error(const error& e) {
-  respond({{"error", e.what()}, {"code", e.code().value()}, {"diagnostics", e.diagnostics()}});
-}
-
-struct fds {
-  int v[2] = {-1, -1};
-  ~fds() {
-    for (int fd : v)
-      if (fd >= 0) ::close(fd);
-  }
-  int take(int i) { return std::exchange(v[i], -1); }
-};
-
 // Submits every request, all or nothing: when one is refused, those already
 // submitted are deleted (a delete cancels what runs) and its error is raised.
 std::vector<std::string> train_all(trainer_client& client, const std::vector<train_request>& requests) {
@@ -222,68 +152,16 @@ std::vector<std::string> train_detached(const std::vector<train_request>& reques
   }
   if (config.home.empty()) config.home = default_home();
   config.home = std::filesystem::absolute(config.home);
-  const std::string program = supervisor_program(config);
-  // The request goes through a socket, not a pipe: a supervisor that dies
-  // before reading it must not kill this program with SIGPIPE (MSG_NOSIGNAL).
-  fds in, out;
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in.v) != 0 || ::pipe2(out.v, O_CLOEXEC) != 0)
-    throw error(errc::spawn_failed,
-                std::string("train_detached: cannot create a pipe: ") + std::strerror(errno));
-  // In a session of its own: the shell's hang-up and Ctrl-C do not reach it.
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in.v[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out.v[1], STDOUT_FILENO);
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
-  std::string arg0 = "tjob", arg1 = "__supervise";
-  char* argv[] = {arg0.data(), arg1.data(), nullptr};
-  pid_t pid = 0;
-  int err = ::posix_spawn(&pid, program.c_str(), &actions, &attr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  ::close(in.take(0));
-  ::close(out.take(1));
-  if (err != 0)
-    throw error(errc::spawn_failed, "train_detached: cannot start the supervisor " + program + ": " +
-                                        std::strerror(err) +
-                                        "; set engine_config::supervisor to the tjob binary");
+  const std::string program = detail::supervisor_program(config, "train_detached");
   const std::string body = json::serialize(batch_to_json(requests, config));
-  for (std::string_view rest = body; !rest.empty();) {
-    ssize_t n = ::send(in.v[1], rest.data(), rest.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // it went away: its answer (or its absence) says why
-    rest.remove_prefix(static_cast<std::size_t>(n));
-  }
-  ::close(in.take(1));
-  std::string answer = read_all(out.v[0]);
-  // The process started here forked the supervisor and ended at once (see
-  // supervisor_main): reaped now, nothing of it is left as a zombie.
-  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  json::object o;
-  try {
-    auto v = json::parse(answer);
-    o = v.as_object();
-  } catch (const std::exception&) {
-    throw error(errc::spawn_failed,
-                "train_detached: the supervisor " + program + " (pid " + std::to_string(pid) +
-                    ") ended before it accepted the job",
-                answer);
-  }
-  if (auto* n = o.if_contains("names"); n && n->is_array()) {
-    std::vector<std::string> names;
+  auto o = detail::ask_supervisor(program, "__supervise", body, "train_detached");
+  std::vector<std::string> names;
+  if (auto* n = o.if_contains("names"); n && n->is_array())
     for (const auto& v : n->get_array()) names.push_back(json::value_to<std::string>(v));
-    return names;
-  }
-  auto text = [&](const char* k) {
-    auto* v = o.if_contains(k);
-    return v && v->is_string() ? std::string(v->as_string()) : std::string();
-  };
-  auto* c = o.if_contains("code");
-  auto code = c && c->is_int64() ? static_cast<int>(c->as_int64()) : static_cast<int>(errc::backend_error);
-  throw error(boost::system::error_code(code, category()), text("error"), text("diagnostics"));
+  if (names.size() != requests.size())
+    throw error(errc::spawn_failed, "train_detached: the supervisor " + program + " answered no job names",
+                json::serialize(o));
+  return names;
 }
 
 std::string train_detached(const train_request& request, engine_config config) {
@@ -300,17 +178,9 @@ std::vector<std::string> trainer_client::train_detached(const std::vector<train_
 }
 
 int supervisor_main() {
-  // The supervisor is the grandchild of the program that asked: the child
-  // ends at once, is reaped there, and the supervisor belongs to init (or a
-  // subreaper) from then on, so a long-lived program that detaches many jobs
-  // collects no zombies. No thread exists yet, so fork is safe here.
-  if (pid_t p = ::fork(); p < 0) {
-    respond_error(error(errc::spawn_failed, std::string("supervisor: cannot fork: ") + std::strerror(errno)));
-    return 1;
-  } else if (p > 0) {
-    ::_exit(0);
-  }
-  std::signal(SIGPIPE, SIG_IGN);  // an asker gone before the answer must not take the job's owner with it
+  // The supervisor is the grandchild of the program that asked (leave_asker).
+  // No thread exists yet, so fork is safe here.
+  if (!detail::leave_asker()) return 1;
   // Signals are taken by a thread of their own: SIGTERM, SIGINT or SIGHUP
   // cancels the job (before it has a name: as soon as it has one). The
   // thread never returns, so what it shares with this function is on the heap.
@@ -349,7 +219,7 @@ int supervisor_main() {
   std::vector<std::string> names;
   try {
     try {
-      auto v = json::parse(read_all(STDIN_FILENO));
+      auto v = json::parse(detail::read_all(STDIN_FILENO));
       const auto& o = v.as_object();
       config_from_json(o, cfg);
       for (const auto& r : o.at("requests").as_array()) reqs.push_back(request_from_json(r.as_object()));
@@ -364,26 +234,21 @@ int supervisor_main() {
     client = std::make_unique<trainer_client>(cfg);
     names = train_all(*client, reqs);
   } catch (const error& e) {
-    respond_error(e);
+    detail::respond_error(e);
     return 2;
   } catch (const std::exception& e) {
-    respond_error(error(errc::backend_error, e.what()));
+    detail::respond_error(error(errc::backend_error, e.what()));
     return 1;
   }
   json::array answer;
   for (const auto& n : names) answer.emplace_back(n);
-  respond({{"names", std::move(answer)}});
+  detail::respond({{"names", std::move(answer)}});
   // From here on nobody reads our output: the supervisor's own messages go to
   // the first job's directory.
   // (the job's own directory, which its code cannot write; O_NOFOLLOW all the same)
   const auto caps = client->job_backend();
   const auto job_dir = client->home() / (caps.job_files.empty() ? "jobs" : caps.job_files) / names.front();
-  int logfd =
-      ::open((job_dir / "supervisor.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  ::dup2(null, STDIN_FILENO);
-  ::dup2(logfd >= 0 ? logfd : null, STDOUT_FILENO);
-  ::dup2(logfd >= 0 ? logfd : null, STDERR_FILENO);
+  detail::redirect_output(job_dir / "supervisor.log");
   {
     std::lock_guard lock(state->m);
     state->client = client.get();
