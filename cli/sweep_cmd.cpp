@@ -133,6 +133,7 @@ CLI::App* add_optimize_command(CLI::App& app, sweep_options& o) {
       "once; the best by --objective is kept. Prints the sweep's name (a supervising process owns it); "
       "--wait follows it to its end. tjob get NAME shows the trials, best first");
   add_job_options(cmd, o.job);
+  cmd->get_option("command")->required(false);  // not with --resume; cmd_optimize asks for it
   cmd->add_option("--param", o.params,
                   "A parameter of the search space (repeatable): NAME=uniform:MIN:MAX, "
                   "NAME=loguniform:MIN:MAX or NAME=choice:A,B,C");
@@ -272,6 +273,9 @@ int cmd_optimize(const common_options& common, sweep_options& o, output_format f
   if (!o.resume.empty()) {
     resume_sweep(o.resume, cfg);
   } else {
+    if (o.job.command.empty())
+      throw usage_error("optimize: give the trial's training file (FILE.py) or a command after --, or "
+                        "--resume NAME");
     sweep_request r;
     r.name = o.job.name;
     o.job.name.clear();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 
@@ -100,7 +101,10 @@ std::vector<std::pair<std::string, std::string>> grid_point(const sweep_request&
     } else {
       auto [lo, hi] = inner_bounds(p);
       double u = lo + (hi - lo) * static_cast<double>(at) / static_cast<double>(n - 1);
-      out[k] = {p.name, number_text(from_inner(p, u))};
+      // (12 digits: a grid point is 0.01, not exp(log(0.01))'s 0.010000000000000004)
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.12g", from_inner(p, u));
+      out[k] = {p.name, number_text(std::strtod(buf, nullptr))};
     }
   }
   return out;

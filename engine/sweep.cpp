@@ -27,6 +27,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -41,6 +42,8 @@ namespace {
 
 constexpr std::int64_t protocol_version = 1;
 constexpr auto owner_wake = std::chrono::seconds(30);  // a backstop: a trial's change wakes it first
+constexpr auto save_every = std::chrono::milliseconds(100);
+constexpr std::size_t finish_lanes = 4;  // threads reading ended trials' metrics
 
 const objective& primary(const sweep_request& r) { return r.objectives.front(); }
 
@@ -122,9 +125,10 @@ std::optional<double> number_of(const std::string& text) {
 // the primary container's).
 void read_metrics(trainer_client& client, const sweep_request& r, sweep_trial& t, const train_job& job) {
   t.metrics.clear();
-  for (const auto& e : client.get_job_events(t.name))
-    for (const auto& [k, v] : e.metrics)
-      if (auto x = number_of(v)) record_metric(t.metrics, k, *x, e.time);
+  if (job.progress_updated)  // (a job that never reported has no Progress event to read)
+    for (const auto& e : client.get_job_events(t.name))
+      for (const auto& [k, v] : e.metrics)
+        if (auto x = number_of(v)) record_metric(t.metrics, k, *x, e.time);
   log_options lo{.step = job.steps.empty() ? "node-0" : job.steps.front().name, .timestamps = true};
   if (!job.steps.empty()) lo.attempt = job.steps.front().attempt;
   std::string logs;
@@ -241,21 +245,23 @@ class owner {
       if (started) started();
       return s_;
     }
-    arrays_ = client_.job_backend().arrays;
+    const auto caps = client_.job_backend();
+    arrays_ = caps.arrays;
+    needs_owner_ = caps.needs_owner;
     total_ = sweep_trial_count(s_.request);
     const bool fresh = s_.trials.empty();
     s_.status = "Running";
     s_.owned = true;
     auto known = client_.list_jobs();
+    bool dirty = false;
     for (bool first = true;; first = false) {
-      bool changed = follow(known);
+      bool changed = follow(known) || first;
       if (auto over = too_many_failed()) {
         end("Failed", *over);
         break;
       }
-      changed = plan() || changed;
-      if (changed && !save()) break;
-      submit(first && started && fresh);
+      if (plan() && !save()) break;
+      changed = submit(first && started && fresh) || changed;
       if (first && started) started();
       if (not_ended() == 0 && static_cast<int>(s_.trials.size()) >= total_) {
         if (auto b = best_trial(s_))
@@ -266,8 +272,18 @@ class owner {
                                                              "': " + failed_list(s_, 3));
         break;
       }
-      if (!save()) break;
-      known = client_.wait_for_jobs_change(known, std::nullopt, owner_wake);
+      // At most one write per save_every while trials change (a sweep of a
+      // thousand short trials would otherwise write its record a thousand
+      // times); a cancel or a delete from outside is seen on every round.
+      dirty = dirty || changed;
+      const auto since = std::chrono::steady_clock::now() - last_save_;
+      if (ended_outside() || (dirty && since >= save_every)) {
+        if (!save()) break;
+        dirty = false;
+      }
+      const auto wake = dirty ? std::chrono::duration_cast<std::chrono::milliseconds>(save_every - since)
+                              : std::chrono::milliseconds(owner_wake);
+      known = client_.wait_for_jobs_change(known, std::nullopt, std::max(wake, std::chrono::milliseconds(1)));
     }
     s_.owned = false;
     return s_;
@@ -285,6 +301,7 @@ class owner {
     std::map<std::string_view, const train_job*> by_name;
     for (const auto& j : jobs) by_name.emplace(j.name, &j);
     bool changed = false;
+    std::vector<std::pair<sweep_trial*, const train_job*>> ended;
     for (auto& t : s_.trials) {
       if (trial_ended(t.status)) continue;
       auto it = by_name.find(t.name);
@@ -294,16 +311,46 @@ class owner {
         t.reason = "its job was deleted";
         changed = true;
       } else if (is_terminal(it->second->status)) {
-        finish_trial(client_, s_.request, t, *it->second);
-        changed = true;
+        ended.emplace_back(&t, it->second);
       } else {
         changed = follow_trial(s_.request, t, *it->second) || changed;
       }
     }
+    finish_all(ended);
+    changed = changed || !ended.empty();
     auto b = best_trial(s_);
     changed = changed || b != s_.best;
     s_.best = b;
     return changed;
+  }
+
+  // Reads the ended trials' metrics, a few at once: each read is a round trip
+  // to the engine's thread (its cost is mostly the hop), and a thousand short
+  // trials end together.
+  void finish_all(const std::vector<std::pair<sweep_trial*, const train_job*>>& ended) {
+    const std::size_t lanes = std::min<std::size_t>(finish_lanes, ended.size());
+    auto lane = [&](std::size_t k) {
+      for (std::size_t i = k; i < ended.size(); i += lanes)
+        finish_trial(client_, s_.request, *ended[i].first, *ended[i].second);
+    };
+    if (lanes <= 1) {
+      if (lanes == 1) lane(0);
+      return;
+    }
+    std::vector<std::future<void>> others;
+    for (std::size_t k = 1; k < lanes; ++k) others.push_back(std::async(std::launch::async, lane, k));
+    std::exception_ptr failure;
+    try {
+      lane(0);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    for (auto& f : others) try {
+        f.get();
+      } catch (...) {
+        if (!failure) failure = std::current_exception();
+      }
+    if (failure) std::rethrow_exception(failure);
   }
 
   std::optional<std::string> too_many_failed() const {
@@ -315,15 +362,20 @@ class owner {
            std::to_string(*s_.request.max_failed_trials) + ": " + failed_list(s_, 5);
   }
 
-  // The next trials' parameters, recorded before they are submitted.
+  // The next trials' parameters, recorded before they are submitted. Where
+  // they do not depend on the trials' results (random, grid) and the backend
+  // holds an array to its limit, every trial at once: the sweep is then the
+  // array, its trials admitted as the array's members are. Otherwise as many
+  // as may run.
   bool plan() {
     std::vector<observation> done;
     const double sign = primary(s_.request).maximize ? -1 : 1;
     for (const auto& t : s_.trials)
       if (t.status == "Complete" && t.objective) done.push_back({t.parameters, sign * *t.objective});
+    const bool all_at_once = arrays_ && s_.request.algorithm != "tpe";
     bool changed = false;
-    for (int open = not_ended(); open < s_.request.parallel_trials && static_cast<int>(s_.trials.size()) < total_;
-         ++open) {
+    for (int open = not_ended();
+         (all_at_once || open < s_.request.parallel_trials) && static_cast<int>(s_.trials.size()) < total_; ++open) {
       sweep_trial t;
       t.index = static_cast<int>(s_.trials.size());
       t.name = s_.name + "-" + std::to_string(t.index);
@@ -334,31 +386,45 @@ class owner {
     return changed;
   }
 
-  // Submits every Pending trial. Before the sweep is started (`refuse`), the
-  // first refusal is thrown after undoing what was submitted.
-  void submit(bool refuse) {
-    for (auto& t : s_.trials) {
-      if (t.status != "Pending") continue;
-      try {
-        client_.train(trial_request(s_, t, arrays_));
-        t.status = "Created";
-      } catch (const error& e) {
-        if (e.code() == errc::duplicate_name && !refuse) {  // submitted by an owner that died since
-          t.status = "Created";
-          continue;
-        }
-        if (refuse && usage_class(e)) {
-          for (const auto& u : s_.trials)
-            if (u.status == "Created") try {
-                client_.delete_job(u.name);
-              } catch (const error&) {
-              }
-          throw error(e.code(), "sweep " + s_.name + ": trial_template: " + e.what(), e.diagnostics());
-        }
-        t.status = "Failed";
-        t.reason = std::string("not submitted: ") + e.what();
+  // Submits every Pending trial, together: where the backend needs an owner,
+  // a supervising process of their own owns them (train_detached), so they
+  // run on when this owner dies. Before the sweep is started (`refuse`), a
+  // refusal (a bad template) is thrown, nothing of it submitted.
+  bool submit(bool refuse) {
+    std::vector<train_request> batch;
+    std::vector<sweep_trial*> trials;
+    for (auto& t : s_.trials)
+      if (t.status == "Pending") {
+        batch.push_back(trial_request(s_, t, arrays_));
+        trials.push_back(&t);
       }
+    if (batch.empty()) return false;
+    try {
+      if (needs_owner_) {
+        (void)train_detached(batch, client_.config());
+      } else {
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+          client_.train(batch[i]);
+          trials[i]->status = "Created";
+        }
+      }
+      for (auto* t : trials) t->status = "Created";
+    } catch (const error& e) {
+      if (refuse && usage_class(e)) {
+        for (auto* t : trials)
+          if (t->status == "Created") try {
+              client_.delete_job(t->name);
+            } catch (const error&) {
+            }
+        throw error(e.code(), "sweep " + s_.name + ": trial_template: " + e.what(), e.diagnostics());
+      }
+      for (auto* t : trials)
+        if (t->status == "Pending") {
+          t->status = "Failed";
+          t->reason = std::string("not submitted: ") + e.what();
+        }
     }
+    return true;
   }
 
   void end(const std::string& status, const std::string& reason) {
@@ -395,28 +461,36 @@ class owner {
     }
   }
 
+  // A cancel (the `cancelled` marker) or a delete (no record) from outside:
+  // two looks at the directory, no read of the record.
+  bool ended_outside() const {
+    std::error_code ec;
+    return std::filesystem::exists(dir_ / "cancelled", ec) || !std::filesystem::exists(dir_ / "sweep.json", ec);
+  }
+
   // Writes the record; false when someone else ended it (a cancel) or
   // removed it (a delete): then the trials that run are cancelled.
   bool save() {
     std::optional<record_lock> lock(std::in_place, dir_);
-    auto disk = read_record(dir_);
-    if (!disk) {
+    std::error_code ec;
+    if (!std::filesystem::exists(dir_ / "sweep.json", ec)) {
       lock.reset();
       stopped_ = true;
       cancel_open();
       return false;
     }
-    if (sweep_ended(disk->status) && !sweep_ended(s_.status)) {
-      s_.status = disk->status;
-      s_.reason = disk->reason;
-      s_.end_time = disk->end_time;
+    if (std::filesystem::exists(dir_ / "cancelled", ec) && !sweep_ended(s_.status)) {
+      s_.status = "Failed";
+      s_.reason = "cancelled";
+      s_.end_time = clock::now();
       lock.reset();
       cancel_open();
       std::optional<record_lock> again(std::in_place, dir_);
-      if (read_record(dir_)) write_record(dir_, s_);
+      if (std::filesystem::exists(dir_ / "sweep.json", ec)) write_record(dir_, s_);
       return false;
     }
     write_record(dir_, s_);
+    last_save_ = std::chrono::steady_clock::now();
     return !stopped_;
   }
 
@@ -425,7 +499,8 @@ class owner {
   std::filesystem::path dir_;
   owner_fd owned_;
   sweep_job s_;
-  bool arrays_ = false, stopped_ = false;
+  bool arrays_ = false, needs_owner_ = false, stopped_ = false;
+  std::chrono::steady_clock::time_point last_save_{};
   int total_ = 0;
 };
 
@@ -525,10 +600,13 @@ sweep_job run_sweep(trainer_client& client, const std::string& name) {
 
 sweep_job get_sweep(const std::string& name, const engine_config& config) {
   const auto dir = sweep_dir(home_of(config), name);
+  // The owner first: one that writes its last record and goes between the
+  // two looks is then seen owning an ended sweep, never gone from a running one.
+  const bool owned = !job_name_problem(name) && has_owner(dir);
   std::optional<sweep_job> s;
   if (!job_name_problem(name)) s = read_record(dir);
   if (!s) throw error(errc::job_not_found, "sweep " + name + ": no such sweep");
-  s->owned = has_owner(dir);
+  s->owned = owned && !sweep_ended(s->status);
   return *s;
 }
 
@@ -536,8 +614,9 @@ std::vector<sweep_job> list_sweeps(const engine_config& config) {
   std::vector<sweep_job> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(sweeps_dir(home_of(config)), ec)) {
+    const bool owned = has_owner(entry.path());
     if (auto s = read_record(entry.path())) {
-      s->owned = has_owner(entry.path());
+      s->owned = owned && !sweep_ended(s->status);
       out.push_back(std::move(*s));
     }
   }
@@ -592,6 +671,8 @@ void cancel_sweep(const std::string& name, const engine_config& config) {
     s->status = "Failed";
     s->reason = "cancelled";
     s->end_time = clock::now();
+    // (the owner looks for the marker, not into the record, on every round)
+    if (FILE* f = std::fopen((dir / "cancelled").c_str(), "w")) std::fclose(f);
     for (const auto& t : s->trials)
       if (!trial_ended(t.status) && t.status != "Pending") open.push_back(t.name);
     write_record(dir, *s);
