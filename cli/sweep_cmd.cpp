@@ -129,7 +129,8 @@ CLI::App* add_optimize_command(CLI::App& app, sweep_options& o) {
       "optimize",
       "Run a hyperparameter sweep (Kubeflow's optimize()): trials NAME-0, NAME-1, ... of the job given as to "
       "tjob train, each with its own parameters (a Python function's keyword arguments; a script's or "
-      "command's ${trialParameters.NAME}, else --NAME=VALUE after its arguments), at most --parallel at "
+      "command's ${trialParameters.NAME} in its arguments; each has $TJOB_TRIAL_PARAMETERS), at most "
+      "--parallel at "
       "once; the best by --objective is kept. Prints the sweep's name (a supervising process owns it); "
       "--wait follows it to its end. tjob get NAME shows the trials, best first");
   add_job_options(cmd, o.job);

@@ -87,26 +87,27 @@ train_request trial_request(const sweep_job& s, const sweep_trial& t, bool array
     req.array = s.name;
     req.array_limit = s.request.parallel_trials;
   }
+  json::object all;
+  for (const auto& [k, v] : t.parameters) all[k] = json::parse(v);
+  // Every trial knows its sweep, its index and its parameters (a JSON object:
+  // tjob.trial_parameters() reads it); a command or a script also gets them
+  // where its arguments or environment say ${trialParameters.NAME}.
   auto placed = [&](std::vector<std::string>& argv, std::map<std::string, std::string>& env) {
     bool used = false;
     for (auto& a : argv) a = substitute(a, t, used);
     for (auto& [k, v] : env) v = substitute(v, t, used);
-    if (!used)  // W&B's default: the parameters as flags after the script's own
-      for (const auto& [k, v] : t.parameters) argv.push_back("--" + k + "=" + parameter_argument(v));
     env["TJOB_SWEEP"] = s.name;
     env["TJOB_TRIAL_INDEX"] = std::to_string(t.index);
+    env["TJOB_TRIAL_PARAMETERS"] = json::serialize(all);
   };
   if (auto* py = std::get_if<python_trainer>(&req.job_trainer)) {
-    if (!py->function.empty()) {
+    if (!py->function.empty()) {  // Katib's way: each parameter a keyword argument
       json::object args;
       if (!py->function_args.empty()) args = json::parse(py->function_args).as_object();
-      for (const auto& [k, v] : t.parameters) args[k] = json::parse(v);
+      for (const auto& [k, v] : all) args[k] = v;
       py->function_args = json::serialize(args);
-      py->env["TJOB_SWEEP"] = s.name;
-      py->env["TJOB_TRIAL_INDEX"] = std::to_string(t.index);
-    } else {
-      placed(py->args, py->env);
     }
+    placed(py->args, py->env);
   } else if (auto* cmd = std::get_if<command_trainer>(&req.job_trainer)) {
     placed(cmd->command, cmd->env);
   }
@@ -234,6 +235,11 @@ class owner {
   // thrown instead, nothing of the sweep's jobs left.
   sweep_job drive(const std::function<void()>& started) {
     owned_.fd = take_owner(dir_);
+    if (owned_.fd >= 0) {  // who owns it, for a person (the lock is what counts)
+      const auto pid = std::to_string(::getpid()) + "\n";
+      if (::ftruncate(owned_.fd, 0) != 0 || ::pwrite(owned_.fd, pid.data(), pid.size(), 0) < 0) {
+      }
+    }
     if (owned_.fd < 0)
       throw error(errc::invalid_argument, "sweep " + name_ +
                                               " has an owner already (another process drives it); "
@@ -479,10 +485,17 @@ class owner {
       cancel_open();
       return false;
     }
-    if (std::filesystem::exists(dir_ / "cancelled", ec) && !sweep_ended(s_.status)) {
+    // A cancel recorded before this owner ended the sweep wins, whatever the
+    // trials' ends (cancelled) made of it here.
+    if (std::filesystem::exists(dir_ / "cancelled", ec) && s_.reason != "cancelled") {
+      const bool ending = sweep_ended(s_.status);
       s_.status = "Failed";
       s_.reason = "cancelled";
-      s_.end_time = clock::now();
+      if (!s_.end_time) s_.end_time = clock::now();
+      if (ending) {  // (end() has stopped what ran)
+        write_record(dir_, s_);
+        return false;
+      }
       lock.reset();
       cancel_open();
       std::optional<record_lock> again(std::in_place, dir_);
@@ -517,18 +530,21 @@ std::string create_sweep(trainer_client& client, sweep_request r) {
   check_sweep_request(r);
   const auto last = r.name + "-" + std::to_string(sweep_trial_count(r) - 1);
   if (auto problem = job_name_problem(last))
-    throw error(errc::invalid_name, "sweep " + r.name + ": name: its last trial's name " + last + " " + *problem +
-                                        "; give a shorter name");
-  for (const auto& j : client.list_jobs())
-    if (j.name == r.name || j.array == r.name)
-      throw error(errc::duplicate_name, "sweep " + r.name + ": name: a job or job array of that name exists; "
-                                        "give the sweep another name");
+    throw error(errc::invalid_name, "sweep " + r.name + ": name: its last trial's name " + last + " " +
+                                        *problem + "; give a shorter name");
   std::filesystem::create_directories(sweeps_dir(client.home()));
   const auto dir = sweep_dir(client.home(), r.name);
   std::error_code ec;
   if (!std::filesystem::create_directory(dir, ec))
     throw error(errc::duplicate_name, "sweep " + r.name + ": name: a sweep of that name exists; give another, "
                                       "or tjob delete " + r.name);
+  for (const auto& j : client.list_jobs())
+    if (j.name == r.name || j.array == r.name) {
+      std::filesystem::remove(dir, ec);
+      throw error(errc::duplicate_name, "sweep " + r.name +
+                                            ": name: a job or job array of that name exists; "
+                                            "give the sweep another name");
+    }
   sweep_job s;
   s.name = r.name;
   s.request = std::move(r);
@@ -553,6 +569,15 @@ engine_config absolute_home(engine_config cfg) {
 }
 
 std::filesystem::path home_of(const engine_config& cfg) { return absolute_home(cfg).home; }
+
+// An owner that has seen a cancel ends within a round (its trials' ends wake
+// it); at most `limit` is waited for one that does not.
+void wait_owner_gone(const std::filesystem::path& dir,
+                     std::chrono::seconds limit = std::chrono::seconds(30)) {
+  for (auto until = std::chrono::steady_clock::now() + limit;
+       has_owner(dir) && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
 
 }  // namespace
 
@@ -659,7 +684,18 @@ sweep_job wait_for_sweep_change(const std::string& name, const sweep_job& known,
   }
 }
 
+namespace {
+void cancel_sweep_as(const std::string& name, const engine_config& config, bool owner_is_me);
+}
+
 void cancel_sweep(const std::string& name, const engine_config& config) {
+  cancel_sweep_as(name, config, false);
+}
+
+namespace {
+
+// `owner_is_me`: the owner's own signal handler cancels; it records the end.
+void cancel_sweep_as(const std::string& name, const engine_config& config, bool owner_is_me) {
   const auto dir = sweep_dir(home_of(config), name);
   (void)get_sweep(name, config);
   std::vector<std::string> open;
@@ -674,15 +710,25 @@ void cancel_sweep(const std::string& name, const engine_config& config) {
     // (the owner looks for the marker, not into the record, on every round)
     if (FILE* f = std::fopen((dir / "cancelled").c_str(), "w")) std::fclose(f);
     for (const auto& t : s->trials)
-      if (!trial_ended(t.status) && t.status != "Pending") open.push_back(t.name);
+      if (!trial_ended(t.status)) open.push_back(t.name);
     write_record(dir, *s);
   }
+  // Every trial's job that has not ended, whatever the record says of it (a
+  // Pending trial may have been submitted since), and any job of its array.
   trainer_client client(config);
+  std::vector<std::string> cancel;
+  for (const auto& j : client.list_jobs())
+    if (!is_terminal(j.status) &&
+        (j.array == name || std::find(open.begin(), open.end(), j.name) != open.end()))
+      cancel.push_back(j.name);
   try {
-    client.cancel_jobs(open);
+    client.cancel_jobs(cancel);
   } catch (const error&) {
   }
-  if (has_owner(dir)) return;  // the owner records how its trials ended
+  // The owner records how its trials ended, and goes: what this returns to
+  // is then the sweep as it ended.
+  if (owner_is_me) return;
+  wait_owner_gone(dir);
   record_lock lock(dir);
   auto s = read_record(dir);
   if (!s) return;
@@ -699,15 +745,13 @@ void cancel_sweep(const std::string& name, const engine_config& config) {
   write_record(dir, *s);
 }
 
+}  // namespace
+
 void delete_sweep(const std::string& name, const engine_config& config) {
   const auto dir = sweep_dir(home_of(config), name);
   auto s = get_sweep(name, config);
   if (!sweep_ended(s.status)) cancel_sweep(name, config);
-  // The owner sees the cancel on its next write and goes; then nothing
-  // submits a trial any more.
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-       has_owner(dir) && std::chrono::steady_clock::now() < until;)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  wait_owner_gone(dir);  // then nothing submits a trial any more
   trainer_client client(config);
   for (const auto& j : client.list_jobs())
     if (j.array == name || std::any_of(s.trials.begin(), s.trials.end(),
@@ -743,7 +787,7 @@ int sweep_supervisor_main() {
   auto state = std::make_shared<shared>();
   auto cancel = [](shared& st) {  // (st.m held)
     try {
-      cancel_sweep(st.name, st.cfg);
+      cancel_sweep_as(st.name, st.cfg, true);
     } catch (...) {
     }
   };

@@ -236,10 +236,12 @@ void engine_state::schedule_admission() {
   if (admission_scheduled || admission_waiting.empty()) return;
   admission_scheduled = true;
   auto admitted = std::make_shared<std::vector<std::string>>();
+  auto cancelled = std::make_shared<std::vector<std::string>>();
   queue_write(
-      [self = shared_from_this(), admitted](detail::store& s) {
+      [self = shared_from_this(), admitted, cancelled](detail::store& s) {
         self->admission_scheduled = false;
         admitted->clear();  // (a write retried after a failed commit decides afresh)
+        cancelled->clear();
         const auto t0 = steady::now();
         const auto t = now_ms();
         auto plan = plan_queue_head(s, self->budget);
@@ -248,6 +250,14 @@ void engine_state::schedule_admission() {
           if (self->waiting_here(name)) mine.push_back(std::move(name));
         const auto decided = steady::now();
         for (const auto& name : mine) {
+          // Another process's cancel that came after the admitter's last
+          // read of the log, under this same write lock: the job is not let
+          // in to run out the cancel's grace period (a sweep's cancel, as
+          // its queued trials were admitted one by one), it ends cancelled.
+          if (s.has_event(name, log_event::cancel_requested)) {
+            cancelled->push_back(name);
+            continue;
+          }
           const std::int64_t since = self->owned(name)->queued_ms;
           s.admit(name);
           s.update_job_status(name, job_status::created, "");
@@ -258,7 +268,9 @@ void engine_state::schedule_admission() {
         log_decision(*self->log, t0, std::max<std::size_t>(admitted->size(), 1),
                      self->admission_waiting.size(), decided);
       },
-      [self = shared_from_this(), admitted] {
+      [self = shared_from_this(), admitted, cancelled] {
+        for (const auto& name : *cancelled)
+          if (auto j = self->owned(name)) j->post(job_input::cancel(false, true));
         // Out of the waiting list in one pass (one erase each would move the
         // whole list each time: quadratic in a deep queue).
         std::vector<std::shared_ptr<job_rec>> let_in;

@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <csignal>
+#include <set>
 
 namespace tjob::local {
 
@@ -63,9 +64,14 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool
                                : ": SIGTERM to the process group, SIGKILL after " +
                                      std::to_string(grace.count()) + " ms"));
   });
+  // Each step's process once with SIGTERM: one that starts while the cancel
+  // waits (a queued job its owner had just admitted) gets its own at once
+  // rather than running until the grace period's SIGKILL.
+  std::set<std::int64_t> terminated;
   auto signal_steps = [&](const detail::job_row& r, int sig) {
     for (const auto& s : r.steps) {
       if (s.status != job_status::running) continue;
+      if (sig == SIGTERM && !terminated.insert(s.pid).second) continue;
       if (process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start))
         ::killpg(static_cast<pid_t>(s.pid), sig);
       // and what left the group: the cgroup that holds the step's tree (local_tree.cpp)
@@ -80,6 +86,7 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool
       check_running();
       auto r = load_fresh(name);
       if (!r || is_terminal(r->status)) co_return true;
+      if (!force) signal_steps(*r, SIGTERM);  // (only steps started since)
       if (!co_await fw.wait_until(deadline)) co_return false;
     }
   };

@@ -47,9 +47,10 @@ struct sweep_request {
   std::string name;  ///< empty: generated (a letter + 11 hex characters)
   /// The template of every trial (Kubeflow's TrainJobTemplate); its name and
   /// array are the sweep's to set. A Python function gets each parameter as
-  /// a keyword argument; a script or a command gets `${trialParameters.NAME}`
-  /// replaced in its arguments and environment, or, where it names none,
-  /// `--NAME=VALUE` arguments after its own.
+  /// a keyword argument (Katib's way); a script or a command gets
+  /// `${trialParameters.NAME}` replaced in its arguments and environment.
+  /// Every trial has $TJOB_SWEEP, $TJOB_TRIAL_INDEX and
+  /// $TJOB_TRIAL_PARAMETERS (a JSON object of them all).
   train_request trial;
   std::vector<search_parameter> search_space;
   /// The first is optimised, the others recorded; empty: minimise `loss`.

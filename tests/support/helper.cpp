@@ -27,6 +27,8 @@
 //                          "<now> <most>" counter goes up by one (<most>: the
 //                          highest <now> ever seen)
 //   leave FILE             count this process out (<now> down by one)
+//   wait-most FILE N MS    wait until FILE's <most> is N or more (looking every
+//                          5 ms), at most MS milliseconds; then go on either way
 //   append FILE TEXT       append TEXT and a newline to FILE (one write)
 //   fail-until FILE N CODE this is attempt K = 1 + the lines of FILE: append
 //                          "K <realtime ns>" to it, print "attempt K"; exit
@@ -216,6 +218,20 @@ int main(int argc, char** argv) {
       std::fprintf(f, "%d %d\n", static_cast<int>(session), static_cast<int>(daemon));
       std::fclose(f);
       i += 2;
+    } else if (cmd == "wait-most") {
+      const long want = std::atol(arg(2).c_str());
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(std::atol(arg(3).c_str()));
+      for (;;) {
+        long now = 0, most = 0;
+        if (FILE* f = std::fopen(arg(1).c_str(), "r")) {
+          if (std::fscanf(f, "%ld %ld", &now, &most) != 2) most = 0;
+          std::fclose(f);
+        }
+        if (most >= want || std::chrono::steady_clock::now() >= until) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      i += 3;
     } else if (cmd == "sleep") {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(1).c_str())));
       i += 1;
