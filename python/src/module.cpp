@@ -55,29 +55,6 @@ using tjob::clock;
 
 // --- the reactor -------------------------------------------------------------
 
-// tjob::errc's names (tjob::to_string), which the Python layer maps to exception types.
-std::string errc_name(const boost::system::error_code& ec) {
-  std::string name =
-      ec.category() == tjob::category() ? tjob::to_string(static_cast<tjob::errc>(ec.value())) : "";
-  return name.empty() || name == "unknown" ? "internal" : name;
-}
-
-// What a failed operation hands to Python: (code, message, diagnostics); the
-// Python layer picks the exception type by code.
-py::tuple error_tuple(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const tjob::error& x) {
-    return py::make_tuple(errc_name(x.code()), std::string(x.what()), std::string(x.diagnostics()));
-  } catch (const boost::system::system_error& x) {
-    if (x.code() == asio::error::operation_aborted)
-      return py::make_tuple(std::string("cancelled"), std::string("cancelled"), std::string());
-    return py::make_tuple(std::string("internal"), std::string(x.what()), std::string());
-  } catch (const std::exception& x) {
-    return py::make_tuple(std::string("internal"), std::string(x.what()), std::string());
-  }
-}
-
 /// Completions for one waiter (a thread of the blocking client, an asyncio
 /// loop), in batches: the reactor queues each one and writes an eventfd (once
 /// a batch) without taking the GIL; the waiter's drain converts them and calls
@@ -532,6 +509,7 @@ PYBIND11_MODULE(_tjob, m) {
         return py::make_tuple(py::cast(names), py::none());
       },
       py::arg("request"), py::arg("spec"), py::arg("config"));
+  add_sweep_functions(m);
   m.def("format_time", [](double s) {
     return tjob::format_time(
         clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(s))));

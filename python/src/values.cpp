@@ -3,6 +3,8 @@
 // options) as the engine's.
 #include "values.hpp"
 
+#include <boost/asio/error.hpp>
+
 #include <boost/json/parse.hpp>
 
 #include <pybind11/stl.h>
@@ -258,6 +260,29 @@ std::set<tjob::job_status> statuses_of(const std::vector<std::string>& names) {
     out.insert(*s);
   }
   return out;
+}
+
+// tjob::errc's names (tjob::to_string), which the Python layer maps to exception types.
+std::string errc_name(const boost::system::error_code& ec) {
+  std::string name =
+      ec.category() == tjob::category() ? tjob::to_string(static_cast<tjob::errc>(ec.value())) : "";
+  return name.empty() || name == "unknown" ? "internal" : name;
+}
+
+// What a failed operation hands to Python: (code, message, diagnostics); the
+// Python layer picks the exception type by code.
+pybind11::tuple error_tuple(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const tjob::error& x) {
+    return pybind11::make_tuple(errc_name(x.code()), std::string(x.what()), std::string(x.diagnostics()));
+  } catch (const boost::system::system_error& x) {
+    if (x.code() == boost::asio::error::operation_aborted)
+      return pybind11::make_tuple(std::string("cancelled"), std::string("cancelled"), std::string());
+    return pybind11::make_tuple(std::string("internal"), std::string(x.what()), std::string());
+  } catch (const std::exception& x) {
+    return pybind11::make_tuple(std::string("internal"), std::string(x.what()), std::string());
+  }
 }
 
 }  // namespace tjob::python

@@ -8,6 +8,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <exception>
 #include <optional>
 #include <set>
 #include <string>
@@ -28,5 +29,14 @@ engine_config config_of(const pybind11::dict& d);
 log_options log_options_of(const pybind11::dict& d);
 /// Kubeflow's status names; a ValueError for any other.
 std::set<job_status> statuses_of(const std::vector<std::string>& names);
+
+/// What a failed operation hands to Python: (code, message, diagnostics);
+/// the Python layer picks the exception type by code (tjob.errc's names).
+pybind11::tuple error_tuple(std::exception_ptr e);
+
+/// The sweep functions (tjob/sweep.hpp): optimize, get_sweep, list_sweeps,
+/// wait_sweep, cancel_sweep, delete_sweep, resume_sweep; each answers
+/// (result, None) or (None, error).
+void add_sweep_functions(pybind11::module_& m);
 
 }  // namespace tjob::python

@@ -38,6 +38,13 @@ def home(tmp_path, monkeypatch):
     return str(h)
 
 
+@pytest.fixture
+def system_torch(monkeypatch):
+    """The torch runtime's `torch` from Debian's python3 (no index here has it), as a user offline does."""
+    monkeypatch.setenv("TJOB_PYTHON", "/usr/bin/python3")
+    monkeypatch.setenv("TJOB_SYSTEM_SITE_PACKAGES", "1")
+
+
 @pytest.fixture(scope="session")
 def index():
     """The loopback PEP 503 index of tests/support/make_index.py (tinyjob 1.2.0 needing tinydep)."""

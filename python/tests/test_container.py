@@ -1,4 +1,6 @@
 """The same client on the container backend, against both real daemons."""
+import os
+
 import pytest
 
 from tjob import CommandTrainer, ContainerBackendConfig, CustomTrainer, JobFailedError, Name, TrainerClient
@@ -112,3 +114,34 @@ def test_volumes_and_env_in_kubeflows_shape_reach_every_node(home, daemon, tmp_p
         TrainerClient(backend_config=ContainerBackendConfig(container_host=sock, volumes={"/a": "/b"}))
     with pytest.raises(ValueError, match=r"ContainerBackendConfig.env=\['A=1'\]: give a dict"):
         TrainerClient(backend_config=ContainerBackendConfig(container_host=sock, env=["A=1"]))
+
+
+@pytest.mark.parametrize("daemon", ["docker", "podman"])
+def test_the_kubeflow_sweep_example_runs_in_containers_at_most_two_at_once(home, daemon, tmp_path):
+    """Kubeflow's optimize() example (tests/test_optimizer.py's train_fn), each trial a container; the
+    trials count themselves in a file of a directory they all mount."""
+    from tjob.optimizer import OptimizerClient, Search, TrainJobTemplate, TrialConfig
+    from test_optimizer import train_fn
+
+    sock = daemon_socket(daemon)
+    shared = str(tmp_path / "shared")
+    os.makedirs(shared)
+    config = ContainerBackendConfig(container_host=sock, container_runtime=daemon,
+                                    image="localhost/tjob-host:bookworm", network="host",
+                                    volumes=HOST_VOLUMES + [f"{shared}:{shared}:rw"])
+    client = OptimizerClient(config)
+    name = client.optimize(
+        trial_template=TrainJobTemplate(trainer=CustomTrainer(func=train_fn,
+                                                              env={"SWEEP_COUNTER": shared + "/counter"})),
+        search_space={"learning_rate": Search.loguniform(0.001, 0.1), "num_epochs": Search.choice([5, 10])},
+        trial_config=TrialConfig(num_trials=5, parallel_trials=2),
+    )
+    job = client.wait_for_job_status(name, timeout=600)
+    assert [t.trainjob.status for t in job.trials] == ["Complete"] * 5
+    with open(shared + "/counter") as f:
+        assert f.read().split() == ["0", "2"]
+    best = client.get_best_results(name)
+    assert best is not None and set(best.parameters) == {"learning_rate", "num_epochs"}
+    client.delete_job(name)
+    with TrainerClient(backend_config=config) as trainer:
+        assert not [j for j in trainer.list_jobs() if j.name.startswith(name)]

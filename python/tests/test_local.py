@@ -25,13 +25,6 @@ def train_model(lr, epochs=2):
         print(f"epoch {epoch} lr {lr}")
 
 
-@pytest.fixture
-def system_torch(monkeypatch):
-    """The torch runtime's `torch` from Debian's python3 (no index here has it), as a user offline does."""
-    monkeypatch.setenv("TJOB_PYTHON", "/usr/bin/python3")
-    monkeypatch.setenv("TJOB_SYSTEM_SITE_PACKAGES", "1")
-
-
 def test_the_kubeflow_example_runs_with_only_its_import_changed(home, index, system_torch):
     client = TrainerClient(backend_config=LocalProcessBackendConfig(cleanup_venv=True))
     name = client.train(trainer=CustomTrainer(func=train_model, func_args={"lr": 0.1},

@@ -5,7 +5,7 @@
 is the one line a Kubeflow program changes. The engine runs in this process; jobs live in
 $TJOB_HOME, where the `tjob` command and every other client see them.
 """
-from .report import checkpoint_dir, flush, report, restart_count
+from .report import checkpoint_dir, flush, report, restart_count, trial_parameters
 from .client import STATUSES, AsyncTrainerClient, JobFailedError, TrainerClient
 from .types import (
     ARRAY_INDEX,
@@ -44,5 +44,5 @@ __all__ = [
     "CustomTrainerContainer", "Dependencies", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
     "LocalProcessBackendConfig", "Name", "Priority", "QueueEntry", "Retries", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "SlurmBackendConfig", "Step",
     "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient", "checkpoint_dir", "flush", "report",
-    "restart_count",
+    "restart_count", "trial_parameters",
 ]

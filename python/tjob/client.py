@@ -319,6 +319,13 @@ class TrainerClient(_Base):
             return name
         return _run(self._engine.train, req)
 
+    def optimize(self, trial_template, **kwargs) -> str:
+        """A hyperparameter sweep of `trial_template` on this client's backend (tjob.optimizer's
+        OptimizerClient.optimize, the name Kubeflow is moving to: kubeflow/trainer #3881)."""
+        from .optimizer import _trainer_optimize
+
+        return _trainer_optimize(self, trial_template, **kwargs)
+
     def list_jobs(self, runtime: Optional[Runtime] = None) -> List[TrainJob]:
         name = runtime.name if isinstance(runtime, Runtime) else runtime
         jobs = _run(self._engine.list_jobs, name)
@@ -526,6 +533,14 @@ class AsyncTrainerClient(_Base):
             await self._call(self._engine.train_array, req, array)
             return req["name"]
         return await self._call(self._engine.train, req)
+
+    async def optimize(self, trial_template, **kwargs) -> str:
+        """TrainerClient.optimize, in a worker thread (it starts the sweep's owner and returns)."""
+        import asyncio
+
+        from .optimizer import _trainer_optimize
+
+        return await asyncio.to_thread(_trainer_optimize, self, trial_template, **kwargs)
 
     async def list_jobs(self, runtime: Optional[Runtime] = None) -> List[TrainJob]:
         name = runtime.name if isinstance(runtime, Runtime) else runtime

@@ -30,7 +30,7 @@ import threading
 import time
 import urllib.parse
 
-__all__ = ["report", "flush", "checkpoint_dir", "restart_count"]
+__all__ = ["report", "flush", "checkpoint_dir", "restart_count", "trial_parameters"]
 
 _URL = "KUBEFLOW_TRAINER_SERVER_URL"
 _CA = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
@@ -206,3 +206,14 @@ def restart_count():
         return max(0, int(os.environ.get("TJOB_RESTART_COUNT", "0")))
     except ValueError:
         return 0
+
+
+def trial_parameters():
+    """The parameters of this sweep trial (tjob optimize, OptimizerClient.optimize), as a dict:
+    {"lr": 0.01, "epochs": 5}. A function trial also gets them as keyword arguments; a script or a
+    command can read them here. {} outside a trial."""
+    try:
+        value = json.loads(os.environ.get("TJOB_TRIAL_PARAMETERS", "{}"))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

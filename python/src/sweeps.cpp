@@ -1,0 +1,122 @@
+// The sweep functions of the extension (tjob/sweep.hpp), for tjob/optimizer.py.
+// A sweep is owned by a supervising process of its own, so these are plain
+// calls (file reads, one process started), made without the GIL.
+#include "values.hpp"
+
+#include <tjob/sweep.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace py = pybind11;
+
+namespace tjob::python {
+
+namespace {
+
+// (f(), None) or (None, error), f run without the GIL.
+py::tuple answer(const std::function<std::string()>& f) {
+  std::string out;
+  std::exception_ptr failed;
+  {
+    py::gil_scoped_release nogil;
+    try {
+      out = f();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  if (failed) return py::make_tuple(py::none(), error_tuple(failed));
+  return py::make_tuple(py::str(out), py::none());
+}
+
+}  // namespace
+
+void add_sweep_functions(py::module_& m) {
+  // The trial's request as train takes it; the rest of the sweep as the
+  // JSON of tjob::sweep_request (its "trial" member left out).
+  m.def(
+      "optimize",
+      [](py::dict trial, std::string sweep_json, py::dict config) {
+        auto t = request_of(trial);
+        auto c = config_of(config);
+        return answer([&] {
+          auto v = boost::json::parse(sweep_json).as_object();
+          // (the trial is the request above; a stand-in lets the rest be read)
+          v["trial"] = boost::json::parse(R"({"trainer":{"kind":"command","command":["true"]}})");
+          auto r = sweep_request_from_json(boost::json::serialize(v));
+          r.trial = t;
+          return optimize(std::move(r), c);
+        });
+      },
+      py::arg("trial"), py::arg("sweep"), py::arg("config"));
+  m.def(
+      "get_sweep",
+      [](std::string name, py::dict config) {
+        auto c = config_of(config);
+        return answer([&] { return sweep_to_json(get_sweep(name, c)); });
+      },
+      py::arg("name"), py::arg("config"));
+  m.def(
+      "list_sweeps",
+      [](py::dict config) {
+        auto c = config_of(config);
+        return answer([&] {
+          std::string out = "[";
+          for (const auto& s : list_sweeps(c)) out += (out.size() > 1 ? "," : "") + sweep_to_json(s);
+          return out + "]";
+        });
+      },
+      py::arg("config"));
+  // Returns the sweep once it differs from `known` (its JSON), or at the timeout.
+  m.def(
+      "wait_sweep",
+      [](std::string name, std::string known, double timeout_s, py::dict config) {
+        auto c = config_of(config);
+        return answer([&] {
+          auto was = get_sweep(name, c);
+          if (sweep_to_json(was) != known) return sweep_to_json(was);
+          auto ms = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+          return sweep_to_json(wait_for_sweep_change(name, was, ms, c));
+        });
+      },
+      py::arg("name"), py::arg("known"), py::arg("timeout"), py::arg("config"));
+  m.def(
+      "cancel_sweep",
+      [](std::string name, py::dict config) {
+        auto c = config_of(config);
+        return answer([&] {
+          cancel_sweep(name, c);
+          return std::string();
+        });
+      },
+      py::arg("name"), py::arg("config"));
+  m.def(
+      "delete_sweep",
+      [](std::string name, py::dict config) {
+        auto c = config_of(config);
+        return answer([&] {
+          delete_sweep(name, c);
+          return std::string();
+        });
+      },
+      py::arg("name"), py::arg("config"));
+  m.def(
+      "resume_sweep",
+      [](std::string name, py::dict config) {
+        auto c = config_of(config);
+        return answer([&] {
+          resume_sweep(name, c);
+          return std::string();
+        });
+      },
+      py::arg("name"), py::arg("config"));
+}
+
+}  // namespace tjob::python
