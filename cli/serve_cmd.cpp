@@ -1,6 +1,7 @@
 #include "cli/serve_cmd.hpp"
 
 #include "cli/job_request.hpp"
+#include "cli/run_job.hpp"
 #include "serve/server.hpp"
 
 #include <fcntl.h>
@@ -208,6 +209,9 @@ int serve_in_foreground(engine_config config, const serve_options& o, int& ready
   config.clean_job_environment = !o.inherit_environment;
   engine eng(io.get_executor(), config);
   serve::server_config sc;
+  sc.engine = config;
+  sc.engine.home = eng.home();
+  if (sc.engine.supervisor.empty()) sc.engine.supervisor = self_exe();  // (a sweep's owner, and its trials')
   sc.listen = o.listen;
   bool tcp = false;
   for (const auto& l : o.listen) tcp = tcp || l.rfind("tcp://", 0) == 0;

@@ -92,6 +92,9 @@ const std::vector<route>& routes() {
       {{"v1", "venv-cache"}, {{"GET", &api::venv_cache}}},
       {{"v1", "venv-cache", "prune"}, {{"POST", &api::prune}}},
       {{"v1", "queue"}, {{"GET", &api::queue}}},
+      {{"v1", "sweeps"}, {{"GET", &api::sweeps}, {"POST", &api::start_sweep}}},
+      {{"v1", "sweeps", "{sweep}"}, {{"GET", &api::sweep}, {"DELETE", &api::delete_sweep}}},
+      {{"v1", "sweeps", "{sweep}", "cancel"}, {{"POST", &api::cancel_sweep}}},
   };
   return table;
 }
@@ -191,10 +194,12 @@ asio::awaitable<answer> api::handle(request req) {
   if (!t) throw bad_request("", problem);
   const auto& seg = t->segments;
   if (auto file = dashboard_file(req, seg)) co_return std::move(*file);
-  // A job's name in the path is checked first, whatever follows it.
-  if (seg.size() >= 3 && seg[0] == "v1" && seg[1] == "jobs")
+  // A job's (or a sweep's) name in the path is checked first, whatever follows it.
+  if (seg.size() >= 3 && seg[0] == "v1" && (seg[1] == "jobs" || seg[1] == "sweeps"))
     if (auto problem = job_name_problem(seg[2]))
-      co_return error_reply(400, "invalid_name", "the job name in the path: " + *problem, "name");
+      co_return error_reply(400, "invalid_name",
+                            std::string("the ") + (seg[1] == "jobs" ? "job" : "sweep") + " name in the path: " + *problem,
+                            "name");
   std::string variable;
   const auto* r = match(seg, variable);
   if (!r || (seg.size() == 1 && seg[0] == "metrics" && !config_.metrics_text))

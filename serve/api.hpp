@@ -14,6 +14,7 @@
 #include <tjob/engine.hpp>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/json/value.hpp>
 
 #include <chrono>
@@ -74,6 +75,9 @@ struct api_config {
   std::chrono::hours idempotency_ttl{24};
   /// GET /metrics: the Prometheus text.
   std::function<boost::asio::awaitable<std::string>()> metrics_text;
+  /// The engine's own settings: a sweep's owner (tjob/sweep.hpp) runs its
+  /// trials with them, as the server's jobs.
+  engine_config engine;
 };
 
 class api {
@@ -115,6 +119,12 @@ class api {
   boost::asio::awaitable<answer> venv_cache(call& c);
   boost::asio::awaitable<answer> prune(call& c);
   boost::asio::awaitable<answer> queue(call& c);
+  // serve/sweeps.cpp
+  boost::asio::awaitable<answer> sweeps(call& c);
+  boost::asio::awaitable<answer> start_sweep(call& c);
+  boost::asio::awaitable<answer> sweep(call& c);
+  boost::asio::awaitable<answer> cancel_sweep(call& c);
+  boost::asio::awaitable<answer> delete_sweep(call& c);
 
  private:
   engine& engine_;
@@ -122,6 +132,7 @@ class api {
   api_config config_;
   bool draining_ = false;
   idempotency_keys keys_;
+  boost::asio::thread_pool pool_{2};  // the sweep calls: file reads, a process started
 };
 
 /// The OpenAPI 3 document of the API (serve/openapi.json, built in).

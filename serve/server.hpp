@@ -30,6 +30,10 @@ class logger;
 namespace tjob::serve {
 
 struct server_config {
+  /// The engine's settings (those it was made with): what the server starts
+  /// beside it, a sweep's owner, runs its jobs with them. Its home must be
+  /// the engine's.
+  engine_config engine;
   /// Where to listen: "unix:///path/to/socket" (made 0600, owner only; a stale
   /// socket left by a dead server is replaced) or "tcp://HOST:PORT" (port 0:
   /// any free one; see server::addresses). Empty: unix://$TJOB_HOME/tjob.sock.

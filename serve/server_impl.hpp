@@ -74,7 +74,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
                           [this]() -> asio::awaitable<std::string> {
                             co_await setup.drained();  // every job the hub saw end is counted
                             co_return stats.scrape(hub.jobs());
-                          }}),
+                          },
+                          cfg.engine}),
         all_closed(e.get_executor()) {
     hub.on_change = [this](const train_job* before, const train_job* now) {
       stats.job_changed(before, now);
