@@ -1,5 +1,5 @@
 # Writes OUT: a C++ file holding tjob serve's dashboard (web/index.html,
-# web/app.js, web/app.css) and its chart library (uPlot, from web/node_modules,
+# web/app.js, web/sweeps.js, web/app.css) and its chart library (uPlot, from web/node_modules,
 # installed by `npm ci --prefix web` from web/package-lock.json), each with its
 # URL path and content type, so the dashboard needs no network and no files.
 # Without the chart library (npm not run), the dashboard is built without it
@@ -7,6 +7,7 @@
 set(files
   "/|text/html|${SRC}/web/index.html"
   "/ui/app.js|text/javascript|${SRC}/web/app.js"
+  "/ui/sweeps.js|text/javascript|${SRC}/web/sweeps.js"
   "/ui/app.css|text/css|${SRC}/web/app.css"
   "/ui/uplot.js|text/javascript|${SRC}/web/node_modules/uplot/dist/uPlot.iife.min.js"
   "/ui/uplot.css|text/css|${SRC}/web/node_modules/uplot/dist/uPlot.min.css")

@@ -1,6 +1,6 @@
 // tjob serve's dashboard: the jobs table, live from /v1/watch, and a job's page (its progress,
 // metrics plotted from its Progress events, steps, events and the live tail of its log), with
-// cancel and delete. It uses the public API only (/v1), with the server's token when it has one.
+// cancel and delete; the sweeps' pages are sweeps.js's. It uses the public API only (/v1), with the server's token when it has one.
 // Every value from the server goes into the page as text, never as markup.
 "use strict";
 (() => {
@@ -149,6 +149,7 @@
     if (ev.type === "DELETED") state.jobs.delete(ev.job.name);
     else state.jobs.set(ev.job.name, ev.job);
     renderTable();
+    window.tjobSweeps.jobChanged(ev.job);
     if (state.view !== ev.job.name) return;
     if (ev.type === "DELETED") {
       $("job-status").textContent = "(deleted)";
@@ -388,6 +389,16 @@
   // --- views ---------------------------------------------------------------------------------
 
   function route() {
+    // #sweeps and #sweep=NAME are sweeps.js's pages.
+    const sw = location.hash.match(/^#sweeps?(?:=([^&]+))?/);
+    if (sw) {
+      if (state.logAbort) state.logAbort.abort();
+      state.view = null;
+      $("jobs-view").hidden = $("job-view").hidden = true;
+      window.tjobSweeps.route(sw[1] ? decodeURIComponent(sw[1]) : null);
+      return;
+    }
+    window.tjobSweeps.route(undefined);
     const m = location.hash.match(/^#job=([^&]+)/);
     const name = m ? decodeURIComponent(m[1]) : null;
     if (state.view !== name) state.logStep = null;
@@ -408,7 +419,7 @@
 
   function showLogin(why) {
     $("login").hidden = false;
-    $("jobs-view").hidden = $("job-view").hidden = true;
+    $("jobs-view").hidden = $("job-view").hidden = $("sweeps-view").hidden = $("sweep-view").hidden = true;
     $("login-error").textContent = why || "";
   }
 
@@ -434,6 +445,9 @@
     route();
     watch();
   }
+
+  // What sweeps.js (loaded after this file) uses of this one.
+  window.tjobUI = { api, json, el, age };
 
   $("login-form").addEventListener("submit", (ev) => {
     ev.preventDefault();

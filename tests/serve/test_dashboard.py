@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-from conftest import DEADLINE, unavailable
+from conftest import DEADLINE, tjob_cli, unavailable
 
 NODE_TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
 CHROMIUM = os.environ.get("TJOB_CHROMIUM", "/usr/bin/chromium")
@@ -108,3 +108,56 @@ def test_the_dashboard_opens_a_job_by_link_and_shows_the_failing_step_first(make
     assert "node-1 gives up" in seen["first_log"]
     assert seen["second_step"] == "node-0" and "this is node-0" in seen["second_log"]
     assert seen["errors"] == [], "\n".join(seen["errors"])
+
+
+# A trial: three epochs, each a line `epoch=E loss=L` (Katib's format); the loss falls towards
+# (x - 0.3)^2, lower for adam.
+TRIAL = """
+import sys
+x, opt = float(sys.argv[1]), sys.argv[2]
+for e in (1, 2, 3):
+    print("epoch=%d loss=%.6f" % (e, (x - 0.3) ** 2 + (0.1 if opt == "sgd" else 0) + 1.0 / (e * 10)), flush=True)
+"""
+
+
+def test_the_dashboard_shows_a_sweep_sorts_its_trials_and_deletes_it(make_server, tmp_path):
+    s, host, port, token = _server_for_the_browser(make_server, tmp_path)
+    r = s.post("/v1/sweeps", {
+        "name": "sw", "seed": 3, "num_trials": 6, "parallel_trials": 3,
+        "trial": {"trainer": {"kind": "command", "command": ["/usr/bin/python3", "-c", TRIAL,
+                                                             "${trialParameters.x}", "${trialParameters.opt}"]}},
+        "search_space": [{"name": "x", "distribution": "uniform", "min": 0, "max": 1},
+                         {"name": "opt", "distribution": "choice", "choices": ["adam", "sgd"]}]})
+    assert r.status == 201, r
+    assert tjob_cli(s.home, "wait", "sw").stdout == "Complete\n"
+    sweep = s.get("/v1/sweeps/sw").json()
+    best = sweep["trials"][sweep["best"]]["name"]
+    shot = os.environ.get("TJOB_SWEEP_SCREENSHOT", str(tmp_path / "sweep.png"))
+    r = subprocess.run(["node", os.path.join(NODE_TOOLS, "sweep.mjs"), "http://%s:%d" % (host, port), token, "sw",
+                        shot], capture_output=True, text=True, timeout=4 * DEADLINE, cwd=NODE_TOOLS)
+    assert r.stdout.strip(), r.stderr
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "failed" not in seen, (seen, r.stderr)
+    assert seen["errors"] == [], "\n".join(seen["errors"])
+    assert "token" not in seen["address"] and seen["address"].endswith("/#sweeps")
+    assert seen["list_row"][:4] == ["sw", "Complete", "random", "6/6"]
+    assert seen["list_row"][4].startswith(best + " loss=")
+    assert seen["address_sweep"].endswith("/#sweep=sw")
+    assert seen["status"] == "Complete"
+    assert seen["best"].startswith("Best: " + best + " loss=")
+    assert seen["headings"][:4] == ["Trial", "Status", "x", "opt"] and seen["headings"][4].startswith("loss (minimize)")
+    losses = [float(v) for v in seen["by_objective"]["loss"]]
+    assert losses == sorted(losses) and len(losses) == 6  # best first
+    assert seen["by_objective"]["trials"][0] == best == seen["best_row"]
+    xs = [float(v) for v in seen["by_x"]]
+    assert xs == sorted(xs)
+    assert [float(v) for v in seen["by_x_desc"]] == sorted(xs, reverse=True)
+    assert seen["sorted_heading"] == "x \u25bc"
+    assert seen["objective_points"] == "6"
+    assert seen["parallel"]["lines"] == 6 and seen["parallel"]["axes"] == ["x", "opt", "loss"]
+    assert seen["parallel"]["colours"] > 1  # coloured by the objective
+    assert seen["curves"] == {"lines": 6, "points": 18}  # three epochs' loss per trial
+    assert seen["dialogs"] == ["Delete sweep sw? It is cancelled, and every trial's job is deleted with it."]
+    assert seen["deleted"]
+    assert s.get("/v1/sweeps/sw").status == 404 and s.get("/v1/jobs").json()["items"] == []
+    assert os.path.getsize(shot) > 10000
