@@ -180,8 +180,9 @@ bool follow_trial(const sweep_request& r, sweep_trial& t, const train_job& job) 
     t.reason = job.reason;
     changed = true;
   }
-  for (const auto& [k, v] : job.metrics) {
-    auto x = number_of(v);
+  for (const auto& reported : job.metrics) {
+    const auto& k = reported.first;  // (clang 14 cannot capture a structured binding)
+    auto x = number_of(reported.second);
     if (!x) continue;
     auto it = std::find_if(t.metrics.begin(), t.metrics.end(), [&](const trial_metric& m) { return m.name == k; });
     if (it != t.metrics.end() && it->latest == *x) continue;

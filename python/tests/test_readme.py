@@ -45,3 +45,38 @@ def test_the_readmes_watch_the_bar_arguments_are_the_examples_own():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     inspect.signature(module.train_model).bind(**args)
+
+
+def _section(title):
+    text = open(os.path.join(ROOT, "README.md")).read()
+    return text.split("## " + title + "\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readmes_sweep_commands_run_as_written(tmp_path, home):
+    from conftest import BUILD
+
+    script = re.search(r"```sh\n(.*?)```", _section("Sweeps"), re.S).group(1)
+    assert script.count("build/tjob") == 2
+    work = tmp_path / "work"
+    work.mkdir()
+    os.symlink(os.path.join(ROOT, "examples"), work / "examples")
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", script.replace("build/tjob", os.path.join(BUILD, "tjob"))],
+                       cwd=str(work), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("Sweep lr-sweep: Complete\n")
+    table = r.stdout.split("\nTRIAL", 1)[1]
+    assert table.count("Complete") == 8
+    best = re.search(r"Best: (lr-sweep-\d+) loss=", r.stdout).group(1)
+    assert table.split("\n")[1].startswith(best + " ")  # best first
+    assert r.stdout.rstrip().split("\n")[-1].startswith("epoch=")  # the best trial's log
+
+
+def test_the_readmes_sweep_example_runs_as_written(tmp_path, home):
+    code = re.search(r"```python\n(.*?)```", _section("Sweeps"), re.S).group(1)
+    assert "from tjob.optimizer import OptimizerClient" in code
+    script = tmp_path / "sweep.py"
+    script.write_text(code)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"^best: \{'lr': [0-9.e-]+, 'epochs': [36]\} \[\('loss', [0-9.e-]+\)\]$", r.stdout, re.M), r.stdout

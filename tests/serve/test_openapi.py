@@ -92,6 +92,9 @@ def test_every_operation_answers_as_the_document_says(server):
     schemas = Schemas(doc)
     server.submit([HELPER, "print", "hi\n"], name="doc")
     server.wait("doc")
+    sweep = {"trial": {"trainer": {"kind": "command", "command": [HELPER, "print", "loss=${trialParameters.x}\n"]}},
+             "search_space": [{"name": "x", "distribution": "uniform", "min": 0, "max": 1}], "num_trials": 2}
+    assert server.post("/v1/sweeps", dict(sweep, name="docsweep")).status == 201
     params = {"name": "doc"}
     # one call per operation, with what the document says it takes; the deleting one last
     calls = []
@@ -99,13 +102,16 @@ def test_every_operation_answers_as_the_document_says(server):
         for method, op in item.items():
             if method == "parameters":
                 continue
-            url = path.replace("{name}", "torch-distributed" if path.startswith("/v1/runtimes") else params["name"])
+            named = {"/v1/runtimes": "torch-distributed", "/v1/sweeps": "docsweep"}
+            url = path.replace("{name}", next((v for k, v in named.items() if path.startswith(k)), params["name"]))
             body = None
             if method == "post" and path == "/v1/jobs":
                 body = {"name": "doc2", "trainer": {"kind": "command", "command": [HELPER, "exit", "0"]}}
+            if method == "post" and path == "/v1/sweeps":
+                body = dict(sweep, name="docsweep2")
             calls.append((method, path, url, body, op))
     calls.sort(key=lambda c: c[0] == "delete")
-    assert len(calls) == 17, [c[:2] for c in calls]
+    assert len(calls) == 22, [c[:2] for c in calls]
     for method, path, url, body, op in calls:
         if path == "/v1/watch":
             c = server.conn()
@@ -126,7 +132,7 @@ def test_every_operation_answers_as_the_document_says(server):
         if ctype == "application/json":
             schemas.check(json.loads(r.body), content[ctype]["schema"], "%s %s" % (method.upper(), url))
     # the errors have the document's shape too, and an unknown route is not one of its paths
-    for bad in ["/v1/jobs/nope", "/v1/nothing", "/v1/jobs?limit=x"]:
+    for bad in ["/v1/jobs/nope", "/v1/nothing", "/v1/jobs?limit=x", "/v1/sweeps/nope"]:
         r = server.get(bad)
         assert r.status in (400, 404)
         schemas.check(r.json(), {"$ref": "#/components/schemas/Error"})
