@@ -40,6 +40,8 @@ using tjob::cli::forwards;
 using tjob::cli::job_options;
 using tjob::cli::make_config;
 using tjob::cli::output_format;
+using tjob::cli::parse_format;
+using tjob::cli::parse_statuses;
 using tjob::cli::write_out;
 
 constexpr int exit_ok = 0;
@@ -47,39 +49,6 @@ constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
 
 using tjob::cli::usage_error;
-
-output_format parse_format(const std::string& s) {
-  if (s == "table") return output_format::table;
-  if (s == "json") return output_format::json;
-  if (s == "yaml") return output_format::yaml;
-  if (s == "name") return output_format::name;
-  if (s == "wide") return output_format::wide;
-  throw usage_error("-o " + s + ": unknown output format; use table, wide, name, json or yaml");
-}
-
-std::set<job_status> parse_statuses(const std::string& list) {
-  std::set<job_status> out;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    auto end = list.find(',', start);
-    if (end == std::string::npos) end = list.size();
-    auto item = list.substr(start, end - start);
-    // Statuses are matched without regard to case: failed, FAILED, Failed.
-    std::optional<job_status> st;
-    for (auto s : {job_status::created, job_status::running, job_status::complete, job_status::failed})
-      if (std::equal(item.begin(), item.end(), to_string(s).begin(), to_string(s).end(), [](char a, char b) {
-            return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-          }))
-        st = s;
-    if (!st)
-      throw usage_error("--status '" + item +
-                        "': not a status; use a comma-separated list of Created, Running, "
-                        "Complete, Failed");
-    out.insert(*st);
-    start = end + 1;
-  }
-  return out;
-}
 
 // The run interrupts of this process (static: the signal thread outlives
 // cmd_run's frame).

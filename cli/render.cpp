@@ -1,5 +1,7 @@
 #include "cli/render.hpp"
 
+#include "cli/job_request.hpp"
+
 #include <tjob/wire.hpp>
 
 #include <fmt/chrono.h>
@@ -322,6 +324,39 @@ std::string render_venv_cache(const std::vector<venv_cache_entry>& entries, outp
          format_age(e.last_used, now) + " ago", e.problem.empty() ? "ok" : "broken: " + e.problem});
   }
   return table(rows);
+}
+
+output_format parse_format(const std::string& s) {
+  if (s == "table") return output_format::table;
+  if (s == "json") return output_format::json;
+  if (s == "yaml") return output_format::yaml;
+  if (s == "name") return output_format::name;
+  if (s == "wide") return output_format::wide;
+  throw usage_error("-o " + s + ": unknown output format; use table, wide, name, json or yaml");
+}
+
+std::set<job_status> parse_statuses(const std::string& list) {
+  std::set<job_status> out;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    auto end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    auto item = list.substr(start, end - start);
+    // Statuses are matched without regard to case: failed, FAILED, Failed.
+    std::optional<job_status> st;
+    for (auto s : {job_status::created, job_status::running, job_status::complete, job_status::failed})
+      if (std::equal(item.begin(), item.end(), to_string(s).begin(), to_string(s).end(), [](char a, char b) {
+            return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+          }))
+        st = s;
+    if (!st)
+      throw usage_error("--status '" + item +
+                        "': not a status; use a comma-separated list of Created, Running, "
+                        "Complete, Failed");
+    out.insert(*st);
+    start = end + 1;
+  }
+  return out;
 }
 
 }  // namespace tjob::cli

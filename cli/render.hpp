@@ -7,6 +7,7 @@
 
 #include <boost/json/value.hpp>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ namespace tjob::cli {
 enum class output_format { table, wide, name, json, yaml };
 
 using tjob::to_json;  // tjob/wire.hpp: one JSON shape for the CLI and tjob serve
+
+/// `-o FORMAT`; a usage_error naming the formats for any other.
+output_format parse_format(const std::string& s);
+/// `--status LIST`: comma-separated statuses, any case; a usage_error for any other.
+std::set<job_status> parse_statuses(const std::string& list);
 
 /// RFC 3339, UTC, millisecond precision.
 std::string format_time(clock::time_point t);
