@@ -150,9 +150,9 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(str(s.at("reason")) ==
         "2 trials failed, more than max_failed_trials 1: sm-0 (exit code 3); sm-1 (exit code 3)");
   // none of the others is left running or waiting
-  for (const auto& [name, status] : job_statuses(*this)) {
-    CAPTURE(name);
-    CHECK(status == "Failed");
+  for (const auto& job : job_statuses(*this)) {  // (clang 14: no capture of a structured binding)
+    CAPTURE(job.first);
+    CHECK(job.second == "Failed");
   }
 }
 
@@ -193,9 +193,9 @@ TEST_CASE_FIXTURE(fixture,
     CAPTURE(json::serialize(t));
     CHECK(str(t.at("status")) == "Failed");
   }
-  for (const auto& [name, status] : job_statuses(*this)) {
-    CAPTURE(name);
-    CHECK(status == "Failed");
+  for (const auto& job : job_statuses(*this)) {  // (clang 14: no capture of a structured binding)
+    CAPTURE(job.first);
+    CHECK(job.second == "Failed");
   }
   CHECK(tjob({"cancel", "sc"}).out == "sc Failed\n");  // a no-op once it has ended
   auto d = tjob({"delete", "sc"});
