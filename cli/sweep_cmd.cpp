@@ -149,6 +149,13 @@ CLI::App* add_optimize_command(CLI::App& app, sweep_options& o) {
   cmd->add_option("--parallel", o.parallel, "The most trials that run at once (default 1)");
   cmd->add_option("--max-failed", o.max_failed,
                   "End the sweep Failed once more trials than this have failed (default: never)");
+  cmd->add_flag("--median-stop", o.median_stop,
+                "Stop a trial early (Katib's median stopping rule) once its best objective is worse than the "
+                "median of the completed trials' running averages at as many reports (tjob.report)");
+  cmd->add_option("--median-stop-start-step", o.median_start_step,
+                  "--median-stop, judging a trial from its Nth report of the objective on (default 4)");
+  cmd->add_option("--median-stop-min-trials", o.median_min_trials,
+                  "--median-stop, once this many trials have completed (default 3)");
   cmd->add_flag("--wait", o.wait,
                 "Follow the sweep to its end, show its trials, and exit 0 when it is Complete, else 1");
   cmd->add_option("--resume", o.resume,
@@ -191,6 +198,9 @@ std::string render_sweep(const sweep_job& s, output_format f) {
                      goal.maximize ? "maximize" : "minimize", goal.metric, s.request.algorithm,
                      s.request.seed ? std::to_string(*s.request.seed) : "-", s.request.num_trials,
                      s.request.parallel_trials);
+  if (const auto& rule = s.request.early_stopping)
+    out += fmt::format("Early stopping: median rule from report {}, once {} trials have completed\n",
+                       rule->start_step, rule->min_trials_required);
   out += "Best: " + best_shown(s) + "\n";
   if (!sweep_ended_status(s.status) && !s.owned)
     out += "Owner: none (it died): tjob optimize --resume " + s.name + " goes on\n";
@@ -289,6 +299,12 @@ int cmd_optimize(const common_options& common, sweep_options& o, output_format f
     r.num_trials = o.trials;
     r.parallel_trials = o.parallel;
     r.max_failed_trials = o.max_failed;
+    if (o.median_stop || o.median_start_step || o.median_min_trials) {
+      median_stop rule;
+      if (o.median_start_step) rule.start_step = *o.median_start_step;
+      if (o.median_min_trials) rule.min_trials_required = *o.median_min_trials;
+      r.early_stopping = rule;
+    }
     name = optimize(std::move(r), cfg);
   }
   if (!o.wait) {

@@ -31,6 +31,8 @@ struct sweep_options {
   std::optional<unsigned long long> seed;
   int trials = 10, parallel = 1;
   std::optional<int> max_failed;
+  bool median_stop = false;                                 // --median-stop
+  std::optional<int> median_start_step, median_min_trials;  // its settings (each implies it)
   bool wait = false;   // --wait: follow it to its end, exit 0 when Complete
   std::string resume;  // --resume NAME
   std::string format = "table";

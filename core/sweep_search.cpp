@@ -362,6 +362,14 @@ void check_sweep_request(const sweep_request& r) {
     refuse(r, "trial_config.parallel_trials", std::to_string(r.parallel_trials) + " must be 1 or more");
   if (r.max_failed_trials && *r.max_failed_trials < 0)
     refuse(r, "trial_config.max_failed_trials", std::to_string(*r.max_failed_trials) + " must be 0 or more");
+  if (r.early_stopping) {
+    if (r.early_stopping->min_trials_required < 1)
+      refuse(r, "early_stopping.min_trials_required",
+             std::to_string(r.early_stopping->min_trials_required) + " must be 1 or more");
+    if (r.early_stopping->start_step < 1)
+      refuse(r, "early_stopping.start_step",
+             std::to_string(r.early_stopping->start_step) + " must be 1 or more");
+  }
   if (!r.trial.array.empty())
     refuse(r, "trial_template", "a trial cannot be a job array's member: the sweep is the trials' array");
 }
@@ -398,6 +406,33 @@ std::vector<std::pair<std::string, double>> metric_pairs(std::string_view line,
     out.emplace_back(std::move(name), v);
   }
   return out;
+}
+
+std::string median_stop_verdict(const median_stop& rule, const std::vector<double>& reported,
+                                const std::vector<std::vector<double>>& completed, bool maximize,
+                                const std::string& metric) {
+  const auto step = reported.size();
+  if (step < static_cast<std::size_t>(rule.start_step) ||
+      completed.size() < static_cast<std::size_t>(rule.min_trials_required))
+    return {};
+  std::vector<double> averages;
+  for (const auto& h : completed) {
+    if (h.empty()) continue;
+    const auto n = std::min(step, h.size());
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) sum += h[i];
+    averages.push_back(sum / static_cast<double>(n));
+  }
+  if (averages.size() < static_cast<std::size_t>(rule.min_trials_required)) return {};
+  std::sort(averages.begin(), averages.end());
+  const auto m = averages.size();
+  const double median = m % 2 ? averages[m / 2] : (averages[m / 2 - 1] + averages[m / 2]) / 2;
+  const double best = maximize ? *std::max_element(reported.begin(), reported.end())
+                               : *std::min_element(reported.begin(), reported.end());
+  if (maximize ? best >= median : best <= median) return {};
+  return "EarlyStopped: its best " + metric + " " + number_text(best) + " after " + std::to_string(step) +
+         " reports is worse than the median " + number_text(median) + " of " + std::to_string(m) +
+         " completed trials' running averages (median stopping rule)";
 }
 
 void record_metric(std::vector<trial_metric>& metrics, const std::string& name, double value,

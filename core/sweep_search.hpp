@@ -50,6 +50,14 @@ int grid_points(const sweep_request& r);
 std::vector<std::pair<std::string, double>> metric_pairs(std::string_view line,
                                                          const std::vector<std::string>& wanted);
 
+/// The median stopping rule (median_stop) for a running trial whose
+/// objective values so far are `reported` (in order), against the completed
+/// trials' histories of it: why it is to be stopped ("EarlyStopped: ..."),
+/// or empty when it goes on. `maximize`: higher is better.
+std::string median_stop_verdict(const median_stop& rule, const std::vector<double>& reported,
+                                const std::vector<std::vector<double>>& completed, bool maximize,
+                                const std::string& metric);
+
 /// Adds a value to the trial's metric of that name (min, max, latest, history).
 void record_metric(std::vector<trial_metric>& metrics, const std::string& name, double value,
                    clock::time_point when);

@@ -123,7 +123,7 @@ class owner {
     std::map<std::string_view, const train_job*> by_name;
     for (const auto& j : jobs) by_name.emplace(j.name, &j);
     bool changed = false;
-    std::vector<std::pair<sweep_trial*, const train_job*>> ended;
+    std::vector<std::pair<sweep_trial*, const train_job*>> ended, watched;
     for (auto& t : s_.trials) {
       if (trial_ended(t.status)) continue;
       auto it = by_name.find(t.name);
@@ -136,13 +136,46 @@ class owner {
         ended.emplace_back(&t, it->second);
       } else {
         changed = follow_trial(s_.request, t, *it->second) || changed;
+        if (s_.request.early_stopping) watched.emplace_back(&t, it->second);
       }
     }
     finish_all(ended);
     changed = changed || !ended.empty();
+    changed = stop_hopeless(watched) || changed;
     auto b = best_trial(s_);
     changed = changed || b != s_.best;
     s_.best = b;
+    return changed;
+  }
+
+  // The median stopping rule, for each running trial that has reported since
+  // it was last judged (the trials that ended this round already count): a
+  // trial judged hopeless keeps its verdict as its reason and is cancelled,
+  // off this thread (a cancel waits out the job's grace); its end makes it
+  // Complete (finish_trial). A verdict found in the record (an owner died
+  // before the cancel ended) is carried out again.
+  bool stop_hopeless(const std::vector<std::pair<sweep_trial*, const train_job*>>& running) {
+    bool changed = false;
+    for (auto [t, job] : running) {
+      if (stopping_.contains(t->name)) continue;
+      if (!early_stopped(*t)) {
+        if (!job->progress_updated) continue;
+        auto& seen = judged_[t->name];
+        if (seen == *job->progress_updated) continue;
+        seen = *job->progress_updated;
+        auto verdict = median_stop_check(client_, s_, *t);
+        if (verdict.empty()) continue;
+        t->reason = std::move(verdict);
+        changed = true;
+      }
+      judged_.erase(t->name);
+      stopping_[t->name] = std::async(std::launch::async, [this, name = t->name] {
+        try {
+          client_.cancel_job(name);
+        } catch (const error&) {  // it ended first, or went
+        }
+      });
+    }
     return changed;
   }
 
@@ -333,6 +366,8 @@ class owner {
   bool arrays_ = false, needs_owner_ = false, stopped_ = false;
   std::chrono::steady_clock::time_point last_save_{};
   int total_ = 0;
+  std::map<std::string, clock::time_point> judged_;    // a running trial's last report judged
+  std::map<std::string, std::future<void>> stopping_;  // cancels under way (joined when the owner goes)
 };
 
 }  // namespace

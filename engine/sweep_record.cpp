@@ -182,6 +182,12 @@ json::object to_json(const sweep_request& r) {
   o["num_trials"] = r.num_trials;
   o["parallel_trials"] = r.parallel_trials;
   o["max_failed_trials"] = r.max_failed_trials ? json::value(*r.max_failed_trials) : json::value(nullptr);
+  if (r.early_stopping)
+    o["early_stopping"] = json::object{{"algorithm", "medianstop"},
+                                       {"min_trials_required", r.early_stopping->min_trials_required},
+                                       {"start_step", r.early_stopping->start_step}};
+  else
+    o["early_stopping"] = nullptr;
   return o;
 }
 
@@ -189,7 +195,7 @@ sweep_request sweep_request_from(const json::value& v) {
   const auto& o = object(v, "the request");
   only(o,
        {"name", "trial", "search_space", "objectives", "algorithm", "seed", "num_trials", "parallel_trials",
-        "max_failed_trials"},
+        "max_failed_trials", "early_stopping"},
        "");
   sweep_request r;
   if (auto* n = o.if_contains("name")) r.name = text(*n, "name");
@@ -238,6 +244,21 @@ sweep_request sweep_request_from(const json::value& v) {
     r.parallel_trials = static_cast<int>(integer(*n, "parallel_trials"));
   if (auto* n = o.if_contains("max_failed_trials"); n && !n->is_null())
     r.max_failed_trials = static_cast<int>(integer(*n, "max_failed_trials"));
+  if (auto* e = o.if_contains("early_stopping"); e && !e->is_null()) {
+    const auto& x = object(*e, "early_stopping");
+    only(x, {"algorithm", "min_trials_required", "start_step"}, "early_stopping.");
+    median_stop rule;
+    if (auto* a = x.if_contains("algorithm")) {
+      auto name = text(*a, "early_stopping.algorithm");
+      if (name != "medianstop")
+        bad("early_stopping.algorithm", "'" + name + "' is not one; the one there is is medianstop");
+    }
+    if (auto* n = x.if_contains("min_trials_required"))
+      rule.min_trials_required = static_cast<int>(integer(*n, "early_stopping.min_trials_required"));
+    if (auto* n = x.if_contains("start_step"))
+      rule.start_step = static_cast<int>(integer(*n, "early_stopping.start_step"));
+    r.early_stopping = rule;
+  }
   return r;
 }
 

@@ -132,11 +132,22 @@ train_request trial_request(const sweep_job& s, const sweep_trial& t, bool array
   return req;
 }
 
+bool early_stopped(const sweep_trial& t) { return t.reason.starts_with(early_stop_prefix); }
+
 void finish_trial(trainer_client& client, const sweep_request& r, sweep_trial& t, const train_job& job) {
+  // A trial the median rule stopped is Complete, with what it reported; one
+  // that ended by itself before the stop reached it ended as it ended.
+  const bool stopped = early_stopped(t) && job.status != job_status::complete;
+  const auto verdict = t.reason;
   t.status = std::string(to_string(job.status));
   t.reason = job.reason;
   read_metrics(client, r, t, job);
   set_objective(r, t);
+  if (stopped && t.objective) {
+    t.status = "Complete";
+    t.reason = verdict;
+    return;
+  }
   if (job.status == job_status::complete && !t.objective) {
     t.status = "Failed";
     t.reason = "MetricsUnavailable: it never reported the objective '" + primary(r).metric +
@@ -150,9 +161,9 @@ void finish_trial(trainer_client& client, const sweep_request& r, sweep_trial& t
 bool follow_trial(const sweep_request& r, sweep_trial& t, const train_job& job) {
   bool changed = false;
   const std::string status(to_string(job.status));
-  if (t.status != status || t.reason != job.reason) {
+  if (t.status != status || (t.reason != job.reason && !early_stopped(t))) {
     t.status = status;
-    t.reason = job.reason;
+    if (!early_stopped(t)) t.reason = job.reason;
     changed = true;
   }
   for (const auto& reported : job.metrics) {
@@ -167,6 +178,27 @@ bool follow_trial(const sweep_request& r, sweep_trial& t, const train_job& job) 
   }
   if (changed) set_objective(r, t);
   return changed;
+}
+
+std::string median_stop_check(trainer_client& client, const sweep_job& s, const sweep_trial& t) {
+  const auto& rule = *s.request.early_stopping;
+  const auto& goal = primary(s.request);
+  std::vector<double> reported;
+  for (const auto& e : client.get_job_events(t.name))
+    for (const auto& [k, v] : e.metrics)
+      if (k == goal.metric)
+        if (auto x = number_of(v)) reported.push_back(*x);
+  std::vector<std::vector<double>> completed;  // (a stopped trial is not a yardstick)
+  for (const auto& c : s.trials) {
+    if (c.status != "Complete" || early_stopped(c)) continue;
+    for (const auto& m : c.metrics)
+      if (m.name == goal.metric) {
+        std::vector<double> h;
+        for (const auto& point : m.history) h.push_back(point.second);
+        completed.push_back(std::move(h));
+      }
+  }
+  return median_stop_verdict(rule, reported, completed, goal.maximize, goal.metric);
 }
 
 std::optional<int> best_trial(const sweep_job& s) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tjob::detail {
@@ -20,6 +21,12 @@ train_request trial_request(const sweep_job& s, const sweep_trial& t, bool array
 void finish_trial(trainer_client& client, const sweep_request& r, sweep_trial& t, const train_job& job);
 /// A trial that runs: its status and latest reported metrics; true when they changed.
 bool follow_trial(const sweep_request& r, sweep_trial& t, const train_job& job);
+/// The reason's first word of a trial the median stopping rule stopped.
+inline constexpr std::string_view early_stop_prefix = "EarlyStopped";
+bool early_stopped(const sweep_trial& t);
+/// The median stopping rule (s.request.early_stopping, set) for a trial that
+/// runs, from its Progress events so far: why it is to stop, or empty.
+std::string median_stop_check(trainer_client& client, const sweep_job& s, const sweep_trial& t);
 /// The best trial so far (an index into s.trials).
 std::optional<int> best_trial(const sweep_job& s);
 /// The failed trials and their reasons, at most `limit`: "s-0 (exit code 3); s-1 (...)".

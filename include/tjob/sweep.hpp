@@ -42,6 +42,19 @@ struct objective {
   bool maximize = false;
 };
 
+/// Early stopping by Katib's median stopping rule: a running trial is
+/// stopped once it has reported the objective `start_step` times or more and
+/// its best value so far is worse than the median of the completed trials'
+/// running averages over as many reports; only once `min_trials_required`
+/// trials have completed. A trial stopped so is Complete, reason
+/// EarlyStopped, with the metrics it reported. It reads the trials' Progress
+/// reports (tjob.report, update_trainjob_status) as they come; `name=value`
+/// lines on stdout are read when a trial ends, too late for it.
+struct median_stop {
+  int min_trials_required = 3;
+  int start_step = 4;
+};
+
 /// Everything optimize() needs (Kubeflow's optimize() arguments).
 struct sweep_request {
   std::string name;  ///< empty: generated (a letter + 11 hex characters)
@@ -66,6 +79,8 @@ struct sweep_request {
   /// The sweep ends Failed once more than this many trials have failed
   /// (Katib's maxFailedTrialCount); unset: it goes on until num_trials.
   std::optional<int> max_failed_trials;
+  /// Early stopping of hopeless trials; unset: none (Katib's default).
+  std::optional<median_stop> early_stopping;
 };
 
 /// What a trial reported of one metric (Kubeflow's Metric): through

@@ -29,7 +29,7 @@ from .types import CustomTrainer, Event, Initializer, Runtime, TrainJob
 
 __all__ = [
     "AsyncOptimizerClient", "CategoricalSearchSpace", "ContinuousSearchSpace", "Direction", "Distribution",
-    "GridSearch", "Metric", "Objective", "OptimizationJob", "OptimizerClient", "RandomSearch", "Result", "Search",
+    "GridSearch", "MedianStop", "Metric", "Objective", "OptimizationJob", "OptimizerClient", "RandomSearch", "Result", "Search",
     "TPESearch", "TrainJobTemplate", "Trial", "TrialConfig",
 ]
 
@@ -105,6 +105,18 @@ class TPESearch:
         return "tpe"
 
 
+@dataclass
+class MedianStop:
+    """(tjob's; Katib's "medianstop" early stopping) A running trial is stopped once it has reported the
+    objective `start_step` times and its best value so far is worse than the median of the completed
+    trials' running averages over as many reports, once `min_trials_required` trials have completed. It
+    ends Complete, reason EarlyStopped, with what it reported. Reports are tjob.report /
+    update_trainjob_status calls; `name=value` lines on stdout are read only when a trial ends."""
+
+    min_trials_required: int = 3
+    start_step: int = 4
+
+
 class Direction(Enum):
     MAXIMIZE = "maximize"
     MINIMIZE = "minimize"
@@ -168,6 +180,7 @@ class OptimizationJob:
     # OptimizerClient.resume_job or `tjob optimize --resume NAME`)
     reason: str = ""
     owned: bool = False
+    early_stopping: Optional[MedianStop] = None
 
 
 @dataclass
@@ -205,7 +218,7 @@ def _space(name: str, spec) -> Dict:
                      "Search.loguniform or Search.choice")
 
 
-def _sweep(search_space, trial_config, objectives, algorithm, name) -> Dict:
+def _sweep(search_space, trial_config, objectives, algorithm, name, early_stopping=None) -> Dict:
     if not search_space:
         raise ValueError("Search space must be set.")
     if not isinstance(search_space, dict):
@@ -232,6 +245,15 @@ def _sweep(search_space, trial_config, objectives, algorithm, name) -> Dict:
         out["seed"] = seed
     if name is not None:
         out["name"] = name
+    if early_stopping is not None:
+        if not isinstance(early_stopping, MedianStop):
+            raise ValueError(f"early_stopping: {type(early_stopping).__name__} is not one tjob runs; use MedianStop")
+        for key in ("min_trials_required", "start_step"):
+            v = getattr(early_stopping, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"early_stopping.{key}={v!r}: give a whole number of 1 or more")
+        out["early_stopping"] = {"algorithm": "medianstop", "min_trials_required": early_stopping.min_trials_required,
+                                 "start_step": early_stopping.start_step}
     return out
 
 
@@ -247,6 +269,10 @@ def _trial_request(client, trial_template, search_space) -> Dict:
         args.update({k: "${trialParameters.%s}" % k for k in search_space})
         trainer = dataclasses.replace(trainer, func_args=args)
     return client._request(trial_template.runtime, trial_template.initializer, trainer, None)
+
+
+def _median_stop(d: Optional[Dict]) -> Optional[MedianStop]:
+    return MedianStop(d["min_trials_required"], d["start_step"]) if d else None
 
 
 def _metrics(t: Dict) -> List[Metric]:
@@ -275,10 +301,10 @@ class OptimizerClient:
 
     def optimize(self, trial_template: TrainJobTemplate, *, trial_config: Optional[TrialConfig] = None,
                  search_space: Dict[str, Any], objectives: Optional[List[Objective]] = None,
-                 algorithm=None, name: Optional[str] = None) -> str:
+                 algorithm=None, name: Optional[str] = None, early_stopping: Optional[MedianStop] = None) -> str:
         """Starts a sweep; returns its name (`name`, tjob's: yours; default generated). Bad input is refused
-        (ValueError naming the field) before any trial exists."""
-        sweep = _sweep(search_space, trial_config, objectives, algorithm, name)
+        (ValueError naming the field) before any trial exists. `early_stopping` (tjob's): MedianStop()."""
+        sweep = _sweep(search_space, trial_config, objectives, algorithm, name, early_stopping)
         req = _trial_request(self._trainer, trial_template, search_space)
         return _answer(_tjob.optimize(req, json.dumps(sweep), self._config))
 
@@ -308,7 +334,7 @@ class OptimizerClient:
             algorithm=algorithm,
             trial_config=TrialConfig(r["num_trials"], r["parallel_trials"], r["max_failed_trials"]),
             trials=trials, creation_timestamp=_time(d["creation_timestamp"]), status=d["status"], reason=d["reason"],
-            owned=d["owned"])
+            owned=d["owned"], early_stopping=_median_stop(r.get("early_stopping")))
 
     def list_jobs(self) -> List[OptimizationJob]:
         jobs = {}
@@ -435,7 +461,7 @@ def _trainer_optimize(client, trial_template: TrainJobTemplate, **kwargs) -> str
     """TrainerClient.optimize: OptimizerClient's optimize on that client's backend."""
     search_space = kwargs.pop("search_space", None)
     sweep = _sweep(search_space, kwargs.pop("trial_config", None), kwargs.pop("objectives", None),
-                   kwargs.pop("algorithm", None), kwargs.pop("name", None))
+                   kwargs.pop("algorithm", None), kwargs.pop("name", None), kwargs.pop("early_stopping", None))
     if kwargs:
         raise TypeError(f"optimize() got unexpected arguments: {', '.join(sorted(kwargs))}")
     req = _trial_request(client, trial_template, search_space)

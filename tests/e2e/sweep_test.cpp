@@ -295,6 +295,8 @@ TEST_CASE_FIXTURE(fixture,
   refused({"--param", "x=uniform:0:1", "--trials", "0"}, "trial_config.num_trials: 0 is not from 1 to 10000");
   refused({"--param", "x=uniform:0:1", "--parallel", "0"}, "trial_config.parallel_trials");
   refused({"--param", "x=uniform:0:1", "--runtime", "nope"}, "sweep bad: trial_template: ");
+  refused({"--param", "x=uniform:0:1", "--median-stop-start-step", "0"},
+          "sweep bad: early_stopping.start_step: 0 must be 1 or more");
   auto none = tjob({"optimize", "--param", "x=uniform:0:1"});
   CHECK(none.exit_code == 2);
   CHECK(none.err.find("give the trial's training file (FILE.py) or a command after --") != std::string::npos);

@@ -106,6 +106,32 @@ TEST_CASE("a sweep request is refused field by field before any trial") {
   r = request();
   r.trial.array = "a";
   CHECK(refusal(r).find("trial_template") != std::string::npos);
+  r = request();
+  r.early_stopping = median_stop{.min_trials_required = 0};
+  CHECK(refusal(r).find("early_stopping.min_trials_required: 0 must be 1 or more") != std::string::npos);
+  r.early_stopping = median_stop{.start_step = -2};
+  CHECK(refusal(r).find("early_stopping.start_step: -2 must be 1 or more") != std::string::npos);
+}
+
+TEST_CASE("the median stopping rule stops a trial worse than the completed trials' median, and no other") {
+  const median_stop rule{.min_trials_required = 3, .start_step = 2};
+  // Running averages at 2 reports: 1.5, 2.5, 3.5 (the third's later reports do not count); median 2.5.
+  const std::vector<std::vector<double>> done{{1, 2, 0.5}, {3, 2}, {4, 3, 9}};
+  CHECK(median_stop_verdict(rule, {5, 2.6}, done, false, "loss")
+            .starts_with("EarlyStopped: its best loss 2.6 "));
+  CHECK(median_stop_verdict(rule, {5, 2.5}, done, false, "loss").empty());              // not worse: goes on
+  CHECK(median_stop_verdict(rule, {9}, done, false, "loss").empty());                   // before start_step
+  CHECK(median_stop_verdict(rule, {9, 9}, {done[0], done[1]}, false, "loss").empty());  // too few completed
+  CHECK(
+      median_stop_verdict(rule, {9, 9}, {done[0], done[1], {}}, false, "loss").empty());  // one reported none
+  // Maximising: the best is the highest; at 3 reports the averages are 1.1667, 2.5, 5.333: median 2.5.
+  CHECK(median_stop_verdict(rule, {1, 2, 2.4}, done, true, "acc").find("median 2.5 of 3") !=
+        std::string::npos);
+  CHECK(median_stop_verdict(rule, {1, 2.5, 0}, done, true, "acc").empty());
+  // An even count takes the middle two's mean: (1.5 + 2.5) / 2 = 2 at 2 reports.
+  const std::vector<std::vector<double>> four{{1, 2}, {3, 2}, {4, 3}, {0, 0}};
+  CHECK(median_stop_verdict(rule, {3, 2.1}, four, false, "loss").find("median 2.0 of 4") !=
+        std::string::npos);
 }
 
 TEST_CASE("random search: the same seed gives the same trials, in range, whatever ended first") {
@@ -217,9 +243,13 @@ TEST_CASE("a sweep request's JSON reads back the same, and a bad member is named
   r.max_failed_trials = 2;
   r.parallel_trials = 3;
   r.objectives = {{"accuracy", true}, {"loss", false}};
+  r.early_stopping = median_stop{.min_trials_required = 5, .start_step = 7};
   auto back = sweep_request_from_json(sweep_request_to_json(r));
   CHECK(sweep_request_to_json(back) == sweep_request_to_json(r));
   CHECK(back.seed == r.seed);
+  REQUIRE(back.early_stopping);
+  CHECK(back.early_stopping->start_step == 7);
+  CHECK(back.early_stopping->min_trials_required == 5);
   CHECK(back.search_space[1].choices == std::vector<std::string>{"5", "10"});
   auto refused = [](const std::string& text) {
     try {
@@ -235,6 +265,10 @@ TEST_CASE("a sweep request's JSON reads back the same, and a bad member is named
             .find("search_space[0].distribution: 'normal' is not one") != std::string::npos);
   CHECK(refused(R"({"search_space":[]})").find("trial: the trial's template is missing") != std::string::npos);
   CHECK(refused("{").find("not JSON") != std::string::npos);
+  CHECK(
+      refused(
+          R"({"trial":{"trainer":{"kind":"command","command":["true"]}},"early_stopping":{"algorithm":"hyperband"}})")
+          .find("early_stopping.algorithm: 'hyperband' is not one") != std::string::npos);
 }
 
 TEST_CASE("numbers are written shortest, and floats stay floats") {
