@@ -151,8 +151,16 @@ class _Reporter:
 
 
 def _value(v):
+    """A metric's value as text, a float to its last digit (a sweep ranks trials by it); a 0-d tensor or a
+    NumPy scalar by its Python value."""
+    item = getattr(v, "item", None)
+    if callable(item) and not isinstance(v, (int, float, str)):
+        try:
+            v = item()
+        except (TypeError, ValueError, RuntimeError):
+            pass
     if isinstance(v, float):
-        return "%.6g" % v
+        return float.__repr__(v)
     return str(v)
 
 
