@@ -9,6 +9,8 @@
 
 #include <pybind11/stl.h>
 
+#include <tjob/wire.hpp>
+
 #include <chrono>
 #include <map>
 #include <optional>
@@ -125,68 +127,24 @@ py::dict event_dict(const tjob::event& e) {
   return d;
 }
 
+// The request in the job spec's shape (tjob/_checks.py builds it as tjob
+// serve's JobSpec), read by the one codec every front end uses
+// (tjob::request_from_json): a field added to the spec needs no code here.
+// A file or a directory of this machine may be named, as on the server's
+// unix socket. A refusal is a ValueError naming the field.
 tjob::train_request request_of(const py::dict& d) {
-  tjob::train_request r;
-  take(d, "name", r.name);
-  take(d, "runtime", r.runtime);
-  take(d, "num_nodes", r.num_nodes);
-  take(d, "labels", r.labels);
-  take(d, "annotations", r.annotations);
-  take(d, "priority", r.priority);
-  take(d, "after_ok", r.after_ok);
-  take(d, "after_any", r.after_any);
-  take(d, "after_not_ok", r.after_not_ok);
-  long long deadline = 0;
-  take(d, "active_deadline", deadline);
-  r.active_deadline = std::chrono::seconds(deadline);
-  if (d.contains("retry") && !d["retry"].is_none()) {
-    auto rp = d["retry"].cast<py::dict>();
-    take(rp, "max_restarts", r.retry.max_restarts);
-    take(rp, "backoff_factor", r.retry.backoff_factor);
-    take(rp, "retry_on", r.retry.retry_on);
-    take(rp, "never_retry", r.retry.never_retry);
-    double backoff = 1, most = 60;
-    take(rp, "backoff_seconds", backoff);
-    take(rp, "max_backoff_seconds", most);
-    r.retry.backoff = std::chrono::milliseconds(static_cast<std::int64_t>(backoff * 1000));
-    r.retry.max_backoff = std::chrono::milliseconds(static_cast<std::int64_t>(most * 1000));
+  py::dict shown;
+  for (auto item : d)
+    if (!item.second.is_none()) shown[item.first] = item.second;
+  const auto text = py::module_::import("json").attr("dumps")(shown, py::arg("allow_nan") = false).cast<std::string>();
+  boost::system::error_code ec;
+  auto v = boost::json::parse(text, ec);
+  if (ec) throw py::value_error("tjob: the request is not JSON: " + ec.message());
+  try {
+    return tjob::request_from_json(v, true);
+  } catch (const tjob::error& e) {
+    throw py::value_error(e.what());
   }
-  auto t = d["trainer"].cast<py::dict>();
-  if (t["kind"].cast<std::string>() == "command") {
-    tjob::command_trainer c;
-    take(t, "command", c.command);
-    take(t, "env", c.env);
-    take(t, "working_dir", c.working_dir);
-    take(t, "code_dir", c.code_dir);
-    take(t, "image", c.image);
-    r.job_trainer = std::move(c);
-  } else {
-    tjob::python_trainer p;
-    take(t, "source", p.source);
-    take(t, "source_file", p.source_file);
-    take(t, "function", p.function);
-    take(t, "function_args", p.function_args);
-    take(t, "args", p.args);
-    take(t, "packages_to_install", p.packages_to_install);
-    take(t, "pip_index_urls", p.pip_index_urls);
-    take(t, "env", p.env);
-    take(t, "working_dir", p.working_dir);
-    take(t, "code_dir", p.code_dir);
-    take(t, "python", p.python);
-    take(t, "system_site_packages", p.system_site_packages);
-    take(t, "keep_venv", p.keep_venv);
-    take(t, "refresh_venv", p.refresh_venv);
-    std::map<std::string, std::string> resources;
-    take(t, "resources_per_node", resources);
-    try {
-      tjob::set_resources_per_node(p, resources);
-    } catch (const tjob::error& e) {
-      throw py::value_error(e.what());
-    }
-    take(t, "image", p.image);
-    r.job_trainer = std::move(p);
-  }
-  return r;
 }
 
 tjob::engine_config config_of(const py::dict& d) {

@@ -110,7 +110,7 @@ def _function_source(func: Callable, func_args: Optional[Dict]) -> Dict:
         raise ValueError(f"CustomTrainer.func_args must be JSON-serialisable: {e}")
     except TypeError as e:
         raise ValueError(f"CustomTrainer.func_args must be JSON-serialisable: {e}")
-    return {"source": source, "function": name, "function_args": encoded}
+    return {"source": source, "function": name, "function_args": json.loads(encoded)}
 
 
 def _strings(value, field: str, example: str, what: str = "a list of strings") -> List[str]:
@@ -424,25 +424,26 @@ def _config(backend_config) -> (str, Dict, Dict):
 
 
 def _retry_of(opt: "Retries") -> Dict:
-    """The Retries option as the engine takes it; the engine checks the ranges and words the errors."""
+    """The Retries option as the engine takes it, its ranges checked here (the error names the option)."""
     def whole(v):
         return isinstance(v, int) and not isinstance(v, bool)
 
     def number(v):
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-    if not whole(opt.max_restarts):
-        raise ValueError(f"Retries.max_restarts={opt.max_restarts!r}: give a whole number of restarts")
+    if not whole(opt.max_restarts) or not 0 <= opt.max_restarts <= 1000:
+        raise ValueError(f"Retries.max_restarts={opt.max_restarts!r}: give a whole number of restarts, 0 to 1000")
     for key in ("backoff_seconds", "max_backoff_seconds"):
         v = getattr(opt, key)
         if not number(v) or not 0 <= v <= 86400:
             raise ValueError(f"Retries.{key}={v!r}: give 0 to 86400 seconds (a day)")
-    if not number(opt.backoff_factor):
+    if not number(opt.backoff_factor) or not 1 <= opt.backoff_factor <= 100:
         raise ValueError(f"Retries.backoff_factor={opt.backoff_factor!r}: give a number from 1 to 100")
     for key in ("retry_on", "never_retry"):
         codes = getattr(opt, key)
         if isinstance(codes, (str, bytes)) or not all(whole(c) for c in codes):
             raise ValueError(f"Retries.{key}={codes!r}: give a list of exit codes (1 to 255)")
-    return {"max_restarts": opt.max_restarts, "backoff_seconds": float(opt.backoff_seconds),
-            "backoff_factor": float(opt.backoff_factor), "max_backoff_seconds": float(opt.max_backoff_seconds),
+    # (the job spec's own shape: tjob serve's JobSpec, read by one codec, tjob::request_from_json)
+    return {"max_restarts": opt.max_restarts, "backoff_ms": round(opt.backoff_seconds * 1000),
+            "backoff_factor": float(opt.backoff_factor), "max_backoff_ms": round(opt.max_backoff_seconds * 1000),
             "retry_on": list(opt.retry_on), "never_retry": list(opt.never_retry)}
