@@ -8,7 +8,6 @@
 #include "engine/supervise.hpp"
 
 #include <tjob/client.hpp>
-#include <tjob/spec.hpp>
 #include <tjob/wire.hpp>
 
 #include <boost/json.hpp>
@@ -34,40 +33,9 @@ namespace {
 // submitter (and the reverse) by this number rather than by a missing field.
 // 2: priority, active deadline, dependencies, admission budgets; 3: the retry policy;
 // 4: a list of requests (a job array's members, one supervisor for them all), the backend
-// and the container backend's settings (a container job's active deadline)
-constexpr std::int64_t protocol_version = 5;
-
-json::object request_to_json(const train_request& req) {
-  json::object o;
-  o["name"] = req.name;
-  o["runtime"] = req.runtime;
-  o["num_nodes"] = req.num_nodes;
-  o["priority"] = req.priority;
-  o["active_deadline_s"] = req.active_deadline.count();
-  o["array"] = req.array;
-  o["array_limit"] = req.array_limit;
-  for (const auto& [key, list] : {std::pair{"after_ok", &req.after_ok},
-                                  {"after_any", &req.after_any},
-                                  {"after_not_ok", &req.after_not_ok}}) {
-    json::array a;
-    for (const auto& n : *list) a.emplace_back(n);
-    o[key] = std::move(a);
-  }
-  json::object retry;
-  retry["max_restarts"] = req.retry.max_restarts;
-  retry["backoff_ms"] = req.retry.backoff.count();
-  retry["backoff_factor"] = req.retry.backoff_factor;
-  retry["max_backoff_ms"] = req.retry.max_backoff.count();
-  for (const auto& [key, codes] :
-       {std::pair{"retry_on", &req.retry.retry_on}, {"never_retry", &req.retry.never_retry}}) {
-    json::array a;
-    for (int c : *codes) a.emplace_back(c);
-    retry[key] = std::move(a);
-  }
-  o["retry"] = std::move(retry);
-  o["trainer"] = json::parse(trainer_to_json(req.job_trainer));
-  return o;
-}
+// and the container backend's settings (a container job's active deadline); 6: each request
+// in the job spec's shape, by the one spec codec (tjob/wire.hpp), labels and annotations too
+constexpr std::int64_t protocol_version = 6;
 
 // The requests and the engine's settings, as the supervisor reads them: the
 // engine's one config codec (tjob/wire.hpp), the backend's options its own.
@@ -75,7 +43,7 @@ json::value batch_to_json(const std::vector<train_request>& requests, const engi
   json::object o;
   o["protocol"] = protocol_version;
   json::array reqs;
-  for (const auto& r : requests) reqs.emplace_back(request_to_json(r));
+  for (const auto& r : requests) reqs.emplace_back(to_json(r));
   o["requests"] = std::move(reqs);
   o["config"] = to_json(cfg);
   return o;
@@ -87,32 +55,6 @@ void config_from_json(const json::object& o, engine_config& cfg) {
                 "the supervisor and the program that started it are of different tjob versions; "
                 "point engine_config::supervisor (or $TJOB_SUPERVISOR) at the tjob built with the library");
   cfg = engine_config_from_json(o.at("config"));
-}
-
-train_request request_from_json(const json::object& o) {
-  train_request req;
-  req.name = json::value_to<std::string>(o.at("name"));
-  req.runtime = json::value_to<std::string>(o.at("runtime"));
-  req.num_nodes = static_cast<int>(o.at("num_nodes").to_number<std::int64_t>());
-  req.job_trainer = trainer_from_json(json::serialize(o.at("trainer")));
-  req.priority = static_cast<int>(o.at("priority").to_number<std::int64_t>());
-  req.active_deadline = std::chrono::seconds(o.at("active_deadline_s").to_number<std::int64_t>());
-  req.array = json::value_to<std::string>(o.at("array"));
-  req.array_limit = static_cast<int>(o.at("array_limit").to_number<std::int64_t>());
-  for (const auto& [key, list] : {std::pair{"after_ok", &req.after_ok},
-                                  {"after_any", &req.after_any},
-                                  {"after_not_ok", &req.after_not_ok}})
-    for (const auto& n : o.at(key).as_array()) list->push_back(json::value_to<std::string>(n));
-  const auto& retry = o.at("retry").as_object();
-  req.retry.max_restarts = static_cast<int>(retry.at("max_restarts").to_number<std::int64_t>());
-  req.retry.backoff = std::chrono::milliseconds(retry.at("backoff_ms").to_number<std::int64_t>());
-  req.retry.backoff_factor = retry.at("backoff_factor").to_number<double>();
-  req.retry.max_backoff = std::chrono::milliseconds(retry.at("max_backoff_ms").to_number<std::int64_t>());
-  for (const auto& [key, codes] :
-       {std::pair{"retry_on", &req.retry.retry_on}, {"never_retry", &req.retry.never_retry}})
-    for (const auto& c : retry.at(key).as_array())
-      codes->push_back(static_cast<int>(c.to_number<std::int64_t>()));
-  return req;
 }
 
 // Submits every request, all or nothing: when one is refused, those already
@@ -222,7 +164,7 @@ int supervisor_main() {
       auto v = json::parse(detail::read_all(STDIN_FILENO));
       const auto& o = v.as_object();
       config_from_json(o, cfg);
-      for (const auto& r : o.at("requests").as_array()) reqs.push_back(request_from_json(r.as_object()));
+      for (const auto& r : o.at("requests").as_array()) reqs.push_back(request_from_json(r, true));
       if (reqs.empty()) throw std::invalid_argument("no request");
     } catch (const error&) {
       throw;
