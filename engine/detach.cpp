@@ -76,6 +76,41 @@ std::vector<std::string> train_all(trainer_client& client, const std::vector<tra
   return names;
 }
 
+// What train_detached wrote on the supervisor's stdin: the engine's settings
+// and the requests.
+void read_batch(engine_config& cfg, std::vector<train_request>& reqs) {
+  try {
+    auto v = json::parse(detail::read_all(STDIN_FILENO));
+    const auto& o = v.as_object();
+    config_from_json(o, cfg);
+    for (const auto& r : o.at("requests").as_array()) reqs.push_back(request_from_json(r, true));
+    if (reqs.empty()) throw std::invalid_argument("no request");
+  } catch (const error&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    throw error(errc::invalid_argument, "supervisor: the request is not what train_detached writes: " + what);
+  }
+}
+
+// Owns the jobs until the last has ended (a member deleted early is done); a
+// container job without a deadline only until its containers run.
+void own_until_ended(trainer_client& client, const backend_capabilities& caps,
+                     const std::vector<std::string>& names, const std::vector<train_request>& reqs) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    std::set<job_status> until{job_status::complete, job_status::failed};
+    if (caps.owner_until_started && reqs.at(i).active_deadline.count() == 0)
+      until.insert(job_status::running);
+    try {
+      client.wait_for_job_status(names[i], until, std::chrono::hours(24 * 365 * 10));
+    } catch (const error& e) {
+      if (e.code() != errc::job_not_found) std::fprintf(stderr, "tjob supervisor: %s\n", e.what());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tjob supervisor: %s\n", e.what());
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> train_detached(const std::vector<train_request>& requests, engine_config config) {
@@ -123,56 +158,33 @@ int supervisor_main() {
   // The supervisor is the grandchild of the program that asked (leave_asker).
   // No thread exists yet, so fork is safe here.
   if (!detail::leave_asker()) return 1;
-  // Signals are taken by a thread of their own: SIGTERM, SIGINT or SIGHUP
-  // cancels the job (before it has a name: as soon as it has one). The
-  // thread never returns, so what it shares with this function is on the heap.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // SIGTERM, SIGINT or SIGHUP cancels the jobs (before they have names: as
+  // soon as they have them).
   struct shared {
     std::mutex m;
     trainer_client* client = nullptr;  // set while the jobs are named and the client is alive
     std::vector<std::string> names;
     bool cancel_wanted = false;
+    void cancel_all() {  // (m held)
+      try {
+        client->cancel_jobs(names);
+      } catch (...) {  // ones that have ended already
+      }
+    }
   };
   auto state = std::make_shared<shared>();
-  auto cancel_all = [](shared& st) {  // (st.m held)
-    try {
-      st.client->cancel_jobs(st.names);
-    } catch (...) {  // ones that have ended already
-    }
-  };
-  std::thread([set, state, cancel_all] {
-    for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) != 0) continue;
-      std::lock_guard lock(state->m);
-      state->cancel_wanted = true;
-      if (state->client) cancel_all(*state);
-    }
-  }).detach();
+  detail::on_stop_signals([state] {
+    std::lock_guard lock(state->m);
+    state->cancel_wanted = true;
+    if (state->client) state->cancel_all();
+  });
 
   std::vector<train_request> reqs;
   engine_config cfg;
   std::unique_ptr<trainer_client> client;
   std::vector<std::string> names;
   try {
-    try {
-      auto v = json::parse(detail::read_all(STDIN_FILENO));
-      const auto& o = v.as_object();
-      config_from_json(o, cfg);
-      for (const auto& r : o.at("requests").as_array()) reqs.push_back(request_from_json(r, true));
-      if (reqs.empty()) throw std::invalid_argument("no request");
-    } catch (const error&) {
-      throw;
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      throw error(errc::invalid_argument,
-                  "supervisor: the request is not what train_detached writes: " + what);
-    }
+    read_batch(cfg, reqs);
     client = std::make_unique<trainer_client>(cfg);
     names = train_all(*client, reqs);
   } catch (const error& e) {
@@ -195,23 +207,9 @@ int supervisor_main() {
     std::lock_guard lock(state->m);
     state->client = client.get();
     state->names = names;
-    if (state->cancel_wanted) cancel_all(*state);
+    if (state->cancel_wanted) state->cancel_all();
   }
-  // Owns them all until the last has ended (a member deleted early is done);
-  // a container job without a deadline only until its containers run.
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    const auto& name = names[i];
-    std::set<job_status> until{job_status::complete, job_status::failed};
-    if (caps.owner_until_started && reqs.at(i).active_deadline.count() == 0)
-      until.insert(job_status::running);
-    try {
-      client->wait_for_job_status(name, until, std::chrono::hours(24 * 365 * 10));
-    } catch (const error& e) {
-      if (e.code() != errc::job_not_found) std::fprintf(stderr, "tjob supervisor: %s\n", e.what());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "tjob supervisor: %s\n", e.what());
-    }
-  }
+  own_until_ended(*client, caps, names, reqs);
   {
     std::lock_guard lock(state->m);
     state->client = nullptr;

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 extern char** environ;
@@ -153,6 +154,21 @@ bool leave_asker() {
   }
   std::signal(SIGPIPE, SIG_IGN);  // an asker gone before the answer must not take the owner with it
   return true;
+}
+
+void on_stop_signals(std::function<void()> stop) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set, stop = std::move(stop)] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) == 0) stop();
+    }
+  }).detach();
 }
 
 void redirect_output(const std::filesystem::path& log) {

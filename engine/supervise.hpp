@@ -10,6 +10,7 @@
 #include <boost/json/object.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,12 @@ boost::json::object ask_supervisor(const std::string& program, const char* mode,
 /// SIGPIPE is ignored from then on. Returns false (having answered) when
 /// the fork fails.
 bool leave_asker();
+
+/// In the supervisor, before any other thread exists: SIGTERM, SIGINT and
+/// SIGHUP are blocked in every thread but one of their own, which calls
+/// `stop` for each (the caller's way to cancel what it owns). The thread
+/// lives as long as the process: what `stop` uses must too (on the heap).
+void on_stop_signals(std::function<void()> stop);
 
 std::string read_all(int fd);
 /// One JSON line on stdout: the answer.

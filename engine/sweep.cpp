@@ -281,58 +281,60 @@ void delete_sweep(const std::string& name, const engine_config& config) {
                                              " cannot be removed: " + ec.message());
 }
 
+namespace {
+
+// What a sweep supervisor shares with its signal thread.
+struct supervisor_state {
+  std::mutex m;
+  engine_config cfg;
+  std::string name;  // once the sweep is recorded
+  bool cancel_wanted = false;
+
+  void cancel() {  // (m held)
+    try {
+      cancel_sweep_as(name, cfg, true);
+    } catch (...) {
+    }
+  }
+};
+
+// What optimize() or resume_sweep() wrote on the supervisor's stdin: the
+// engine's settings and a new sweep's request, or the name of one to resume.
+void read_supervisor_body(engine_config& cfg, std::optional<sweep_request>& request, std::string& name) {
+  try {
+    auto v = json::parse(read_all(STDIN_FILENO));
+    const auto& o = v.as_object();
+    if (o.at("protocol").to_number<std::int64_t>() != protocol_version)
+      throw error(errc::invalid_argument,
+                  "the sweep supervisor and the program that started it are of different tjob versions; "
+                  "point engine_config::supervisor (or $TJOB_SUPERVISOR) at the tjob built with the library");
+    cfg = engine_config_from_json(o.at("config"));
+    if (!o.at("request").is_null()) request = sweep_request_from(o.at("request"));
+    name = json::value_to<std::string>(o.at("resume"));
+  } catch (const error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw error(errc::invalid_argument,
+                std::string("sweep supervisor: the request is not what optimize writes: ") + e.what());
+  }
+}
+
+}  // namespace
+
 int sweep_supervisor_main() {
   if (!leave_asker()) return 1;
   // SIGTERM, SIGINT or SIGHUP cancels the sweep (the owner then ends it).
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  struct shared {
-    std::mutex m;
-    engine_config cfg;
-    std::string name;  // once the sweep is recorded
-    bool cancel_wanted = false;
-  };
-  auto state = std::make_shared<shared>();
-  auto cancel = [](shared& st) {  // (st.m held)
-    try {
-      cancel_sweep_as(st.name, st.cfg, true);
-    } catch (...) {
-    }
-  };
-  std::thread([set, state, cancel] {
-    for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) != 0) continue;
-      std::lock_guard lock(state->m);
-      state->cancel_wanted = true;
-      if (!state->name.empty()) cancel(*state);
-    }
-  }).detach();
-
+  auto state = std::make_shared<supervisor_state>();
+  on_stop_signals([state] {
+    std::lock_guard lock(state->m);
+    state->cancel_wanted = true;
+    if (!state->name.empty()) state->cancel();
+  });
   engine_config cfg;
   std::optional<sweep_request> request;
   std::string name;
   try {
-    try {
-      auto v = json::parse(read_all(STDIN_FILENO));
-      const auto& o = v.as_object();
-      if (o.at("protocol").to_number<std::int64_t>() != protocol_version)
-        throw error(errc::invalid_argument,
-                    "the sweep supervisor and the program that started it are of different tjob versions; "
-                    "point engine_config::supervisor (or $TJOB_SUPERVISOR) at the tjob built with the library");
-      cfg = engine_config_from_json(o.at("config"));
-      if (!o.at("request").is_null()) request = sweep_request_from(o.at("request"));
-      name = json::value_to<std::string>(o.at("resume"));
-    } catch (const error&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw error(errc::invalid_argument, std::string("sweep supervisor: the request is not what optimize writes: ") +
-                                              e.what());
-    }
+    read_supervisor_body(cfg, request, name);
   } catch (const error& e) {
     respond_error(e);
     return 2;
@@ -352,7 +354,7 @@ int sweep_supervisor_main() {
       answered = true;
       redirect_output(sweep_dir(client->home(), name) / "owner.log");
       std::lock_guard lock(state->m);
-      if (state->cancel_wanted) cancel(*state);
+      if (state->cancel_wanted) state->cancel();
     });
   } catch (const error& e) {
     if (answered) {

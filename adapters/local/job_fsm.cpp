@@ -98,234 +98,248 @@ std::vector<job_action> job_fsm::on(const job_input& in) {
   using K = job_input::kind;
   switch (in.k) {
     case K::begin:
-      if (stage_ != stage::idle) break;
-      if (cancelled_) {
-        finish_all("cancelled before it started");
-      } else if (shape_.lease) {
-        stage_ = stage::leasing;
-        emit({job_action::kind::request_lease});
-      } else {
-        after_lease();
-      }
+      on_begin();
       break;
-
     case K::lease_granted:
       if (stage_ == stage::leasing) after_lease();
       break;
-
     case K::venv_resolved:
-      if (stage_ != stage::resolving) break;
-      if (cancelled_) {
-        if (in.found == venv_found::build) emit({job_action::kind::end_venv_build});
-        finish_all("cancelled before it started");
-        break;
-      }
-      switch (in.found) {
-        case venv_found::copied:
-          next_setup_ = shape_.setup;  // nothing to set up
-          start_setup();
-          break;
-        case venv_found::build:
-          building_ = true;
-          start_setup();
-          break;
-        case venv_found::uncached:
-          start_setup();
-          break;
-        case venv_found::busy:
-          stage_ = stage::waiting_venv;
-          emit({job_action::kind::wait_venv});
-          break;
-        case venv_found::failed:
-          setup_failure(in.how);
-          break;
-      }
+      on_venv_resolved(in);
       break;
-
     case K::venv_waited:
-      if (stage_ != stage::waiting_venv) break;
-      if (cancelled_) {
-        finish_all("cancelled before it started");
-      } else {
-        stage_ = stage::resolving;
-        emit({job_action::kind::resolve_venv});
-      }
+      on_venv_waited();
       break;
-
-    case K::venv_finalized: {
-      if (stage_ != stage::finalizing) break;
-      building_ = false;
-      job_action end{job_action::kind::end_venv_build};
-      end.ok = in.ok;
-      emit(std::move(end));
-      if (!in.ok) {
-        setup_failure(in.how);
-      } else if (cancelled_) {
-        finish_all("cancelled before it started");
-      } else {
-        start_nodes();
-      }
+    case K::venv_finalized:
+      on_venv_finalized(in);
       break;
-    }
-
     case K::spawned:
       if (in.step >= steps_.size()) break;
       steps_[in.step].started = true;
       steps_[in.step].running = true;
       break;
-
-    case K::spawn_failed: {
-      if (in.step >= steps_.size() || respawn(in)) break;
-      auto& s = steps_[in.step];
-      step_outcome out;
-      out.message = in.message;
-      if (!s.started) {
-        out.ev = {event_kind::start_failed};
-        out.reason = "start failed: " + in.how;
-      } else {
-        // a later phase of a step that runs: it ends as a process would that failed
-        out.ev = {event_kind::exited, 127};
-        out.reason = "setup failed: " + in.what + ": " + in.how;
-        job_action note{job_action::kind::note, in.step};
-        note.text = in.message;
-        emit(std::move(note));
-      }
-      if (stage_ == stage::setup)
-        setup_ended(std::move(out));
-      else if (stage_ == stage::running)
-        node_ended(in.step, std::move(out), true);
+    case K::spawn_failed:
+      on_spawn_failed(in);
       break;
-    }
-
-    case K::exited: {
-      if (in.step >= steps_.size() || !steps_[in.step].running) break;
-      steps_[in.step].running = false;
-      if (cancelled_) {
-        step_outcome out{{event_kind::cancelled},
-                         stop_word() + "; the process ended: " + in.how,
-                         stop_reason(),
-                         in.exit_code};
-        if (stage_ == stage::setup)
-          setup_ended(std::move(out));
-        else
-          node_ended(in.step, std::move(out), false);
-        break;
-      }
-      if (stage_ == stage::setup) {
-        if (in.exit_code != 0) {
-          job_action note{job_action::kind::note, 0};
-          note.text = fmt::format("{} failed after {:.2f} s: {}", in.what, in.seconds, in.how);
-          emit(std::move(note));
-          setup_ended({{event_kind::exited, in.exit_code},
-                       in.what + " failed: " + in.how + " (its output is in the step's log)",
-                       "setup failed: " + in.what + " " + in.how,
-                       std::nullopt});
-          break;
-        }
-        job_action note{job_action::kind::note, 0};
-        note.text =
-            fmt::format("{} done in {:.2f} s", in.what, in.seconds);  // (tjob::setup_phase_of reads it)
-        note.setup_event = true;
-        emit(std::move(note));
-        ++next_setup_;
-        start_setup();
-        break;
-      }
-      if (stage_ != stage::running) break;
-      step_outcome out{{event_kind::exited, in.exit_code},
-                       "process " + std::to_string(in.pid) + " ended: " + in.how +
-                           (in.message.empty() ? "" : "; " + in.message),
-                       in.how,
-                       std::nullopt};
-      steps_[in.step].how = in.how;  // the reason is written at the end, once the blame is known
-      node_ended(in.step, std::move(out), in.exit_code != 0);
+    case K::exited:
+      on_exited(in);
       break;
-    }
-
     case K::worker_failed:
-      if (in.step >= steps_.size() || root_) break;
-      root_.emplace(in.step, in.what);
-      // Its torchrun may wait minutes at its exit barrier for the other nodes,
-      // which may not notice for as long: every node is stopped now.
-      if (stage_ == stage::running && !failed_node_ && !cancelled_) {
-        failed_node_ = in.step;
-        stop_running(in.step, false);
-        if (steps_[in.step].running) {
-          job_action sig{job_action::kind::signal};
-          sig.steps.push_back(in.step);
-          emit(std::move(sig));
-          if (!timer_armed_) {
-            timer_armed_ = true;
-            emit({job_action::kind::arm_timer});
-          }
-        }
-      }
+      on_worker_failed(in);
       break;
-
     case K::cancel:
-      if (!cancelled_) {
-        cancelled_ = true;
-        deadline_ = in.deadline;
-        never_ = in.never;
-        never_how_ = in.message;
-        if (!in.recorded) {
-          job_action rec{job_action::kind::record_cancel};
-          rec.deadline = deadline_;
-          emit(std::move(rec));
-        }
-      } else if (!in.forced) {
-        break;  // asked again: it is under way
-      }
-      switch (stage_) {
-        case stage::idle:
-          break;  // begin ends it
-        case stage::leasing:
-          emit({job_action::kind::abandon_lease});
-          finish_all(never_          ? never_how_
-                     : shape_.queued ? "cancelled while waiting in the queue"
-                                     : "cancelled while waiting for GPUs");
-          break;
-        case stage::waiting_venv:
-          emit({job_action::kind::abandon_venv_wait});
-          break;
-        case stage::resolving:
-        case stage::finalizing:
-          break;  // no process runs: it ends when the answer comes
-        case stage::setup:
-        case stage::running:
-          stop_running(std::nullopt, in.forced);
-          end_respawning(std::nullopt);
-          break;
-        case stage::backoff:
-          finish_all(stop_word() + " while waiting to restart");
-          break;
-        case stage::done:
-          break;
-      }
+      on_cancel(in);
       break;
-
     case K::timer_fired:
       if (!timer_armed_) break;
       timer_armed_ = false;
       stop_running(std::nullopt, true);
       break;
-
     case K::backoff_elapsed:
       if (stage_ != stage::backoff) break;
       ++attempt_;
       start_nodes();  // the venv and its packages are there: no setup again
       break;
-
-    case K::respawn_due: {
-      if (in.step >= steps_.size() || !steps_[in.step].respawning) break;  // ended meanwhile
-      steps_[in.step].respawning = false;
-      job_action a{job_action::kind::spawn, in.step, in.phase};
-      a.first = !steps_[in.step].started;
-      emit(std::move(a));
+    case K::respawn_due:
+      on_respawn_due(in);
       break;
-    }
   }
   return std::move(out_);
+}
+
+void job_fsm::on_begin() {
+  if (stage_ != stage::idle) return;
+  if (stopping()) {
+    finish_all("cancelled before it started");
+  } else if (shape_.lease) {
+    stage_ = stage::leasing;
+    emit({job_action::kind::request_lease});
+  } else {
+    after_lease();
+  }
+}
+
+void job_fsm::on_venv_resolved(const job_input& in) {
+  if (stage_ != stage::resolving) return;
+  if (stopping()) {
+    if (in.found == venv_found::build) emit({job_action::kind::end_venv_build});
+    finish_all("cancelled before it started");
+    return;
+  }
+  switch (in.found) {
+    case venv_found::copied:
+      next_setup_ = shape_.setup;  // nothing to set up
+      start_setup();
+      break;
+    case venv_found::build:
+      building_ = true;
+      start_setup();
+      break;
+    case venv_found::uncached:
+      start_setup();
+      break;
+    case venv_found::busy:
+      stage_ = stage::waiting_venv;
+      emit({job_action::kind::wait_venv});
+      break;
+    case venv_found::failed:
+      setup_failure(in.how);
+      break;
+  }
+}
+
+void job_fsm::on_venv_waited() {
+  if (stage_ != stage::waiting_venv) return;
+  if (stopping()) {
+    finish_all("cancelled before it started");
+  } else {
+    stage_ = stage::resolving;
+    emit({job_action::kind::resolve_venv});
+  }
+}
+
+void job_fsm::on_venv_finalized(const job_input& in) {
+  if (stage_ != stage::finalizing) return;
+  building_ = false;
+  job_action end{job_action::kind::end_venv_build};
+  end.ok = in.ok;
+  emit(std::move(end));
+  if (!in.ok) {
+    setup_failure(in.how);
+  } else if (stopping()) {
+    finish_all("cancelled before it started");
+  } else {
+    start_nodes();
+  }
+}
+
+void job_fsm::on_spawn_failed(const job_input& in) {
+  if (in.step >= steps_.size() || respawn(in)) return;
+  auto& s = steps_[in.step];
+  step_outcome out;
+  out.message = in.message;
+  if (!s.started) {
+    out.ev = {event_kind::start_failed};
+    out.reason = "start failed: " + in.how;
+  } else {
+    // a later phase of a step that runs: it ends as a process would that failed
+    out.ev = {event_kind::exited, 127};
+    out.reason = "setup failed: " + in.what + ": " + in.how;
+    job_action note{job_action::kind::note, in.step};
+    note.text = in.message;
+    emit(std::move(note));
+  }
+  if (stage_ == stage::setup)
+    setup_ended(std::move(out));
+  else if (stage_ == stage::running)
+    node_ended(in.step, std::move(out), true);
+}
+
+void job_fsm::on_exited(const job_input& in) {
+  if (in.step >= steps_.size() || !steps_[in.step].running) return;
+  steps_[in.step].running = false;
+  if (stopping()) {
+    step_outcome out{
+        {event_kind::cancelled}, stop_word() + "; the process ended: " + in.how, stop_reason(), in.exit_code};
+    if (stage_ == stage::setup)
+      setup_ended(std::move(out));
+    else
+      node_ended(in.step, std::move(out), false);
+  } else if (stage_ == stage::setup) {
+    setup_phase_exited(in);
+  } else if (stage_ == stage::running) {
+    step_outcome out{{event_kind::exited, in.exit_code},
+                     "process " + std::to_string(in.pid) + " ended: " + in.how +
+                         (in.message.empty() ? "" : "; " + in.message),
+                     in.how,
+                     std::nullopt};
+    steps_[in.step].how = in.how;  // the reason is written at the end, once the blame is known
+    node_ended(in.step, std::move(out), in.exit_code != 0);
+  }
+}
+
+// A setup phase of node-0 ended: the next phase, or node-0 fails with it.
+void job_fsm::setup_phase_exited(const job_input& in) {
+  job_action note{job_action::kind::note, 0};
+  if (in.exit_code != 0) {
+    note.text = fmt::format("{} failed after {:.2f} s: {}", in.what, in.seconds, in.how);
+    emit(std::move(note));
+    setup_ended({{event_kind::exited, in.exit_code},
+                 in.what + " failed: " + in.how + " (its output is in the step's log)",
+                 "setup failed: " + in.what + " " + in.how,
+                 std::nullopt});
+    return;
+  }
+  note.text = fmt::format("{} done in {:.2f} s", in.what, in.seconds);  // (tjob::setup_phase_of reads it)
+  note.setup_event = true;
+  emit(std::move(note));
+  ++next_setup_;
+  start_setup();
+}
+
+void job_fsm::on_worker_failed(const job_input& in) {
+  if (in.step >= steps_.size() || root_) return;
+  root_.emplace(in.step, in.what);
+  // Its torchrun may wait minutes at its exit barrier for the other nodes,
+  // which may not notice for as long: every node is stopped now.
+  if (stage_ != stage::running || failed_node_ || stopping()) return;
+  failed_node_ = in.step;
+  stop_running(in.step, false);
+  if (!steps_[in.step].running) return;
+  job_action sig{job_action::kind::signal};
+  sig.steps.push_back(in.step);
+  emit(std::move(sig));
+  if (!timer_armed_) {
+    timer_armed_ = true;
+    emit({job_action::kind::arm_timer});
+  }
+}
+
+void job_fsm::on_cancel(const job_input& in) {
+  if (!stopping()) {
+    stop_ = in.deadline ? stop_cause::deadline : in.never ? stop_cause::dependency : stop_cause::cancel;
+    never_how_ = in.message;
+    if (!in.recorded) {
+      job_action rec{job_action::kind::record_cancel};
+      rec.deadline = stop_ == stop_cause::deadline;
+      emit(std::move(rec));
+    }
+  } else if (!in.forced) {
+    return;  // asked again: it is under way
+  }
+  switch (stage_) {
+    case stage::idle:
+      break;  // begin ends it
+    case stage::leasing:
+      emit({job_action::kind::abandon_lease});
+      finish_all(stop_ == stop_cause::dependency ? never_how_
+                 : shape_.queued                 ? "cancelled while waiting in the queue"
+                                                 : "cancelled while waiting for GPUs");
+      break;
+    case stage::waiting_venv:
+      emit({job_action::kind::abandon_venv_wait});
+      break;
+    case stage::resolving:
+    case stage::finalizing:
+      break;  // no process runs: it ends when the answer comes
+    case stage::setup:
+    case stage::running:
+      stop_running(std::nullopt, in.forced);
+      end_respawning(std::nullopt);
+      break;
+    case stage::backoff:
+      finish_all(stop_word() + " while waiting to restart");
+      break;
+    case stage::done:
+      break;
+  }
+}
+
+void job_fsm::on_respawn_due(const job_input& in) {
+  if (in.step >= steps_.size() || !steps_[in.step].respawning) return;  // ended meanwhile
+  steps_[in.step].respawning = false;
+  job_action a{job_action::kind::spawn, in.step, in.phase};
+  a.first = !steps_[in.step].started;
+  emit(std::move(a));
 }
 
 void job_fsm::after_lease() {
@@ -372,7 +386,7 @@ void job_fsm::setup_ended(step_outcome out) {
   for (std::size_t i = 1; i < steps_.size(); ++i) {
     auto& s = steps_[i];
     s.ended = true;
-    s.out = cancelled_
+    s.out = stopping()
                 ? step_outcome{{event_kind::cancelled}, stop_word() + " before it started", stop_reason(), {}}
                 : step_outcome{{event_kind::start_failed},
                                "not started: node-0's setup did not succeed",
@@ -399,7 +413,7 @@ void job_fsm::node_ended(std::size_t i, step_outcome out, bool failed) {
   steps_[i].ended = true;
   steps_[i].running = false;
   steps_[i].out = std::move(out);
-  if (failed && !failed_node_ && !cancelled_) {
+  if (failed && !failed_node_ && !stopping()) {
     failed_node_ = i;
     stop_running(i, false);
     end_respawning(i);
@@ -433,7 +447,7 @@ void job_fsm::finish() {
   // The blame: the first worker failure recorded, else the first node to end
   // failed. Its reason says what failed; the others', that they went with it.
   auto blamed = root_ ? std::optional(root_->first) : failed_node_;
-  if (blamed && !cancelled_) {
+  if (blamed && !stopping()) {
     a.blamed = *blamed;
     const auto& name = shape_.steps[*blamed];
     for (std::size_t i = 0; i < steps_.size(); ++i) {
@@ -451,7 +465,7 @@ void job_fsm::finish() {
   stage_ = stage::done;
   for (auto& s : steps_) {
     // a step the cancel caught before its first process
-    if (cancelled_ && !s.started && s.out.ev.kind != event_kind::cancelled)
+    if (stopping() && !s.started && s.out.ev.kind != event_kind::cancelled)
       s.out = {{event_kind::cancelled}, stop_word() + " before it started", stop_reason(), {}};
     a.outcomes.push_back(std::move(s.out));
   }
@@ -497,7 +511,7 @@ bool job_fsm::restart(std::size_t blamed) {
 
 bool job_fsm::respawn(const job_input& in) {
   auto& s = steps_[in.step];
-  if (!in.transient || cancelled_ || failed_node_ ||
+  if (!in.transient || stopping() || failed_node_ ||
       (s.respawn_waited >= respawn_limit && !in.others_running))
     return false;
   using std::chrono::milliseconds;
@@ -561,11 +575,25 @@ void job_fsm::finish_all(const std::string& message) {
 }
 
 std::string job_fsm::stop_word() const {
-  return deadline_ ? "active deadline exceeded" : never_ ? "dependency never satisfied" : "cancelled";
+  switch (stop_) {
+    case stop_cause::deadline:
+      return "active deadline exceeded";
+    case stop_cause::dependency:
+      return "dependency never satisfied";
+    default:
+      return "cancelled";
+  }
 }
 
 std::string job_fsm::stop_reason() const {
-  return deadline_ ? "DeadlineExceeded" : never_ ? "DependencyNeverSatisfied" : "cancelled";
+  switch (stop_) {
+    case stop_cause::deadline:
+      return "DeadlineExceeded";
+    case stop_cause::dependency:
+      return "DependencyNeverSatisfied";
+    default:
+      return "cancelled";
+  }
 }
 
 }  // namespace tjob::local

@@ -169,7 +169,7 @@ class job_fsm {
   std::vector<job_action> on(const job_input& in);
 
   bool done() const noexcept { return stage_ == stage::done; }
-  bool cancelled() const noexcept { return cancelled_; }
+  bool cancelled() const noexcept { return stopping(); }
   int attempt() const noexcept { return attempt_; }
 
  private:
@@ -198,6 +198,18 @@ class job_fsm {
     step_outcome out;
   };
 
+  // One handler per input kind (`on` dispatches).
+  void on_begin();
+  void on_venv_resolved(const job_input& in);
+  void on_venv_waited();
+  void on_venv_finalized(const job_input& in);
+  void on_spawn_failed(const job_input& in);
+  void on_exited(const job_input& in);
+  void setup_phase_exited(const job_input& in);
+  void on_worker_failed(const job_input& in);
+  void on_cancel(const job_input& in);
+  void on_respawn_due(const job_input& in);
+
   void after_lease();
   void start_setup();
   void start_nodes();
@@ -224,10 +236,12 @@ class job_fsm {
   stage stage_ = stage::idle;
   std::size_t next_setup_ = 0;
   bool building_ = false;  ///< the setup phases build the cache entry: end_venv_build is owed
-  bool cancelled_ = false;
-  bool deadline_ = false;  ///< the cancel is the active deadline's
-  bool never_ = false;     ///< the cancel is a dependency's that can never be satisfied
-  std::string never_how_;  ///< which, and how it ended
+  /// Why the job is being stopped: not at all, a cancel, its active
+  /// deadline, or a dependency that can never be satisfied (the first asked).
+  enum class stop_cause : std::uint8_t { none, cancel, deadline, dependency };
+  bool stopping() const noexcept { return stop_ != stop_cause::none; }
+  stop_cause stop_ = stop_cause::none;
+  std::string never_how_;  ///< the dependency's: which, and how it ended
   bool timer_armed_ = false;
   std::optional<std::size_t> failed_node_;
   /// The first worker failure recorded (worker_failed): the node to blame,

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <system_error>
+#include <vector>
 
 namespace tjob::detail {
 
@@ -55,24 +56,45 @@ store::store(const std::filesystem::path& db_path, std::chrono::milliseconds bus
   }
 }
 
+namespace {
+
+// The SQLite name of a store opened read-only with no -wal beside it: a WAL
+// database needs its -shm file, which a read-only directory cannot get. With
+// no -wal either, the last writer checkpointed everything into the file, and
+// it is read as immutable (no locks, no -shm): nothing can write through a
+// read-only mount. (With a -wal, its -shm is there too, and SQLite reads them
+// both read-only.)
+std::string immutable_uri(const std::string& path) {
+  std::string name = "file:";
+  for (char c : path) {
+    if (c == '%' || c == '?' || c == '#')
+      name += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    else
+      name += c;
+  }
+  return name + "?immutable=1";
+}
+
+// The schema's changes, each from the version before it to its own (1 to 2
+// is the first): a store of any older version is brought up to date in order.
+struct migration {
+  int to;
+  std::string sql;
+};
+std::vector<migration> migrations() {
+  return {
+      {2, migrate_v1_to_v2_sql()}, {3, admissions_sql()},          {4, attempts_sql()},
+      {5, progress_sql()},         {6, steps_without_rowid_sql()}, {7, events_without_autoincrement_sql()}};
+}
+
+}  // namespace
+
 void store::open(std::chrono::milliseconds busy_timeout, const std::function<void()>& before_create) {
   int flags = read_only_ ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   std::string name = path_.string();
   std::error_code ec;
   if (read_only_ && !std::filesystem::exists(path_.string() + "-wal", ec)) {
-    // A WAL database needs its -shm file, which a read-only directory cannot
-    // get. With no -wal either, the last writer checkpointed everything into
-    // the file, and it is read as immutable (no locks, no -shm): nothing can
-    // write through a read-only mount. (With a -wal, its -shm is there too,
-    // and SQLite reads them both read-only.)
-    name = "file:";
-    for (char c : path_.string()) {
-      if (c == '%' || c == '?' || c == '#')
-        name += fmt::format("%{:02X}", static_cast<unsigned char>(c));
-      else
-        name += c;
-    }
-    name += "?immutable=1";
+    name = immutable_uri(path_.string());
     flags |= SQLITE_OPEN_URI;
   }
   int rc = sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -81,94 +103,81 @@ void store::open(std::chrono::milliseconds busy_timeout, const std::function<voi
   sqlite3_busy_timeout(db_, static_cast<int>(busy_timeout.count()));
 
   // Read the header first: a file that is not ours is reported, never touched.
-  auto read_int = [&](const char* sql) {
-    sqlite3_stmt* s = nullptr;
-    int rc = sqlite3_prepare_v2(db_, sql, -1, &s, nullptr);
-    if (rc != SQLITE_OK) fail(rc, "cannot read the store");
-    rc = sqlite3_step(s);
-    int v = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
-    sqlite3_finalize(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail(rc, "cannot read the store");
-    return v;
-  };
-  const bool ours = read_int("PRAGMA application_id") == application_id;
-  if (read_only_ && (!ours || read_int("PRAGMA user_version") != schema_version))
+  const bool ours = header_int("PRAGMA application_id") == application_id;
+  if (read_only_ && (!ours || header_int("PRAGMA user_version") != schema_version))
     throw error(errc::store_unavailable,
                 "store " + path_.string() + " is read-only and " +
                     (ours ? "of an older schema, which only a writable store can be migrated from"
                           : "not (yet) a tjob store") +
                     "; set TJOB_HOME to a writable directory");
-  if (!ours) {
-    // Several processes may find the file new at once: the check and the
-    // schema are one write transaction, so exactly one of them creates it.
-    begin();
-    try {
-      int app = read_int("PRAGMA application_id");
-      if (app != application_id) {
-        if (app != 0 || read_int("SELECT count(*) FROM sqlite_master") != 0)
-          throw error(errc::store_corrupt, "store " + path_.string() +
-                                               " is not a tjob store (it holds other data); " +
-                                               fix_for(errc::store_corrupt, path_));
-        if (before_create) before_create();
-        exec(schema_sql());
-        exec(admissions_sql());
-        exec(attempts_sql());
-        exec(progress_sql());
-        exec(steps_without_rowid_sql());
-        exec(events_without_autoincrement_sql());
-        exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
-        exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
-      }
-      commit();
-    } catch (...) {
-      rollback();
-      throw;
-    }
-  }
-  int version = read_int("PRAGMA user_version");
-  if (version >= 1 && version < schema_version) {
-    // Migrated in one write transaction; another process may have done it
-    // meanwhile, so the version is read again inside it.
-    begin();
-    try {
-      version = read_int("PRAGMA user_version");
-      if (version == 1) {
-        exec(migrate_v1_to_v2_sql().c_str());
-        version = 2;
-      }
-      if (version == 2) {
-        exec(admissions_sql());
-        version = 3;
-      }
-      if (version == 3) {
-        exec(attempts_sql());
-        version = 4;
-      }
-      if (version == 4) {
-        exec(progress_sql());
-        version = 5;
-      }
-      if (version == 5) {
-        exec(steps_without_rowid_sql());
-        version = 6;
-      }
-      if (version == 6) {
-        exec(events_without_autoincrement_sql());
-        version = 7;
-      }
-      exec(("PRAGMA user_version=" + std::to_string(version)).c_str());
-      commit();
-    } catch (...) {
-      rollback();
-      throw;
-    }
-  }
+  if (!ours) create_schema(before_create);
+  int version = header_int("PRAGMA user_version");
+  if (version >= 1 && version < schema_version) version = migrate();
   if (version != schema_version)
     throw error(errc::store_corrupt, "store " + path_.string() + " has schema version " +
                                          std::to_string(version) + ", this tjob reads version " +
                                          std::to_string(schema_version) + "; " +
                                          fix_for(errc::store_corrupt, path_));
-  if (read_only_) return;  // nothing of what follows writes, and the wake file is the writers'
+  if (!read_only_) open_for_writing(busy_timeout);  // (the wake file is the writers')
+}
+
+int store::header_int(const char* sql) {
+  sqlite3_stmt* s = nullptr;
+  int rc = sqlite3_prepare_v2(db_, sql, -1, &s, nullptr);
+  if (rc != SQLITE_OK) fail(rc, "cannot read the store");
+  rc = sqlite3_step(s);
+  int v = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
+  sqlite3_finalize(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail(rc, "cannot read the store");
+  return v;
+}
+
+// Several processes may find the file new at once: the check and the schema
+// are one write transaction, so exactly one of them creates it.
+void store::create_schema(const std::function<void()>& before_create) {
+  begin();
+  try {
+    int app = header_int("PRAGMA application_id");
+    if (app != application_id) {
+      if (app != 0 || header_int("SELECT count(*) FROM sqlite_master") != 0)
+        throw error(errc::store_corrupt, "store " + path_.string() +
+                                             " is not a tjob store (it holds other data); " +
+                                             fix_for(errc::store_corrupt, path_));
+      if (before_create) before_create();
+      exec(schema_sql());
+      for (const auto& m : migrations())
+        if (m.to > 2) exec(m.sql.c_str());  // (schema_sql has version 2's columns already)
+      exec(("PRAGMA application_id=" + std::to_string(application_id)).c_str());
+      exec(("PRAGMA user_version=" + std::to_string(schema_version)).c_str());
+    }
+    commit();
+  } catch (...) {
+    rollback();
+    throw;
+  }
+}
+
+// Migrated in one write transaction; another process may have done it
+// meanwhile, so the version is read again inside it. Returns the version now.
+int store::migrate() {
+  begin();
+  try {
+    int version = header_int("PRAGMA user_version");
+    for (const auto& m : migrations())
+      if (version == m.to - 1) {
+        exec(m.sql.c_str());
+        version = m.to;
+      }
+    exec(("PRAGMA user_version=" + std::to_string(version)).c_str());
+    commit();
+    return version;
+  } catch (...) {
+    rollback();
+    throw;
+  }
+}
+
+void store::open_for_writing(std::chrono::milliseconds busy_timeout) {
   switch_to_wal(busy_timeout);
   exec("PRAGMA synchronous=NORMAL");
   exec("PRAGMA foreign_keys=ON");

@@ -192,6 +192,12 @@ class store {
   struct stmt;
   class read_snapshot;
   void open(std::chrono::milliseconds busy_timeout, const std::function<void()>& before_create);
+  /// A number the header or the catalogue answers (0 when no row), read
+  /// before the store is known to be ours (no prepared-statement cache).
+  int header_int(const char* sql);
+  void create_schema(const std::function<void()>& before_create);
+  int migrate();
+  void open_for_writing(std::chrono::milliseconds busy_timeout);
   void switch_to_wal(std::chrono::milliseconds busy_timeout);
   void close() noexcept;
   sqlite3_stmt* prepare(std::string_view sql);

@@ -31,7 +31,8 @@ inline constexpr int application_id = 0x746a6f62;  // "tjob"
 // the newest event's (next_event_seq_sql).
 inline constexpr int schema_version = 7;
 
-/// The tables of a version-1 store (what migrations start from).
+/// The tables of a version-2 store (a new store starts from them; an older
+/// one was made with version 1's, which migrate_v1_to_v2_sql completes).
 const char* schema_sql();
 /// What version 3 adds: the admission queue and each job's array.
 const char* admissions_sql();
