@@ -86,6 +86,12 @@ void add_scheduling_options(CLI::App* cmd, job_options& o) {
   cmd->add_option("--deadline", o.deadline,
                   "Stop the job this long after it starts running (3600, 90s, 10m, 2h): SIGTERM, SIGKILL "
                   "after --grace; it ends Failed, reason DeadlineExceeded");
+  cmd->add_option(
+         "--signal", o.warning,
+         "Warn the job this long before its --deadline with this signal, as Slurm's --signal: SIG[@TIME] "
+         "(USR1@90s; default 60 s), so that it saves a checkpoint; a Python job's tjob.stop_requested() "
+         "turns true, a command must handle the signal itself")
+      ->option_text("SIG[@TIME]");
   cmd->add_option("--retries", o.retries,
                   "Restart the job up to this many times when its code fails (exits non-zero or is killed "
                   "by a signal), after a backoff (--retry-backoff); each attempt is in the job's events and "
@@ -222,6 +228,16 @@ train_request make_request(const job_options& o, const backend_capabilities& bac
   req.after_any = o.after_any;
   req.after_not_ok = o.after_not_ok;
   if (!o.deadline.empty()) req.active_deadline = parse_deadline(o.deadline);
+  if (!o.warning.empty()) {
+    if (!backend.stop_warning && !backend.forwards)
+      throw usage_error("--signal is for " + backends_that([](const auto& c) { return c.stop_warning; }) +
+                        "; add " + choices_of([](const auto& c) { return c.stop_warning; }));
+    try {
+      req.warning = parse_stop_warning(o.warning);
+    } catch (const error& e) {
+      throw usage_error(std::string("--") + e.what());
+    }
+  }
   if ((!o.retry_on.empty() || !o.no_retry_on.empty() || !o.retry_backoff.empty()) && o.retries <= 0)
     throw usage_error("--retry-on, --no-retry-on and --retry-backoff need --retries N (how many restarts)");
   req.retry.max_restarts = o.retries;
@@ -309,29 +325,13 @@ std::vector<train_request> array_requests(const train_request& req, const std::s
 }
 
 std::chrono::seconds parse_deadline(const std::string& value) {
-  auto refuse = [&] {
-    return usage_error("--deadline " + value +
-                       ": give whole seconds (3600) or a duration of whole units (90s, 10m, 2h, 1h30m)");
-  };
-  static const std::map<std::string, long long, std::less<>> unit_s = {
-      {"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}};
-  long long total = 0;
-  std::size_t i = 0;
-  if (value.empty()) throw refuse();
-  while (i < value.size()) {
-    std::size_t start = i;
-    while (i < value.size() && std::isdigit(static_cast<unsigned char>(value[i]))) ++i;
-    std::size_t unit_at = i;
-    while (i < value.size() && std::isalpha(static_cast<unsigned char>(value[i]))) ++i;
-    auto unit = unit_s.find(std::string_view(value).substr(unit_at, i - unit_at));
-    if (unit_at == start || unit_at - start > 9 || unit == unit_s.end() ||
-        (unit->second == 1 && unit_at == i && i < value.size()))
-      throw refuse();
-    total += std::stoll(value.substr(start, unit_at - start)) * unit->second;
-  }
-  if (total < 1) throw refuse();
-  if (total > 366LL * 86400) throw usage_error("--deadline " + value + ": give at most a year (8784h)");
-  return std::chrono::seconds(total);
+  auto total = parse_seconds(value);
+  if (!total || total->count() < 1)
+    throw usage_error("--deadline " + value +
+                      ": give whole seconds (3600) or a duration of whole units (90s, 10m, 2h, 1h30m)");
+  if (total->count() > 366LL * 86400)
+    throw usage_error("--deadline " + value + ": give at most a year (8784h)");
+  return *total;
 }
 
 void parse_retry_backoff(const std::string& value, retry_policy& p) {

@@ -35,6 +35,7 @@ struct job_options {
   std::vector<std::string> after_ok, after_any, after_not_ok;
   std::string array;                       // train --array: 0-99%8
   std::string deadline;                    // --deadline: seconds, or 90s, 10m, 2h
+  std::string warning;                     // --signal: SIG[@TIME] before the deadline
   int retries = 0;                         // --retries: max_restarts
   std::vector<int> retry_on, no_retry_on;  // --retry-on, --no-retry-on: exit codes
   std::string retry_backoff;               // --retry-backoff: INITIAL[,FACTOR[,MAX]]

@@ -95,6 +95,8 @@ std::string_view to_string(log_event e) noexcept {
       return "DeleteRequested";
     case log_event::progress:
       return "Progress";
+    case log_event::warned:
+      return "Warned";
   }
   return "Created";
 }

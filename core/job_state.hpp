@@ -66,6 +66,9 @@ enum class log_event : std::uint8_t {
   /// "Progress": what the training code reported (a percentage, the seconds
   /// left, metrics; the event's data is their JSON, detail::progress_json)
   progress,
+  /// "Warned": the job's processes were sent its warning signal before its
+  /// active deadline (train_request::warning; changes no status)
+  warned,
 };
 inline constexpr log_event all_log_events[] = {log_event::created,        log_event::started,
                                                log_event::exited,         log_event::start_failed,
@@ -74,7 +77,7 @@ inline constexpr log_event all_log_events[] = {log_event::created,        log_ev
                                                log_event::devices_leased, log_event::cancel_requested,
                                                log_event::admitted,       log_event::waiting,
                                                log_event::restarting,     log_event::delete_requested,
-                                               log_event::progress};
+                                               log_event::progress,       log_event::warned};
 
 std::string_view to_string(log_event e) noexcept;
 std::optional<log_event> parse_log_event(std::string_view s) noexcept;

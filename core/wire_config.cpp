@@ -77,6 +77,7 @@ json::object to_json(const backend_capabilities& c) {
           {"runs_images_as_is", c.runs_images_as_is},
           {"takes_code_dir", c.takes_code_dir},
           {"venv_cache", c.venv_cache},
+          {"stop_warning", c.stop_warning},
           {"job_files", c.job_files}};
 }
 
@@ -100,6 +101,7 @@ backend_capabilities capabilities_from_json(const json::value& v) {
   r.flag("runs_images_as_is", c.runs_images_as_is);
   r.flag("takes_code_dir", c.takes_code_dir);
   r.flag("venv_cache", c.venv_cache);
+  r.flag("stop_warning", c.stop_warning);
   r.text("job_files", c.job_files);
   return c;
 }

@@ -4,6 +4,7 @@
 // failure message with each failed step's last log lines, the runtime
 // look-ups, and $TJOB_HOME's safety checks.
 #include <tjob/engine.hpp>
+#include <tjob/spec.hpp>
 
 #include "core/driver.hpp"
 #include "core/fail.hpp"
@@ -236,13 +237,33 @@ const std::filesystem::path& engine::home() const { return impl_->home; }
 namespace {
 
 // "the kubernetes backend": the registered backends that keep labels, for a refusal.
-std::string keepers_of_labels() {
+// "the local and kubernetes backends": those that have a capability.
+std::string backends_with(bool backend_capabilities::*has) {
   std::vector<std::string> ids;
   for (const auto& b : registered_backends())
-    if (b.capabilities.keeps_labels) ids.push_back(b.id);
+    if (b.capabilities.*has) ids.push_back(b.id);
   std::string out = "the ";
   for (std::size_t i = 0; i < ids.size(); ++i) out += (i == 0 ? "" : i + 1 == ids.size() ? " and " : ", ") + ids[i];
   return out + (ids.size() == 1 ? " backend" : " backends");
+}
+
+// A warning before the deadline (train_request::warning) needs a backend
+// that gives it (a server checks its own) and a deadline longer than it.
+void check_warning(const train_request& req, const backend_capabilities& caps) {
+  if (!req.warning || caps.forwards) return;
+  const auto who = req.name.empty() ? std::string("TrainJob") : "TrainJob " + quote(req.name);
+  const auto what = who + ": warning " + stop_warning_text(*req.warning) + ": ";
+  if (!caps.stop_warning)
+    fail(errc::invalid_argument,
+         what + "the " + caps.id + " backend cannot warn a job before its deadline; " +
+             backends_with(&backend_capabilities::stop_warning) + " can, or drop the warning");
+  if (req.active_deadline.count() == 0)
+    fail(errc::invalid_argument,
+         what + "the job has no active deadline to warn of; give it one (--deadline, ActiveDeadlineSeconds)");
+  if (req.warning->before >= req.active_deadline)
+    fail(errc::invalid_argument, what + "its active deadline is " +
+                                     std::to_string(req.active_deadline.count()) +
+                                     " s, no later than the warning; warn less long before it");
 }
 
 // The local backend's interpreter and its system packages, when the request
@@ -268,10 +289,11 @@ asio::awaitable<std::string> engine::train(train_request req) {
   if (!req.labels.empty() || !req.annotations.empty()) {
     const auto runs = co_await e.backend->job_backend();
     if (!runs.keeps_labels)
-      fail(errc::invalid_argument,
-           std::string(req.labels.empty() ? "Annotations" : "Labels") + " option is not compatible with the " +
-               runs.id + " backend (TrainJob " + quote(req.name) + "); only " + keepers_of_labels() +
-               " keeps labels and annotations");
+      fail(errc::invalid_argument, std::string(req.labels.empty() ? "Annotations" : "Labels") +
+                                       " option is not compatible with the " + runs.id +
+                                       " backend (TrainJob " + quote(req.name) + "); only " +
+                                       backends_with(&backend_capabilities::keeps_labels) +
+                                       " keeps labels and annotations");
   }
   e.check_running();
   detail::checked_request checked;
@@ -279,6 +301,7 @@ asio::awaitable<std::string> engine::train(train_request req) {
   auto catalog = co_await e.backend->runtimes(true);
   checked.rt = detail::check_request(req, *catalog);
   const auto caps = e.backend->capabilities();
+  check_warning(req, caps);
   co_await e.send_code_dir(req, caps);
   checked.request = std::move(req);
   co_return co_await e.backend->train(std::move(checked));

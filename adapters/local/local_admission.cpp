@@ -8,7 +8,10 @@
 // which frees what they held.
 #include "adapters/local/local_impl.hpp"
 
+#include "adapters/process/cgroup.hpp"
 #include "adapters/process/proc_info.hpp"
+
+#include <tjob/spec.hpp>
 
 #include <spdlog/spdlog.h>
 
@@ -316,6 +319,37 @@ void engine_state::arm_deadline(const std::shared_ptr<job_rec>& j) {
   j->deadline_timer = std::make_unique<asio::steady_timer>(ex, j->deadline);
   j->deadline_timer->async_wait([w = std::weak_ptr<job_rec>(j)](error_code ec) {
     if (auto jr = w.lock(); jr && !ec) jr->post(job_input::deadline_passed());
+  });
+  if (!j->warning) return;
+  // (the engine checked that the warning comes after the start: before < deadline)
+  auto& wr = *j->warning;
+  wr.timer = std::make_unique<asio::steady_timer>(ex, j->deadline - wr.warning.before);
+  wr.timer->async_wait([this, w = std::weak_ptr<job_rec>(j)](error_code ec) {
+    if (auto jr = w.lock(); jr && !ec && !stopping) send_warning(*jr);
+  });
+}
+
+// A warning changes nothing of the job: its steps that run get the signal
+// (each one's whole tree, as a stop would: a torch node's agent and
+// workers), and the log says when. A Python job's processes all handle it
+// (python::line_hook_module); a command must, or the signal's default action
+// applies, as with Slurm's --signal.
+void engine_state::send_warning(job_rec& j) {
+  const auto& w = j.warning->warning;
+  int sent = 0;
+  for (auto& s : j.steps) {
+    if (!s.code_runs || !s.proc.signal_group(w.signal)) continue;
+    if (!s.tree_cgroup.empty()) process::signal_all(s.tree_cgroup, w.signal);
+    ++sent;
+  }
+  if (sent == 0) return;  // none runs: it is ending anyway
+  auto what = "SIG" + signal_name(w.signal) + " sent to the job's processes, " +
+              std::to_string(w.before.count()) + " s before its active deadline of " +
+              std::to_string(j.deadline.count()) + " s";
+  if (!j.venv.empty())
+    log_progress(j, j.steps[0], "[tjob] " + what + "\n");  // (a command's log stays its own)
+  queue_write([name = j.row.name, t = now_ms(), what = std::move(what)](detail::store& db) {
+    db.append_event(name, "", t, log_event::warned, what);
   });
 }
 

@@ -263,6 +263,7 @@ backend_capabilities capabilities_of() {
   c.arrays = true;
   c.venv_cache = true;
   c.takes_code_dir = true;
+  c.stop_warning = true;
   c.job_files = "jobs";
   return c;
 }

@@ -60,6 +60,7 @@ struct step_rec {
   std::string tree_cgroup;           // the one that holds its whole process tree; empty: none could be made
   std::string ended_how;             // how its code's process ended ("exit code 1"), once it has
   std::string memory_cgroup;         // the one that limits its memory (its OOM kills are read at the end)
+  bool code_runs = false;            // its process is the job's code (not a setup phase): a warning is for it
   detail::log_clock::tracked times;  // its log's line times, while it runs
 };
 
@@ -128,6 +129,13 @@ struct job_rec {
   std::string queue_note;            // what it waits for, for its log when it joins the queue
   std::chrono::seconds deadline{0};  // its active deadline, from Running; 0: none
   std::unique_ptr<boost::asio::steady_timer> deadline_timer;  // armed when it starts running
+  /// Its warning before the deadline (train_request::warning), and its timer
+  /// once armed; null without one (a pointer: most jobs have none).
+  struct warning_rec {
+    stop_warning warning;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+  std::unique_ptr<warning_rec> warning;
   /// Its retry policy (train_request::retry) when it has restarts; and the
   /// wait before its next attempt, while it waits.
   std::unique_ptr<retry_policy> retry;
@@ -369,6 +377,8 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::vector<queue_entry> queue_view();
   /// Arms the active deadline of a job that has started running.
   void arm_deadline(const std::shared_ptr<job_rec>& j);
+  /// Sends the job's warning signal to every process of its steps that run.
+  void send_warning(job_rec& j);
   /// A failed attempt is tried again (job_action::restart): its steps are
   /// Restarting, their logs mark where the next attempt begins, and the
   /// backoff timer posts backoff_elapsed.

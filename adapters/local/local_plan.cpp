@@ -260,6 +260,9 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
   j.admission->group = req.array;
   j.admission->group_limit = req.array_limit;
   j.deadline = req.active_deadline;
+  j.warning.reset();
+  if (req.warning)
+    j.warning = std::make_unique<job_rec::warning_rec>(job_rec::warning_rec{*req.warning, nullptr});
   j.retry.reset();
   if (req.retry.max_restarts > 0) j.retry = std::make_unique<retry_policy>(req.retry);
   j.deps.clear();

@@ -4,6 +4,8 @@
 #include "adapters/process/cgroup.hpp"
 #include "core/secrets.hpp"
 
+#include <tjob/spec.hpp>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -294,6 +296,7 @@ void engine_state::start_op(const std::shared_ptr<job_rec>& j, asio::awaitable<v
 asio::awaitable<void> engine_state::finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes,
                                                std::size_t blamed) {
   if (j->deadline_timer) j->deadline_timer->cancel();
+  if (j->warning && j->warning->timer) j->warning->timer->cancel();
   if (j->respawns)
     for (auto& t : j->respawns->by_step)
       if (t) t->cancel();
@@ -407,6 +410,8 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
         a.replace(at, master_port_placeholder.size(), std::to_string(j->master_port));
   auto env = ph.env;
   env.emplace(token_variable, job_token(j->row));
+  if (ph.final && j->warning)  // its processes handle the warning (python::line_hook_module)
+    env.insert_or_assign("TJOB_STOP_SIGNAL", signal_name(j->warning->warning.signal));
   if (ph.final && j->checkpoints()) {
     // The checkpoint contract (docs/scheduling.md): a directory every attempt
     // sees, and which attempt this is (as Slurm's SLURM_RESTART_COUNT).
@@ -457,6 +462,7 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
                                    std::move(message), transient, live_children > 0);
   }
   s.proc = std::move(*child);
+  s.code_runs = ph.final;
   ++live_children;
   s.row.pid = s.proc.pid();
   s.row.pid_start = s.proc.start_time();

@@ -175,6 +175,7 @@ void engine_state::step_exited(const std::shared_ptr<job_rec>& j, std::size_t in
   // left behind goes with it, in its process group or out of it.
   s.proc.signal_group(SIGKILL);
   s.proc = process::child();  // its pidfd: the one descriptor a running job holds
+  s.code_runs = false;
   --live_children;
   if (!respawn_waiters.empty()) wake_respawns();
   end_tree(*j, s);

@@ -17,6 +17,6 @@ if _spec is not None and _spec.origin and _os.path.abspath(_spec.origin) != _os.
     _sys.modules[__name__] = _real
     _spec.loader.exec_module(_real)
 else:
-    from .report import checkpoint_dir, flush, report, restart_count, trial_parameters  # noqa: F401
+    from .report import checkpoint_dir, flush, report, restart_count, stop_requested, trial_parameters  # noqa: F401
 
-    __all__ = ["report", "flush", "checkpoint_dir", "restart_count", "trial_parameters"]
+    __all__ = ["report", "flush", "checkpoint_dir", "restart_count", "stop_requested", "trial_parameters"]

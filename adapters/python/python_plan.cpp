@@ -335,8 +335,9 @@ std::vector<std::pair<std::string, std::string>> helper_files() {
 
 std::string line_hook_module() {
   return R"py(# Put here by tjob: each line a process prints reaches the log in one write, so
-# the lines of processes sharing the log (torch ranks) never tear each other
-# (see line_hook_module in tjob's adapters/python/python_plan.hpp).
+# the lines of processes sharing the log (torch ranks) never tear each other;
+# and a job's warning signal is handled (see line_hook_module in tjob's
+# adapters/python/python_plan.hpp).
 import sys
 
 
@@ -350,6 +351,30 @@ def _whole_lines():
 
 
 _whole_lines()
+
+
+def _warned(signum, frame):
+    sys._tjob_stop_requested = True
+
+
+def _handle_warning():
+    # A job warned before its deadline (tjob train --signal USR1@60s) gets the
+    # signal in every process, a torch node's agent too: none dies of it, and
+    # tjob.stop_requested() turns true. The code may put its own handler.
+    import os
+    name = os.environ.get("TJOB_STOP_SIGNAL")
+    if not name:
+        return
+    import signal
+    try:
+        number = int(name) if name.isdigit() else signal.Signals["SIG" + name]
+        if signal.getsignal(number) == signal.SIG_DFL:
+            signal.signal(number, _warned)
+    except (KeyError, ValueError, OSError):
+        pass
+
+
+_handle_warning()
 )py";
 }
 

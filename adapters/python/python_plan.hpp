@@ -69,6 +69,9 @@ inline constexpr const char* failure_hook_pth_text = "import _tjob_failure_hook\
 /// Imported by the `.pth` line `line_hook_pth` in a venv's site-packages
 /// (local jobs); `entry_script` puts it on PYTHONPATH as `sitecustomize`,
 /// which then runs the environment's own sitecustomize, if any, after it.
+/// With $TJOB_STOP_SIGNAL set (a job with a warning, train_request::warning)
+/// it also handles that signal in every process: a torch node's agent does
+/// not die of it, and tjob.stop_requested() turns true.
 std::string line_hook_module();
 
 /// tjob's helper package for a job's code (`import tjob; tjob.report(...)`):

@@ -67,6 +67,8 @@ struct backend_capabilities {
   bool takes_code_dir = false;
   /// Local Python jobs' venv cache (`tjob cache`).
   bool venv_cache = false;
+  /// A warning signal before the active deadline (train_request::warning).
+  bool stop_warning = false;
   /// Where under $TJOB_HOME a job's own files are ("jobs/<name>",
   /// "containers/<name>"): the directory name; empty: none here.
   std::string job_files;

@@ -9,6 +9,7 @@
 
 #include <tjob/types.hpp>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,5 +41,22 @@ array_spec parse_array(std::string_view spec);
 /// i. Throws tjob::error (invalid_argument) when the request has no name, the
 /// spec is bad, or the longest member name is not a valid job name.
 std::vector<train_request> array_members(const train_request& request, std::string_view spec);
+
+/// A duration in whole units: seconds (90), or runs of digits each with a
+/// unit s, m or h (90s, 10m, 1h30m); nullopt when it is not one.
+std::optional<std::chrono::seconds> parse_seconds(std::string_view text);
+
+/// Reads a warning as Slurm's --signal gives it: SIG[@TIME], SIG a name
+/// (USR1, SIGUSR1) or a number, TIME seconds or with a unit (90, 90s, 2m,
+/// 1h; default 60 s). KILL and STOP are refused (a job cannot handle them).
+/// Throws tjob::error (invalid_argument) starting "signal SPEC: ".
+stop_warning parse_stop_warning(std::string_view spec);
+/// "USR1@60s": what parse_stop_warning reads back.
+std::string stop_warning_text(const stop_warning& w);
+/// A signal's name without "SIG" ("USR1"), or its number as text.
+std::string signal_name(int signal);
+/// A signal given by name (with or without "SIG") or number; nullopt when
+/// it is none, or KILL or STOP.
+std::optional<int> signal_number(std::string_view text);
 
 }  // namespace tjob

@@ -114,6 +114,14 @@ struct retry_policy {
   bool operator==(const retry_policy&) const = default;
 };
 
+/// A warning before a stop the job can foresee (train_request::warning).
+/// The job's code must handle the signal (a Python job's processes do:
+/// tjob.stop_requested() reads it), or its default action applies.
+struct stop_warning {
+  int signal = 10;  ///< SIGUSR1 on Linux; stop_warning_text names it
+  std::chrono::seconds before{60};
+};
+
 /// Everything `train` needs. The runtime defaults to Kubeflow's
 /// `torch-distributed` when empty.
 struct train_request {
@@ -153,6 +161,12 @@ struct train_request {
   /// Restarts when its code fails (retry_policy). Local backend only; on
   /// Kubernetes a restart policy is the runtime's (JobSet failurePolicy).
   retry_policy retry;
+  /// A signal sent to the job's processes `before` its active deadline, so
+  /// that it can save a checkpoint (Slurm's --signal=SIG@TIME); the deadline's
+  /// stop (SIGTERM, the grace period, SIGKILL) follows as usual. Needs an
+  /// active deadline longer than `before`. Backends with the stop_warning
+  /// capability. Unset: none.
+  std::optional<stop_warning> warning;
 };
 
 /// The trainer part of a runtime, as Kubeflow's `RuntimeTrainer`.

@@ -73,6 +73,45 @@ def test_resources_per_node_reach_the_job(home, system_torch):
         assert "512 MiB" in log and "hello\n" in log
 
 
+def save_when_warned():
+    import os
+    import time
+
+    import tjob
+
+    for step in range(600):  # a training loop: a step, then a look at the warning
+        if tjob.stop_requested():
+            with open(os.path.join(tjob.checkpoint_dir(), "step"), "w") as f:
+                f.write(str(step))
+            print("rank", os.environ.get("RANK"), "warned: saved at step", step)
+            return
+        time.sleep(0.05)
+    raise SystemExit(3)  # never warned
+
+
+def test_a_warning_before_the_deadline_lets_a_torch_job_save_and_end_complete(home, system_torch):
+    # The torch runtime: torchrun's agent gets the signal too, and lives (tjob handles it in every
+    # process of the job), and the worker's tjob.stop_requested() turns true. Unwarned, the loop ends in
+    # 30 s with exit 3; the deadline would come at 40 s.
+    with TrainerClient() as client:
+        name = client.train(trainer=CustomTrainer(func=save_when_warned),
+                            options=[tjob.ActiveDeadlineSeconds(40), tjob.StopWarning("USR1", 32)])
+        job = client.wait_for_job_status(name, timeout=120)
+        assert job.runtime.name == "torch-distributed"
+        assert "rank 0 warned: saved at step" in "".join(client.get_job_logs(name))
+        warned = [e.message for e in client.get_job_events(name) if e.reason == "Warned"]
+        assert warned == ["SIGUSR1 sent to the job's processes, 32 s before its active deadline of 40 s"]
+        with pytest.raises(ValueError, match="the job has no active deadline to warn of"):
+            client.train(trainer=CommandTrainer([HELPER]), options=[tjob.StopWarning()])
+        with pytest.raises(ValueError, match=r"StopWarning.seconds=0: give a whole number of seconds"):
+            client.train(trainer=CommandTrainer([HELPER]),
+                         options=[tjob.ActiveDeadlineSeconds(9), tjob.StopWarning("USR1", 0)])
+        with pytest.raises(ValueError, match=r"warning.signal: 'KILL' is not a signal a job can handle"):
+            client.train(trainer=CommandTrainer([HELPER]),
+                         options=[tjob.ActiveDeadlineSeconds(9), tjob.StopWarning("KILL", 5)])
+        assert [j.name for j in client.list_jobs()] == [name]
+
+
 def test_a_failing_job_raises_with_its_step_exit_code_and_last_lines(home):
     with TrainerClient() as client:
         name = client.train(trainer=CommandTrainer([HELPER, "print", "the loss is nan\n", "exit", "3"]))

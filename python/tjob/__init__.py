@@ -5,11 +5,12 @@
 is the one line a Kubeflow program changes. The engine runs in this process; jobs live in
 $TJOB_HOME, where the `tjob` command and every other client see them.
 """
-from .report import checkpoint_dir, flush, report, restart_count, trial_parameters
+from .report import checkpoint_dir, flush, report, restart_count, stop_requested, trial_parameters
 from .client import STATUSES, AsyncTrainerClient, JobFailedError, TrainerClient
 from .types import (
     ARRAY_INDEX,
     ActiveDeadlineSeconds,
+    StopWarning,
     Array,
     Annotations,
     BuiltinTrainer,
@@ -42,7 +43,7 @@ from .types import (
 __all__ = [
     "ARRAY_INDEX", "ActiveDeadlineSeconds", "Array", "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
     "CustomTrainerContainer", "Dependencies", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
-    "LocalProcessBackendConfig", "Name", "Priority", "QueueEntry", "Retries", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "SlurmBackendConfig", "Step",
+    "LocalProcessBackendConfig", "Name", "Priority", "QueueEntry", "Retries", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "SlurmBackendConfig", "Step", "StopWarning",
     "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient", "checkpoint_dir", "flush", "report",
-    "restart_count", "trial_parameters",
+    "restart_count", "stop_requested", "trial_parameters",
 ]

@@ -13,6 +13,7 @@ from typing import Callable, Dict, List, Optional
 from .types import (
     ARRAY_INDEX,
     ActiveDeadlineSeconds,
+    StopWarning,
     Annotations,
     Array,
     BuiltinTrainer,
@@ -245,6 +246,16 @@ def _options_into(req: Dict, caps: Dict, options):
             if not isinstance(opt.seconds, int) or isinstance(opt.seconds, bool) or opt.seconds < 1:
                 raise ValueError(f"ActiveDeadlineSeconds({opt.seconds!r}): give a whole number of seconds, 1 or more")
             req["active_deadline"] = opt.seconds
+        elif isinstance(opt, StopWarning):
+            if isinstance(opt.signal, bool) or not isinstance(opt.signal, (str, int)) or opt.signal in ("", 0):
+                raise ValueError(f"StopWarning.signal={opt.signal!r}: give a signal's name such as 'USR1', or its "
+                                 "number")
+            if not isinstance(opt.seconds, int) or isinstance(opt.seconds, bool) or opt.seconds < 1:
+                raise ValueError(f"StopWarning.seconds={opt.seconds!r}: give a whole number of seconds, 1 or more")
+            if not caps["stop_warning"] and not caps["forwards"]:
+                raise ValueError(f"StopWarning option is not compatible with the {backend} backend: it cannot warn "
+                                 "a job before its deadline")
+            req["warning"] = {"signal": str(opt.signal), "before": opt.seconds}
         elif isinstance(opt, Dependencies):
             for key in ("after_ok", "after_any", "after_not_ok"):
                 names = _strings(getattr(opt, key), f"Dependencies.{key}", "['prep-1']", "a list of job names")
@@ -267,7 +278,7 @@ def _options_into(req: Dict, caps: Dict, options):
                              "(a ClusterTrainingRuntime manifest in a runtime directory)")
         else:
             raise ValueError(f"options: {opt!r} is not an option tjob knows (Name, Labels, Annotations, "
-                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, Priority, Dependencies, Retries, Array)")
+                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, StopWarning, Priority, Dependencies, Retries, Array)")
     if "_array" in req and not req.get("name"):
         raise ValueError("Array option needs the Name option: the members are NAME-0, NAME-1, ... and NAME "
                          "addresses them all")

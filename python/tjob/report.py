@@ -25,6 +25,7 @@ import http.client
 import json
 import os
 import socket
+import sys
 import ssl
 import threading
 import time
@@ -214,6 +215,24 @@ def restart_count():
         return max(0, int(os.environ.get("TJOB_RESTART_COUNT", "0")))
     except ValueError:
         return 0
+
+
+def stop_requested():
+    """Whether this job was warned that it is about to be stopped: its warning signal arrived (`tjob train
+    --deadline 2h --signal USR1@5m`, the StopWarning option), so it should save a checkpoint to
+    checkpoint_dir() and return. tjob handles the signal in every process of a Python job; the first call
+    here installs the handler where nothing did (a Python without tjob's hook). False outside such a job."""
+    name = os.environ.get("TJOB_STOP_SIGNAL")
+    if name and not getattr(sys, "_tjob_stop_handled", False):
+        sys._tjob_stop_handled = True
+        try:
+            import signal
+            number = int(name) if name.isdigit() else signal.Signals["SIG" + name]
+            if signal.getsignal(number) == signal.SIG_DFL:
+                signal.signal(number, lambda signum, frame: setattr(sys, "_tjob_stop_requested", True))
+        except (KeyError, ValueError, OSError):
+            pass
+    return bool(getattr(sys, "_tjob_stop_requested", False))
 
 
 def trial_parameters():

@@ -222,6 +222,16 @@ class ActiveDeadlineSeconds:
 
 
 @dataclass
+class StopWarning:
+    """(tjob's) Warns the job `seconds` before its ActiveDeadlineSeconds with `signal` (a name such as "USR1",
+    or a number), as Slurm's --signal=USR1@60, so that it can save a checkpoint: in a Python job,
+    tjob.stop_requested() turns true. The deadline's stop follows as usual. Local backend."""
+
+    signal: str = "USR1"
+    seconds: int = 60
+
+
+@dataclass
 class Dependencies:
     """tjob's option, as Slurm's --dependency: start only after each job of after_ok has ended Complete, each of
     after_any has ended, each of after_not_ok has ended Failed; when one cannot be met, the job ends Failed,

@@ -1116,6 +1116,44 @@ TEST_CASE_FIXTURE(fixture, "tjob run --deadline stops the job Failed, DeadlineEx
 }
 
 TEST_CASE_FIXTURE(fixture,
+                  "tjob run --signal warns the job before its deadline, and one that then ends is Complete") {
+  // The job waits for SIGUSR1 (half a minute at most), then goes on and ends: without the warning its
+  // deadline would stop it, Failed DeadlineExceeded.
+  auto r = tjob({"run", "--name", "warned", "--deadline", "3", "--signal", "USR1@2", "--", helper_bin(),
+                 "await-signal", std::to_string(SIGUSR1), "30000", "print", "saved\n"});
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.starts_with("signal " + std::to_string(SIGUSR1) + " after "));
+  CHECK(r.out.ends_with(" ms\nsaved\n"));
+  CHECK(r.err.find("tjob: job warned Complete in") != std::string::npos);
+  auto events = tjob({"events", "warned"}).out;
+  CHECK(events.find("Warned") != std::string::npos);
+  CHECK(events.find("SIGUSR1 sent to the job's processes, 2 s before its active deadline of 3 s") !=
+        std::string::npos);
+  auto refused = [&](std::vector<std::string> args, const std::string& says) {
+    std::vector<std::string> argv{"run", "--name", "nope"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    for (const auto& a : {"--", "true"}) argv.push_back(a);
+    auto bad = tjob(argv);
+    CAPTURE(bad.err);
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.err.find(says) != std::string::npos);
+  };
+  refused({"--signal", "USR1"},
+          "TrainJob 'nope': warning USR1@60s: the job has no active deadline to warn of; give it one");
+  refused({"--deadline", "5", "--signal", "USR2@5s"},
+          "warning USR2@5s: its active deadline is 5 s, no later than the warning; warn less long before it");
+  refused({"--deadline", "60", "--signal", "KILL@5"},
+          "--signal KILL@5: 'KILL' is not a signal a job can handle");
+  refused({"--deadline", "60", "--signal", "USR1@soon"},
+          "--signal USR1@soon: 'soon' is not a time before the stop");
+  if (!tjob::test::via_server())  // (a client of a server has the server's backend)
+    refused({"--backend", "container", "--deadline", "60", "--signal", "USR1"},
+            "--signal is for the local backend");
+  CHECK(tjob({"list", "-o", "name"}).out == "warned\n");  // nothing was made of them
+}
+
+TEST_CASE_FIXTURE(fixture,
                   "tjob run --retries restarts a failing job, and logs --attempt reads one attempt") {
   auto counter = (dir.path() / "attempts").string();
   auto r = tjob({"run", "--name", "flaky", "--retries", "3", "--retry-on", "75", "--retry-backoff",

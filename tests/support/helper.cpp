@@ -21,6 +21,9 @@
 //                          /bin/sleep with no environment, else "env". Writes
 //                          "<setsid child> <daemon>" to PIDFILE, then goes on
 //   sleep MS               sleep MS milliseconds, exit 0
+//   await-signal NUM MS    wait for signal NUM at most MS milliseconds: print
+//                          "signal NUM after <ms> ms" and go on when it comes,
+//                          else print "no signal" and exit 4
 //   read-fifo PATH         wait until the test writes to the FIFO at PATH (and closes it)
 //   stderr TEXT            write TEXT to stderr
 //   enter FILE             count this process in: under a lock of FILE, its
@@ -232,6 +235,24 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
       i += 3;
+    } else if (cmd == "await-signal") {
+      const int sig = std::atoi(arg(1).c_str());
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, sig);
+      sigprocmask(SIG_BLOCK, &set, nullptr);
+      const long ms = std::atol(arg(2).c_str());
+      const timespec limit{ms / 1000, (ms % 1000) * 1'000'000};
+      const auto t0 = std::chrono::steady_clock::now();
+      if (sigtimedwait(&set, nullptr, &limit) != sig) {
+        out("no signal\n");
+        return 4;
+      }
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+              .count();
+      out("signal " + arg(1) + " after " + std::to_string(waited) + " ms\n");
+      i += 2;
     } else if (cmd == "sleep") {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(1).c_str())));
       i += 1;

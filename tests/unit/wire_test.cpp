@@ -1,10 +1,13 @@
 // The wire form of a job spec (tjob/wire.hpp) as tjob serve reads it.
+#include <tjob/error.hpp>
 #include <tjob/spec.hpp>
 #include <tjob/wire.hpp>
 
 #include <doctest/doctest.h>
 #include <boost/json.hpp>
 
+#include <chrono>
+#include <csignal>
 #include <string>
 #include <variant>
 #include <vector>
@@ -57,4 +60,56 @@ TEST_CASE("a function argument beyond a double's range is refused by name, not a
   }
   // the largest double is still a number
   CHECK_NOTHROW((void)tjob::request_from_json(python_spec(R"({"a":1.7976931348623157e308})")));
+}
+
+TEST_CASE("a warning before the deadline reads as Slurm's --signal writes it, and crosses the wire") {
+  auto w = tjob::parse_stop_warning("USR1@90");
+  CHECK(w.signal == SIGUSR1);
+  CHECK(w.before == std::chrono::seconds(90));
+  CHECK(tjob::parse_stop_warning("SIGUSR2@1h30m").before == std::chrono::seconds(5400));
+  CHECK(tjob::parse_stop_warning("TERM").before == std::chrono::seconds(60));  // Slurm's default
+  CHECK(tjob::parse_stop_warning("12@10s").signal == 12);
+  CHECK(tjob::stop_warning_text(tjob::parse_stop_warning("USR1@2m")) == "USR1@120s");
+  auto refusal = [](const char* spec) {
+    try {
+      (void)tjob::parse_stop_warning(spec);
+    } catch (const tjob::error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(refusal("KILL@5").starts_with("signal KILL@5: 'KILL' is not a signal a job can handle"));
+  CHECK(refusal("STOP").find("'STOP' is not a signal") != std::string::npos);
+  CHECK(refusal("19").find("'19' is not a signal") != std::string::npos);  // SIGSTOP by number
+  CHECK(refusal("USR1@").find("'' is not a time before the stop") != std::string::npos);
+  CHECK(refusal("USR1@0").find("at least 1 s") != std::string::npos);
+  CHECK(refusal("USR1@5x").find("'5x' is not a time") != std::string::npos);
+  CHECK(refusal("@5").find("'' is not a signal") != std::string::npos);
+  CHECK(tjob::parse_seconds("90s1") == std::nullopt);  // a bare run only last
+  CHECK(tjob::parse_seconds("1h30m") == std::chrono::seconds(5400));
+
+  auto req = tjob::request_from_json(json::parse(
+      R"({"active_deadline":600,"warning":{"signal":"SIGUSR2","before":30},"trainer":{"kind":"command","command":["true"]}})"));
+  REQUIRE(req.warning);
+  CHECK(req.warning->signal == SIGUSR2);
+  CHECK(req.warning->before == std::chrono::seconds(30));
+  auto back = tjob::request_from_json(tjob::to_json(req));
+  REQUIRE(back.warning);
+  CHECK(back.warning->signal == SIGUSR2);
+  CHECK(json::serialize(tjob::to_json(back)).find(R"("warning":{"signal":"USR2","before":30})") !=
+        std::string::npos);
+  CHECK_FALSE(tjob::request_from_json(tjob::to_json(tjob::request_from_json(python_spec("{}")))).warning);
+  auto bad = [](const std::string& warning) {
+    try {
+      (void)tjob::request_from_json(
+          json::parse(R"({"warning":)" + warning + R"(,"trainer":{"kind":"command","command":["true"]}})"));
+    } catch (const tjob::error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(bad(R"({"signal":"KILL"})").find("warning.signal: 'KILL' is not a signal a job can handle") !=
+        std::string::npos);
+  CHECK(bad(R"({"before":5})").find("warning.signal: missing") != std::string::npos);
+  CHECK(bad(R"({"signal":"USR1","after":5})").find("warning.after: unknown field") != std::string::npos);
 }
