@@ -190,11 +190,10 @@ std::string choices_of(Has has) {
 
 }  // namespace
 
-train_request make_request(const job_options& o, const backend_capabilities& backend) {
-  train_request req;
-  req.name = o.name;
-  req.runtime = o.runtime;
-  std::error_code ec;
+namespace {
+
+// The options that not every backend takes, refused by name on one that does not.
+void check_backend_options(const job_options& o, const backend_capabilities& backend) {
   if (!o.image.empty() && !backend.takes_image)
     throw usage_error("--image is for " + backends_that([](const auto& c) { return c.takes_image; }) + "; add " +
                       choices_of([](const auto& c) { return c.takes_image; }));
@@ -211,27 +210,23 @@ train_request make_request(const job_options& o, const backend_capabilities& bac
     throw usage_error("--working-dir is for " +
                       backends_that([](const auto& c) { return c.takes_code_dir; }) + "; add " +
                       choices_of([](const auto& c) { return c.takes_code_dir; }));
-  const std::string code_dir =
-      o.code_dir.empty() ? o.code_dir : std::filesystem::absolute(o.code_dir, ec).string();
-  std::string workdir = !backend.runs_here  ? o.workdir
-                        : !code_dir.empty() ? std::string()
-                        : o.workdir.empty() ? std::filesystem::current_path(ec).string()
-                                            : std::filesystem::absolute(o.workdir, ec).string();
-  req.num_nodes = o.num_nodes;
   if ((!o.labels.empty() || !o.annotations.empty()) && !backend.keeps_labels)
     throw usage_error("--label and --annotation are for " +
                       backends_that([](const auto& c) { return c.keeps_labels; }) + "; add " +
                       choices_of([](const auto& c) { return c.keeps_labels; }));
-  add_metadata(o, req);
+  if (!o.warning.empty() && !backend.stop_warning && !backend.forwards)
+    throw usage_error("--signal is for " + backends_that([](const auto& c) { return c.stop_warning; }) +
+                      "; add " + choices_of([](const auto& c) { return c.stop_warning; }));
+}
+
+// When the job may start and how long it runs: priority, dependencies, deadline, retries.
+void add_scheduling(const job_options& o, train_request& req) {
   req.priority = o.priority;
   req.after_ok = o.after_ok;
   req.after_any = o.after_any;
   req.after_not_ok = o.after_not_ok;
   if (!o.deadline.empty()) req.active_deadline = parse_deadline(o.deadline);
   if (!o.warning.empty()) {
-    if (!backend.stop_warning && !backend.forwards)
-      throw usage_error("--signal is for " + backends_that([](const auto& c) { return c.stop_warning; }) +
-                        "; add " + choices_of([](const auto& c) { return c.stop_warning; }));
     try {
       req.warning = parse_stop_warning(o.warning);
     } catch (const error& e) {
@@ -244,39 +239,46 @@ train_request make_request(const job_options& o, const backend_capabilities& bac
   req.retry.retry_on = o.retry_on;
   req.retry.never_retry = o.no_retry_on;
   if (!o.retry_backoff.empty()) parse_retry_backoff(o.retry_backoff, req.retry);
-  bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() || !o.args.empty() ||
-                        !o.python.empty() || o.system_site_packages || o.keep_venv || o.refresh;
-  if (o.command_mode) {
-    if (python_options)
-      throw usage_error(
-          "--package, --index-url, --func, --args, --python, --system-site-packages, "
-          "--keep-venv and --refresh are for Python jobs (FILE.py), not commands after `--`");
-    command_trainer t;
-    t.command = o.command;
-    t.env = parse_env(o.env);
-    t.working_dir = workdir;
-    t.code_dir = code_dir;
-    t.image = o.image;
-    for (const auto& [key, value] : parse_resources(o.resources)) {
-      if (key != "cpu" && key != "memory")
-        throw usage_error("--resources " + key + "=" + value +
-                          ": a command after `--` takes cpu=N and memory=M (what it is admitted for); gpu= "
-                          "is for Python jobs");
-      // One rule for numbers and units: Kubeflow's resources_per_node.
-      python_trainer probe;
-      try {
-        set_resources_per_node(probe, {{key, value}}, "--resources");
-      } catch (const error& e) {
-        throw usage_error(e.what());
-      }
-      if (key == "cpu")
-        t.cpus = probe.procs_per_node;
-      else
-        t.memory = probe.memory_limit;
+}
+
+// A command after `--`.
+command_trainer command_of(const job_options& o, const std::string& workdir, const std::string& code_dir) {
+  const bool python_options = !o.packages.empty() || !o.index_urls.empty() || !o.func.empty() ||
+                              !o.args.empty() || !o.python.empty() || o.system_site_packages || o.keep_venv ||
+                              o.refresh;
+  if (python_options)
+    throw usage_error(
+        "--package, --index-url, --func, --args, --python, --system-site-packages, "
+        "--keep-venv and --refresh are for Python jobs (FILE.py), not commands after `--`");
+  command_trainer t;
+  t.command = o.command;
+  t.env = parse_env(o.env);
+  t.working_dir = workdir;
+  t.code_dir = code_dir;
+  t.image = o.image;
+  for (const auto& [key, value] : parse_resources(o.resources)) {
+    if (key != "cpu" && key != "memory")
+      throw usage_error("--resources " + key + "=" + value +
+                        ": a command after `--` takes cpu=N and memory=M (what it is admitted for); gpu= "
+                        "is for Python jobs");
+    // One rule for numbers and units: Kubeflow's resources_per_node.
+    python_trainer probe;
+    try {
+      set_resources_per_node(probe, {{key, value}}, "--resources");
+    } catch (const error& e) {
+      throw usage_error(e.what());
     }
-    req.job_trainer = std::move(t);
-    return req;
+    if (key == "cpu")
+      t.cpus = probe.procs_per_node;
+    else
+      t.memory = probe.memory_limit;
   }
+  return t;
+}
+
+// A Python file (FILE.py) and its options.
+python_trainer python_of(const job_options& o, const backend_capabilities& backend,
+                         const std::string& workdir, const std::string& code_dir) {
   const auto& file = o.command.front();
   if (file.size() < 4 || file.compare(file.size() - 3, 3, ".py") != 0)
     throw usage_error("'" + file +
@@ -284,6 +286,7 @@ train_request make_request(const job_options& o, const backend_capabilities& bac
                       "`--` (for example: tjob run -- " +
                       file + " ...)");
   python_trainer t;
+  std::error_code ec;
   t.source_file = std::filesystem::absolute(file, ec).string();
   t.function = o.func;
   t.function_args = o.args;
@@ -309,7 +312,30 @@ train_request make_request(const job_options& o, const backend_capabilities& bac
   } catch (const error& e) {
     throw usage_error(e.what());
   }
-  req.job_trainer = std::move(t);
+  return t;
+}
+
+}  // namespace
+
+train_request make_request(const job_options& o, const backend_capabilities& backend) {
+  check_backend_options(o, backend);
+  train_request req;
+  req.name = o.name;
+  req.runtime = o.runtime;
+  std::error_code ec;
+  const std::string code_dir =
+      o.code_dir.empty() ? o.code_dir : std::filesystem::absolute(o.code_dir, ec).string();
+  std::string workdir = !backend.runs_here  ? o.workdir
+                        : !code_dir.empty() ? std::string()
+                        : o.workdir.empty() ? std::filesystem::current_path(ec).string()
+                                            : std::filesystem::absolute(o.workdir, ec).string();
+  req.num_nodes = o.num_nodes;
+  add_metadata(o, req);
+  add_scheduling(o, req);
+  if (o.command_mode)
+    req.job_trainer = command_of(o, workdir, code_dir);
+  else
+    req.job_trainer = python_of(o, backend, workdir, code_dir);
   return req;
 }
 

@@ -343,109 +343,139 @@ cancel_options given_grace(const commands& c) {
   return o;
 }
 
-// The commands that read or change jobs through a client.
-int run_query(commands& c) {
-  auto fmt = parse_format(c.format);
-  bool tail_given = c.tail_opt->count() > 0;
-  if (*c.logs && tail_given && c.tail < 0)
+// A name that is no job but a job array's stands for its members (get,
+// wait, cancel, delete): `f` is done to the job, and when there is no such
+// job, to each member of the array of that name; with neither, the job's
+// not-found error stands.
+void each_job(trainer_client& client, const std::string& n,
+              const std::function<void(const std::string&)>& f) {
+  try {
+    f(n);
+  } catch (const tjob::error& e) {
+    if (e.code() != errc::job_not_found) throw;
+    std::vector<std::string> members;
+    for (const auto& j : client.list_jobs())
+      if (j.array == n) members.push_back(j.name);
+    if (members.empty()) throw;
+    for (const auto& m : members) f(m);
+  }
+}
+
+// The jobs of `list` and `delete --all`, in the statuses asked for.
+std::vector<train_job> jobs_listed(trainer_client& client, const commands& c,
+                                   const std::set<job_status>& listed) {
+  auto all = client.list_jobs(c.list_runtime.empty() ? std::nullopt : std::optional(c.list_runtime));
+  if (!listed.empty()) std::erase_if(all, [&](const train_job& j) { return !listed.count(j.status); });
+  return all;
+}
+
+void show_logs(trainer_client& client, const commands& c) {
+  const auto& name = c.job_name;
+  log_options lo{.step = c.step, .follow = c.follow, .timestamps = c.timestamps};
+  if (c.tail_opt->count() > 0) lo.tail = static_cast<std::size_t>(c.tail);
+  if (!c.since.empty()) lo.since = cli::parse_since(c.since, clock::now());
+  if (c.attempt_opt->count() > 0) lo.attempt = c.attempt;
+  if (c.all_steps) {
+    if (c.step_opt->count() > 0) throw usage_error("logs: give --step or --all-steps, not both");
+    std::vector<std::string> steps;
+    for (const auto& s : client.get_job(name).steps) steps.push_back(s.name);
+    if (!steps.empty()) cli::stream_steps(client, name, steps, lo);
+    return;
+  }
+  std::optional<cli::status_line> line;
+  if (c.follow && !c.no_progress && cli::status_line_wanted()) line.emplace(client, name);
+  auto reader = client.get_job_logs(name, lo);
+  while (auto chunk = reader.read_some())
+    if (!cli::write_log(*chunk)) break;
+}
+
+// Each job in turn (an array: each member), within the one timeout; a line
+// per job, its name first when there are several.
+void wait_jobs(trainer_client& client, const commands& c, const std::set<job_status>& wanted) {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000));
+  const bool several = c.job_names.size() > 1;
+  for (const auto& given : c.job_names)
+    each_job(client, given, [&](const std::string& n) {
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      auto job = client.wait_for_job_status(n, wanted, std::max(left, std::chrono::milliseconds(1)));
+      write_out((several || n != given ? n + " " : std::string()) + std::string(to_string(job.status)) +
+                "\n");
+    });
+}
+
+void delete_jobs(trainer_client& client, const commands& c, const std::set<job_status>& listed) {
+  auto names = c.job_names;
+  if (c.delete_all)
+    for (const auto& j : jobs_listed(client, c, listed)) names.push_back(j.name);
+  for (const auto& n : names)
+    each_job(client, n, [&](const std::string& m) {
+      if (c.del_grace->count() > 0) client.cancel_job(m, given_grace(c));  // (a no-op once it has ended)
+      client.delete_job(m);
+      write_out("deleted " + m + "\n");
+    });
+}
+
+void prune_cache(trainer_client& client, const commands& c) {
+  if (c.unused_days < 0)
+    throw usage_error(fmt::format("--unused-for {}: must be 0 or more days", c.unused_days));
+  auto unused = std::chrono::seconds(c.prune_all ? 0 : static_cast<long long>(c.unused_days * 86400));
+  auto removed = client.prune_venv_cache(unused);
+  for (const auto& e : removed) write_out("removed " + e.key + "\n");
+  write_out(fmt::format("{} cached venv(s) removed\n", removed.size()));
+}
+
+// The options the query commands check before anything is read.
+void check_query_options(const commands& c) {
+  if (*c.logs && c.tail_opt->count() > 0 && c.tail < 0)
     throw usage_error(fmt::format("--tail {}: must be 0 or more lines", c.tail));
   if (*c.wait && c.timeout <= 0)
     throw usage_error(fmt::format("--timeout {}: must be more than 0 seconds", c.timeout));
-  std::set<job_status> wanted, listed;
-  if (*c.wait) wanted = parse_statuses(c.statuses);
-  if (!c.list_statuses.empty()) listed = parse_statuses(c.list_statuses);
   if (*c.del) {
     if (c.delete_all == !c.job_names.empty())
       throw usage_error("delete: give job names or --all, not both or neither");
-    if (!listed.empty() && !c.delete_all) throw usage_error("delete: --status goes with --all");
+    if (!c.list_statuses.empty() && !c.delete_all) throw usage_error("delete: --status goes with --all");
   }
+}
+
+// The commands that read or change jobs through a client.
+int run_query(commands& c) {
+  auto fmt = parse_format(c.format);
+  check_query_options(c);
+  std::set<job_status> wanted, listed;
+  if (*c.wait) wanted = parse_statuses(c.statuses);
+  if (!c.list_statuses.empty()) listed = parse_statuses(c.list_statuses);
   if (*c.sweeps) return write_out(cli::render_sweeps(list_sweeps(make_config(c.common)), fmt)), exit_ok;
   cli::sweep_query sq{c.get->parsed(), c.logs->parsed(), c.wait->parsed(), c.cancel->parsed(), c.del->parsed(), &c.job_names, &c.job_name, c.trial, wanted,
                       std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000)), fmt};
   if ((sq.get || sq.logs || sq.wait || sq.cancel || sq.del) && cli::take_sweeps(sq, make_config(c.common)))
     return sq.exit_code;
   trainer_client client(make_config(c.common));
-  const auto& name = c.job_name;
-  // A name that is no job but a job array's stands for its members (get,
-  // wait, cancel, delete): `each` does `f` to the job, and when there is no
-  // such job, to each member of the array of that name; with neither, the
-  // job's not-found error stands.
-  auto each = [&](const std::string& n, const std::function<void(const std::string&)>& f) {
-    try {
-      f(n);
-    } catch (const tjob::error& e) {
-      if (e.code() != errc::job_not_found) throw;
-      std::vector<std::string> members;
-      for (const auto& j : client.list_jobs())
-        if (j.array == n) members.push_back(j.name);
-      if (members.empty()) throw;
-      for (const auto& m : members) f(m);
-    }
-  };
-  // The jobs of `list` and `delete --all`, in the statuses asked for.
-  auto jobs_listed = [&] {
-    auto all = client.list_jobs(c.list_runtime.empty() ? std::nullopt : std::optional(c.list_runtime));
-    if (!listed.empty()) std::erase_if(all, [&](const train_job& j) { return !listed.count(j.status); });
-    return all;
-  };
   if (*c.list && c.watch) {
     cli::watch_list(client, c.list_runtime, listed, fmt);
   } else if (*c.list) {
-    write_out(cli::render_jobs(jobs_listed(), fmt));
+    write_out(cli::render_jobs(jobs_listed(client, c, listed), fmt));
   } else if (*c.get) {
     std::vector<train_job> jobs;
     if (c.job_names.empty()) jobs = client.list_jobs();  // kubectl get: every one
     for (const auto& n : c.job_names)
-      each(n, [&](const std::string& m) { jobs.push_back(client.get_job(m)); });
+      each_job(client, n, [&](const std::string& m) { jobs.push_back(client.get_job(m)); });
     write_out(cli::render_job_list(jobs, fmt));
   } else if (*c.logs) {
-    log_options lo{.step = c.step, .follow = c.follow, .timestamps = c.timestamps};
-    if (tail_given) lo.tail = static_cast<std::size_t>(c.tail);
-    if (!c.since.empty()) lo.since = cli::parse_since(c.since, clock::now());
-    if (c.attempt_opt->count() > 0) lo.attempt = c.attempt;
-    if (c.all_steps) {
-      if (c.step_opt->count() > 0) throw usage_error("logs: give --step or --all-steps, not both");
-      std::vector<std::string> steps;
-      for (const auto& s : client.get_job(name).steps) steps.push_back(s.name);
-      if (!steps.empty()) cli::stream_steps(client, name, steps, lo);
-    } else {
-      std::optional<cli::status_line> line;
-      if (c.follow && !c.no_progress && cli::status_line_wanted()) line.emplace(client, name);
-      auto reader = client.get_job_logs(name, lo);
-      while (auto chunk = reader.read_some())
-        if (!cli::write_log(*chunk)) break;
-    }
+    show_logs(client, c);
   } else if (*c.wait) {
-    // Each job in turn (an array: each member), within the one timeout; a
-    // line per job, its name first when there are several.
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000));
-    const bool several = c.job_names.size() > 1;
-    for (const auto& given : c.job_names)
-      each(given, [&](const std::string& n) {
-        auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-        auto job = client.wait_for_job_status(n, wanted, std::max(left, std::chrono::milliseconds(1)));
-        write_out((several || n != given ? n + " " : std::string()) + std::string(to_string(job.status)) + "\n");
-      });
+    wait_jobs(client, c, wanted);
   } else if (*c.del) {
-    auto names = c.job_names;
-    if (c.delete_all)
-      for (const auto& j : jobs_listed()) names.push_back(j.name);
-    for (const auto& n : names)
-      each(n, [&](const std::string& m) {
-        if (c.del_grace->count() > 0) client.cancel_job(m, given_grace(c));  // (a no-op once it has ended)
-        client.delete_job(m);
-        write_out("deleted " + m + "\n");
-      });
+    delete_jobs(client, c, listed);
   } else if (*c.cancel) {
     for (const auto& n : c.job_names)
-      each(n, [&](const std::string& m) {
+      each_job(client, n, [&](const std::string& m) {
         client.cancel_job(m, c.cancel_grace->count() > 0 ? given_grace(c) : cancel_options{});
         write_out(fmt::format("{} {}\n", m, to_string(client.get_job(m).status)));
       });
   } else if (*c.events) {
-    write_out(cli::render_events(client.get_job_events(name), fmt));
+    write_out(cli::render_events(client.get_job_events(c.job_name), fmt));
   } else if (*c.queue) {
     write_out(cli::render_queue(client.get_queue(), fmt));
   } else if (*c.runtimes) {
@@ -453,12 +483,7 @@ int run_query(commands& c) {
   } else if (*c.cache_list) {
     write_out(cli::render_venv_cache(client.list_venv_cache(), fmt));
   } else if (*c.cache_prune) {
-    if (c.unused_days < 0)
-      throw usage_error(fmt::format("--unused-for {}: must be 0 or more days", c.unused_days));
-    auto unused = std::chrono::seconds(c.prune_all ? 0 : static_cast<long long>(c.unused_days * 86400));
-    auto removed = client.prune_venv_cache(unused);
-    for (const auto& e : removed) write_out("removed " + e.key + "\n");
-    write_out(fmt::format("{} cached venv(s) removed\n", removed.size()));
+    prune_cache(client, c);
   } else if (*c.doctor) {
     auto found = client.check_store(c.repair);
     write_out(cli::render_store_check(found));
