@@ -2,6 +2,7 @@
 #include "cli/backend_options.hpp"
 #include "cli/docs.hpp"
 #include "cli/engine_options.hpp"
+#include "cli/job_query.hpp"
 #include "cli/job_request.hpp"
 #include "cli/list_watch.hpp"
 #include "cli/render.hpp"
@@ -319,46 +320,11 @@ bool known_command(CLI::App& app, int argc, char** argv) {
   return found;
 }
 
-// `tjob runtimes NAME...`: those of `all` named, in the order asked; every
-// one for no name. An unknown name is refused, naming those there are.
-std::vector<runtime> runtimes_named(std::vector<runtime> all, const std::vector<std::string>& names) {
-  if (names.empty()) return all;
-  std::vector<runtime> shown;
-  for (const auto& n : names) {
-    auto it = std::find_if(all.begin(), all.end(), [&](const runtime& r) { return r.name == n; });
-    if (it == all.end()) {
-      std::string known;
-      for (const auto& r : all) known += (known.empty() ? "" : ", ") + r.name;
-      throw usage_error("runtimes: there is no runtime '" + n + "'; the runtimes are " + known);
-    }
-    shown.push_back(*it);
-  }
-  return shown;
-}
-
 // A cancel with the --grace given to cancel or delete.
 cancel_options given_grace(const commands& c) {
   cancel_options o;
   o.grace = std::chrono::milliseconds(static_cast<long long>(c.common.grace_seconds * 1000));
   return o;
-}
-
-// A name that is no job but a job array's stands for its members (get,
-// wait, cancel, delete): `f` is done to the job, and when there is no such
-// job, to each member of the array of that name; with neither, the job's
-// not-found error stands.
-void each_job(trainer_client& client, const std::string& n,
-              const std::function<void(const std::string&)>& f) {
-  try {
-    f(n);
-  } catch (const tjob::error& e) {
-    if (e.code() != errc::job_not_found) throw;
-    std::vector<std::string> members;
-    for (const auto& j : client.list_jobs())
-      if (j.array == n) members.push_back(j.name);
-    if (members.empty()) throw;
-    for (const auto& m : members) f(m);
-  }
 }
 
 // The jobs of `list` and `delete --all`, in the statuses asked for.
@@ -396,7 +362,7 @@ void wait_jobs(trainer_client& client, const commands& c, const std::set<job_sta
       std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(c.timeout * 1000));
   const bool several = c.job_names.size() > 1;
   for (const auto& given : c.job_names)
-    each_job(client, given, [&](const std::string& n) {
+    cli::each_job(client, given, [&](const std::string& n) {
       auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
       auto job = client.wait_for_job_status(n, wanted, std::max(left, std::chrono::milliseconds(1)));
@@ -410,7 +376,7 @@ void delete_jobs(trainer_client& client, const commands& c, const std::set<job_s
   if (c.delete_all)
     for (const auto& j : jobs_listed(client, c, listed)) names.push_back(j.name);
   for (const auto& n : names)
-    each_job(client, n, [&](const std::string& m) {
+    cli::each_job(client, n, [&](const std::string& m) {
       if (c.del_grace->count() > 0) client.cancel_job(m, given_grace(c));  // (a no-op once it has ended)
       client.delete_job(m);
       write_out("deleted " + m + "\n");
@@ -460,7 +426,7 @@ int run_query(commands& c) {
     std::vector<train_job> jobs;
     if (c.job_names.empty()) jobs = client.list_jobs();  // kubectl get: every one
     for (const auto& n : c.job_names)
-      each_job(client, n, [&](const std::string& m) { jobs.push_back(client.get_job(m)); });
+      cli::each_job(client, n, [&](const std::string& m) { jobs.push_back(client.get_job(m)); });
     write_out(cli::render_job_list(jobs, fmt));
   } else if (*c.logs) {
     show_logs(client, c);
@@ -470,7 +436,7 @@ int run_query(commands& c) {
     delete_jobs(client, c, listed);
   } else if (*c.cancel) {
     for (const auto& n : c.job_names)
-      each_job(client, n, [&](const std::string& m) {
+      cli::each_job(client, n, [&](const std::string& m) {
         client.cancel_job(m, c.cancel_grace->count() > 0 ? given_grace(c) : cancel_options{});
         write_out(fmt::format("{} {}\n", m, to_string(client.get_job(m).status)));
       });
@@ -479,7 +445,7 @@ int run_query(commands& c) {
   } else if (*c.queue) {
     write_out(cli::render_queue(client.get_queue(), fmt));
   } else if (*c.runtimes) {
-    write_out(cli::render_runtimes(runtimes_named(client.list_runtimes(), c.runtime_names), fmt));
+    write_out(cli::render_runtimes(cli::runtimes_named(client.list_runtimes(), c.runtime_names), fmt));
   } else if (*c.cache_list) {
     write_out(cli::render_venv_cache(client.list_venv_cache(), fmt));
   } else if (*c.cache_prune) {
