@@ -563,7 +563,7 @@ def test_retries_restart_a_failing_job_and_each_attempt_keeps_its_log(home, tmp_
         with pytest.raises(tjob.JobFailedError):
             client.wait_for_job_status(never, timeout=60)
         assert client.get_job(never).steps[0].attempt == 1
-        with pytest.raises(ValueError, match="max_restarts=-1 is out of range"):
+        with pytest.raises(ValueError, match=r"Retries.max_restarts=-1: give a whole number of restarts, 0 to 1000"):
             client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Retries(max_restarts=-1)])
         with pytest.raises(ValueError, match="retry_on"):
             client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Retries(max_restarts=1, retry_on="1")])

@@ -85,7 +85,9 @@ TEST_CASE("a warning before the deadline reads as Slurm's --signal writes it, an
   CHECK(refusal("USR1@0").find("at least 1 s") != std::string::npos);
   CHECK(refusal("USR1@5x").find("'5x' is not a time") != std::string::npos);
   CHECK(refusal("@5").find("'' is not a signal") != std::string::npos);
-  CHECK(tjob::parse_seconds("90s1") == std::nullopt);  // a bare run only last
+  CHECK(tjob::parse_seconds("90s1") == std::chrono::seconds(91));  // a bare run of seconds last
+  CHECK(tjob::parse_seconds("90s-1") == std::nullopt);
+  CHECK(tjob::parse_seconds("") == std::nullopt);
   CHECK(tjob::parse_seconds("1h30m") == std::chrono::seconds(5400));
 
   auto req = tjob::request_from_json(json::parse(
