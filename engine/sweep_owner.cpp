@@ -129,9 +129,7 @@ class owner {
       auto it = by_name.find(t.name);
       if (it == by_name.end()) {
         if (t.status == "Pending") continue;  // not submitted yet (an owner died first)
-        t.status = "Failed";
-        t.reason = "its job was deleted";
-        changed = true;
+        if (gone(t)) changed = true;
       } else if (is_terminal(it->second->status)) {
         ended.emplace_back(&t, it->second);
       } else {
@@ -179,6 +177,24 @@ class owner {
     return changed;
   }
 
+  // A trial whose job the list did not show: asked for by name (a backend's
+  // list is not one atomic read), and Failed only when it is truly gone.
+  bool gone(sweep_trial& t) {
+    try {
+      auto job = client_.get_job(t.name);
+      if (is_terminal(job.status)) {
+        finish_trial(client_, s_.request, t, job);
+        return true;
+      }
+      return follow_trial(s_.request, t, job);
+    } catch (const error& e) {
+      if (e.code() != errc::job_not_found) throw;
+    }
+    t.status = "Failed";
+    t.reason = "its job was deleted";
+    return true;
+  }
+
   // Reads the ended trials' metrics, a few at once: each read is a round trip
   // to the engine's thread (its cost is mostly the hop), and a thousand short
   // trials end together.
@@ -218,16 +234,18 @@ class owner {
   }
 
   // The next trials' parameters, recorded before they are submitted. Where
-  // they do not depend on the trials' results (random, grid) and the backend
-  // holds an array to its limit, every trial at once: the sweep is then the
-  // array, its trials admitted as the array's members are. Otherwise as many
-  // as may run.
+  // they do not depend on the trials' results (random, grid), the backend
+  // holds an array to its limit and no failure budget may stop the sweep,
+  // every trial at once: the sweep is then the array, its trials admitted as
+  // the array's members are. Otherwise as many as may run.
   bool plan() {
     std::vector<observation> done;
     const double sign = primary(s_.request).maximize ? -1 : 1;
     for (const auto& t : s_.trials)
       if (t.status == "Complete" && t.objective) done.push_back({t.parameters, sign * *t.objective});
-    const bool all_at_once = arrays_ && s_.request.algorithm != "tpe";
+    // (with a failure budget, as many as may run: a trial that would start
+    // after the budget is spent is never made)
+    const bool all_at_once = arrays_ && s_.request.algorithm != "tpe" && !s_.request.max_failed_trials;
     bool changed = false;
     for (int open = not_ended();
          (all_at_once || open < s_.request.parallel_trials) && static_cast<int>(s_.trials.size()) < total_;

@@ -498,6 +498,11 @@ asio::awaitable<std::string> backend::train(detail::checked_request request) {
 }
 asio::awaitable<train_job> backend::get_job(std::string name) { co_return co_await impl_->get(name); }
 asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::string> runtime) {
+  // The queue files first, then the containers: a job admitted in between
+  // (its containers made, then its queue file removed) is in the second
+  // read. The other order missed it in both, and a sweep's owner took such a
+  // trial for deleted.
+  auto files = impl_->read_queues();
   std::string every;  // (named: g++ 12)
   auto found = co_await impl_->containers(every);
   auto all = std::move(found).value();
@@ -514,7 +519,6 @@ asio::awaitable<std::vector<train_job>> backend::list_jobs(std::optional<std::st
     if (!runtime || j.runtime == *runtime) out.push_back(std::move(j));
   }
   // The jobs with no container yet: waiting for admission, or ended waiting.
-  auto files = impl_->read_queues();
   std::erase_if(files, [&](const queue_file& q) { return q.state == "started" || by_job.count(q.job); });
   std::map<std::string, int> place;
   if (std::any_of(files.begin(), files.end(), [](const queue_file& q) { return q.state == "queued"; })) {
