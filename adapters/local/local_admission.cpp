@@ -324,8 +324,9 @@ void engine_state::arm_deadline(const std::shared_ptr<job_rec>& j) {
   // (the engine checked that the warning comes after the start: before < deadline)
   auto& wr = *j->warning;
   wr.timer = std::make_unique<asio::steady_timer>(ex, j->deadline - wr.warning.before);
-  wr.timer->async_wait([this, w = std::weak_ptr<job_rec>(j)](error_code ec) {
-    if (auto jr = w.lock(); jr && !ec && !stopping) send_warning(*jr);
+  wr.timer->async_wait([self = weak_from_this(), w = std::weak_ptr<job_rec>(j)](error_code ec) {
+    auto e = self.lock();
+    if (auto jr = w.lock(); e && jr && !ec && !e->stopping) e->send_warning(*jr);
   });
 }
 
