@@ -7,6 +7,8 @@
 #include "core/spec_json.hpp"
 #include "core/trainer_checks.hpp"
 
+#include <tjob/spec.hpp>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/stat.h>
@@ -261,8 +263,12 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
   j.admission->group_limit = req.array_limit;
   j.deadline = req.active_deadline;
   j.warning.reset();
-  if (req.warning)
+  if (req.warning) {
     j.warning = std::make_unique<job_rec::warning_rec>(job_rec::warning_rec{*req.warning, nullptr});
+    // its code's processes handle it (python::line_hook_module); a command learns its name
+    for (auto& ph : j.node_phases)
+      ph.env.insert_or_assign("TJOB_STOP_SIGNAL", signal_name(req.warning->signal));
+  }
   j.retry.reset();
   if (req.retry.max_restarts > 0) j.retry = std::make_unique<retry_policy>(req.retry);
   j.deps.clear();

@@ -4,8 +4,6 @@
 #include "adapters/process/cgroup.hpp"
 #include "core/secrets.hpp"
 
-#include <tjob/spec.hpp>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -410,8 +408,6 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
         a.replace(at, master_port_placeholder.size(), std::to_string(j->master_port));
   auto env = ph.env;
   env.emplace(token_variable, job_token(j->row));
-  if (ph.final && j->warning)  // its processes handle the warning (python::line_hook_module)
-    env.insert_or_assign("TJOB_STOP_SIGNAL", signal_name(j->warning->warning.signal));
   if (ph.final && j->checkpoints()) {
     // The checkpoint contract (docs/scheduling.md): a directory every attempt
     // sees, and which attempt this is (as Slurm's SLURM_RESTART_COUNT).
