@@ -205,21 +205,8 @@ void add_job_commands(CLI::App& app, commands& c) {
   c.sweeps->add_option("-o,--output", c.format, "table, name, json or yaml");
 }
 
-// list, get, logs, wait, delete, cancel, events: one job or all of them.
-void add_query_commands(CLI::App& app, commands& c) {
-  c.list = app.add_subcommand("list", "List jobs: NAME STATUS RUNTIME STEPS PROGRESS AGE (-o wide: more)");
-  c.list->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
-  c.list->add_option("--runtime", c.list_runtime, "Only jobs of this runtime");
-  c.list->add_flag("-w,--watch", c.watch,
-                   "After the list, print each job again whenever it changes (appears, changes status or "
-                   "a step, or is deleted), until interrupted; -o json prints one object per line");
-  c.list->add_option("--status", c.list_statuses,
-                     "Only jobs in these statuses: a comma-separated list of Created, Running, Complete, "
-                     "Failed (any case)");
-  c.get = app.add_subcommand(
-      "get", "Show jobs with their steps (-o json or yaml: one object, or a list for several); no name: all");
-  c.get->add_option("name", c.job_names, "Job names (default: every job, as list shows them)");
-  c.get->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
+// logs: one step's, every step's, or a sweep trial's.
+void add_logs_command(CLI::App& app, commands& c) {
   c.logs = app.add_subcommand("logs", "Print a step's log; with -f, follow it until the step ends");
   c.logs->add_option("name", c.job_name, "Job name")->required();
   c.logs->add_flag("-f,--follow", c.follow, "Stream new output until the step ends");
@@ -241,6 +228,24 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.logs->add_option("--since", c.since,
                      "Only lines written since a time (2026-12-03T19:00:00Z) or for a duration back "
                      "from now (30s, 10m, 1h30m)");
+}
+
+// list, get, logs, wait, delete, cancel, events: one job or all of them.
+void add_query_commands(CLI::App& app, commands& c) {
+  c.list = app.add_subcommand("list", "List jobs: NAME STATUS RUNTIME STEPS PROGRESS AGE (-o wide: more)");
+  c.list->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
+  c.list->add_option("--runtime", c.list_runtime, "Only jobs of this runtime");
+  c.list->add_flag("-w,--watch", c.watch,
+                   "After the list, print each job again whenever it changes (appears, changes status or "
+                   "a step, or is deleted), until interrupted; -o json prints one object per line");
+  c.list->add_option("--status", c.list_statuses,
+                     "Only jobs in these statuses: a comma-separated list of Created, Running, Complete, "
+                     "Failed (any case)");
+  c.get = app.add_subcommand(
+      "get", "Show jobs with their steps (-o json or yaml: one object, or a list for several); no name: all");
+  c.get->add_option("name", c.job_names, "Job names (default: every job, as list shows them)");
+  c.get->add_option("-o,--output", c.format, "table, wide, name, json or yaml");
+  add_logs_command(app, c);
   c.wait = app.add_subcommand("wait",
                               "Wait until the job reaches one of the statuses; exit 0 then. A job that fails "
                               "when Failed was not asked for exits 1 with its exit code and last log lines.");

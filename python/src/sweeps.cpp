@@ -36,11 +36,9 @@ py::tuple answer(const std::function<std::string()>& f) {
   return py::make_tuple(py::str(out), py::none());
 }
 
-}  // namespace
-
-void add_sweep_functions(py::module_& m) {
-  // The trial's request as train takes it; the rest of the sweep as the
-  // JSON of tjob::sweep_request (its "trial" member left out).
+// The trial's request as train takes it; the rest of the sweep as the JSON of
+// tjob::sweep_request (its "trial" member left out).
+void def_optimize(py::module_& m) {
   m.def(
       "optimize",
       [](py::dict trial, std::string sweep_json, py::dict config) {
@@ -56,6 +54,10 @@ void add_sweep_functions(py::module_& m) {
         });
       },
       py::arg("trial"), py::arg("sweep"), py::arg("config"));
+}
+
+// What reads sweeps: one, all, and a wait for one to change.
+void def_reads(py::module_& m) {
   m.def(
       "get_sweep",
       [](std::string name, py::dict config) {
@@ -87,36 +89,31 @@ void add_sweep_functions(py::module_& m) {
         });
       },
       py::arg("name"), py::arg("known"), py::arg("timeout"), py::arg("config"));
+}
+
+// An operation on a sweep by name that answers nothing: ("", None) or (None, error).
+template <class Op>
+void def_by_name(py::module_& m, const char* function, Op op) {
   m.def(
-      "cancel_sweep",
-      [](std::string name, py::dict config) {
+      function,
+      [op](std::string name, py::dict config) {
         auto c = config_of(config);
         return answer([&] {
-          cancel_sweep(name, c);
+          op(name, c);
           return std::string();
         });
       },
       py::arg("name"), py::arg("config"));
-  m.def(
-      "delete_sweep",
-      [](std::string name, py::dict config) {
-        auto c = config_of(config);
-        return answer([&] {
-          delete_sweep(name, c);
-          return std::string();
-        });
-      },
-      py::arg("name"), py::arg("config"));
-  m.def(
-      "resume_sweep",
-      [](std::string name, py::dict config) {
-        auto c = config_of(config);
-        return answer([&] {
-          resume_sweep(name, c);
-          return std::string();
-        });
-      },
-      py::arg("name"), py::arg("config"));
+}
+
+}  // namespace
+
+void add_sweep_functions(py::module_& m) {
+  def_optimize(m);
+  def_reads(m);
+  def_by_name(m, "cancel_sweep", [](const std::string& n, const engine_config& c) { cancel_sweep(n, c); });
+  def_by_name(m, "delete_sweep", [](const std::string& n, const engine_config& c) { delete_sweep(n, c); });
+  def_by_name(m, "resume_sweep", [](const std::string& n, const engine_config& c) { resume_sweep(n, c); });
 }
 
 }  // namespace tjob::python

@@ -247,15 +247,7 @@ def _options_into(req: Dict, caps: Dict, options):
                 raise ValueError(f"ActiveDeadlineSeconds({opt.seconds!r}): give a whole number of seconds, 1 or more")
             req["active_deadline"] = opt.seconds
         elif isinstance(opt, StopWarning):
-            if isinstance(opt.signal, bool) or not isinstance(opt.signal, (str, int)) or opt.signal in ("", 0):
-                raise ValueError(f"StopWarning.signal={opt.signal!r}: give a signal's name such as 'USR1', or its "
-                                 "number")
-            if not isinstance(opt.seconds, int) or isinstance(opt.seconds, bool) or opt.seconds < 1:
-                raise ValueError(f"StopWarning.seconds={opt.seconds!r}: give a whole number of seconds, 1 or more")
-            if not caps["stop_warning"] and not caps["forwards"]:
-                raise ValueError(f"StopWarning option is not compatible with the {backend} backend: it cannot warn "
-                                 "a job before its deadline")
-            req["warning"] = {"signal": str(opt.signal), "before": opt.seconds}
+            req["warning"] = _warning_of(opt, caps)
         elif isinstance(opt, Dependencies):
             for key in ("after_ok", "after_any", "after_not_ok"):
                 names = _strings(getattr(opt, key), f"Dependencies.{key}", "['prep-1']", "a list of job names")
@@ -283,6 +275,18 @@ def _options_into(req: Dict, caps: Dict, options):
         raise ValueError("Array option needs the Name option: the members are NAME-0, NAME-1, ... and NAME "
                          "addresses them all")
     return command, args
+
+
+def _warning_of(opt: StopWarning, caps: Dict) -> Dict:
+    """The StopWarning option as a spec's warning; the engine checks the signal's name and the deadline."""
+    if isinstance(opt.signal, bool) or not isinstance(opt.signal, (str, int)) or opt.signal in ("", 0):
+        raise ValueError(f"StopWarning.signal={opt.signal!r}: give a signal's name such as 'USR1', or its number")
+    if not isinstance(opt.seconds, int) or isinstance(opt.seconds, bool) or opt.seconds < 1:
+        raise ValueError(f"StopWarning.seconds={opt.seconds!r}: give a whole number of seconds, 1 or more")
+    if not caps["stop_warning"] and not caps["forwards"]:
+        raise ValueError(f"StopWarning option is not compatible with the {caps['id']} backend: it cannot warn a job "
+                         "before its deadline")
+    return {"signal": str(opt.signal), "before": opt.seconds}
 
 
 def _custom_trainer(caps: Dict, defaults: Dict, trainer: CustomTrainer) -> Dict:
