@@ -115,6 +115,14 @@ def reporting(x):
         raise SystemExit(5)
 
 
+def test_a_reported_float_keeps_every_digit():
+    from tjob.report import _value
+
+    # (a sweep ranks trials by it: 6 significant digits made 1.6527736833527347 into 1.65277)
+    assert _value(1.6527736833527347) == "1.6527736833527347" and float(_value(0.1 + 0.2)) == 0.1 + 0.2
+    assert _value(3) == "3" and _value(float("nan")) == "nan"
+
+
 def test_metrics_come_from_reports_and_stdout_and_bad_lines_are_ignored(home, system_torch):
     client = OptimizerClient()
     name = client.optimize(TrainJobTemplate(CustomTrainer(func=reporting), runtime="python"),
