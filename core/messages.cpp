@@ -64,6 +64,13 @@ void throw_step_not_found(const std::string& name, const std::string& step,
               "TrainJob " + quote(name) + " has no step " + quote(step) + "; its steps are: " + known);
 }
 
+void throw_attempt_not_found(const std::string& name, const std::string& step, int asked, int attempts) {
+  throw error(errc::invalid_argument,
+              "TrainJob " + quote(name) + " step " + quote(step) + " has no attempt " +
+                  std::to_string(asked) + "; it has had " + std::to_string(attempts) +
+                  (attempts == 1 ? " (it was never restarted)" : "; give 1 to " + std::to_string(attempts)));
+}
+
 std::string fix_for_errno(int err, const std::string& dir) {
   switch (err) {
     case ENOSPC:

@@ -27,6 +27,9 @@ failure not_found_failure(const std::string& name, const std::string& where, std
 /// step_not_found, listing the steps the job has.
 [[noreturn]] void throw_step_not_found(const std::string& name, const std::string& step,
                                        const std::vector<std::string>& steps);
+/// A log's attempt past the step's `attempts` (log_options::attempt).
+[[noreturn]] void throw_attempt_not_found(const std::string& name, const std::string& step, int asked,
+                                          int attempts);
 
 /// What to do about a file operation under `dir` (TJOB_HOME, its jobs/)
 /// that failed with `err` (an errno), its cause first: a full disk, too many

@@ -15,11 +15,6 @@ bool has(const std::vector<int>& codes, int code) {
   return std::find(codes.begin(), codes.end(), code) != codes.end();
 }
 
-std::string seconds_text(std::chrono::milliseconds d) {
-  return d.count() % 1000 == 0 ? fmt::format("{} s", d.count() / 1000)
-                               : fmt::format("{:.3g} s", static_cast<double>(d.count()) / 1000);
-}
-
 std::string codes_text(const std::vector<int>& codes) {
   std::string out;
   for (int c : codes) out += (out.empty() ? "" : ", ") + std::to_string(c);
@@ -27,6 +22,11 @@ std::string codes_text(const std::vector<int>& codes) {
 }
 
 }  // namespace
+
+std::string wait_text(std::chrono::milliseconds d) {
+  return d.count() % 1000 == 0 ? fmt::format("{} s", d.count() / 1000)
+                               : fmt::format("{:.3g} s", static_cast<double>(d.count()) / 1000);
+}
 
 retry_decision decide_retry(const retry_policy& p, int attempt, int exit_code) {
   if (p.max_restarts <= 0) return {};
@@ -79,9 +79,9 @@ std::string describe_retry(const retry_policy& p) {
   std::string out = fmt::format("{} restart{}", p.max_restarts, p.max_restarts == 1 ? "" : "s");
   if (!p.retry_on.empty()) out += ", on exit codes " + codes_text(p.retry_on);
   if (!p.never_retry.empty()) out += ", never on " + codes_text(p.never_retry);
-  out += ", backoff " + seconds_text(p.backoff);
+  out += ", backoff " + wait_text(p.backoff);
   if (p.backoff_factor != 1)
-    out += fmt::format(" x{:g} up to {}", p.backoff_factor, seconds_text(p.max_backoff));
+    out += fmt::format(" x{:g} up to {}", p.backoff_factor, wait_text(p.max_backoff));
   return out;
 }
 

@@ -27,6 +27,9 @@ retry_decision decide_retry(const retry_policy& p, int attempt, int exit_code);
 /// (invalid_argument) naming `who` (the job), the field and the fix.
 void check_retry(const std::string& who, const retry_policy& p);
 
+/// A wait as a person reads it: "1 s", "0.3 s".
+std::string wait_text(std::chrono::milliseconds d);
+
 /// "3 restarts, on exit codes 1, 75, backoff 1 s x2 up to 60 s": the policy
 /// as a person reads it (tjob get, the Started event of a retried job).
 std::string describe_retry(const retry_policy& p);

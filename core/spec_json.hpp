@@ -5,6 +5,7 @@
 #include <tjob/types.hpp>
 
 #include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 
 namespace tjob::detail {
 
@@ -15,5 +16,12 @@ boost::json::object to_json(const python_trainer& t);
 boost::json::object to_json(const trainer& t);
 /// The inverse of to_json; throws std::exception on a malformed object.
 trainer trainer_from_json(const boost::json::object& o);
+
+/// {"max_restarts":3,"backoff_ms":1000,"backoff_factor":2,"max_backoff_ms":60000,
+///  "retry_on":[...],"never_retry":[...]}: a request's "retry".
+boost::json::object to_json(const retry_policy& p);
+/// The inverse of to_json(retry_policy), every field checked: throws
+/// tjob::spec_error naming the field ("retry.backoff_ms").
+retry_policy retry_from_json(const boost::json::value& v);
 
 }  // namespace tjob::detail

@@ -2,6 +2,7 @@
 // the supervisor and the Python package, and read back with every field
 // checked, a bad one named (spec_reader).
 #include "core/json_fields.hpp"
+#include "core/spec_json.hpp"
 
 #include <tjob/spec.hpp>
 #include <tjob/wire.hpp>
@@ -79,19 +80,7 @@ json::object to_json(const train_request& r) {
   o["after_not_ok"] = to_array(r.after_not_ok);
   o["array"] = r.array;
   o["array_limit"] = r.array_limit;
-  if (r.retry.max_restarts > 0) {
-    json::object rp;
-    rp["max_restarts"] = r.retry.max_restarts;
-    rp["backoff_ms"] = r.retry.backoff.count();
-    rp["backoff_factor"] = r.retry.backoff_factor;
-    rp["max_backoff_ms"] = r.retry.max_backoff.count();
-    json::array on, never;
-    for (int c : r.retry.retry_on) on.push_back(c);
-    for (int c : r.retry.never_retry) never.push_back(c);
-    rp["retry_on"] = std::move(on);
-    rp["never_retry"] = std::move(never);
-    o["retry"] = std::move(rp);
-  }
+  if (r.retry.max_restarts > 0) o["retry"] = detail::to_json(r.retry);
   o["trainer"] = std::move(t);
   return o;
 }
@@ -325,6 +314,33 @@ python_trainer python_from(spec_reader& r, bool allow_source_file) {
 
 }  // namespace
 
+namespace detail {
+
+json::object to_json(const retry_policy& p) {
+  json::array on, never;
+  for (int c : p.retry_on) on.push_back(c);
+  for (int c : p.never_retry) never.push_back(c);
+  return {{"max_restarts", p.max_restarts},     {"backoff_ms", p.backoff.count()},
+          {"backoff_factor", p.backoff_factor}, {"max_backoff_ms", p.max_backoff.count()},
+          {"retry_on", std::move(on)},          {"never_retry", std::move(never)}};
+}
+
+retry_policy retry_from_json(const json::value& v) {
+  spec_reader rr(v, "retry", "a retry policy");
+  constexpr std::int64_t day_ms = 86'400'000;
+  retry_policy p;
+  if (auto n = rr.number("max_restarts", 0, 1000)) p.max_restarts = static_cast<int>(*n);
+  if (auto n = rr.number("backoff_ms", 0, day_ms)) p.backoff = std::chrono::milliseconds(*n);
+  if (auto d = rr.real("backoff_factor", 1, 100)) p.backoff_factor = *d;
+  if (auto n = rr.number("max_backoff_ms", 0, day_ms)) p.max_backoff = std::chrono::milliseconds(*n);
+  if (auto c = rr.codes("retry_on")) p.retry_on = std::move(*c);
+  if (auto c = rr.codes("never_retry")) p.never_retry = std::move(*c);
+  rr.finish();
+  return p;
+}
+
+}  // namespace detail
+
 train_request request_from_json(const json::value& v, bool allow_source_file) {
   spec_reader r(v, "", "a job spec");
   train_request req;
@@ -356,18 +372,7 @@ train_request request_from_json(const json::value& v, bool allow_source_file) {
   if (auto v = r.texts("after_not_ok")) req.after_not_ok = std::move(*v);
   if (auto v = r.text("array")) req.array = std::move(*v);
   if (auto n = r.number("array_limit", 0, 100'000)) req.array_limit = static_cast<int>(*n);
-  if (auto* rv = r.get("retry")) {
-    spec_reader rr(*rv, "retry", "a retry policy");
-    constexpr std::int64_t day_ms = 86'400'000;
-    if (auto n = rr.number("max_restarts", 0, 1000)) req.retry.max_restarts = static_cast<int>(*n);
-    if (auto n = rr.number("backoff_ms", 0, day_ms)) req.retry.backoff = std::chrono::milliseconds(*n);
-    if (auto d = rr.real("backoff_factor", 1, 100)) req.retry.backoff_factor = *d;
-    if (auto n = rr.number("max_backoff_ms", 0, day_ms))
-      req.retry.max_backoff = std::chrono::milliseconds(*n);
-    if (auto c = rr.codes("retry_on")) req.retry.retry_on = std::move(*c);
-    if (auto c = rr.codes("never_retry")) req.retry.never_retry = std::move(*c);
-    rr.finish();
-  }
+  if (auto* rv = r.get("retry")) req.retry = detail::retry_from_json(*rv);
   auto* tv = r.get("trainer");
   r.finish();
   if (!tv)

@@ -560,10 +560,7 @@ asio::awaitable<log_stream> backend::get_job_logs(std::string name, log_options 
   std::uint64_t start = 0, limit = std::numeric_limits<std::uint64_t>::max();
   if (options.attempt) {
     if (*options.attempt > attempts)
-      fail(errc::invalid_argument,
-           "TrainJob " + quote(name) + " step " + quote(options.step) + " has no attempt " +
-               std::to_string(*options.attempt) + "; it has had " + std::to_string(attempts) +
-               (attempts == 1 ? " (it was never restarted)" : "; give 1 to " + std::to_string(attempts)));
+      detail::throw_attempt_not_found(name, options.step, *options.attempt, attempts);
     auto starts = detail::attempt_starts(e.attempts_path(name, options.step));
     if (auto it = starts.find(*options.attempt); it != starts.end()) start = it->second;
     if (auto it = starts.find(*options.attempt + 1); it != starts.end()) limit = it->second;

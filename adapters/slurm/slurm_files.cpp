@@ -47,6 +47,28 @@ std::optional<clock::time_point> mtime_of(const fs::path& p) {
   return from_ns(std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec);
 }
 
+// What each node of one attempt left in `dir` (the job's directory for the
+// current attempt, attempt-<k>/ for an earlier one).
+std::vector<node_files> read_nodes(const fs::path& dir, int num_nodes) {
+  std::vector<node_files> out;
+  for (int i = 0; i < num_nodes; ++i) {
+    node_files n;
+    const auto node = "node-" + std::to_string(i);
+    if (auto s = read_text(dir / (node + ".start"), 64))
+      if (auto ns = number_in(*s)) n.started = from_ns(*ns);
+    if (auto s = read_text(dir / (node + ".exit"), 128)) {
+      std::istringstream in(*s);
+      std::int64_t code = 0, ns = 0;
+      if (in >> code) {
+        n.exit_code = static_cast<int>(code);
+        n.exited = in >> ns ? from_ns(ns) : mtime_of(dir / (node + ".exit")).value_or(clock::now());
+      }
+    }
+    out.push_back(n);
+  }
+  return out;
+}
+
 }  // namespace
 
 bool write_file(const fs::path& path, std::string_view text, mode_t mode) {
@@ -83,20 +105,11 @@ std::optional<job_files> backend::impl::read_files(const std::string& name) cons
   f.record = std::move(*rec);
   f.slurm_id = trimmed(read_text(dir / "slurm-id", 64).value_or(""));
   if (!f.slurm_id.empty()) f.submitted = mtime_of(dir / "slurm-id");
-  for (int i = 0; i < f.record.num_nodes; ++i) {
-    node_files n;
-    const auto node = "node-" + std::to_string(i);
-    if (auto s = read_text(dir / (node + ".start"), 64))
-      if (auto ns = number_in(*s)) n.started = from_ns(*ns);
-    if (auto s = read_text(dir / (node + ".exit"), 128)) {
-      std::istringstream in(*s);
-      std::int64_t code = 0, ns = 0;
-      if (in >> code) {
-        n.exit_code = static_cast<int>(code);
-        n.exited = in >> ns ? from_ns(ns) : mtime_of(dir / (node + ".exit")).value_or(clock::now());
-      }
-    }
-    f.nodes.push_back(n);
+  f.nodes = read_nodes(dir, f.record.num_nodes);
+  if (auto s = read_text(dir / "restarts", 1 << 16)) {
+    f.restarts = parse_restarts(*s);
+    for (const auto& r : f.restarts)
+      f.earlier.push_back(read_nodes(dir / ("attempt-" + std::to_string(r.attempt)), f.record.num_nodes));
   }
   if (auto s = read_text(dir / "end", 128)) {
     std::istringstream in(*s);
@@ -122,6 +135,11 @@ std::optional<job_files> backend::impl::read_files(const std::string& name) cons
     }
   }
   return f;
+}
+
+off_t backend::impl::log_size_at(const std::string& name, int attempt, const std::string& step) const {
+  auto text = read_text(dir_of(name) / ("attempt-" + std::to_string(attempt)) / (step + ".log.size"), 64);
+  return text ? static_cast<off_t>(number_in(*text).value_or(0)) : 0;
 }
 
 std::vector<std::string> backend::impl::job_names() const {

@@ -2,11 +2,15 @@
 
 #include "adapters/process/process_adapter.hpp"
 #include "core/json_fields.hpp"
+#include "core/retry.hpp"
+#include "core/spec_json.hpp"
 
 #include <boost/json.hpp>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
+#include <sstream>
 
 namespace tjob::slurm {
 
@@ -76,11 +80,16 @@ verdict judge(const job_files& f, const std::optional<queue_row>& row, bool queu
   if (f.slurm_id.empty()) return {job_status::created, "Submitting", std::nullopt};
   bool ended = row ? is_ended_state(row->state) : queue_known;  // unlisted: Slurm forgot it
   if (!ended) {
-    if (!row) {  // squeue did not answer: the files say what they can
-      bool started = std::any_of(f.nodes.begin(), f.nodes.end(), [](const node_files& n) { return n.started; });
+    bool started = std::any_of(f.nodes.begin(), f.nodes.end(), [](const node_files& n) { return n.started; });
+    // Between two attempts (the backoff, the queue, the batch script's
+    // start before srun) a job is Created, Restarting, as on the other backends.
+    if (!started && !f.restarts.empty()) return {job_status::created, "Restarting", std::nullopt};
+    if (!row)  // squeue did not answer: the files say what they can
       return {started ? job_status::running : job_status::created, started ? "" : "Queued", std::nullopt};
-    }
     if (is_pending_state(row->state)) {
+      // Nodes that started before: Slurm requeued the job (its next run
+      // records the restart).
+      if (started) return {job_status::created, "Restarting", std::nullopt};
       std::string why = row->reason.empty() || row->reason == "None" ? "Queued" : row->reason;
       return {job_status::created, why, std::nullopt};
     }
@@ -109,11 +118,16 @@ verdict judge(const job_files& f, const std::optional<queue_row>& row, bool queu
   }
   if (f.cancel_requested) {
     v.reason = "cancelled";
+  } else if (f.end_what == "requeued") {
+    v.reason = "lost: Slurm requeued the job (a node failed, or it was preempted) with no restarts left (" +
+               std::to_string(f.restarts.size()) + " restarts of " +
+               std::to_string(f.record.retry.max_restarts) + ")";
   } else if (f.end_what == "setup" && f.end_code) {
     v.reason = "setup failed (" + exit_reason(*f.end_code) + "); see the log of node-0";
   } else if (auto bad = first_failed(f)) {
     v.reason = exit_reason(*f.nodes[*bad].exit_code);
-  } else if (!f.end_code && std::none_of(f.nodes.begin(), f.nodes.end(), [](const node_files& n) { return n.started; })) {
+  } else if (!f.end_code &&
+             std::none_of(f.nodes.begin(), f.nodes.end(), [](const node_files& n) { return n.started; })) {
     // Nothing of the job's directory was written on the nodes: most often the
     // directory is not on the nodes at all.
     v.reason = "the batch script failed before any node started" +
@@ -145,7 +159,8 @@ json::object to_json(const job_record& r) {
           {"created_ns", ns_of(r.created)},
           {"labels", to_object(r.labels)},
           {"annotations", to_object(r.annotations)},
-          {"array", r.array}};
+          {"array", r.array},
+          {"retry", detail::to_json(r.retry)}};
 }
 
 std::optional<job_record> record_from_json(std::string_view text) {
@@ -163,6 +178,13 @@ std::optional<job_record> record_from_json(std::string_view text) {
   r.labels = from_object(detail::obj_of(o, "labels"));
   r.annotations = from_object(detail::obj_of(o, "annotations"));
   r.array = detail::str_of(o, "array");
+  if (auto* rp = o.if_contains("retry")) {
+    try {
+      r.retry = detail::retry_from_json(*rp);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
   return r;
 }
 
@@ -213,6 +235,27 @@ std::vector<queue_row> parse_queue(std::string_view out) {
   return rows;
 }
 
+std::vector<restart_record> parse_restarts(const std::string& text) {
+  std::vector<restart_record> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line) && !in.eof()) {
+    std::istringstream l(line);
+    restart_record r;
+    std::string code, node;
+    double wait = 0;
+    std::int64_t ns = 0;
+    if (!(l >> r.attempt >> code >> node >> wait >> ns) || r.attempt != static_cast<int>(out.size()) + 1)
+      break;
+    if (code != "-") r.exit_code = std::atoi(code.c_str());
+    if (node != "-") r.node = node;
+    r.wait = std::chrono::milliseconds(static_cast<std::int64_t>(wait * 1000 + 0.5));
+    r.at = from_ns(ns);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 bool is_ended_state(std::string_view s) {
   return s == "COMPLETED" || s == "FAILED" || s == "CANCELLED" || s == "TIMEOUT" || s == "DEADLINE" ||
          s == "OUT_OF_MEMORY" || s == "NODE_FAIL" || s == "BOOT_FAIL" || s == "PREEMPTED" || s == "SPECIAL_EXIT" ||
@@ -249,7 +292,9 @@ train_job fold(const job_files& f, const std::optional<queue_row>& row, bool que
   for (std::size_t i = 0; i < static_cast<std::size_t>(f.record.num_nodes); ++i) {
     step s;
     s.name = step_name(i);
-    node_files n = i < f.nodes.size() ? f.nodes[i] : node_files{};
+    s.attempt = f.attempt();
+    // Restarting: what the nodes left is an attempt that is over.
+    node_files n = i < f.nodes.size() && v.reason != "Restarting" ? f.nodes[i] : node_files{};
     if (n.started && (!first_start || *n.started < *first_start)) first_start = n.started;
     if (n.exited && (!last_exit || *n.exited > *last_exit)) last_exit = n.exited;
     if (n.exit_code) {
@@ -301,14 +346,41 @@ std::vector<event> events_of(const job_files& f, const std::optional<queue_row>&
     out.push_back(std::move(e));
   };
   add(f.record.created, "", "Created",
-      f.slurm_id.empty() ? "not submitted" : "submitted to Slurm as job " + f.slurm_id);
+      (f.slurm_id.empty() ? "not submitted" : "submitted to Slurm as job " + f.slurm_id) +
+          (f.record.retry.max_restarts > 0 ? " (restarts: " + detail::describe_retry(f.record.retry) + ")"
+                                           : ""));
   if (job.status == job_status::created && !job.reason.empty())
     add(f.record.created, "", "Queued", "Slurm: " + job.reason);
   if (job.start_time) add(*job.start_time, "", "Started", row && !row->nodes.empty() ? "on " + row->nodes : "");
-  for (std::size_t i = 0; i < f.nodes.size(); ++i) {
-    const auto& n = f.nodes[i];
-    if (n.started) add(*n.started, step_name(i), "Started", "");
-    if (n.exit_code && n.exited) add(*n.exited, step_name(i), "Exited", exit_reason(*n.exit_code));
+  // The node blamed for the job's end says why it was not restarted.
+  std::optional<std::size_t> blamed;
+  std::string not_restarted;
+  if (job.status == job_status::failed && !f.cancel_requested && f.record.retry.max_restarts > 0)
+    if (blamed = first_failed(f); blamed)
+      not_restarted = detail::decide_retry(f.record.retry, f.attempt(), *f.nodes[*blamed].exit_code).why_not;
+  auto node_events = [&](const std::vector<node_files>& nodes, bool current) {
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const auto& n = nodes[i];
+      if (n.started) add(*n.started, step_name(i), "Started", "");
+      if (!n.exit_code || !n.exited) continue;
+      auto why = exit_reason(*n.exit_code);
+      if (current && blamed == i && !not_restarted.empty()) why += "; not restarted: " + not_restarted;
+      add(*n.exited, step_name(i), "Exited", why);
+    }
+  };
+  for (const auto& nodes : f.earlier) node_events(nodes, false);
+  node_events(f.nodes, true);
+  const int attempts = f.record.retry.max_restarts + 1;
+  for (const auto& r : f.restarts) {
+    std::string why = r.exit_code ? "(exit code " + std::to_string(*r.exit_code) + " on " + r.node + ")"
+                                  : "(Slurm requeued the job: a node failed, or it was preempted)";
+    std::string next =
+        r.exit_code ? "; attempt " + std::to_string(r.attempt + 1) + " starts in " + detail::wait_text(r.wait)
+                    : "; attempt " + std::to_string(r.attempt + 1) + " runs when Slurm starts it again";
+    for (int i = 0; i < f.record.num_nodes; ++i)
+      add(r.at, step_name(static_cast<std::size_t>(i)), "Restarting",
+          "attempt " + std::to_string(r.attempt) + " of " + std::to_string(attempts) + " failed " + why +
+              next);
   }
   if (f.cancel_requested) add(*f.cancel_requested, "", "CancelRequested", "");
   // The end's cause when Slurm or tjob ended it (the nodes' own exits are above).

@@ -29,6 +29,7 @@ struct job_record {
   clock::time_point created;
   std::map<std::string, std::string> labels, annotations;
   std::string array;
+  retry_policy retry;  ///< a restart runs every node again
 };
 
 boost::json::object to_json(const job_record& r);
@@ -70,13 +71,37 @@ struct node_files {
   std::optional<clock::time_point> exited;
 };
 
+/// A restart of the job (a line of its `restarts` file): attempt `attempt`
+/// failed, and the next began. The batch script restarts every node, in the
+/// job's allocation, when `node`'s exit code is retried, after `wait`; Slurm
+/// requeues the job itself when a node failed or the job was preempted (no
+/// node, no exit code).
+struct restart_record {
+  int attempt = 1;
+  std::optional<int> exit_code;
+  std::string node;  ///< "node-1"; empty when Slurm requeued it
+  std::chrono::milliseconds wait{0};
+  clock::time_point at;
+};
+
+/// The batch script's `restarts` file: "ATTEMPT CODE NODE WAIT NS" a line
+/// ("-" for no code or node: Slurm requeued it; WAIT in seconds), the
+/// attempts in order; a line that does not read (one being written) ends it.
+std::vector<restart_record> parse_restarts(const std::string& text);
+
 /// Everything the job's directory says, read at one time.
 struct job_files {
   job_record record;
   std::string slurm_id;  ///< empty: not submitted (yet), or tjob ended it itself
   std::optional<clock::time_point> submitted;  ///< when the id was recorded
-  std::vector<node_files> nodes;
-  /// `end`: the batch script's own end ("0 srun", "1 setup").
+  std::vector<node_files> nodes;               ///< the current attempt's
+  /// The restarts so far, and the nodes of the attempts before this one
+  /// (`attempt-<k>/`): earlier[k-1] is attempt k's.
+  std::vector<restart_record> restarts;
+  std::vector<std::vector<node_files>> earlier;
+  int attempt() const { return static_cast<int>(restarts.size()) + 1; }
+  /// `end`: the batch script's own end ("0 srun", "1 setup", "1 requeued"
+  /// when Slurm requeued it with no restarts left).
   std::optional<int> end_code;
   std::string end_what;
   std::optional<clock::time_point> ended;

@@ -10,7 +10,9 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <array>
+#include <limits>
 
 namespace tjob::slurm {
 
@@ -22,21 +24,23 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// Where the last `lines` lines of the file `fd` begin (a last line without
-// '\n' counts as one).
-off_t tail_offset(int fd, std::size_t lines) {
+// Where the last `lines` lines before `limit` of the file `fd` begin (a last
+// line without '\n' counts as one).
+off_t tail_offset(int fd, std::size_t lines, off_t limit) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size == 0 || lines == 0) return st.st_size;
+  if (::fstat(fd, &st) != 0) return 0;
+  const off_t size = std::min(st.st_size, limit);
+  if (size == 0 || lines == 0) return size;
   std::array<char, 65536> buf;
   std::size_t seen = 0;
-  off_t end = st.st_size;
+  off_t end = size;
   while (end > 0) {
     off_t from = end > off_t(buf.size()) ? end - off_t(buf.size()) : 0;
     auto n = ::pread(fd, buf.data(), static_cast<std::size_t>(end - from), from);
     if (n <= 0) return 0;
     for (auto i = n; i-- > 0;) {
       off_t at = from + i;
-      if (buf[static_cast<std::size_t>(i)] != '\n' || at == st.st_size - 1) continue;
+      if (buf[static_cast<std::size_t>(i)] != '\n' || at == size - 1) continue;
       if (++seen == lines) return at + 1;
     }
     end = from;
@@ -51,6 +55,7 @@ struct node_log final : detail::piecewise_log {
   log_options options;
   int fd = -1;
   off_t at = 0;
+  off_t limit = std::numeric_limits<off_t>::max();  // an earlier attempt's part ends here
   bool last_look = false;  // the job has ended: what is left is read, then the end
   std::optional<backend::impl::watcher> w;
   std::optional<detail::wake_signal> sig;
@@ -65,18 +70,20 @@ struct node_log final : detail::piecewise_log {
   asio::awaitable<bool> read_piece(std::string& out) override {
     if (fd < 0) {
       fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-      if (fd >= 0 && options.tail) at = tail_offset(fd, *options.tail);
+      if (fd >= 0 && options.tail) at = std::max(at, tail_offset(fd, *options.tail, limit));
     }
-    if (fd >= 0) {
+    if (fd >= 0 && at < limit) {
       std::array<char, 65536> buf;
-      auto n = ::pread(fd, buf.data(), buf.size(), at);
+      auto n = ::pread(fd, buf.data(),
+                       static_cast<std::size_t>(std::min<off_t>(off_t(buf.size()), limit - at)), at);
       if (n > 0) {
         at += n;
         out.append(buf.data(), static_cast<std::size_t>(n));
         co_return true;
       }
     }
-    if (!options.follow || last_look) co_return false;
+    // An earlier attempt has ended: its part is whole.
+    if (!options.follow || last_look || limit != std::numeric_limits<off_t>::max()) co_return false;
     if (!w) {
       w.emplace(b);
       sig.emplace(b->ctx.ex);
@@ -108,7 +115,16 @@ asio::awaitable<log_stream> backend::impl::logs(const std::string& name, const l
                                      ": the slurm backend's logs are the files the nodes write, without the "
                                      "time of each line; leave out timestamps and since (docs/slurm.md)");
   auto path = dir_of(name) / (o.step + ".log");
-  co_return log_stream(std::make_unique<node_log>(shared_from_this(), name, std::move(path), o));
+  auto log = std::make_unique<node_log>(shared_from_this(), name, std::move(path), o);
+  // One log holds every attempt: attempt k's part begins where attempt k-1's
+  // ended, as the batch script recorded it when it restarted the job.
+  if (o.attempt) {
+    const int attempts = f->attempt();
+    if (*o.attempt > attempts) detail::throw_attempt_not_found(name, o.step, *o.attempt, attempts);
+    if (*o.attempt > 1) log->at = log_size_at(name, *o.attempt - 1, o.step);
+    if (*o.attempt < attempts) log->limit = log_size_at(name, *o.attempt, o.step);
+  }
+  co_return log_stream(std::move(log));
 }
 
 }  // namespace tjob::slurm

@@ -9,6 +9,8 @@
 // Errors: config_of throws tjob::error(invalid_argument) naming the member.
 #pragma once
 
+#include <tjob/types.hpp>
+
 #include <boost/json/object.hpp>
 
 #include <chrono>
@@ -60,6 +62,7 @@ struct submission {
   std::chrono::seconds time_limit{0};  ///< 0: the partition's
   int nice = 0;
   std::string dependency;  ///< Slurm's --dependency text; empty: none
+  bool requeue = false;    ///< it may restart: --requeue, else --no-requeue
   /// What every node runs (the batch script's arguments).
   std::vector<std::string> command;
 };
@@ -71,6 +74,13 @@ std::vector<std::string> sbatch_argv(const slurm_config& cfg, const submission& 
 /// Slurm's --time for a deadline: minutes, rounded up (Slurm keeps time
 /// limits in whole minutes).
 std::string time_limit_text(std::chrono::seconds s);
+
+/// The retry policy as the batch script reads it (restart_plan_file): line
+/// 1 the exit codes that are retried (decide_retry's answer for each of 1 to
+/// 255), line K+1 the seconds to wait before restart K; as many such lines as
+/// restarts.
+std::string restart_plan(const retry_policy& p);
+inline constexpr const char* restart_plan_file = "restart-plan";
 
 /// The fixed files of a job's directory.
 inline constexpr const char* batch_script_file = "job.sh";

@@ -138,10 +138,6 @@ void check_request(const std::string& me, const train_request& r) {
       if (k.empty() || detail::has_nul(k) || detail::has_nul(v))
         fail(errc::invalid_argument, me + ": " + (m == &r.labels ? "label" : "annotation") +
                                          " keys must not be empty and neither keys nor values may hold NUL");
-  if (r.retry.max_restarts > 0)
-    fail(errc::invalid_argument,
-         me + ": retry: restarts are not built for the slurm backend yet; leave the retries out, or run the "
-              "job on the local backend (docs/slurm.md)");
 }
 
 // The job's record (job.json), as tjob reads it back.
@@ -154,6 +150,7 @@ job_record record_of(const train_request& r, const std::string& runtime) {
   rec.labels = r.labels;
   rec.annotations = r.annotations;
   rec.array = r.array;
+  rec.retry = r.retry;
   return rec;
 }
 
@@ -251,6 +248,10 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   p.sub.num_nodes = r.num_nodes;
   p.sub.time_limit = r.active_deadline;
   p.sub.nice = -r.priority;
+  // A restart runs every node again (a gang), in the job's allocation; a
+  // job that may restart is requeued by Slurm when a node fails.
+  p.sub.requeue = r.retry.max_restarts > 0;
+  if (p.sub.requeue) p.files.emplace_back(restart_plan_file, restart_plan(r.retry));
   if (auto* ct = std::get_if<command_trainer>(&r.job_trainer))
     plan_command(me, *ct, p);
   else

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 
 using namespace tjob;
 using namespace std::chrono_literals;
@@ -388,4 +389,148 @@ TEST_CASE("slurm: every node of a job sees one checkpoint directory, in the shar
   CHECK(read_file(dir / "node-1") == "1\n");
   c.delete_job(name);
   CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("slurm: a failed job restarts every node, in its allocation, and resumes from its checkpoint") {
+  // Retries (issue 36): a gang restart, TJOB_RESTART_COUNT, the attempt in
+  // the steps, the Restarting events and each attempt's part of the logs.
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  // node-1 fails on the first two attempts; node-0 would run for ten minutes
+  // unless stopped with it.
+  auto r = shell_job(
+      "d=\"$TJOB_CHECKPOINT_DIR\"; n=\"$TJOB_RESTART_COUNT\"\n"
+      "echo \"node $SLURM_PROCID attempt $n\"\n"
+      "if [ \"$n\" -lt 2 ]; then\n"
+      "  if [ \"$SLURM_PROCID\" = 1 ]; then echo \"$n\" >> \"$d/failures\"; exit 75; fi\n"
+      "  exec sleep 600\n"
+      "fi\n"
+      "echo \"resumed after $(wc -l < \"$d/failures\") failures\"",
+      "slurm-flaky", 2);
+  r.retry.max_restarts = 3;
+  r.retry.backoff = 200ms;
+  auto name = c.train(r);
+  auto job = c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 300s);
+  auto log1 = c.get_job_logs(name, {.step = "node-1"}).read_all();
+  CAPTURE(log1);
+  CAPTURE(job.reason);
+  REQUIRE(job.status == job_status::complete);
+  REQUIRE(job.steps.size() == 2);
+  CHECK(job.steps[0].attempt == 3);
+  CHECK(job.steps[1].attempt == 3);
+  CHECK(log1 == "node 1 attempt 0\nnode 1 attempt 1\nnode 1 attempt 2\nresumed after 2 failures\n");
+  // node-0's part ends with what Slurm wrote when it stopped the node with node-1.
+  CHECK(c.get_job_logs(name, {.step = "node-0", .attempt = 2}).read_all().starts_with("node 0 attempt 1\n"));
+  CHECK(c.get_job_logs(name, {.step = "node-1", .attempt = 3}).read_all() ==
+        "node 1 attempt 2\nresumed after 2 failures\n");
+  CHECK(c.get_job_logs(name, {.step = "node-1", .tail = 1, .attempt = 1}).read_all() == "node 1 attempt 0\n");
+  CHECK(message_of([&] { c.get_job_logs(name, {.attempt = 4}).read_all(); }) ==
+        "TrainJob 'slurm-flaky' step 'node-0' has no attempt 4; it has had 3; give 1 to 3");
+  auto events = c.get_job_events(name);
+  std::vector<std::string> restarting;
+  for (const auto& e : events)
+    if (e.reason == "Restarting") restarting.push_back(e.step + ": " + e.message);
+  CHECK(restarting ==
+        std::vector<std::string>{
+            "node-0: attempt 1 of 4 failed (exit code 75 on node-1); attempt 2 starts in 0.2 s",
+            "node-1: attempt 1 of 4 failed (exit code 75 on node-1); attempt 2 starts in 0.2 s",
+            "node-0: attempt 2 of 4 failed (exit code 75 on node-1); attempt 3 starts in 0.4 s",
+            "node-1: attempt 2 of 4 failed (exit code 75 on node-1); attempt 3 starts in 0.4 s"});
+  // One Slurm job for every attempt.
+  CHECK(std::count_if(events.begin(), events.end(), [](const event& e) { return e.reason == "Created"; }) ==
+        1);
+  c.delete_job(name);
+}
+
+TEST_CASE(
+    "slurm: restarts end with the policy: out of restarts, a code never retried, a cancel in the backoff") {
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  auto out = shell_job("echo \"try $TJOB_RESTART_COUNT\"; exit 3", "slurm-out-of-restarts");
+  out.retry.max_restarts = 1;
+  out.retry.backoff = 0ms;
+  auto never = shell_job("echo once; exit 2", "slurm-never-retried");
+  never.retry.max_restarts = 5;
+  never.retry.never_retry = {2};
+  auto slow = shell_job("exit 4", "slurm-cancel-in-backoff");
+  slow.retry.max_restarts = 2;
+  slow.retry.backoff = 600s;  // the cancel comes long before
+  for (const auto* r : {&out, &never, &slow}) c.train(*r);
+
+  auto a = c.wait_for_job_status(out.name, {job_status::failed}, 300s);
+  CHECK(a.reason == "exit code 3");
+  CHECK(a.steps[0].attempt == 2);
+  CHECK(c.get_job_logs(out.name).read_all() == "try 0\ntry 1\n");
+  CHECK(c.get_job_events(out.name).back().message ==
+        "exit code 3; not restarted: no restarts left (1 of 1 used)");
+
+  auto b = c.wait_for_job_status(never.name, {job_status::failed}, 300s);
+  CHECK(b.steps[0].attempt == 1);
+  CHECK(c.get_job_logs(never.name).read_all() == "once\n");
+  CHECK(c.get_job_events(never.name).back().message ==
+        "exit code 2; not restarted: exit code 2 is never retried");
+
+  auto waiting = wait_until(c, slow.name, [](const train_job& j) { return j.reason == "Restarting"; });
+  REQUIRE(waiting.reason == "Restarting");
+  CHECK(waiting.status == job_status::created);
+  c.cancel_job(slow.name);
+  auto cancelled = c.wait_for_job_status(slow.name, {job_status::failed}, 120s);
+  CHECK(cancelled.reason == "cancelled");
+  CHECK(cancelled.steps[0].attempt == 2);
+}
+
+TEST_CASE("slurm: a job that Slurm requeues (a node failed, preemption) counts the attempt and goes on") {
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  auto r =
+      shell_job("echo \"attempt $TJOB_RESTART_COUNT\"; [ \"$TJOB_RESTART_COUNT\" -gt 0 ] || exec sleep 600",
+                "slurm-requeued");
+  r.retry.max_restarts = 1;
+  auto name = c.train(r);
+  REQUIRE(wait_until(c, name, [](const train_job& j) { return j.status == job_status::running; }).status ==
+          job_status::running);
+  const auto id = read_file(fs::path(fx.home()) / "slurm" / name / "slurm-id");
+  const std::map<std::string, std::string> env{{"SLURM_CONF", *conf}};
+  auto run = [&](const std::vector<std::string>& argv) { return tjob::test::run(argv, env, 60s); };
+  auto requeued = run({"scontrol", "requeue", id.substr(0, id.find('\n'))});
+  REQUIRE_MESSAGE(requeued.exit_code == 0, requeued.err);
+  // Slurm holds a requeued job about two minutes (its BeginTime), the time
+  // its nodes keep the last run's credential revoked. The test moves its
+  // start to 2 s on (a start within the second of the revocation is refused
+  // by slurmd, "Job credential revoked") whenever Slurm shows it later than
+  // that: an update made while the requeue still completes is overwritten.
+  auto pending = wait_until(c, name, [](const train_job& j) { return j.reason == "Restarting"; });
+  CHECK(pending.status == job_status::created);
+  const auto jobid = id.substr(0, id.find('\n'));
+  const std::map<std::string, std::string> seconds{{"SLURM_CONF", *conf}, {"SLURM_TIME_FORMAT", "%s"}};
+  for (int i = 0; i < 120; ++i) {
+    auto q = tjob::test::run({"squeue", "-h", "-j", jobid, "-o", "%T %S"}, seconds, 60s);
+    std::istringstream row(q.out);
+    std::string state;
+    long long begin = 0;
+    row >> state >> begin;
+    if (state != "PENDING" && state != "COMPLETING") break;
+    const auto now =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    if (state == "PENDING" && begin > now + 5)
+      REQUIRE(run({"scontrol", "update", "jobid=" + jobid, "StartTime=now+2"}).exit_code == 0);
+    c.wait_for_job_change(name, pending, 1s);  // bounded; the loop ends on Slurm's answer
+  }
+  auto job = c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 300s);
+  CAPTURE(job.reason);
+  CHECK(job.status == job_status::complete);
+  CHECK(job.steps[0].attempt == 2);
+  auto events = c.get_job_events(name);
+  CHECK(std::any_of(events.begin(), events.end(), [](const event& e) {
+    return e.reason == "Restarting" && e.message.find("Slurm requeued the job") != std::string::npos;
+  }));
+  CHECK(c.get_job_logs(name, {.attempt = 2}).read_all() == "attempt 1\n");
+  c.delete_job(name);
 }

@@ -253,3 +253,103 @@ TEST_CASE("a job's events are in time order, numbered, with the end's cause") {
   CHECK(reasons.back() == "Cancelled");
   CHECK(std::count(reasons.begin(), reasons.end(), "Exited") == 2);
 }
+
+TEST_CASE("a job that may restart asks Slurm to requeue it, and its restart plan is decide_retry's") {
+  slurm_config cfg;
+  submission s;
+  s.job_dir = "/shared/j";
+  CHECK(has(sbatch_argv(cfg, s), "--no-requeue"));
+  s.requeue = true;
+  CHECK(has(sbatch_argv(cfg, s), "--requeue"));
+  CHECK(!has(sbatch_argv(cfg, s), "--no-requeue"));
+  retry_policy p;
+  p.max_restarts = 3;
+  p.backoff = 300ms;
+  p.backoff_factor = 2;
+  p.max_backoff = 1s;
+  p.retry_on = {75, 143};
+  p.never_retry = {143};
+  CHECK(restart_plan(p) == "75\n0.300\n0.600\n1.000\n");
+  p.retry_on.clear();
+  p.never_retry = {2};
+  auto plan = restart_plan(p);
+  CHECK(plan.starts_with("1 3 4 "));  // every code but 2
+  CHECK(plan.find(" 137 ") != std::string::npos);
+  p.never_retry.clear();
+  p.retry_on = {1};
+  p.max_restarts = 0;
+  CHECK(restart_plan(p) == "\n");  // nothing is retried
+}
+
+TEST_CASE(
+    "restarts: the batch script's lines, the job Restarting between attempts, and each attempt's events") {
+  auto rs = parse_restarts("1 75 node-1 1.000 1800000005000000000\n2 - - 0 1800000010000000000\n3 75 no");
+  REQUIRE(rs.size() == 2);  // the last line is still being written
+  CHECK(rs[0].attempt == 1);
+  CHECK(rs[0].exit_code == 75);
+  CHECK(rs[0].node == "node-1");
+  CHECK(rs[0].wait == 1000ms);
+  CHECK(rs[0].at == at(5));
+  CHECK(!rs[1].exit_code);  // Slurm requeued it
+  CHECK(rs[1].node.empty());
+  CHECK(parse_restarts("2 75 node-0 1 1\n").empty());  // out of order: not ours
+
+  auto f = files_of(2);
+  f.record.retry.max_restarts = 2;
+  f.record.retry.backoff = 1s;
+  f.restarts = {rs[0]};
+  auto first_attempt = files_of(2);
+  exited(first_attempt, 0, 143, 5);
+  exited(first_attempt, 1, 75, 4);
+  f.earlier = {first_attempt.nodes};
+  // Between the attempts (the backoff, in the allocation) and before its nodes start:
+  auto j = fold(f, row("RUNNING"), true);
+  CHECK(j.status == job_status::created);
+  CHECK(j.reason == "Restarting");
+  CHECK(j.steps[0].attempt == 2);
+  CHECK(j.steps[1].status == job_status::created);
+  f.nodes[0].started = at(7);
+  CHECK(fold(f, row("RUNNING"), true).status == job_status::running);
+  // The second attempt fails too, and the policy has no restart left for it.
+  f.restarts.clear();
+  f.earlier.clear();
+  for (const auto& r : {rs[0], rs[0]}) {
+    f.restarts.push_back(r);
+    f.restarts.back().attempt = static_cast<int>(f.restarts.size());
+    f.earlier.push_back(f.nodes);
+  }
+  exited(f, 0, 0, 8);
+  exited(f, 1, 75, 9);
+  f.end_code = 75;
+  f.end_what = "srun";
+  j = fold(f, row("FAILED"), true);
+  CHECK(j.status == job_status::failed);
+  CHECK(j.reason == "exit code 75");
+  CHECK(j.steps[1].attempt == 3);
+  auto evs = events_of(f, row("FAILED"), true);
+  CHECK(evs.front().message ==
+        "submitted to Slurm as job 42 (restarts: 2 restarts, backoff 1 s x2 up to 60 s)");
+  auto restarting =
+      std::count_if(evs.begin(), evs.end(), [](const event& e) { return e.reason == "Restarting"; });
+  CHECK(restarting == 4);  // both nodes, both restarts
+  auto first = std::find_if(evs.begin(), evs.end(), [](const event& e) { return e.reason == "Restarting"; });
+  CHECK(first->message == "attempt 1 of 3 failed (exit code 75 on node-1); attempt 2 starts in 1 s");
+  CHECK(evs.back().reason == "Exited");
+  CHECK(evs.back().step == "node-1");
+  CHECK(evs.back().message == "exit code 75; not restarted: no restarts left (2 of 2 used)");
+  // A job Slurm requeued with no restart left is lost.
+  f.end_what = "requeued";
+  f.end_code = 1;
+  CHECK(fold(f, row("FAILED"), true).reason.starts_with("lost: Slurm requeued the job"));
+}
+
+TEST_CASE("a job's record keeps its retry policy") {
+  job_record r;
+  r.name = "j";
+  r.retry.max_restarts = 2;
+  r.retry.retry_on = {75};
+  auto back = record_from_json(boost::json::serialize(to_json(r)));
+  REQUIRE(back);
+  CHECK(back->retry == r.retry);
+  CHECK(!record_from_json(R"({"name":"j","retry":{"max_restarts":-1}})"));
+}
