@@ -102,8 +102,9 @@ using trainer = std::variant<command_trainer, python_trainer>;
 /// `max_restarts` times, after a backoff of `backoff`, then `backoff_factor`
 /// times the last, at most `max_backoff`. A job that cannot start or set up,
 /// is cancelled, is lost or passes its deadline is not retried. Local
-/// backend; on the container backend the daemon's restart policy
-/// (on-failure:max_restarts, its own backoff; one node, every exit code).
+/// backend; on Slurm, every node again in the job's allocation (and Slurm's
+/// own requeues count); on the container backend the daemon's restart
+/// policy (on-failure:max_restarts, its own backoff; one node, every exit code).
 struct retry_policy {
   int max_restarts = 0;  ///< 0: none (the default); at most 1000
   std::chrono::milliseconds backoff{1000};
