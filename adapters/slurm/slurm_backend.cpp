@@ -416,6 +416,7 @@ backend_capabilities capabilities_of() {
   c.keeps_labels = true;
   c.arrays = true;
   c.takes_code_dir = true;
+  c.stop_warning = true;  // sbatch --signal
   c.restarts = true;  // every node again, in the job's allocation (docs/slurm.md)
   return c;
 }

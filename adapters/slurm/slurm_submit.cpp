@@ -85,6 +85,11 @@ std::vector<std::string> sbatch_argv(const slurm_config& cfg, const submission& 
     a.push_back((cfg.pack_nodes ? "--gpus-per-task=" : "--gpus-per-node=") + std::to_string(s.gpus_per_node));
   if (s.time_limit.count() > 0) a.push_back("--time=" + time_limit_text(s.time_limit));
   if (s.nice != 0) a.push_back("--nice=" + std::to_string(s.nice));
+  // Every step's processes, not the batch shell (no "B:"); Slurm may send it
+  // up to a minute early, as its events are handled once a minute or so.
+  if (s.warning)
+    a.push_back("--signal=" + std::to_string(s.warning->signal) + "@" +
+                std::to_string(s.warning->before.count()));
   if (!s.dependency.empty()) {
     a.push_back("--dependency=" + s.dependency);
     a.push_back("--kill-on-invalid-dep=yes");
@@ -198,6 +203,9 @@ if [ -n "${PET_NNODES:-}" ]; then
 fi
 date +%s%N > "$D/node-$i.start.tmp" && mv -f "$D/node-$i.start.tmp" "$D/node-$i.start"
 trap 'true' TERM INT
+# A warning before the time limit is for the command (every process of the
+# step gets it), not for this script.
+[ -z "${TJOB_STOP_SIGNAL:-}" ] || trap 'true' "$TJOB_STOP_SIGNAL"
 "$@"
 rc=$?
 printf '%s %s\n' "$rc" "$(date +%s%N)" > "$D/node-$i.exit.tmp" && mv -f "$D/node-$i.exit.tmp" "$D/node-$i.exit"

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,9 @@ struct submission {
   int nice = 0;
   std::string dependency;  ///< Slurm's --dependency text; empty: none
   bool requeue = false;    ///< it may restart: --requeue, else --no-requeue
+  /// A signal to every node's processes this long before the time limit
+  /// (train_request::warning): --signal=NUM@SECONDS.
+  std::optional<stop_warning> warning;
   /// What every node runs (the batch script's arguments).
   std::vector<std::string> command;
 };

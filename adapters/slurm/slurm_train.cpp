@@ -8,6 +8,8 @@
 #include "core/names.hpp"
 #include "core/trainer_checks.hpp"
 
+#include <tjob/spec.hpp>
+
 #include <boost/json.hpp>
 
 #include <spdlog/spdlog.h>
@@ -248,6 +250,7 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   p.sub.num_nodes = r.num_nodes;
   p.sub.time_limit = r.active_deadline;
   p.sub.nice = -r.priority;
+  p.sub.warning = r.warning;  // the engine checked it against the deadline
   // A restart runs every node again (a gang), in the job's allocation; a
   // job that may restart is requeued by Slurm when a node fails.
   p.sub.requeue = r.retry.max_restarts > 0;
@@ -296,6 +299,8 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
     co_return name;
   }
   p.env.push_back("TJOB_JOB_DIR=" + dir.string());
+  // A Python job's processes handle it (python::line_hook_module); a command learns its name.
+  if (r.warning) p.env.push_back("TJOB_STOP_SIGNAL=" + signal_name(r.warning->signal));
   p.env.push_back("TJOB_CHECKPOINT_DIR=" + (dir / "checkpoints").string());
   try {
     add_progress_environment(dir, p.env, ctx.cfg.clean_job_environment);

@@ -1149,7 +1149,7 @@ TEST_CASE_FIXTURE(fixture,
           "--signal USR1@soon: 'soon' is not a time before the stop");
   if (!tjob::test::via_server())  // (a client of a server has the server's backend)
     refused({"--backend", "container", "--deadline", "60", "--signal", "USR1"},
-            "--signal is for the local backend");
+            "--signal is for the local and slurm backends");
   CHECK(tjob({"list", "-o", "name"}).out == "warned\n");  // nothing was made of them
 }
 

@@ -534,3 +534,22 @@ TEST_CASE("slurm: a job that Slurm requeues (a node failed, preemption) counts t
   CHECK(c.get_job_logs(name, {.attempt = 2}).read_all() == "attempt 1\n");
   c.delete_job(name);
 }
+
+TEST_CASE("slurm: a warning before the deadline is Slurm's --signal, to the job's processes") {
+  // Issue 37: the job saves and ends by itself, Complete, before its time limit.
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  auto r = shell_job(
+      "trap 'echo \"warned by $TJOB_STOP_SIGNAL\"; exit 0' USR1; while :; do sleep 1 & wait $!; done",
+      "slurm-warned");
+  r.active_deadline = 60s;
+  r.warning = stop_warning{10, 50s};
+  auto name = c.train(r);
+  auto job = c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 180s);
+  CAPTURE(job.reason);
+  CHECK(job.status == job_status::complete);
+  CHECK(c.get_job_logs(name).read_all() == "warned by USR1\n");
+  c.delete_job(name);
+}

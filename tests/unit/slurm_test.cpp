@@ -254,12 +254,16 @@ TEST_CASE("a job's events are in time order, numbered, with the end's cause") {
   CHECK(std::count(reasons.begin(), reasons.end(), "Exited") == 2);
 }
 
-TEST_CASE("a job that may restart asks Slurm to requeue it, and its restart plan is decide_retry's") {
+TEST_CASE(
+    "a job that may restart asks Slurm to requeue it, its restart plan is decide_retry's, and a warning is "
+    "--signal") {
   slurm_config cfg;
   submission s;
   s.job_dir = "/shared/j";
   CHECK(has(sbatch_argv(cfg, s), "--no-requeue"));
   s.requeue = true;
+  s.warning = stop_warning{10, 90s};
+  CHECK(has(sbatch_argv(cfg, s), "--signal=10@90"));  // the steps' processes, not the batch shell
   CHECK(has(sbatch_argv(cfg, s), "--requeue"));
   CHECK(!has(sbatch_argv(cfg, s), "--no-requeue"));
   retry_policy p;
