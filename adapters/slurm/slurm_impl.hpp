@@ -138,6 +138,9 @@ struct backend::impl : std::enable_shared_from_this<impl> {
     std::string never;
   };
   boost::asio::awaitable<dependencies> dependencies_of(const std::string& me, const train_request& r);
+  /// The job name that throttles the next member of `array` (array_limit).
+  std::string array_slot(const std::string& array, int limit);
+  std::map<std::string, int> array_members;  ///< members submitted so far, by array
   void make_job_dir(const std::string& me, const std::filesystem::path& dir,
                     const std::vector<std::pair<std::string, std::string>>& files);
   boost::asio::awaitable<void> cancel(const std::string& name, bool force);

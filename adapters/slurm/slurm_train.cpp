@@ -237,6 +237,17 @@ void backend::impl::make_job_dir(const std::string& me, const fs::path& dir,
   for (const auto& [file, text] : files) write(file, text);
 }
 
+// At most `limit` members of an array run at once: Slurm's singleton, one
+// job of each slot name at a time, the members dealt to the slots in turn.
+// The count of members is read from the directory once per array and kept.
+std::string backend::impl::array_slot(const std::string& array, int limit) {
+  auto [it, first] = array_members.try_emplace(array, 0);
+  if (first)
+    for (const auto& other : job_names())
+      if (auto f = read_files(other); f && f->record.array == array) ++it->second;
+  return array + ".slot" + std::to_string(it->second++ % limit);
+}
+
 asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   check_running();
   auto& r = c.request;
@@ -268,12 +279,7 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   auto& deps = needs.ids;
   const auto& never = needs.never;
   if (!r.array.empty() && r.array_limit > 0) {
-    // At most array_limit members run at once: Slurm's singleton, one job of
-    // each slot name at a time.
-    int members = 0;
-    for (const auto& other : job_names())
-      if (auto f = read_files(other); f && f->record.array == r.array) ++members;
-    p.sub.job_name = r.array + ".slot" + std::to_string(members % r.array_limit);
+    p.sub.job_name = array_slot(r.array, r.array_limit);
     deps.push_back("singleton");
   }
   for (std::size_t i = 0; i < deps.size(); ++i) p.sub.dependency += (i ? "," : "") + deps[i];
