@@ -249,7 +249,7 @@ class Retries:
     then `backoff_factor` times the last wait, at most `max_backoff_seconds`. `retry_on`: only these exit
     codes are retried (empty: every failure); `never_retry`: these never are. Each attempt is in the job's
     events, the steps show their attempt, and get_job_logs(attempt=N) reads one attempt's output. Local
-    backend; on the container backend the daemon's restart policy (on-failure:max_restarts, one node, no
+    backend; on Slurm every node again in the job's allocation (docs/slurm.md); on the container backend the daemon's restart policy (on-failure:max_restarts, one node, no
     retry_on/never_retry/backoff); on Kubernetes restarts are the runtime's (JobSet failurePolicy;
     docs/scheduling.md)."""
 
