@@ -336,7 +336,15 @@ asio::awaitable<outcome<std::string>> docker_api::network_create(
   json::object l;
   for (const auto& [k, v] : labels) l[k] = v;
   body["Labels"] = std::move(l);
-  auto r = co_await call("POST", "/networks/create", json::serialize(body));
+  const auto text = json::serialize(body);
+  auto r = co_await call("POST", "/networks/create", text);
+  // Podman lists the host's interfaces to choose a free subnet, and answers
+  // 500 when one goes away meanwhile (another daemon's bridge removed): a
+  // race of the host's, before anything is made, so asking again is safe.
+  for (int again = 0;
+       again < 3 && r && r->status == 500 && r->body.find("no such network interface") != std::string::npos;
+       ++again)
+    r = co_await call("POST", "/networks/create", text);
   co_return created("creating network " + quote(name), r);
 }
 

@@ -349,7 +349,7 @@ std::vector<event> events_of(const job_files& f, const std::optional<queue_row>&
       (f.slurm_id.empty() ? "not submitted" : "submitted to Slurm as job " + f.slurm_id) +
           (f.record.retry.max_restarts > 0 ? " (restarts: " + detail::describe_retry(f.record.retry) + ")"
                                            : ""));
-  if (job.status == job_status::created && !job.reason.empty())
+  if (job.status == job_status::created && !job.reason.empty() && job.reason != "Restarting")
     add(f.record.created, "", "Queued", "Slurm: " + job.reason);
   if (job.start_time) add(*job.start_time, "", "Started", row && !row->nodes.empty() ? "on " + row->nodes : "");
   // The node blamed for the job's end says why it was not restarted.

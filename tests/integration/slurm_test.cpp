@@ -550,6 +550,7 @@ TEST_CASE("slurm: a warning before the deadline is Slurm's --signal, to the job'
   auto job = c.wait_for_job_status(name, {job_status::complete, job_status::failed}, 180s);
   CAPTURE(job.reason);
   CHECK(job.status == job_status::complete);
-  CHECK(c.get_job_logs(name).read_all() == "warned by USR1\n");
+  // (the shell may first say how its sleep ended: the signal reaches every process)
+  CHECK(c.get_job_logs(name).read_all().ends_with("warned by USR1\n"));
   c.delete_job(name);
 }
