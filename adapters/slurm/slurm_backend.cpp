@@ -231,7 +231,7 @@ asio::awaitable<std::vector<train_job>> backend::impl::list(std::optional<std::s
 asio::awaitable<std::vector<event>> backend::impl::events(const std::string& name) {
   if (!read_files(name)) detail::raise(not_found(name));
   auto q = co_await read_queue();
-  auto f = read_files(name);
+  auto f = read_files(name, true);
   if (!f) detail::raise(not_found(name));
   std::optional<queue_row> row;
   if (q) row = row_of_id(*q, f->slurm_id);

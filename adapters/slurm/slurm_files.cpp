@@ -94,7 +94,7 @@ bool write_file(const fs::path& path, std::string_view text, mode_t mode) {
 
 // --- the jobs' files --------------------------------------------------------------
 
-std::optional<job_files> backend::impl::read_files(const std::string& name) const {
+std::optional<job_files> backend::impl::read_files(const std::string& name, bool history) const {
   if (detail::name_problem(name)) return std::nullopt;
   const auto dir = dir_of(name);
   auto text = read_text(dir / "job.json");
@@ -108,8 +108,9 @@ std::optional<job_files> backend::impl::read_files(const std::string& name) cons
   f.nodes = read_nodes(dir, f.record.num_nodes);
   if (auto s = read_text(dir / "restarts", 1 << 16)) {
     f.restarts = parse_restarts(*s);
-    for (const auto& r : f.restarts)
-      f.earlier.push_back(read_nodes(dir / ("attempt-" + std::to_string(r.attempt)), f.record.num_nodes));
+    if (history)
+      for (const auto& r : f.restarts)
+        f.earlier.push_back(read_nodes(dir / ("attempt-" + std::to_string(r.attempt)), f.record.num_nodes));
   }
   if (auto s = read_text(dir / "end", 128)) {
     std::istringstream in(*s);

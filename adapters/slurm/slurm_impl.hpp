@@ -98,7 +98,9 @@ struct backend::impl : std::enable_shared_from_this<impl> {
 
   // --- the jobs' files -----------------------------------------------------
   /// What the job's directory says; nullopt when there is no such job.
-  std::optional<job_files> read_files(const std::string& name) const;
+  /// `history`: also the nodes of the attempts before this one
+  /// (job_files::earlier), which only the events show.
+  std::optional<job_files> read_files(const std::string& name, bool history = false) const;
   /// How long `step`'s log was when attempt `attempt` ended (what the batch
   /// script recorded in attempt-<attempt>/); 0 when it recorded nothing.
   off_t log_size_at(const std::string& name, int attempt, const std::string& step) const;

@@ -96,7 +96,7 @@ struct job_files {
   std::optional<clock::time_point> submitted;  ///< when the id was recorded
   std::vector<node_files> nodes;               ///< the current attempt's
   /// The restarts so far, and the nodes of the attempts before this one
-  /// (`attempt-<k>/`): earlier[k-1] is attempt k's.
+  /// (`attempt-<k>/`, read for the events only): earlier[k-1] is attempt k's.
   std::vector<restart_record> restarts;
   std::vector<std::vector<node_files>> earlier;
   int attempt() const { return static_cast<int>(restarts.size()) + 1; }
