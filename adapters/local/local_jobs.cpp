@@ -79,6 +79,29 @@ const char* engine_state::inherited(const char* key) const {
   return nullptr;
 }
 
+namespace {
+
+// Creates the database file so that it is 0600 from its first byte (SQLite
+// gives its -wal and -shm files the same mode), or checks that an existing
+// one may be written; 0, or why not (an errno). An existing file is never
+// opened here: POSIX record locks belong to the process, and closing any
+// descriptor of the file drops every lock the process holds on it. Another
+// engine of this process (a Python program's second client) lost its SQLite
+// lock that way; the next process to close its connection then took the
+// store as unused, checkpointed it and deleted its WAL under that engine,
+// which went on reading the deleted WAL and no longer saw new jobs.
+int create_store_file(const std::filesystem::path& db_path) {
+  int fd = ::open(db_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    ::close(fd);  // (a new file: no lock of this process is on it)
+    return 0;
+  }
+  if (errno != EEXIST) return errno;
+  return ::faccessat(AT_FDCWD, db_path.c_str(), R_OK | W_OK, AT_EACCESS) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
 engine_state::engine_state(const detail::backend_context& ctx)
     : ex(ctx.ex),
       cfg(ctx.cfg),
@@ -117,18 +140,13 @@ engine_state::engine_state(const detail::backend_context& ctx)
                detail::fix_for_errno(e.code().value(), home.string()),
            e.what());
   }
-  int fd = -1;
   int why = 0;
-  if (::access(home.c_str(), W_OK | X_OK) != 0 || ::access(jobs_dir.c_str(), W_OK | X_OK) != 0) {
+  if (::access(home.c_str(), W_OK | X_OK) != 0 || ::access(jobs_dir.c_str(), W_OK | X_OK) != 0)
     why = errno;
-  } else {
-    // Create the database file ourselves so it is 0600 from its first byte
-    // (SQLite gives its -wal and -shm files the same mode).
-    fd = ::open(db_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) why = errno;
-  }
-  if (fd >= 0) {
-    ::close(fd);
+  else
+    why = create_store_file(db_path);
+  if (why == 0) {
+    // a store this process may write
   } else if (existing && unwritable(why) && ::access(db_path.c_str(), R_OK) == 0) {
     read_only = std::string("the store ") + home.string() + " is read-only (" + std::strerror(why) +
                 "): list, get, logs, events and wait work; to run or change jobs, make it writable or "

@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <set>
@@ -151,6 +152,39 @@ TEST_CASE_FIXTURE(fixture,
   }
   CHECK(requested == 1);
   CHECK(last == "Cancelled");
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "two engines of one process both see the jobs of processes that come and go on the store") {
+  // SQLite's locks are POSIX record locks, which belong to the process, and
+  // closing any descriptor of the file drops them all. The second engine's
+  // open did that; the next process to leave then found the store unused,
+  // deleted its WAL under the first engine, which no longer saw new jobs
+  // (a Python program with an OptimizerClient and a TrainerClient).
+  trainer_client first(config());
+  CHECK(first.list_jobs().empty());
+  trainer_client second(config());
+  auto ran = tjob::test::run({tjob_bin(), "run", "--name", "left", "--", helper_bin(), "exit", "0"}, env());
+  REQUIRE(ran.exit_code == 0);
+  // one that stays: the WAL made now lives on
+  tjob::test::background holder(
+      {tjob_bin(), "run", "--name", "holder", "--", helper_bin(), "print", "up\n", "sleep", "60000"}, env());
+  REQUIRE(holder.wait_for_stdout("up\n"));
+  for (int i = 0; i < 3; ++i) {
+    const auto name = "next-" + std::to_string(i);
+    ran = tjob::test::run({tjob_bin(), "run", "--name", name, "--", helper_bin(), "exit", "0"}, env());
+    REQUIRE(ran.exit_code == 0);
+    for (auto* c : {&first, &second}) {
+      auto listed = c->list_jobs();
+      CHECK(std::any_of(listed.begin(), listed.end(), [&](const train_job& j) { return j.name == name; }));
+      CHECK(c->get_job(name).status == job_status::complete);
+    }
+  }
+  CHECK(first.get_job("left").status == job_status::complete);
+  CHECK(first.get_job("holder").status == job_status::running);
+  first.cancel_job("holder");
+  CHECK(holder.wait() != 0);
+  CHECK(second.get_job("holder").status == job_status::failed);
 }
 
 TEST_CASE_FIXTURE(fixture, "train_detached: the job outlives the client that submitted it") {
