@@ -209,6 +209,11 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   asio::awaitable<std::string> ensure_image(docker_api& d, const std::string& who, const std::string& image);
   asio::awaitable<void> create_nodes(docker_api& d, const std::string& who, const train_request& r,
                                      const runtime& rt, node_program& p, train_rollback_state& undo);
+  asio::awaitable<void> make_network(docker_api& d, const std::string& name, const std::string& net,
+                                     const std::map<std::string, std::string>& net_labels,
+                                     train_rollback_state& undo);
+  node_spec node_spec_of(const train_request& r, const runtime& rt, const node_program& p, int rank,
+                         const std::string& network_id, const std::string& node0_address) const;
   /// Removes what `undo` made, and `dir` unless it is empty.
   asio::awaitable<void> undo_train(docker_api& d, const std::string& who, const train_rollback_state& undo,
                                    const fs::path& dir);

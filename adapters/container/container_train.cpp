@@ -128,6 +128,62 @@ node_program backend::impl::program_of(const std::string& me, train_request& r, 
   return p;
 }
 
+// The job network, or the one an earlier try left, recorded in `undo`.
+// The job network is made in every mode: Kubeflow's container backend
+// reads a job's runtime from it and calls a job without one broken
+// ("missing network metadata"). With host or none networking no container
+// joins it, and it is internal: it carries nothing. (It costs the daemon a
+// bridge and about 0.1 s per job; bench/run's container rows show it.)
+asio::awaitable<void> backend::impl::make_network(docker_api& d, const std::string& name,
+                                                  const std::string& net,
+                                                  const std::map<std::string, std::string>& net_labels,
+                                                  train_rollback_state& undo) {
+  auto inspected = co_await d.network_inspect(net);
+  if (auto& existing = inspected.value(); existing && labels_of(*existing)[label_job] == name) {
+    undo.network_id = str_of(*existing, "Id");  // left by an earlier try, as Kubeflow re-uses it
+  } else {
+    bool internal = cfg.network != container_network::job;
+    auto made = co_await d.network_create(net, net_labels, internal);
+    undo.network_id = std::move(made).value();
+    undo.made_network = true;
+  }
+}
+
+// Node `rank`'s container, as the job asks for it.
+node_spec backend::impl::node_spec_of(const train_request& r, const runtime& rt, const node_program& p,
+                                      int rank, const std::string& network_id,
+                                      const std::string& node0_address) const {
+  const auto& name = r.name;
+  node_spec n;
+  n.job = name;
+  n.step = "node-" + std::to_string(rank);
+  n.container_name = node_name(name, rank);
+  n.image = p.image;
+  n.network_id = network_id;
+  n.runtime = rt.name;
+  n.workdir = workdir(name).string();
+  n.workspace_dir = workspace_of(name).string();
+  n.inputs_dir = inputs_of(name).string();
+  n.checkpoints_dir = checkpoints_of(name).string();
+  n.cmd = p.cmd;
+  n.env = cfg.env;  // the backend's, under the job's own
+  for (const auto& [k, v] : p.env) n.env[k] = v;
+  n.working_dir = p.working_dir;
+  n.network = cfg.network;
+  n.network_name = network_name(name);
+  if (cfg.network == container_network::job) {
+    n.hostname = n.container_name;
+    if (rank > 0 && !node0_address.empty()) n.extra_hosts = {node_name(name, 0) + ":" + node0_address};
+  }
+  n.volumes = cfg.volumes;
+  n.volumes.insert(n.volumes.end(), p.volumes.begin(), p.volumes.end());
+  n.memory = p.memory;
+  n.nano_cpus = p.nano_cpus;
+  n.gpus = p.gpus;
+  n.max_restarts = r.retry.max_restarts;
+  return n;
+}
+
 // The job network (where the nodes use one), then a container per node,
 // each recorded in `undo` as it is made.
 asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::string& me,
@@ -138,20 +194,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
   auto net = network_name(name);
   std::map<std::string, std::string> net_labels{
       {label_job, name}, {label_runtime, rt.name}, {label_workdir, dir.string()}};
-  // The job network is made in every mode: Kubeflow's container backend
-  // reads a job's runtime from it and calls a job without one broken
-  // ("missing network metadata"). With host or none networking no container
-  // joins it, and it is internal: it carries nothing. (It costs the daemon a
-  // bridge and about 0.1 s per job; bench/run's container rows show it.)
-  auto inspected = co_await d.network_inspect(net);
-  if (auto& existing = inspected.value(); existing && labels_of(*existing)[label_job] == name) {
-    undo.network_id = str_of(*existing, "Id");  // left by an earlier try, as Kubeflow re-uses it
-  } else {
-    bool internal = cfg.network != container_network::job;
-    auto made = co_await d.network_create(net, net_labels, internal);
-    undo.network_id = std::move(made).value();
-    undo.made_network = true;
-  }
+  co_await make_network(d, name, net, net_labels, undo);
   // What it was admitted for, read by the admission of the jobs after it.
   const auto need = detail::need_of(r);
   std::map<std::string, std::string> admission_labels{{label_cpus, std::to_string(need.cpus)},
@@ -166,33 +209,7 @@ asio::awaitable<void> backend::impl::create_nodes(docker_api& d, const std::stri
   if (cfg.network == container_network::job) topo.master_addr = node_name(name, 0);
   std::string node0_address;  // on the job network, once node-0 runs
   for (int rank = 0; rank < r.num_nodes; ++rank) {
-    node_spec n;
-    n.job = name;
-    n.step = "node-" + std::to_string(rank);
-    n.container_name = node_name(name, rank);
-    n.image = p.image;
-    n.network_id = undo.network_id;
-    n.runtime = rt.name;
-    n.workdir = dir.string();
-    n.workspace_dir = workspace_of(name).string();
-    n.inputs_dir = inputs_of(name).string();
-    n.checkpoints_dir = checkpoints_of(name).string();
-    n.cmd = p.cmd;
-    n.env = cfg.env;  // the backend's, under the job's own
-    for (const auto& [k, v] : p.env) n.env[k] = v;
-    n.working_dir = p.working_dir;
-    n.network = cfg.network;
-    n.network_name = net;
-    if (cfg.network == container_network::job) {
-      n.hostname = n.container_name;
-      if (rank > 0 && !node0_address.empty()) n.extra_hosts = {node_name(name, 0) + ":" + node0_address};
-    }
-    n.volumes = cfg.volumes;
-    n.volumes.insert(n.volumes.end(), p.volumes.begin(), p.volumes.end());
-    n.memory = p.memory;
-    n.nano_cpus = p.nano_cpus;
-    n.gpus = p.gpus;
-    n.max_restarts = r.retry.max_restarts;
+    auto n = node_spec_of(r, rt, p, rank, undo.network_id, node0_address);
     n.labels = admission_labels;
     if (!p.plan.empty()) {
       topo.node_rank = std::to_string(rank);

@@ -343,12 +343,17 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
                  std::size_t& blamed);
   void perform(const std::shared_ptr<job_rec>& j, job_action& a, std::vector<job_input>& now,
                std::unique_ptr<boost::asio::steady_timer>& grace);
+  void request_lease(const std::shared_ptr<job_rec>& j);
+  void signal_steps(job_rec& j, const job_action& a);
+  void record_cancel(job_rec& j, bool deadline);
   void start_op(const std::shared_ptr<job_rec>& j, boost::asio::awaitable<void> op, const char* what,
                 bool answer_when_abandoned = false);
   boost::asio::awaitable<void> finish_job(std::shared_ptr<job_rec> j, std::vector<step_outcome> outcomes,
                                           std::size_t blamed);
   job_input spawn_phase(const std::shared_ptr<job_rec>& j, std::size_t index, std::size_t phase_index,
                         bool first);
+  std::map<std::string, std::string> phase_environment(const std::shared_ptr<job_rec>& j, const step_rec& s,
+                                                       const phase& ph, std::size_t index);
   void await_exit(const std::shared_ptr<job_rec>& j, std::size_t index, std::string what);
   /// Waits (Created, without polling) until the job's GPUs are free and leases them.
   boost::asio::awaitable<void> lease_gpus(std::shared_ptr<job_rec> j);
@@ -409,8 +414,14 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
                   const std::vector<std::string>& packages, const std::map<std::string, std::string>& env,
                   const std::string& cwd);
   void plan_gpus(job_rec& j, const std::string& who, const python_trainer& pt, int num_nodes);
+  void plan_nodes(job_rec& j, const python_trainer& pt, const runtime& rt,
+                  const std::map<std::string, std::string>& env, const std::string& cwd,
+                  const std::string& file, int num_nodes);
+  void plan_venv_cache(job_rec& j, const python_trainer& pt, const std::string& python,
+                       const std::vector<std::string>& packages);
   boost::asio::awaitable<void> record_job(std::shared_ptr<job_rec> j, detail::checked_request& c);
   boost::asio::awaitable<void> make_job_files(std::shared_ptr<job_rec> j);
+  void remove_job_tree(const job_rec& j, const std::string& work) const;
   void log_progress(job_rec& j, step_rec& s, const std::string& line);
   /// The step's process has exited (await_exit): ends its tree, reads why, posts `exited`.
   void step_exited(const std::shared_ptr<job_rec>& j, std::size_t index, process::exit_status st,

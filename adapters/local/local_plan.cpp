@@ -135,6 +135,59 @@ void engine_state::plan_gpus(job_rec& j, const std::string& who, const python_tr
   j.gpus_per_node = pt.gpus;
 }
 
+// Each node's phase: python, or torchrun with the nodes meeting on
+// 127.0.0.1 at a port chosen free when the job starts.
+void engine_state::plan_nodes(job_rec& j, const python_trainer& pt, const runtime& rt,
+                              const std::map<std::string, std::string>& env, const std::string& cwd,
+                              const std::string& file, int num_nodes) {
+  const bool torch = rt.trainer.framework == "torch";
+  phase code;
+  code.name = torch ? "torchrun" : "python";
+  code.final = true;
+  code.memory_limit = pt.memory_limit;
+  code.cpu_limit = pt.cpu_limit ? pt.procs_per_node : 0;
+  code.executable = (j.venv / "bin" / "python").string();
+  code.env = env;
+  code.cwd = cwd;
+  for (int node = 0; node < num_nodes; ++node) {
+    python::torch_topology t;
+    t.nnodes = std::to_string(num_nodes);
+    t.node_rank = std::to_string(node);
+    t.nproc_per_node = std::to_string(pt.procs_per_node);
+    t.master_port = master_port_placeholder;
+    phase ph = code;
+    ph.argv = python::code_argv(code.executable, torch, t, file, pt.args);
+    ph.torch_port = torch;
+    j.torch_port |= torch;
+    j.node_phases.push_back(std::move(ph));
+  }
+}
+
+// The venv cache's key for the job's venv, and how old an entry it takes.
+void engine_state::plan_venv_cache(job_rec& j, const python_trainer& pt, const std::string& python,
+                                   const std::vector<std::string>& packages) {
+  detail::venv_cache::inputs in;
+  in.python = python;  // the real interpreter is found when the job starts
+  in.packages = packages;
+  if (!packages.empty()) in.index_urls = python::index_urls(pt.pip_index_urls);
+  in.system_site_packages = pt.system_site_packages;
+  // An entry older than the job (refresh) or than the expiry of its
+  // unpinned requirements is rebuilt rather than copied.
+  auto loose = detail::venv_cache::unpinned(in);
+  j.venv_entry = std::make_unique<job_rec::cache_entry>();
+  if (pt.refresh_venv) {
+    j.venv_entry->not_before_ms = now_ms();
+    j.venv_entry->stale_why = "before this job asked for a refresh";
+  } else if (!loose.empty() && cfg.venv_cache_unpinned_ttl.count() > 0) {
+    j.venv_entry->not_before_ms =
+        now_ms() - std::chrono::duration_cast<std::chrono::milliseconds>(cfg.venv_cache_unpinned_ttl).count();
+    j.venv_entry->stale_why = fmt::format("and {} not pinned to a version ({}) expire after {} s",
+                                          loose.size() == 1 ? "its requirement" : "its requirements",
+                                          fmt::join(loose, ", "), cfg.venv_cache_unpinned_ttl.count());
+  }
+  j.venv_inputs = std::make_unique<detail::venv_cache::inputs>(std::move(in));
+}
+
 // The phases of a Python job: venv, pip, then each node's code (python, or
 // torchrun with the nodes meeting on 127.0.0.1 at a port chosen free when
 // the job starts). A function or script text is written into the work dir;
@@ -192,50 +245,8 @@ void engine_state::plan_python(job_rec& j, const std::string& who, python_traine
   j.phases.push_back(std::move(check));
   plan_setup(j, pt, python, packages, env, cwd);
   plan_gpus(j, who, pt, num_nodes);
-  const bool torch = rt.trainer.framework == "torch";
-  phase code;
-  code.name = torch ? "torchrun" : "python";
-  code.final = true;
-  code.memory_limit = pt.memory_limit;
-  code.cpu_limit = pt.cpu_limit ? pt.procs_per_node : 0;
-  code.executable = (j.venv / "bin" / "python").string();
-  code.env = env;
-  code.cwd = cwd;
-  for (int node = 0; node < num_nodes; ++node) {
-    python::torch_topology t;
-    t.nnodes = std::to_string(num_nodes);
-    t.node_rank = std::to_string(node);
-    t.nproc_per_node = std::to_string(pt.procs_per_node);
-    t.master_port = master_port_placeholder;
-    phase ph = code;
-    ph.argv = python::code_argv(code.executable, torch, t, file, pt.args);
-    ph.torch_port = torch;
-    j.torch_port |= torch;
-    j.node_phases.push_back(std::move(ph));
-  }
-  if (cfg.venv_cache) {
-    detail::venv_cache::inputs in;
-    in.python = python;  // the real interpreter is found when the job starts
-    in.packages = packages;
-    if (!packages.empty()) in.index_urls = python::index_urls(pt.pip_index_urls);
-    in.system_site_packages = pt.system_site_packages;
-    // An entry older than the job (refresh) or than the expiry of its
-    // unpinned requirements is rebuilt rather than copied.
-    auto loose = detail::venv_cache::unpinned(in);
-    j.venv_entry = std::make_unique<job_rec::cache_entry>();
-    if (pt.refresh_venv) {
-      j.venv_entry->not_before_ms = now_ms();
-      j.venv_entry->stale_why = "before this job asked for a refresh";
-    } else if (!loose.empty() && cfg.venv_cache_unpinned_ttl.count() > 0) {
-      j.venv_entry->not_before_ms =
-          now_ms() -
-          std::chrono::duration_cast<std::chrono::milliseconds>(cfg.venv_cache_unpinned_ttl).count();
-      j.venv_entry->stale_why = fmt::format("and {} not pinned to a version ({}) expire after {} s",
-                                            loose.size() == 1 ? "its requirement" : "its requirements",
-                                            fmt::join(loose, ", "), cfg.venv_cache_unpinned_ttl.count());
-    }
-    j.venv_inputs = std::make_unique<detail::venv_cache::inputs>(std::move(in));
-  }
+  plan_nodes(j, pt, rt, env, cwd, file, num_nodes);
+  if (cfg.venv_cache) plan_venv_cache(j, pt, python, packages);
   j.spec = json::serialize(json::object{{"trainer", detail::to_json(pt)}, {"python", python}});
 }
 
@@ -358,6 +369,72 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
 // reactor spends on other jobs. The job's own work dir is made only when
 // something runs or is written in it (a command given a working dir needs
 // none: a directory less per job).
+namespace {
+
+// The job's directory and what goes in it before it starts (on the pool);
+// false when the directory was there already, left by a job whose record
+// is gone.
+bool make_job_tree(const job_rec& j, const std::string& work, bool needs_work) {
+  if (::mkdir(j.dir.c_str(), 0700) != 0) {
+    if (errno == EEXIST) {
+      return false;
+    }
+    make_private_dirs(j.dir);  // (its parents are gone)
+  }
+  if (needs_work) make_private_dirs(work);
+  if (j.checkpoints() && ::mkdir((j.dir + "/checkpoints").c_str(), 0700) != 0 && errno != EEXIST)
+    throw std::system_error(errno, std::generic_category(), "cannot create " + j.dir + "/checkpoints");
+  if (!j.code_snapshot.empty()) {
+    std::error_code ec;
+    std::filesystem::copy(
+        j.code_snapshot, work,
+        std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks, ec);
+    if (ec)
+      throw std::system_error(ec.value(), std::generic_category(),
+                              "cannot copy its working_dir into " + work);
+  }
+  for (const auto& [path, text] : j.files) {
+    if (auto ec = detail::append_file(path, text))
+      throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
+  }
+  if (!j.progress_token.empty()) {
+    const auto path = j.dir + "/progress-token";
+    if (auto ec = detail::append_file(path, j.progress_token))
+      throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
+  }
+  for (const auto& s : j.steps) {
+    int fd = ::open(s.log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + s.log_path);
+    ::close(fd);
+  }
+  return true;
+}
+
+}  // namespace
+
+// What make_job_tree made, undone after a failure.
+void engine_state::remove_job_tree(const job_rec& j, const std::string& work) const {
+  // Undone by name, file by file: unlink and rmdir need no descriptor, so
+  // this works when the failure was running out of them (EMFILE), where a
+  // tree walk cannot (issue 43: refused jobs left their directories).
+  std::vector<std::string> made;
+  for (const auto& [path, text] : j.files) made.push_back(path);
+  made.push_back(j.dir + "/progress-token");
+  for (const auto& s : j.steps) made.push_back(s.log_path);
+  for (const auto& path : made) ::unlink(path.c_str());
+  ::rmdir((j.dir + "/checkpoints").c_str());
+  if (::rmdir(work.c_str()) != 0 && !j.code_snapshot.empty()) {
+    std::error_code rec;
+    std::filesystem::remove_all(work, rec);  // the copy of its working_dir
+  }
+  if (::rmdir(j.dir.c_str()) != 0 && errno != ENOENT) {
+    std::error_code rec;
+    std::filesystem::remove_all(j.dir, rec);
+    if (rec)
+      log->warn("job {}: cannot remove {} after its failed start: {}", j.row.name, j.dir, rec.message());
+  }
+}
+
 asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
   const std::string work = j->dir + "/work";
   bool needs_work = !j->files.empty() || !j->code_snapshot.empty();
@@ -375,41 +452,7 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
   std::optional<std::system_error> made_not;
   bool left_behind = false;  // the directory was there already: another job's, whose record is gone
   try {
-    co_await blocking([&] {
-      if (::mkdir(j->dir.c_str(), 0700) != 0) {
-        if (errno == EEXIST) {
-          left_behind = true;
-          return;
-        }
-        make_private_dirs(j->dir);  // (its parents are gone)
-      }
-      if (needs_work) make_private_dirs(work);
-      if (j->checkpoints() && ::mkdir((j->dir + "/checkpoints").c_str(), 0700) != 0 && errno != EEXIST)
-        throw std::system_error(errno, std::generic_category(), "cannot create " + j->dir + "/checkpoints");
-      if (!j->code_snapshot.empty()) {
-        std::error_code ec;
-        std::filesystem::copy(
-            j->code_snapshot, work,
-            std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks, ec);
-        if (ec)
-          throw std::system_error(ec.value(), std::generic_category(),
-                                  "cannot copy its working_dir into " + work);
-      }
-      for (const auto& [path, text] : j->files) {
-        if (auto ec = detail::append_file(path, text))
-          throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
-      }
-      if (!j->progress_token.empty()) {
-        const auto path = j->dir + "/progress-token";
-        if (auto ec = detail::append_file(path, j->progress_token))
-          throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
-      }
-      for (const auto& s : j->steps) {
-        int fd = ::open(s.log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-        if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + s.log_path);
-        ::close(fd);
-      }
-    });
+    co_await blocking([&] { left_behind = !make_job_tree(*j, work, needs_work); });
   } catch (const std::system_error& x) {
     made_not = x;
   }
@@ -425,24 +468,7 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
   if (made_not) {
     const auto name = j->row.name;
     transact([&](detail::store& db) { db.delete_job(name); });
-    // Undone by name, file by file: unlink and rmdir need no descriptor, so
-    // this works when the failure was running out of them (EMFILE), where a
-    // tree walk cannot (issue 43: refused jobs left their directories).
-    std::vector<std::string> made;
-    for (const auto& [path, text] : j->files) made.push_back(path);
-    made.push_back(j->dir + "/progress-token");
-    for (const auto& s : j->steps) made.push_back(s.log_path);
-    for (const auto& path : made) ::unlink(path.c_str());
-    ::rmdir((j->dir + "/checkpoints").c_str());
-    if (::rmdir(work.c_str()) != 0 && !j->code_snapshot.empty()) {
-      std::error_code rec;
-      std::filesystem::remove_all(work, rec);  // the copy of its working_dir
-    }
-    if (::rmdir(j->dir.c_str()) != 0 && errno != ENOENT) {
-      std::error_code rec;
-      std::filesystem::remove_all(j->dir, rec);
-      if (rec) log->warn("job {}: cannot remove {} after its failed start: {}", name, j->dir, rec.message());
-    }
+    remove_job_tree(*j, work);
     fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + made_not->what() + "; " +
                                       detail::fix_for_errno(made_not->code().value(), jobs_dir.string()));
   }

@@ -141,22 +141,53 @@ bool engine_state::take_turn(const std::shared_ptr<job_rec>& j, job_fsm& fsm,
   }
 }
 
+// A job ready to start asks for its turn: its dependencies first, then the
+// admission queue, then its GPUs.
+void engine_state::request_lease(const std::shared_ptr<job_rec>& j) {
+  if (!j->deps.empty()) {
+    wait_dependencies(j);
+  } else if (j->queued) {
+    // A Python job's log carries tjob's progress lines (venv, pip); a
+    // command's is its program's bytes alone: the Queued event says it.
+    auto note = std::exchange(j->queue_note, {});
+    if (!j->venv.empty()) log_progress(*j, j->steps[0], "[tjob] waiting for " + note + "\n");
+    join_queue(j);
+  } else {
+    start_op(j, lease_gpus(j), "waiting for GPUs");
+  }
+}
+
+void engine_state::signal_steps(job_rec& j, const job_action& a) {
+  for (auto i : a.steps) {
+    auto& s = j.steps[i];
+    if (a.forced)
+      log->info("job {} step {}: still running {} ms after SIGTERM; sending SIGKILL", j.row.name, s.row.name,
+                j.grace.count());
+    s.proc.signal_group(a.forced ? SIGKILL : SIGTERM);
+    if (!s.tree_cgroup.empty()) process::signal_all(s.tree_cgroup, a.forced ? SIGKILL : SIGTERM);
+  }
+}
+
+// A cancel or the deadline, in the job's log: what stops it, and how.
+void engine_state::record_cancel(job_rec& j, bool deadline) {
+  std::string why = deadline ? "the active deadline of " + std::to_string(j.deadline.count()) +
+                                   " s passed (DeadlineExceeded)"
+                             : "cancel requested";
+  if (deadline && !j.venv.empty())  // (a command's log stays its own bytes)
+    log_progress(j, j.steps[0], "[tjob] " + why + "; stopping the job\n");
+  queue_write([name = j.row.name, t = now_ms(), grace = j.grace.count(),
+               why = std::move(why)](detail::store& db) {
+    db.append_event(name, "", t, log_event::cancel_requested,
+                    why + ": SIGTERM to the process group, SIGKILL after " + std::to_string(grace) + " ms");
+  });
+}
+
 void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std::vector<job_input>& now,
                            std::unique_ptr<asio::steady_timer>& grace) {
   using A = job_action::kind;
   switch (a.k) {
     case A::request_lease:
-      if (!j->deps.empty()) {
-        wait_dependencies(j);
-      } else if (j->queued) {
-        // A Python job's log carries tjob's progress lines (venv, pip); a
-        // command's is its program's bytes alone: the Queued event says it.
-        auto note = std::exchange(j->queue_note, {});
-        if (!j->venv.empty()) log_progress(*j, j->steps[0], "[tjob] waiting for " + note + "\n");
-        join_queue(j);
-      } else {
-        start_op(j, lease_gpus(j), "waiting for GPUs");
-      }
+      request_lease(j);
       break;
     case A::abandon_lease:
       leave_queue(*j);
@@ -183,14 +214,7 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
       if (a.first && now.back().k == job_input::kind::spawned) arm_deadline(j);
       break;
     case A::signal:
-      for (auto i : a.steps) {
-        auto& s = j->steps[i];
-        if (a.forced)
-          log->info("job {} step {}: still running {} ms after SIGTERM; sending SIGKILL", j->row.name,
-                    s.row.name, j->grace.count());
-        s.proc.signal_group(a.forced ? SIGKILL : SIGTERM);
-        if (!s.tree_cgroup.empty()) process::signal_all(s.tree_cgroup, a.forced ? SIGKILL : SIGTERM);
-      }
+      signal_steps(*j, a);
       break;
     case A::arm_timer:
       if (!grace) grace = std::make_unique<asio::steady_timer>(ex);
@@ -207,20 +231,9 @@ void engine_state::perform(const std::shared_ptr<job_rec>& j, job_action& a, std
           db.append_event(name, step, t, log_event::setup, text);
         });
       break;
-    case A::record_cancel: {
-      std::string why = a.deadline ? "the active deadline of " + std::to_string(j->deadline.count()) +
-                                         " s passed (DeadlineExceeded)"
-                                   : "cancel requested";
-      if (a.deadline && !j->venv.empty())  // (a command's log stays its own bytes)
-        log_progress(*j, j->steps[0], "[tjob] " + why + "; stopping the job\n");
-      queue_write([name = j->row.name, t = now_ms(), grace = j->grace.count(),
-                   why = std::move(why)](detail::store& db) {
-        db.append_event(
-            name, "", t, log_event::cancel_requested,
-            why + ": SIGTERM to the process group, SIGKILL after " + std::to_string(grace) + " ms");
-      });
+    case A::record_cancel:
+      record_cancel(*j, a.deadline);
       break;
-    }
     case A::restart:
       if (grace) grace->cancel();
       restart_attempt(j, a);
@@ -395,17 +408,12 @@ void engine_state::release_gpus(job_rec& j) {
 // complete whatever happens to the engine, and the engine holds no pipe. The
 // answer is `spawned` or `spawn_failed`. Not a coroutine: nothing it builds
 // (the environment, argv) stays in the job's frame while the process runs.
-job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size_t index,
-                                    std::size_t phase_index, bool first) {
-  step_rec& s = j->steps[index];
-  phase& ph = phase_index == code_phase ? j->node_phases[index] : j->phases[phase_index];
-  process::spawn_spec spec;
-  spec.executable = ph.executable;
-  spec.argv = ph.argv;
-  if (ph.torch_port)
-    for (auto& a : spec.argv)
-      if (auto at = a.find(master_port_placeholder); at != std::string::npos)
-        a.replace(at, master_port_placeholder.size(), std::to_string(j->master_port));
+// A phase's environment: its own, and for the job's code the checkpoint
+// contract, the failure watch of a torch gang, the progress helper and the
+// node's GPUs (starting the line hook and the failure watch they need).
+std::map<std::string, std::string> engine_state::phase_environment(const std::shared_ptr<job_rec>& j,
+                                                                   const step_rec& s, const phase& ph,
+                                                                   std::size_t index) {
   auto env = ph.env;
   env.emplace(token_variable, job_token(j->row));
   if (ph.final && j->checkpoints()) {
@@ -431,6 +439,21 @@ job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size
   }
   if (ph.final && index < j->node_devices.size())
     env.insert_or_assign("CUDA_VISIBLE_DEVICES", j->node_devices[index]);
+  return env;
+}
+
+job_input engine_state::spawn_phase(const std::shared_ptr<job_rec>& j, std::size_t index,
+                                    std::size_t phase_index, bool first) {
+  step_rec& s = j->steps[index];
+  phase& ph = phase_index == code_phase ? j->node_phases[index] : j->phases[phase_index];
+  process::spawn_spec spec;
+  spec.executable = ph.executable;
+  spec.argv = ph.argv;
+  if (ph.torch_port)
+    for (auto& a : spec.argv)
+      if (auto at = a.find(master_port_placeholder); at != std::string::npos)
+        a.replace(at, master_port_placeholder.size(), std::to_string(j->master_port));
+  auto env = phase_environment(j, s, ph, index);
   spec.env = process::environment_entries(env);
   spec.inherited_env = inherited_env();
   spec.cwd = ph.cwd;
