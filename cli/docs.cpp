@@ -167,6 +167,56 @@ std::string summary(const std::string& text) {
 
 // --- bash --------------------------------------------------------------------
 
+namespace {
+
+// The completions of an option's value, by the kind of value it takes.
+std::string bash_value_cases(const std::map<value_kind, std::set<std::string>>& by_kind) {
+  std::string out;
+  for (const auto& [kind, names] : by_kind) {
+    const auto alts = alternatives(names);
+    if (kind == value_kind::statuses)  // a comma-separated list: the word after the last comma
+      out += "    " + alts +
+             ")\n"
+             "      if [[ $cur == *,* ]]; then pre=${cur%,*},; last=${cur##*,}; fi\n"
+             "      COMPREPLY=($(compgen -P \"$pre\" -W '" +
+             words_for(kind) + "' -- \"$last\"))\n      return ;;\n";
+    else if (const char* words = words_for(kind))
+      out += "    " + alts + ") COMPREPLY=($(compgen -W '" + words + "' -- \"$cur\")); return ;;\n";
+    else if (kind == value_kind::runtimes)
+      out += "    " + alts +
+             ")\n"
+             "      COMPREPLY=($(compgen -W \"$(\"${COMP_WORDS[0]}\" \"${ctx[@]}\" runtimes -o name "
+             "2>/dev/null)\" -- "
+             "\"$cur\"))\n      return ;;\n";
+    else if (kind == value_kind::dir)
+      out += "    " + alts + ") COMPREPLY=($(compgen -d -- \"$cur\")); return ;;\n";
+    else if (kind == value_kind::file)
+      out += "    " + alts + ") COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n";
+    else
+      out += "    " + alts + ") return ;;\n";
+  }
+  return out;
+}
+
+// Each command's options and subcommands.
+std::string bash_command_words(const command_info& root, const std::vector<const command_info*>& all) {
+  std::string out;
+  for (const auto* c : all) {
+    auto mine = c->options;
+    if (!c->path.empty())  // global options go after a command too; --help once
+      for (const auto& o : root.options)
+        if (std::find(o.names.begin(), o.names.end(), "--help") == o.names.end()) mine.push_back(o);
+    std::string opts = words_of(mine);
+    std::string words;
+    for (const auto& k : c->children)
+      words += (words.empty() ? "" : " ") + k.path.substr(k.path.rfind(' ') + 1);
+    out += fmt::format("    '{}') opts='{}'; words='{}' ;;\n", c->path, opts, words);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string bash_completion(const CLI::App& app) {
   auto root = describe(app, "");
   std::vector<const command_info*> all;
@@ -204,44 +254,12 @@ std::string bash_completion(const CLI::App& app) {
       "  done\n"
       "  local pre='' last=$cur\n"
       "  case $prev in\n";
-  for (const auto& [kind, names] : by_kind) {
-    const auto alts = alternatives(names);
-    if (kind == value_kind::statuses)  // a comma-separated list: the word after the last comma
-      out += "    " + alts +
-             ")\n"
-             "      if [[ $cur == *,* ]]; then pre=${cur%,*},; last=${cur##*,}; fi\n"
-             "      COMPREPLY=($(compgen -P \"$pre\" -W '" +
-             words_for(kind) + "' -- \"$last\"))\n      return ;;\n";
-    else if (const char* words = words_for(kind))
-      out += "    " + alts + ") COMPREPLY=($(compgen -W '" + words + "' -- \"$cur\")); return ;;\n";
-    else if (kind == value_kind::runtimes)
-      out += "    " + alts +
-             ")\n"
-             "      COMPREPLY=($(compgen -W \"$(\"${COMP_WORDS[0]}\" \"${ctx[@]}\" runtimes -o name "
-             "2>/dev/null)\" -- "
-             "\"$cur\"))\n      return ;;\n";
-    else if (kind == value_kind::dir)
-      out += "    " + alts + ") COMPREPLY=($(compgen -d -- \"$cur\")); return ;;\n";
-    else if (kind == value_kind::file)
-      out += "    " + alts + ") COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n";
-    else
-      out += "    " + alts + ") return ;;\n";
-  }
+  out += bash_value_cases(by_kind);
   out +=
       "  esac\n"
       "  local opts words=''\n"
       "  case $cmd in\n";
-  for (const auto* c : all) {
-    auto mine = c->options;
-    if (!c->path.empty())  // global options go after a command too; --help once
-      for (const auto& o : root.options)
-        if (std::find(o.names.begin(), o.names.end(), "--help") == o.names.end()) mine.push_back(o);
-    std::string opts = words_of(mine);
-    std::string words;
-    for (const auto& k : c->children)
-      words += (words.empty() ? "" : " ") + k.path.substr(k.path.rfind(' ') + 1);
-    out += fmt::format("    '{}') opts='{}'; words='{}' ;;\n", c->path, opts, words);
-  }
+  out += bash_command_words(root, all);
   out +=
       "  esac\n"
       "  if [[ $cur == -* ]]; then\n"

@@ -204,6 +204,7 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
 
   // train (container_train.cpp)
   asio::awaitable<std::string> train(detail::checked_request c);
+  void make_job_dirs(const std::string& who, const train_request& r);
   node_program program_of(const std::string& who, train_request& r, const runtime& rt);
   /// Inspects (or pulls) the image; its own PYTHONPATH.
   asio::awaitable<std::string> ensure_image(docker_api& d, const std::string& who, const std::string& image);

@@ -101,6 +101,46 @@ struct container_log final : detail::piecewise_log {
         dec(tty),
         raw(tty) {}
 
+  // The log's stream, opened (following where asked, and the container may
+  // still write).
+  asio::awaitable<void> open_body(const std::string& where) {
+    auto asked = options;
+    if (whole) asked.follow = false;
+    auto opened = co_await b->api->container_logs(container, asked);
+    if (!opened) raise(prefixed(opened.error(), where));
+    body.emplace(std::move(*opened));
+    following = asked.follow;
+    // Reading the log again from its start gives the same bytes first only
+    // without tail and since; then a follow can end at the container's death.
+    if (asked.follow && !options.tail && !options.since && b->api->info().kind == daemon_kind::podman) {
+      b->ensure_events();
+      watch = std::make_shared<died_watch>(b->ctx.ex);
+      watch->body = &*body;
+      b->tasks.spawn(watch_died(b, watch, container), "a log follower's container");
+    }
+  }
+
+  // A frame's bytes, past what a reread skips: whole lines out, the rest held.
+  void take(int stream, std::string_view p, std::string& out) {
+    if (skip > 0) {
+      const auto n = std::min<std::uint64_t>(skip, p.size());
+      p.remove_prefix(n);
+      skip -= n;
+    }
+    emitted += p.size();
+    if (raw) {
+      out.append(p);
+      return;
+    }
+    auto& held = stream == 2 ? held_err : held_out;
+    held.append(p);
+    auto end = held.find_last_of("\n\r");
+    if (end == std::string::npos && held.size() < hold_limit) return;
+    const auto n = end == std::string::npos ? held.size() : end + 1;
+    out.append(held, 0, n);
+    held.erase(0, n);
+  }
+
   asio::awaitable<bool> read_piece(std::string& out) override {
     if (finished) co_return false;
     if (container.empty()) {
@@ -113,22 +153,7 @@ struct container_log final : detail::piecewise_log {
       whole = b->for_good(*c);
     }
     auto where = what + " (container " + quote(container) + "): ";
-    if (!body) {
-      auto asked = options;
-      if (whole) asked.follow = false;
-      auto opened = co_await b->api->container_logs(container, asked);
-      if (!opened) raise(prefixed(opened.error(), where));
-      body.emplace(std::move(*opened));
-      following = asked.follow;
-      // Reading the log again from its start gives the same bytes first only
-      // without tail and since; then a follow can end at the container's death.
-      if (asked.follow && !options.tail && !options.since && b->api->info().kind == daemon_kind::podman) {
-        b->ensure_events();
-        watch = std::make_shared<died_watch>(b->ctx.ex);
-        watch->body = &*body;
-        b->tasks.spawn(watch_died(b, watch, container), "a log follower's container");
-      }
-    }
+    if (!body) co_await open_body(where);
     auto piece = co_await body->read_some();
     const bool died = !piece && watch && watch->died;
     const bool ended = piece && !*piece;
@@ -165,25 +190,7 @@ struct container_log final : detail::piecewise_log {
       finished = true;
       co_return !out.empty();
     }
-    auto fed = dec.feed(**piece, [&](int stream, std::string_view p) {
-      if (skip > 0) {
-        const auto n = std::min<std::uint64_t>(skip, p.size());
-        p.remove_prefix(n);
-        skip -= n;
-      }
-      emitted += p.size();
-      if (raw) {
-        out.append(p);
-        return;
-      }
-      auto& held = stream == 2 ? held_err : held_out;
-      held.append(p);
-      auto end = held.find_last_of("\n\r");
-      if (end == std::string::npos && held.size() < hold_limit) return;
-      const auto n = end == std::string::npos ? held.size() : end + 1;
-      out.append(held, 0, n);
-      held.erase(0, n);
-    });
+    auto fed = dec.feed(**piece, [&](int stream, std::string_view p) { take(stream, p, out); });
     if (!fed) raise(prefixed(fed.error(), where));
     co_return true;
   }

@@ -287,6 +287,40 @@ void check_container_retry(const std::string& me, const train_request& r) {
 
 }  // namespace
 
+// The job's directories, and the directory sent with it (its snapshot) as
+// its workspace's content.
+void backend::impl::make_job_dirs(const std::string& me, const train_request& r) {
+  const auto& name = r.name;
+  const auto dir = workdir(name);
+  // The job's directories are the user's own (0700), as everything in
+  // $TJOB_HOME; so are the home's parents where they are missing (a fresh
+  // machine has no ~/.local/state). Its workspace is the job's to write; its
+  // inputs and its state are not (job_dir.hpp).
+  try {
+    make_home_dirs(ctx.home);
+  } catch (const error& e) {
+    fail(errc::invalid_argument, me + ": " + e.what());
+  }
+  // The job's own: made here, never a link (make_private_dir refuses one).
+  for (const auto& p :
+       {dir, inputs_of(name), workspace_of(name), workspace_of(name) / ".tjob", checkpoints_of(name)}) {
+    try {
+      make_private_dir(p);
+    } catch (const error& e) {
+      fail(errc::invalid_argument,
+           me + ": " + e.what() + "; remove what is in the way, or choose another name");
+    }
+  }
+  // The directory sent with the job (its snapshot) is the workspace's content.
+  if (const auto& from = detail::code_dir_of(r); !from.empty()) {
+    std::error_code ec;
+    fs::copy(from, workspace_of(name), fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+    if (ec)
+      fail(errc::invalid_argument,
+           me + ": cannot copy its working_dir into " + workspace_of(name).string() + ": " + ec.message());
+  }
+}
+
 asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   auto& r = c.request;
   const auto name = r.name;
@@ -320,32 +354,7 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   program.image_pythonpath = co_await ensure_image(d, me, program.image);
 
   auto dir = workdir(name);
-  // The job's directories are the user's own (0700), as everything in
-  // $TJOB_HOME; so are the home's parents where they are missing (a fresh
-  // machine has no ~/.local/state). Its workspace is the job's to write; its
-  // inputs and its state are not (job_dir.hpp).
-  try {
-    make_home_dirs(ctx.home);
-  } catch (const error& e) {
-    fail(errc::invalid_argument, me + ": " + e.what());
-  }
-  // The job's own: made here, never a link (make_private_dir refuses one).
-  for (const auto& p :
-       {dir, inputs_of(name), workspace_of(name), workspace_of(name) / ".tjob", checkpoints_of(name)}) {
-    try {
-      make_private_dir(p);
-    } catch (const error& e) {
-      fail(errc::invalid_argument, me + ": " + e.what() + "; remove what is in the way, or choose another name");
-    }
-  }
-  // The directory sent with the job (its snapshot) is the workspace's content.
-  if (const auto& from = detail::code_dir_of(r); !from.empty()) {
-    std::error_code ec;
-    fs::copy(from, workspace_of(name), fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
-    if (ec)
-      fail(errc::invalid_argument,
-           me + ": cannot copy its working_dir into " + workspace_of(name).string() + ": " + ec.message());
-  }
+  make_job_dirs(me, r);
 
   std::exception_ptr failed;
   try {

@@ -418,6 +418,64 @@ client::client(asio::any_io_executor ex, endpoint ep, std::size_t max_body, std:
   tls_ = std::move(st);
 }
 
+namespace {
+
+// The TLS handshake on a connection made: the server's name and certificate
+// checked (unless the config says not to), a failure told as what it is.
+asio::awaitable<outcome<void>> tls_handshake(transport& t, const endpoint& ep, const tls_config& cfg,
+                                             std::chrono::milliseconds timeout) {
+  const auto& name = cfg.server_name.empty() ? ep.host : cfg.server_name;
+  auto* ssl = t.tls->native_handle();
+  if (!is_ip_address(name)) ::SSL_set_tlsext_host_name(ssl, name.c_str());
+  auto peer_names = std::make_shared<std::string>();
+  if (!cfg.insecure_skip_verify) {
+    // What the server's own certificate names, kept for the message of a
+    // mismatch (the certificate is gone once the handshake has failed).
+    t.tls->set_verify_callback([peer_names](bool preverified, asio::ssl::verify_context& vc) {
+      auto* store = vc.native_handle();
+      if (::X509_STORE_CTX_get_error_depth(store) == 0 && peer_names->empty())
+        *peer_names = names_of(::X509_STORE_CTX_get_current_cert(store));
+      return preverified;
+    });
+    // OpenSSL's own check of the name (RFC 6125), so that a mismatch is
+    // told as one (X509_V_ERR_HOSTNAME_MISMATCH), not as an unspecified error.
+    auto* param = ::SSL_get0_param(ssl);
+    ::X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    if (is_ip_address(name))
+      ::X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str());
+    else
+      ::X509_VERIFY_PARAM_set1_host(param, name.c_str(), name.size());
+  }
+  boost::system::error_code hec;
+  t.lowest().expires_after(timeout);
+  co_await t.tls->async_handshake(asio::ssl::stream_base::client, asio::redirect_error(use_awaitable, hec));
+  if (hec) {
+    long v = ::SSL_get_verify_result(t.tls->native_handle());
+    // Not backend_unavailable: trying again will not make the certificate right.
+    if ((v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH) &&
+        !cfg.insecure_skip_verify)
+      co_return failure(http_errc::untrusted,
+                        "the server certificate of " + ep.url() + " is not for " + name + ": it names " +
+                            (peer_names->empty() ? std::string("nothing") : *peer_names) +
+                            "; connect by one of those names, or give the server a certificate for " + name,
+                        ::X509_verify_cert_error_string(v));
+    if (v != X509_V_OK && !cfg.insecure_skip_verify)
+      co_return failure(http_errc::untrusted,
+                        "cannot verify the server certificate of " + ep.url() + ": " +
+                            ::X509_verify_cert_error_string(v) + "; check the certificate authority" +
+                            (cfg.source.empty() ? std::string() : " in " + cfg.source) +
+                            " (or name the right one)",
+                        ::X509_verify_cert_error_string(v));
+    if (hec == beast::error::timeout)
+      co_return failure(http_errc::timed_out, "the TLS handshake with " + ep.url() + " timed out");
+    co_return failure(http_errc::exchange_failed,
+                      "the TLS handshake with " + ep.url() + " failed: " + hec.message(), hec.message());
+  }
+  co_return outcome<void>();
+}
+
+}  // namespace
+
 asio::awaitable<outcome<response>> client::send(request r) {
   auto body = co_await open(r);
   if (!body) co_return body.error();
@@ -442,53 +500,8 @@ asio::awaitable<outcome<body_stream>> client::open(request r) {
     if (!tls_) co_return failure(http_errc::bad_request, "no TLS settings for " + ep_.url());
     t.tls.emplace(std::move(*t.plain), tls_->ctx);
     t.plain.reset();
-    const auto& name = tls_->cfg.server_name.empty() ? ep_.host : tls_->cfg.server_name;
-    auto* ssl = t.tls->native_handle();
-    if (!is_ip_address(name)) ::SSL_set_tlsext_host_name(ssl, name.c_str());
-    auto peer_names = std::make_shared<std::string>();
-    if (!tls_->cfg.insecure_skip_verify) {
-      // What the server's own certificate names, kept for the message of a
-      // mismatch (the certificate is gone once the handshake has failed).
-      t.tls->set_verify_callback([peer_names](bool preverified, asio::ssl::verify_context& vc) {
-        auto* store = vc.native_handle();
-        if (::X509_STORE_CTX_get_error_depth(store) == 0 && peer_names->empty())
-          *peer_names = names_of(::X509_STORE_CTX_get_current_cert(store));
-        return preverified;
-      });
-      // OpenSSL's own check of the name (RFC 6125), so that a mismatch is
-      // told as one (X509_V_ERR_HOSTNAME_MISMATCH), not as an unspecified error.
-      auto* param = ::SSL_get0_param(ssl);
-      ::X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-      if (is_ip_address(name))
-        ::X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str());
-      else
-        ::X509_VERIFY_PARAM_set1_host(param, name.c_str(), name.size());
-    }
-    boost::system::error_code hec;
-    t.lowest().expires_after(r.timeout);
-    co_await t.tls->async_handshake(asio::ssl::stream_base::client, asio::redirect_error(use_awaitable, hec));
-    if (hec) {
-      long v = ::SSL_get_verify_result(t.tls->native_handle());
-      // Not backend_unavailable: trying again will not make the certificate right.
-      if ((v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH) &&
-          !tls_->cfg.insecure_skip_verify)
-        co_return failure(http_errc::untrusted,
-                          "the server certificate of " + ep_.url() + " is not for " + name + ": it names " +
-                              (peer_names->empty() ? std::string("nothing") : *peer_names) +
-                              "; connect by one of those names, or give the server a certificate for " + name,
-                          ::X509_verify_cert_error_string(v));
-      if (v != X509_V_OK && !tls_->cfg.insecure_skip_verify)
-        co_return failure(http_errc::untrusted,
-                          "cannot verify the server certificate of " + ep_.url() + ": " +
-                              ::X509_verify_cert_error_string(v) + "; check the certificate authority" +
-                              (tls_->cfg.source.empty() ? std::string() : " in " + tls_->cfg.source) +
-                              " (or name the right one)",
-                          ::X509_verify_cert_error_string(v));
-      if (hec == beast::error::timeout)
-        co_return failure(http_errc::timed_out, "the TLS handshake with " + ep_.url() + " timed out");
-      co_return failure(http_errc::exchange_failed,
-                        "the TLS handshake with " + ep_.url() + " failed: " + hec.message(), hec.message());
-    }
+    auto shaken = co_await tls_handshake(t, ep_, tls_->cfg, r.timeout);
+    if (!shaken) co_return shaken.error();
   }
   auto p = std::make_unique<body_stream::impl>(ep_, what, std::move(t));
   p->parser.body_limit(boost::none);

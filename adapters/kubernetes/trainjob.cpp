@@ -240,30 +240,11 @@ void read_trainer_status(const json::object& status, train_job& j) {
 
 }  // namespace
 
-train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int fallback_nodes) {
-  train_job j;
-  if (auto* st = obj_of(tj, "status")) read_trainer_status(*st, j);
-  j.name = name_of(tj);
-  j.runtime = runtime_of(tj);
-  j.num_nodes = num_nodes_of(tj).value_or(fallback_nodes);
-  if (auto t = detail::parse_rfc3339(str_of(obj_of(tj, "metadata"), "creationTimestamp")))
-    j.creation_timestamp = *t;
-  for (const auto& ps : steps) {
-    step s;
-    s.name = ps.step;
-    s.status = status_of_phase(ps.phase);
-    s.exit_code = ps.exit_code;
-    if (s.status == job_status::failed)
-      s.reason = ps.exit_code ? "exit code " + std::to_string(*ps.exit_code)
-                              : (ps.terminated_reason.empty() ? "pod failed" : ps.terminated_reason);
-    if (ps.started && (!j.start_time || *ps.started < *j.start_time)) j.start_time = ps.started;
-    if (ps.finished && (!j.end_time || *ps.finished > *j.end_time)) j.end_time = ps.finished;
-    j.steps.push_back(std::move(s));
-  }
-  // Kubeflow's rule: a True Complete or Failed condition decides; without
-  // one, Running once every node pod runs or has succeeded. (Kubeflow stays
-  // Created whenever any condition exists, even a Resumed Suspended one; we
-  // apply the Running rule then too.)
+namespace {
+
+// A True Complete or Failed condition of the TrainJob, applied to `j`
+// (with the controller's end time and reason); false when there is none.
+bool apply_conditions(const json::object& tj, train_job& j) {
   bool decided = false;
   if (auto* st = obj_of(tj, "status"))
     if (auto* conds = arr_of(*st, "conditions"))
@@ -288,6 +269,36 @@ train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int
         }
         if (decided) break;
       }
+  return decided;
+}
+
+}  // namespace
+
+train_job to_job(const json::object& tj, const std::vector<pod_step>& steps, int fallback_nodes) {
+  train_job j;
+  if (auto* st = obj_of(tj, "status")) read_trainer_status(*st, j);
+  j.name = name_of(tj);
+  j.runtime = runtime_of(tj);
+  j.num_nodes = num_nodes_of(tj).value_or(fallback_nodes);
+  if (auto t = detail::parse_rfc3339(str_of(obj_of(tj, "metadata"), "creationTimestamp")))
+    j.creation_timestamp = *t;
+  for (const auto& ps : steps) {
+    step s;
+    s.name = ps.step;
+    s.status = status_of_phase(ps.phase);
+    s.exit_code = ps.exit_code;
+    if (s.status == job_status::failed)
+      s.reason = ps.exit_code ? "exit code " + std::to_string(*ps.exit_code)
+                              : (ps.terminated_reason.empty() ? "pod failed" : ps.terminated_reason);
+    if (ps.started && (!j.start_time || *ps.started < *j.start_time)) j.start_time = ps.started;
+    if (ps.finished && (!j.end_time || *ps.finished > *j.end_time)) j.end_time = ps.finished;
+    j.steps.push_back(std::move(s));
+  }
+  // Kubeflow's rule: a True Complete or Failed condition decides; without
+  // one, Running once every node pod runs or has succeeded. (Kubeflow stays
+  // Created whenever any condition exists, even a Resumed Suspended one; we
+  // apply the Running rule then too.)
+  const bool decided = apply_conditions(tj, j);
   if (!decided) {
     // Suspended (by Kueue until it admits the workload, or by hand): it waits,
     // Created with reason Queued, as a local job waits for admission.

@@ -173,6 +173,42 @@ void add_progress_environment(const fs::path& dir, std::vector<std::string>& env
   env.push_back("TJOB_PROGRESS_FILE=" + (dir / progress_file).string());
 }
 
+// What tjob submits for a job: sbatch's options, the files of its
+// directory, its environment and its command.
+job_plan plan_of(const std::string& me, train_request& r, const runtime& rt, const fs::path& dir) {
+  check_request(me, r);
+  job_plan p;
+  p.sub.job_dir = dir.string();
+  p.sub.chdir = (dir / "work").string();
+  p.sub.num_nodes = r.num_nodes;
+  p.sub.time_limit = r.active_deadline;
+  p.sub.nice = -r.priority;
+  p.sub.warning = r.warning;  // the engine checked it against the deadline
+  // A restart runs every node again (a gang), in the job's allocation; a
+  // job that may restart is requeued by Slurm when a node fails.
+  p.sub.requeue = r.retry.max_restarts > 0;
+  if (p.sub.requeue) p.files.emplace_back(restart_plan_file, restart_plan(r.retry));
+  if (auto* ct = std::get_if<command_trainer>(&r.job_trainer))
+    plan_command(me, *ct, p);
+  else
+    plan_python(me, std::get<python_trainer>(r.job_trainer), rt, dir, p);
+  return p;
+}
+
+// The environment every node of the job gets, beside its own.
+void add_job_environment(const std::string& me, const train_request& r, const fs::path& dir,
+                         std::vector<std::string>& env, const detail::backend_context& ctx) {
+  env.push_back("TJOB_JOB_DIR=" + dir.string());
+  // A Python job's processes handle it (python::line_hook_module); a command learns its name.
+  if (r.warning) env.push_back("TJOB_STOP_SIGNAL=" + signal_name(r.warning->signal));
+  env.push_back("TJOB_CHECKPOINT_DIR=" + (dir / "checkpoints").string());
+  try {
+    add_progress_environment(dir, env, ctx.cfg.clean_job_environment);
+  } catch (const std::exception& e) {
+    ctx.log->warn("{}: cannot report progress: {}", me, e.what());
+  }
+}
+
 }  // namespace
 
 // The dependencies, on the Slurm ids of the jobs named. One that has ended
@@ -254,22 +290,7 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
   const auto name = r.name;
   const auto me = who(name);
   const auto dir = dir_of(name);
-  check_request(me, r);
-  job_plan p;
-  p.sub.job_dir = dir.string();
-  p.sub.chdir = (dir / "work").string();
-  p.sub.num_nodes = r.num_nodes;
-  p.sub.time_limit = r.active_deadline;
-  p.sub.nice = -r.priority;
-  p.sub.warning = r.warning;  // the engine checked it against the deadline
-  // A restart runs every node again (a gang), in the job's allocation; a
-  // job that may restart is requeued by Slurm when a node fails.
-  p.sub.requeue = r.retry.max_restarts > 0;
-  if (p.sub.requeue) p.files.emplace_back(restart_plan_file, restart_plan(r.retry));
-  if (auto* ct = std::get_if<command_trainer>(&r.job_trainer))
-    plan_command(me, *ct, p);
-  else
-    plan_python(me, std::get<python_trainer>(r.job_trainer), c.rt, dir, p);
+  auto p = plan_of(me, r, c.rt, dir);
 
   auto rec = record_of(r, c.rt.name);
   p.sub.job_name = name;
@@ -304,15 +325,7 @@ asio::awaitable<std::string> backend::impl::train(detail::checked_request c) {
     waiters.notify_all();
     co_return name;
   }
-  p.env.push_back("TJOB_JOB_DIR=" + dir.string());
-  // A Python job's processes handle it (python::line_hook_module); a command learns its name.
-  if (r.warning) p.env.push_back("TJOB_STOP_SIGNAL=" + signal_name(r.warning->signal));
-  p.env.push_back("TJOB_CHECKPOINT_DIR=" + (dir / "checkpoints").string());
-  try {
-    add_progress_environment(dir, p.env, ctx.cfg.clean_job_environment);
-  } catch (const std::exception& e) {
-    ctx.log->warn("{}: cannot report progress: {}", me, e.what());
-  }
+  add_job_environment(me, r, dir, p.env, ctx);
   auto sent = co_await command(sbatch_argv(cfg, p.sub), p.env, ctx.cfg.clean_job_environment);
   if (!sent) {
     undo();

@@ -476,16 +476,8 @@ PYBIND11_MODULE(_tjob, m) {
         auto r = request_of(request);
         auto c = config_of(config);
         std::string name;
-        std::exception_ptr failed;
-        {
-          py::gil_scoped_release nogil;
-          try {
-            name = tjob::train_detached(r, c);
-          } catch (...) {
-            failed = std::current_exception();
-          }
-        }
-        if (failed) return py::make_tuple(py::none(), error_tuple(failed));
+        if (auto failed = without_gil([&] { name = tjob::train_detached(r, c); }))
+          return py::make_tuple(py::none(), error_tuple(failed));
         return py::make_tuple(py::str(name), py::none());
       },
       py::arg("request"), py::arg("config"));
@@ -496,16 +488,8 @@ PYBIND11_MODULE(_tjob, m) {
         auto r = request_of(request);
         auto c = config_of(config);
         std::vector<std::string> names;
-        std::exception_ptr failed;
-        {
-          py::gil_scoped_release nogil;
-          try {
-            names = tjob::train_detached(tjob::array_members(r, spec), c);
-          } catch (...) {
-            failed = std::current_exception();
-          }
-        }
-        if (failed) return py::make_tuple(py::none(), error_tuple(failed));
+        if (auto failed = without_gil([&] { names = tjob::train_detached(tjob::array_members(r, spec), c); }))
+          return py::make_tuple(py::none(), error_tuple(failed));
         return py::make_tuple(py::cast(names), py::none());
       },
       py::arg("request"), py::arg("spec"), py::arg("config"));

@@ -23,16 +23,7 @@ namespace {
 // (f(), None) or (None, error), f run without the GIL.
 py::tuple answer(const std::function<std::string()>& f) {
   std::string out;
-  std::exception_ptr failed;
-  {
-    py::gil_scoped_release nogil;
-    try {
-      out = f();
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  }
-  if (failed) return py::make_tuple(py::none(), error_tuple(failed));
+  if (auto failed = without_gil([&] { out = f(); })) return py::make_tuple(py::none(), error_tuple(failed));
   return py::make_tuple(py::str(out), py::none());
 }
 

@@ -243,4 +243,14 @@ pybind11::tuple error_tuple(std::exception_ptr e) {
   }
 }
 
+std::exception_ptr without_gil(const std::function<void()>& f) {
+  pybind11::gil_scoped_release nogil;
+  try {
+    f();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
 }  // namespace tjob::python

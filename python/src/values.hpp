@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 
 #include <exception>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -33,6 +34,9 @@ std::set<job_status> statuses_of(const std::vector<std::string>& names);
 /// What a failed operation hands to Python: (code, message, diagnostics);
 /// the Python layer picks the exception type by code (tjob.errc's names).
 pybind11::tuple error_tuple(std::exception_ptr e);
+
+/// Runs `f` without the GIL (it may not touch Python objects); what it threw.
+std::exception_ptr without_gil(const std::function<void()>& f);
 
 /// The sweep functions (tjob/sweep.hpp): optimize, get_sweep, list_sweeps,
 /// wait_sweep, cancel_sweep, delete_sweep, resume_sweep; each answers
