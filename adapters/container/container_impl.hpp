@@ -255,6 +255,7 @@ struct backend::impl : std::enable_shared_from_this<backend::impl> {
   /// its containers when this returns; one that does not waits in `pending`.
   asio::awaitable<void> enqueue(pending_job job);
   asio::awaitable<std::vector<pending_job>> admission_round();
+  asio::awaitable<bool> settle_pending(std::int64_t t);
   static asio::awaitable<void> run_admitter(std::shared_ptr<impl> self);
   void ensure_admitter();
   asio::awaitable<void> start_admitted(pending_job job);

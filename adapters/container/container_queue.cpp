@@ -346,18 +346,16 @@ asio::awaitable<std::string> backend::impl::dependency_state(const std::string& 
 // deleted leave it, those whose dependencies are met join it (or fail when
 // they never can be), and those of its jobs that fit are admitted (moved from
 // `pending` to the answer; their containers are made after, without the lock).
-asio::awaitable<std::vector<backend::impl::pending_job>> backend::impl::admission_round() {
-  std::vector<pending_job> admitted;
-  if (pending.empty()) co_return admitted;
-  auto daemon_ = co_await daemon();
-  auto& d = *daemon_.value();
-  // The lock: LOCK_NB and a short timer, never blocking the reactor.
-  queue_lock lock;
-  const auto lock_file = ctx.home / "containers" / ".queue.lock";
+namespace {
+
+// Takes the queue's lock (flock, LOCK_NB and a short timer: never blocking
+// the reactor), giving up after 30 s.
+asio::awaitable<void> lock_queue(queue_lock& lock, const fs::path& lock_file,
+                                 const asio::any_io_executor& ex) {
   lock.fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (lock.fd < 0)
     fail(errc::invalid_argument, "cannot open " + lock_file.string() + ": " + std::strerror(errno));
-  asio::steady_timer timer(ctx.ex);
+  asio::steady_timer timer(ex);
   const auto give_up = steady::now() + std::chrono::seconds(30);
   while (::flock(lock.fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR)
@@ -368,8 +366,15 @@ asio::awaitable<std::vector<backend::impl::pending_job>> backend::impl::admissio
     timer.expires_after(std::chrono::milliseconds(2));
     co_await timer.async_wait(asio::use_awaitable);
   }
-  const auto t = wall_ms();
-  bool changed = false;  // a job's state: its watchers (and list watchers) look again
+}
+
+}  // namespace
+
+// Each job of this process that waits: gone, cancelled, never to start (a
+// dependency that cannot be met), or, its dependencies met, in the queue.
+// True when one of them changed.
+asio::awaitable<bool> backend::impl::settle_pending(std::int64_t t) {
+  bool changed = false;
   for (auto it = pending.begin(); it != pending.end();) {
     const std::string name = it->first;  // (a copy: the entry may be erased)
     auto q = read_queue(name);
@@ -428,6 +433,20 @@ asio::awaitable<std::vector<backend::impl::pending_job>> backend::impl::admissio
     }
     ++it;
   }
+  co_return changed;
+}
+
+asio::awaitable<std::vector<backend::impl::pending_job>> backend::impl::admission_round() {
+  std::vector<pending_job> admitted;
+  if (pending.empty()) co_return admitted;
+  auto daemon_ = co_await daemon();
+  auto& d = *daemon_.value();
+  // The lock: LOCK_NB and a short timer, never blocking the reactor.
+  queue_lock lock;
+  const auto lock_file = ctx.home / "containers" / ".queue.lock";
+  co_await lock_queue(lock, lock_file, ctx.ex);
+  const auto t = wall_ms();
+  bool changed = co_await settle_pending(t);  // a job's state: its watchers (and list watchers) look again
   auto files = read_queues();
   auto used = co_await held(d, files);
   std::vector<detail::queue_row> rows;

@@ -354,4 +354,73 @@ void engine_state::send_warning(job_rec& j) {
   });
 }
 
+// Waits (Created, without polling) until the job's GPUs are free, leases
+// them and says so: lease_granted.
+asio::awaitable<void> engine_state::lease_gpus(std::shared_ptr<job_rec> j) {
+  std::size_t nodes = j->steps.size();
+  std::size_t need = static_cast<std::size_t>(j->gpus_per_node) * nodes;
+  detail::wake_signal w(ex);
+  detail::wake_registration own(device_waiters, &w), mine(j->watchers, &w);
+  int wd = -1;
+  struct unwatch {
+    detail::fs_watch& watch;
+    int& wd;
+    detail::wake_signal* w;
+    ~unwatch() { watch.remove(wd, w); }
+  } unwatch_home{watch, wd, &w};
+  bool said = false;
+  std::optional<std::vector<std::string>> got;
+  for (;;) {
+    check_running();
+    got = transact([&](detail::store& db) { return db.lease_devices(j->row.name, gpu_devices, need); });
+    if (got) break;
+    if (!said) {
+      said = true;
+      // Another process's release changes the store: its inotify wakes us too.
+      wd = watch.add(home, &w, store_wake_file);
+      log_progress(*j, j->steps[0],
+                   "[tjob] waiting for " + std::to_string(need) + " GPU(s); the engine's " +
+                       std::to_string(gpu_devices.size()) + " are in use\n");
+      j->row.reason = detail::queued_reason;
+      queue_write([name = j->row.name, t = now_ms(), need](detail::store& db) {
+        db.append_event(name, "", t, log_event::queued, "waiting for " + std::to_string(need) + " GPU(s)");
+        db.update_job_status(name, job_status::created, std::string(detail::queued_reason));
+      });
+    }
+    co_await w.wait_until(steady::time_point::max());
+    if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
+      co_return;  // abandoned: the job was cancelled
+  }
+  std::string summary;
+  for (std::size_t i = 0; i < nodes; ++i) {
+    std::string ids;
+    for (int k = 0; k < j->gpus_per_node; ++k)
+      ids += (k ? "," : "") + (*got)[i * static_cast<std::size_t>(j->gpus_per_node) + k];
+    j->node_devices.push_back(ids);
+    summary += (i ? "; " : "") + j->steps[i].row.name + ": " + ids;
+  }
+  log_progress(*j, j->steps[0], "[tjob] GPUs (CUDA_VISIBLE_DEVICES) " + summary + "\n");
+  const bool was_queued = j->row.reason == detail::queued_reason;
+  if (was_queued) j->row.reason.clear();
+  queue_write([name = j->row.name, t = now_ms(), summary, was_queued](detail::store& db) {
+    db.append_event(name, "", t, log_event::devices_leased, "CUDA_VISIBLE_DEVICES " + summary);
+    if (was_queued) db.update_job_status(name, job_status::created, "");
+  });
+  j->post(job_input::lease_granted());
+}
+
+void engine_state::release_gpus(job_rec& j) {
+  try {
+    transact([&](detail::store& db) { db.release_devices(j.row.name); });
+  } catch (const std::exception& e) {
+    log->error("job {}: cannot release its GPUs: {}", j.row.name, e.what());
+  }
+  device_waiters.notify_all();
+}
+
+// Starts phase `index` of step `step` (code_phase: the node's code); its
+// process writes its output straight into the step's log, so the log is
+// complete whatever happens to the engine, and the engine holds no pipe. The
+// answer is `spawned` or `spawn_failed`. Not a coroutine: nothing it builds
+// (the environment, argv) stays in the job's frame while the process runs.
 }  // namespace tjob::local
