@@ -149,6 +149,7 @@ struct commands {
   std::vector<std::string> runtime_names;  // runtimes NAME...
   // --grace of delete and cancel: when given, the cancel's; else the job's own
   CLI::Option *del_grace = nullptr, *cancel_grace = nullptr;
+  bool cancel_checkpoint = false;  // cancel --checkpoint
   bool follow = false, no_progress = false, prune_all = false, delete_all = false, all_steps = false,
        watch = false, timestamps = false, repair = false;
   std::string since;
@@ -267,6 +268,10 @@ void add_query_commands(CLI::App& app, commands& c) {
   c.cancel_grace = c.cancel->add_option(
       "--grace", c.common.grace_seconds,
       "Seconds between SIGTERM and SIGKILL (default: the job's own, as it was submitted)");
+  c.cancel->add_flag(
+      "--checkpoint", c.cancel_checkpoint,
+      "Warn the job first: its --signal now, then up to that warning's lead time for it to save "
+      "and end, then SIGTERM (local and slurm backends)");
   c.queue = app.add_subcommand("queue",
                                "List the jobs waiting for admission, next first: POSITION NAME PRIORITY "
                                "WAITING NEEDS WAITS-FOR (docs/scheduling.md)");
@@ -442,7 +447,9 @@ int run_query(commands& c) {
   } else if (*c.cancel) {
     for (const auto& n : c.job_names)
       cli::each_job(client, n, [&](const std::string& m) {
-        client.cancel_job(m, c.cancel_grace->count() > 0 ? given_grace(c) : cancel_options{});
+        auto how = c.cancel_grace->count() > 0 ? given_grace(c) : cancel_options{};
+        how.checkpoint = c.cancel_checkpoint;
+        client.cancel_job(m, how);
         write_out(fmt::format("{} {}\n", m, to_string(client.get_job(m).status)));
       });
   } else if (*c.events) {

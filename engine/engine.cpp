@@ -266,6 +266,20 @@ void check_warning(const train_request& req, const backend_capabilities& caps) {
                                      " s, no later than the warning; warn less long before it");
 }
 
+// A cancel that warns the job first (cancel_options::checkpoint) needs a
+// backend that signals jobs (a server checks its own), and leaves it time.
+void check_checkpoint_cancel(const std::string& name, const cancel_options& o,
+                             const backend_capabilities& caps) {
+  const auto what = "TrainJob " + quote(name) + ": cancel with checkpoint: ";
+  if (o.force)
+    fail(errc::invalid_argument,
+         what + "force stops the job at once and leaves it no time to save; give one or the other");
+  if (!caps.stop_warning && !caps.forwards)
+    fail(errc::invalid_argument, what + "the " + caps.id + " backend cannot send a job its warning signal; " +
+                                     backends_with(&backend_capabilities::stop_warning) +
+                                     " can; cancel it without checkpoint");
+}
+
 // The local backend's interpreter and its system packages, when the request
 // leaves them: $TJOB_PYTHON and $TJOB_SYSTEM_SITE_PACKAGES=1, for every
 // front end alike (an unchanged Kubeflow program can then run offline
@@ -416,6 +430,7 @@ asio::awaitable<void> engine::cancel_job(std::string name) {
 
 asio::awaitable<void> engine::cancel_job(std::string name, cancel_options options) {
   impl_->check_running();
+  if (options.checkpoint) check_checkpoint_cancel(name, options, impl_->backend->capabilities());
   co_await impl_->backend->cancel_job(std::move(name), options);
 }
 

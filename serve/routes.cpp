@@ -195,9 +195,10 @@ asio::awaitable<answer> api::remove(call& c) {
 }
 
 asio::awaitable<answer> api::cancel(call& c) {
-  only(c.query, {"force", "grace_ms"});
+  only(c.query, {"force", "grace_ms", "checkpoint"});
   cancel_options opts;
   opts.force = flag_param(c.query, "force");
+  opts.checkpoint = flag_param(c.query, "checkpoint");
   if (auto g = int_param(c.query, "grace_ms", 0, std::int64_t(1) << 40))
     opts.grace = std::chrono::milliseconds(*g);
   co_await engine_.cancel_job(c.name, opts);

@@ -326,7 +326,10 @@ void engine_state::arm_deadline(const std::shared_ptr<job_rec>& j) {
   wr.timer = std::make_unique<asio::steady_timer>(ex, j->deadline - wr.warning.before);
   wr.timer->async_wait([self = weak_from_this(), w = std::weak_ptr<job_rec>(j)](error_code ec) {
     auto e = self.lock();
-    if (auto jr = w.lock(); e && jr && !ec && !e->stopping) e->send_warning(*jr);
+    if (auto jr = w.lock(); e && jr && !ec && !e->stopping)
+      e->send_warning(*jr, std::to_string(jr->warning->warning.before.count()) +
+                               " s before its active deadline of " + std::to_string(jr->deadline.count()) +
+                               " s");
   });
 }
 
@@ -335,7 +338,7 @@ void engine_state::arm_deadline(const std::shared_ptr<job_rec>& j) {
 // workers), and the log says when. A Python job's processes all handle it
 // (python::line_hook_module); a command must, or the signal's default action
 // applies, as with Slurm's --signal.
-void engine_state::send_warning(job_rec& j) {
+int engine_state::send_warning(job_rec& j, const std::string& when) {
   const auto& w = j.warning->warning;
   int sent = 0;
   for (auto& s : j.steps) {
@@ -343,15 +346,14 @@ void engine_state::send_warning(job_rec& j) {
     if (!s.tree_cgroup.empty()) process::signal_all(s.tree_cgroup, w.signal);
     ++sent;
   }
-  if (sent == 0) return;  // none runs: it is ending anyway
-  auto what = "SIG" + signal_name(w.signal) + " sent to the job's processes, " +
-              std::to_string(w.before.count()) + " s before its active deadline of " +
-              std::to_string(j.deadline.count()) + " s";
+  if (sent == 0) return 0;  // none runs: it is ending anyway, or has no code running yet
+  auto what = "SIG" + signal_name(w.signal) + " sent to the job's processes, " + when;
   if (!j.venv.empty())
     log_progress(j, j.steps[0], "[tjob] " + what + "\n");  // (a command's log stays its own)
   queue_write([name = j.row.name, t = now_ms(), what = std::move(what)](detail::store& db) {
     db.append_event(name, "", t, log_event::warned, what);
   });
+  return sent;
 }
 
 // Waits (Created, without polling) until the job's GPUs are free, leases

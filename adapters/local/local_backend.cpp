@@ -380,10 +380,11 @@ asio::awaitable<void> backend::cancel_job(std::string name, cancel_options optio
   e.check_running();
   e.check_writable("cancel a job");
   if (auto j = e.owned(name)) {
+    if (options.checkpoint) co_await e.warn_owned(j, options.grace);
     co_await e.cancel_owned(j, options.force, options.grace);
     co_return;
   }
-  co_await e.cancel_foreign(name, options.force, options.grace);
+  co_await e.cancel_foreign(name, options.force, options.grace, options.checkpoint);
 }
 
 asio::awaitable<void> backend::delete_job(std::string name) {

@@ -383,7 +383,9 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// Arms the active deadline of a job that has started running.
   void arm_deadline(const std::shared_ptr<job_rec>& j);
   /// Sends the job's warning signal to every process of its steps that run.
-  void send_warning(job_rec& j);
+  /// The job's warning signal to the processes of its code that run; how
+  /// many steps got it. `when` ends the Warned event's text.
+  int send_warning(job_rec& j, const std::string& when);
   /// A failed attempt is tried again (job_action::restart): its steps are
   /// Restarting, their logs mark where the next attempt begins, and the
   /// backoff timer posts backoff_elapsed.
@@ -468,7 +470,16 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   boost::asio::awaitable<void> cancel_owned(std::shared_ptr<job_rec> j, bool force,
                                             std::optional<std::chrono::milliseconds> grace);
   boost::asio::awaitable<void> cancel_foreign(const std::string& name, bool force,
-                                              std::optional<std::chrono::milliseconds> grace);
+                                              std::optional<std::chrono::milliseconds> grace,
+                                              bool checkpoint = false);
+  /// A cancel with checkpoint (local_checkpoint.cpp): the CancelRequested
+  /// event, the job's warning signal, then up to its lead time for the job
+  /// to end; the cancel itself follows.
+  boost::asio::awaitable<void> warn_owned(std::shared_ptr<job_rec> j,
+                                          std::optional<std::chrono::milliseconds> grace);
+  boost::asio::awaitable<void> warn_foreign(const detail::job_row& row, std::chrono::milliseconds grace);
+  /// The warning a job was made with (its spec's "warning").
+  std::optional<stop_warning> warning_of(const detail::job_row& row) const;
   /// The grace period a job was made with (its spec's "grace_ms"), else this engine's.
   std::chrono::milliseconds grace_of(const detail::job_row& row) const;
   void fail_unfinished(job_rec& j, const std::string& why);

@@ -301,12 +301,17 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
 namespace {
 
 // The request's JSON with the job's grace period (what a cancel from another
-// process uses when it is given none: grace_of).
-std::string with_grace(std::string spec, std::chrono::milliseconds grace) {
+// process uses when it is given none: grace_of) and its warning (what a
+// cancel with checkpoint from another process sends: warning_of).
+std::string with_grace(std::string spec, std::chrono::milliseconds grace,
+                       const std::optional<stop_warning>& w) {
   if (spec.size() < 2 || spec.back() != '}') return spec;
   spec.pop_back();
-  spec += (spec.size() > 1 ? ",\"grace_ms\":" : "\"grace_ms\":") + std::to_string(grace.count()) + "}";
-  return spec;
+  spec += (spec.size() > 1 ? ",\"grace_ms\":" : "\"grace_ms\":") + std::to_string(grace.count());
+  if (w)
+    spec += fmt::format(",\"warning\":{{\"signal\":\"{}\",\"before\":{}}}", signal_name(w->signal),
+                        w->before.count());
+  return spec + "}";
 }
 
 }  // namespace
@@ -318,7 +323,7 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
   auto& req = c.request;
   std::string name = req.name;
   for (;;) {
-    std::string spec = with_grace(j->spec, cfg.grace_period);
+    std::string spec = with_grace(j->spec, cfg.grace_period, req.warning);
     j->row = {};
     j->row.name = name;
     j->row.runtime = req.runtime;  // empty for a command job given no runtime

@@ -52,11 +52,17 @@ std::chrono::milliseconds engine_state::grace_of(const detail::job_row& row) con
 }
 
 asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool force,
-                                                   std::optional<std::chrono::milliseconds> grace_given) {
+                                                   std::optional<std::chrono::milliseconds> grace_given,
+                                                   bool checkpoint) {
   auto row = load_fresh(name);
   if (!row) throw_not_found(name);
   if (is_terminal(row->status)) co_return;
   const auto grace = grace_given ? *grace_given : grace_of(*row);
+  if (checkpoint) {
+    co_await warn_foreign(*row, grace);
+    row = load_fresh(name);
+    if (!row || is_terminal(row->status)) co_return;
+  }
   transact([&](detail::store& db) {
     db.append_event(name, "", now_ms(), log_event::cancel_requested,
                     "cancel requested by process " + std::to_string(self_pid) +

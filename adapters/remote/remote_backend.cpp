@@ -189,6 +189,7 @@ asio::awaitable<std::unique_ptr<detail::change_watch>> backend::watch_all() {
 asio::awaitable<void> backend::cancel_job(std::string name, cancel_options options) {
   std::string query;
   if (options.force) query += "force=1";
+  if (options.checkpoint) query += (query.empty() ? "" : "&") + std::string("checkpoint=1");
   if (options.grace)
     query += (query.empty() ? "" : "&") + ("grace_ms=" + std::to_string(options.grace->count()));
   auto target = "/v1/jobs/" + name + "/cancel" + (query.empty() ? "" : "?" + query);

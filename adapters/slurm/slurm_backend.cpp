@@ -6,6 +6,8 @@
 #include "core/secrets.hpp"
 #include "core/trainer_checks.hpp"
 
+#include <tjob/spec.hpp>
+
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
@@ -359,7 +361,31 @@ bool ended_or_gone(const std::optional<train_job>& j) { return !j || is_terminal
 
 // --- cancel, delete -----------------------------------------------------------------
 
-asio::awaitable<void> backend::impl::cancel(const std::string& name, bool force) {
+// A cancel with checkpoint: the job's warning signal to every process of its
+// steps (not the batch script, as sbatch --signal without B:), then up to the
+// warning's lead time for it to save and end by itself (the cancel mark is
+// written: its end is a cancel's, and the batch script restarts nothing).
+// True when it ended.
+asio::awaitable<bool> backend::impl::warn_before_cancel(const std::string& name, const job_files& f) {
+  if (!f.record.warning)
+    fail(errc::invalid_argument,
+         who(name) +
+             ": cancel with checkpoint: the job was submitted without a warning signal (--signal, "
+             "train_request::warning), so it has no signal to save on; cancel it without checkpoint");
+  const auto& w = *f.record.warning;
+  std::vector<std::string> argv{"scancel", "--signal=" + signal_name(w.signal), f.slurm_id};
+  auto sent = co_await command(std::move(argv));
+  if (!sent)
+    detail::raise(
+        detail::prefixed(sent.error(), who(name) + ": cannot signal Slurm job " + f.slurm_id + ": "));
+  ctx.log->info("{}: SIG{} sent by a cancel with checkpoint; scancel follows in {} s unless it ends first",
+                who(name), signal_name(w.signal), w.before.count());
+  const auto until = steady::now() + std::chrono::duration_cast<steady::duration>(w.before);
+  const bool ended = co_await wait_until(name, until, ended_or_gone);
+  co_return ended;
+}
+
+asio::awaitable<void> backend::impl::cancel(const std::string& name, bool force, bool checkpoint) {
   check_running();
   auto job = co_await get(name);
   if (is_terminal(job.status)) co_return;
@@ -369,6 +395,10 @@ asio::awaitable<void> backend::impl::cancel(const std::string& name, bool force)
     fail(errc::backend_error, who(name) + ": cannot write " + (dir_of(name) / "cancel").string() + ": " +
                                   std::strerror(errno));
   if (f->slurm_id.empty()) co_return;  // not submitted: the marker ends it as it is submitted
+  if (checkpoint && job.status == job_status::running) {
+    const bool ended = co_await warn_before_cancel(name, *f);
+    if (ended) co_return;
+  }
   std::vector<std::string> argv{"scancel"};
   // A running job's processes get SIGTERM, the batch script's too (--full);
   // a pending one is taken out of the queue.
@@ -392,7 +422,7 @@ asio::awaitable<void> backend::impl::cancel(const std::string& name, bool force)
 asio::awaitable<void> backend::impl::remove(const std::string& name) {
   check_running();
   auto job = co_await get(name);
-  if (!is_terminal(job.status)) co_await cancel(name, true);
+  if (!is_terminal(job.status)) co_await cancel(name, true, false);
   std::error_code ec;
   fs::remove_all(dir_of(name), ec);
   if (ec) fail(errc::backend_error, who(name) + ": cannot remove " + dir_of(name).string() + ": " + ec.message());
@@ -475,7 +505,7 @@ asio::awaitable<std::unique_ptr<detail::change_watch>> backend::watch_all() {
   co_return std::make_unique<slurm_changes>(impl_);
 }
 asio::awaitable<void> backend::cancel_job(std::string name, cancel_options options) {
-  co_await impl_->cancel(name, options.force);
+  co_await impl_->cancel(name, options.force, options.checkpoint);
 }
 asio::awaitable<void> backend::delete_job(std::string name) { co_await impl_->remove(name); }
 asio::awaitable<std::vector<event>> backend::get_job_events(std::string name) {

@@ -145,7 +145,8 @@ struct backend::impl : std::enable_shared_from_this<impl> {
   std::map<std::string, int> array_members;  ///< members submitted so far, by array
   void make_job_dir(const std::string& me, const std::filesystem::path& dir,
                     const std::vector<std::pair<std::string, std::string>>& files);
-  boost::asio::awaitable<void> cancel(const std::string& name, bool force);
+  boost::asio::awaitable<void> cancel(const std::string& name, bool force, bool checkpoint);
+  boost::asio::awaitable<bool> warn_before_cancel(const std::string& name, const job_files& f);
   boost::asio::awaitable<void> remove(const std::string& name);
   boost::asio::awaitable<log_stream> logs(const std::string& name, const log_options& o);
 };

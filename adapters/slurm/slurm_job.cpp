@@ -5,6 +5,8 @@
 #include "core/retry.hpp"
 #include "core/spec_json.hpp"
 
+#include <tjob/spec.hpp>
+
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -74,6 +76,13 @@ struct verdict {
   std::optional<clock::time_point> end;
 };
 
+// A node that ends after a cancel was asked for ends as the cancel's,
+// whatever its exit (it may have saved and returned at a cancel with
+// checkpoint), as on the local backend.
+bool ended_by_cancel(const job_files& f, const node_files& n) {
+  return f.cancel_requested && n.exited && *n.exited >= *f.cancel_requested;
+}
+
 verdict judge(const job_files& f, const std::optional<queue_row>& row, bool queue_known) {
   verdict v;
   if (!f.never.empty()) return {job_status::failed, "DependencyNeverSatisfied", f.never_at};
@@ -112,7 +121,9 @@ verdict judge(const job_files& f, const std::optional<queue_row>& row, bool queu
     return n.exit_code && *n.exit_code == 0;
   });
   bool said_ok = row ? row->state == "COMPLETED" : f.end_code == 0;
-  if (all_ok && said_ok) {
+  if (all_ok && said_ok && !std::any_of(f.nodes.begin(), f.nodes.end(), [&](const node_files& n) {
+        return ended_by_cancel(f, n);
+      })) {
     v.status = job_status::complete;
     return v;
   }
@@ -153,14 +164,18 @@ clock::time_point from_ns(std::int64_t ns) {
 }
 
 json::object to_json(const job_record& r) {
-  return {{"name", r.name},
-          {"runtime", r.runtime},
-          {"num_nodes", r.num_nodes},
-          {"created_ns", ns_of(r.created)},
-          {"labels", to_object(r.labels)},
-          {"annotations", to_object(r.annotations)},
-          {"array", r.array},
-          {"retry", detail::to_json(r.retry)}};
+  json::object o{{"name", r.name},
+                 {"runtime", r.runtime},
+                 {"num_nodes", r.num_nodes},
+                 {"created_ns", ns_of(r.created)},
+                 {"labels", to_object(r.labels)},
+                 {"annotations", to_object(r.annotations)},
+                 {"array", r.array},
+                 {"retry", detail::to_json(r.retry)}};
+  if (r.warning)
+    o["warning"] =
+        json::object{{"signal", signal_name(r.warning->signal)}, {"before", r.warning->before.count()}};
+  return o;
 }
 
 std::optional<job_record> record_from_json(std::string_view text) {
@@ -185,6 +200,10 @@ std::optional<job_record> record_from_json(std::string_view text) {
       return std::nullopt;
     }
   }
+  if (auto* w = detail::obj_of(o, "warning"))
+    if (auto* b = w->if_contains("before"); b && b->is_int64())
+      if (auto sig = signal_number(detail::str_of(*w, "signal")))
+        r.warning = stop_warning{*sig, std::chrono::seconds(b->as_int64())};
   return r;
 }
 
@@ -299,7 +318,7 @@ train_job fold(const job_files& f, const std::optional<queue_row>& row, bool que
     if (n.exited && (!last_exit || *n.exited > *last_exit)) last_exit = n.exited;
     if (n.exit_code) {
       s.exit_code = n.exit_code;
-      s.status = *n.exit_code == 0 ? job_status::complete : job_status::failed;
+      s.status = *n.exit_code == 0 && !ended_by_cancel(f, n) ? job_status::complete : job_status::failed;
       if (*n.exit_code != 0) s.reason = exit_reason(*n.exit_code);
       if (s.status == job_status::failed && f.cancel_requested) s.reason = "cancelled";
     } else if (is_terminal(v.status)) {

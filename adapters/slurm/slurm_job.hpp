@@ -30,6 +30,7 @@ struct job_record {
   std::map<std::string, std::string> labels, annotations;
   std::string array;
   retry_policy retry;  ///< a restart runs every node again
+  std::optional<stop_warning> warning;  ///< sbatch --signal; also what a cancel with checkpoint sends
 };
 
 boost::json::object to_json(const job_record& r);

@@ -153,6 +153,7 @@ job_record record_of(const train_request& r, const std::string& runtime) {
   rec.annotations = r.annotations;
   rec.array = r.array;
   rec.retry = r.retry;
+  rec.warning = r.warning;
   return rec;
 }
 

@@ -316,6 +316,14 @@ struct cancel_options {
   /// own, the grace period of the engine that made it (`tjob train --grace`),
   /// whichever process cancels it.
   std::optional<std::chrono::milliseconds> grace;
+  /// (tjob's; `tjob cancel --checkpoint`) Warn the job first, as before its
+  /// deadline: its warning signal (`train_request::warning`, which it must
+  /// have been submitted with) goes to its processes now, then the cancel
+  /// waits up to the warning's lead time for the job to save and end by
+  /// itself, and only then stops it as usual (SIGTERM, the grace, SIGKILL).
+  /// It ends Failed, reason cancelled, either way. Backends with the
+  /// `stop_warning` capability (local, slurm); not with `force`.
+  bool checkpoint = false;
 };
 
 /// Options of `get_job_logs`.

@@ -349,10 +349,11 @@ class client {
                                          });
   }
 
-  std::shared_ptr<call> cancel_job(std::string name, bool force, py::object done) {
+  std::shared_ptr<call> cancel_job(std::string name, bool force, bool checkpoint, py::object done) {
     return core_->start<bool>(
-        [name, force](tjob::engine& e) -> asio::awaitable<bool> {
-          tjob::cancel_options how{.force = force};  // (named: docs/architecture.md, g++ 12)
+        [name, force, checkpoint](tjob::engine& e) -> asio::awaitable<bool> {
+          tjob::cancel_options how{.force = force,
+                                   .checkpoint = checkpoint};  // (named: docs/architecture.md, g++ 12)
           co_await e.cancel_job(name, how);
           co_return true;
         },

@@ -112,6 +112,40 @@ def test_a_warning_before_the_deadline_lets_a_torch_job_save_and_end_complete(ho
         assert [j.name for j in client.list_jobs()] == [name]
 
 
+def save_when_stopped():
+    import time
+
+    import tjob
+    print("up", flush=True)
+    for step in range(1200):
+        if tjob.stop_requested():
+            print("asked to stop: saved at step", step, flush=True)
+            return
+        time.sleep(0.05)
+    raise SystemExit(3)  # never warned
+
+
+def test_cancel_with_checkpoint_warns_the_job_which_saves_and_ends_cancelled(home, system_torch):
+    # tjob's own (Kubeflow has no such cancel): the job's StopWarning now, then up to its 300 s for the
+    # job to end by itself; it does at once, and the end is the cancel's.
+    with TrainerClient() as client:
+        name = client.train(trainer=CustomTrainer(func=save_when_stopped),
+                            options=[tjob.ActiveDeadlineSeconds(600), tjob.StopWarning("USR1", 300)])
+        for line in client.get_job_logs(name, follow=True):
+            if line.startswith("up"):
+                break
+        client.cancel_job(name, checkpoint=True)
+        job = client.get_job(name)
+        assert (job.status, job.steps[0].status) == ("Failed", "Failed")
+        assert "asked to stop: saved at step" in "".join(client.get_job_logs(name))
+        assert any("by a cancel with checkpoint" in e.message for e in client.get_job_events(name))
+        plain = client.train(trainer=CommandTrainer([HELPER, "sleep", "60000"]))
+        client.wait_for_job_status(plain, status={"Running"})
+        with pytest.raises(ValueError, match="submitted without a warning signal"):
+            client.cancel_job(plain, checkpoint=True)
+        client.cancel_job(plain)
+
+
 def test_a_failing_job_raises_with_its_step_exit_code_and_last_lines(home):
     with TrainerClient() as client:
         name = client.train(trainer=CommandTrainer([HELPER, "print", "the loss is nan\n", "exit", "3"]))

@@ -398,18 +398,20 @@ class TrainerClient(_Base):
         except (ValueError, RuntimeError):
             return None
 
-    def cancel_job(self, name: str, force: bool = False) -> None:
+    def cancel_job(self, name: str, force: bool = False, checkpoint: bool = False) -> None:
         """Stops the job (SIGTERM, SIGKILL after the grace period; `force`: SIGKILL now). tjob's own. A job
-        array's name (the Array option) stops every member that has not ended."""
+        array's name (the Array option) stops every member that has not ended. `checkpoint`: warn the job
+        first, with the StopWarning it was submitted with, and give it that warning's lead time to save and
+        end by itself (local and slurm backends)."""
         try:
-            _run(self._engine.cancel_job, name, force)
+            _run(self._engine.cancel_job, name, force, checkpoint)
         except ValueError:
             members = _array_members(self.list_jobs(), name)
             if not members:
                 raise
             for j in members:
                 if j.status not in ("Complete", "Failed"):
-                    _run(self._engine.cancel_job, j.name, force)
+                    _run(self._engine.cancel_job, j.name, force, checkpoint)
 
     def delete_job(self, name: str) -> None:
         """Deletes the job; a job array's name deletes every member."""
@@ -602,16 +604,16 @@ class AsyncTrainerClient(_Base):
             raise JobFailedError(str(e), job) from None
         return self._job(d, await self._runtime_map([d["runtime"]]))
 
-    async def cancel_job(self, name: str, force: bool = False) -> None:
+    async def cancel_job(self, name: str, force: bool = False, checkpoint: bool = False) -> None:
         try:
-            await self._call(self._engine.cancel_job, name, force)
+            await self._call(self._engine.cancel_job, name, force, checkpoint)
         except ValueError:
             members = _array_members(await self.list_jobs(), name)
             if not members:
                 raise
             for j in members:
                 if j.status not in ("Complete", "Failed"):
-                    await self._call(self._engine.cancel_job, j.name, force)
+                    await self._call(self._engine.cancel_job, j.name, force, checkpoint)
 
     async def delete_job(self, name: str) -> None:
         try:

@@ -1154,6 +1154,60 @@ TEST_CASE_FIXTURE(fixture,
 }
 
 TEST_CASE_FIXTURE(fixture,
+                  "tjob cancel --checkpoint warns the job first, and stops it after the warning's time if it "
+                  "goes on") {
+  const auto usr1 = std::to_string(SIGUSR1);
+  // One that saves at the warning and ends by itself: a cancel's end all the same.
+  REQUIRE(tjob({"train", "--name", "saver", "--deadline", "600", "--signal", "USR1@300", "--", helper_bin(),
+                "block-signal", usr1, "print", "up\n", "await-signal", usr1, "60000", "print", "saved\n"})
+              .exit_code == 0);
+  tjob::test::background saver_log({tjob_bin(), "logs", "-f", "saver"}, env());
+  REQUIRE(saver_log.wait_for_stdout("up\n"));
+  auto c = tjob({"cancel", "--checkpoint", "saver"});
+  CAPTURE(c.err);
+  CHECK(c.exit_code == 0);
+  CHECK(c.out == "saver Failed\n");
+  CHECK(saver_log.wait(30s) == 0);
+  CHECK(saver_log.out().starts_with("up\nsignal " + usr1 + " after "));
+  CHECK(saver_log.out().ends_with(" ms\nsaved\n"));
+  auto got = boost::json::parse(tjob({"get", "saver", "-o", "json"}).out).as_object();
+  CHECK(got.at("reason").as_string() == "cancelled");
+  CHECK(got.at("steps").as_array()[0].at("exit_code").as_int64() == 0);  // it ended by itself
+  auto events = tjob({"events", "saver"}).out;
+  CHECK(events.find("cancel with checkpoint requested by process") != std::string::npos);
+  CHECK(events.find("SIGUSR1 sent to the job's processes") != std::string::npos);
+  CHECK(events.find("by a cancel with checkpoint") != std::string::npos);
+
+  // One that does not end at the warning (its signal stays blocked): SIGTERM
+  // after the warning's second, as a plain cancel.
+  REQUIRE(tjob({"train", "--name", "stayer", "--deadline", "600", "--signal", "USR1@1", "--", helper_bin(),
+                "block-signal", usr1, "print", "up\n", "sleep", "60000"})
+              .exit_code == 0);
+  tjob::test::background stayer_log({tjob_bin(), "logs", "-f", "stayer"}, env());
+  REQUIRE(stayer_log.wait_for_stdout("up\n"));
+  c = tjob({"cancel", "--checkpoint", "stayer"});
+  CAPTURE(c.err);
+  CHECK(c.out == "stayer Failed\n");
+  auto stayer = boost::json::parse(tjob({"get", "stayer", "-o", "json"}).out).as_object();
+  CHECK(stayer.at("reason").as_string() == "cancelled");
+  CHECK(stayer.at("steps").as_array()[0].at("exit_code").as_int64() == 128 + SIGTERM);  // SIGTERM ended it
+  auto stayer_events = tjob({"events", "stayer"}).out;
+  CHECK(stayer_events.find("by a cancel with checkpoint") != std::string::npos);
+  CHECK(stayer_events.find("SIGTERM to the process group") != std::string::npos);
+
+  // A job with no warning signal has nothing to save on: refused, and left running.
+  REQUIRE(tjob({"train", "--name", "plain", "--", helper_bin(), "sleep", "60000"}).exit_code == 0);
+  CHECK(tjob({"wait", "plain", "--status", "Running", "--timeout", "30"}).exit_code == 0);
+  auto refused = tjob({"cancel", "--checkpoint", "plain"});
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err.find("TrainJob 'plain': cancel with checkpoint: the job was submitted without a warning "
+                         "signal (--signal, train_request::warning)") != std::string::npos);
+  CHECK(tjob({"get", "plain", "-o", "name"}).exit_code == 0);
+  CHECK(boost::json::parse(tjob({"get", "plain", "-o", "json"}).out).at("status").as_string() == "Running");
+  CHECK(tjob({"cancel", "plain", "--grace", "5"}).out == "plain Failed\n");
+}
+
+TEST_CASE_FIXTURE(fixture,
                   "tjob run --retries restarts a failing job, and logs --attempt reads one attempt") {
   auto counter = (dir.path() / "attempts").string();
   auto r = tjob({"run", "--name", "flaky", "--retries", "3", "--retry-on", "75", "--retry-backoff",

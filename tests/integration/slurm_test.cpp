@@ -154,6 +154,46 @@ TEST_CASE("slurm: cancel ends the job's whole process tree, and scancel from out
   CHECK(std::any_of(events.begin(), events.end(), [](const event& e) { return e.reason == "Cancelled"; }));
 }
 
+TEST_CASE("slurm: a cancel with checkpoint warns the job first, which saves and ends, a cancel's end") {
+  // Issue 37: `tjob cancel --checkpoint` is scancel --signal with the job's own warning signal.
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  auto r = shell_job(
+      "trap 'echo \"saving on $TJOB_STOP_SIGNAL\"; exit 0' USR1; echo ready; while :; do sleep 1 & wait $!; "
+      "done",
+      "slurm-saver");
+  r.active_deadline = 600s;
+  r.warning = stop_warning{10, 120s};
+  auto name = c.train(r);
+  c.wait_for_job_status(name, {job_status::running}, 120s);
+  const auto log = fs::path(fx.home()) / "slurm" / name / "node-0.log";
+  REQUIRE(tjob::test::wait_for_file_change(
+      log.parent_path(), [&] { return read_file(log).find("ready\n") != std::string::npos; }, 60s));
+  cancel_options checkpoint;
+  checkpoint.checkpoint = true;
+  c.cancel_job(name, checkpoint);
+  auto job = c.get_job(name);
+  CAPTURE(job.reason);
+  CHECK(job.status == job_status::failed);
+  CHECK(job.reason == "cancelled");
+  CHECK(job.steps[0].exit_code == 0);  // it saved and ended by itself, well before the 120 s
+  CHECK(c.get_job_logs(name).read_all().ends_with("saving on USR1\n"));
+
+  auto plain = c.train(shell_job("exec sleep 600", "slurm-plain"));
+  c.wait_for_job_status(plain, {job_status::running}, 120s);
+  try {
+    c.cancel_job(plain, checkpoint);
+    FAIL("a job without a warning signal was cancelled with checkpoint");
+  } catch (const error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(std::string(e.what()).find("submitted without a warning signal") != std::string::npos);
+  }
+  CHECK(c.get_job(plain).status == job_status::running);
+  c.cancel_job(plain);
+}
+
 TEST_CASE("slurm: a tjob started later follows the running job, through a slurmctld restart") {
   if (!tjob::test::slurm_conf()) return;
   // A cluster of its own: the restart must not touch the other cases' jobs.

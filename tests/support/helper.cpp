@@ -24,6 +24,8 @@
 //   await-signal NUM MS    wait for signal NUM at most MS milliseconds: print
 //                          "signal NUM after <ms> ms" and go on when it comes,
 //                          else print "no signal" and exit 4
+//   block-signal NUM       block signal NUM from now on (await-signal takes it;
+//                          without one it stays pending and does nothing)
 //   read-fifo PATH         wait until the test writes to the FIFO at PATH (and closes it)
 //   stderr TEXT            write TEXT to stderr
 //   enter FILE             count this process in: under a lock of FILE, its
@@ -255,6 +257,12 @@ int main(int argc, char** argv) {
       i += 2;
     } else if (cmd == "sleep") {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(1).c_str())));
+      i += 1;
+    } else if (cmd == "block-signal") {
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, std::atoi(arg(1).c_str()));
+      sigprocmask(SIG_BLOCK, &set, nullptr);
       i += 1;
     } else if (cmd == "read-fifo") {
       int fd = ::open(arg(1).c_str(), O_RDONLY | O_CLOEXEC);  // blocks until the test opens it

@@ -347,13 +347,38 @@ TEST_CASE(
   CHECK(fold(f, row("FAILED"), true).reason.starts_with("lost: Slurm requeued the job"));
 }
 
-TEST_CASE("a job's record keeps its retry policy") {
+TEST_CASE(
+    "a job that ends after a cancel is the cancel's, its exit 0 too, and one that ended before is not") {
+  // A cancel with checkpoint: the job saves at the warning and returns.
+  auto f = files_of(2);
+  f.cancel_requested = at(5);
+  exited(f, 0, 0, 7);
+  exited(f, 1, 0, 4);  // (ended before the cancel)
+  auto j = fold(f, row("COMPLETED"), true);
+  CHECK(j.status == job_status::failed);
+  CHECK(j.reason == "cancelled");
+  CHECK(j.steps[0].status == job_status::failed);
+  CHECK(j.steps[0].reason == "cancelled");
+  CHECK(j.steps[0].exit_code == 0);
+  CHECK(j.steps[1].status == job_status::complete);
+  // A cancel that came after the whole job ended changes nothing.
+  f = files_of(1);
+  exited(f, 0, 0, 4);
+  f.cancel_requested = at(5);
+  CHECK(fold(f, row("COMPLETED"), true).status == job_status::complete);
+}
+
+TEST_CASE("a job's record keeps its retry policy and its warning") {
   job_record r;
   r.name = "j";
   r.retry.max_restarts = 2;
   r.retry.retry_on = {75};
+  r.warning = stop_warning{12, std::chrono::seconds(90)};
   auto back = record_from_json(boost::json::serialize(to_json(r)));
   REQUIRE(back);
   CHECK(back->retry == r.retry);
+  REQUIRE(back->warning);
+  CHECK(back->warning->signal == 12);
+  CHECK(back->warning->before == std::chrono::seconds(90));
   CHECK(!record_from_json(R"({"name":"j","retry":{"max_restarts":-1}})"));
 }

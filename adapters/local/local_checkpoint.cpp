@@ -1,0 +1,106 @@
+// A cancel that warns the job first (cancel_options::checkpoint, `tjob cancel
+// --checkpoint`): the job's warning signal now, then up to the warning's lead
+// time for it to save and end by itself, then the usual cancel. The
+// CancelRequested event comes first, so that an end by itself is a cancel's
+// (the owner reads it at every exit: local_tree.cpp).
+#include "adapters/local/local_impl.hpp"
+
+#include "adapters/process/cgroup.hpp"
+#include "adapters/process/proc_info.hpp"
+
+#include <boost/json/parse.hpp>
+
+#include <csignal>
+
+namespace tjob::local {
+
+namespace {
+
+[[noreturn]] void refuse_without_warning(const std::string& name) {
+  fail(errc::invalid_argument,
+       "TrainJob " + quote(name) +
+           ": cancel with checkpoint: the job was submitted without a warning signal (--signal, "
+           "train_request::warning), so it has no signal to save on; cancel it without checkpoint");
+}
+
+std::string cancel_text(const stop_warning& w, std::chrono::milliseconds grace) {
+  return "cancel with checkpoint requested by process " + std::to_string(::getpid()) + ": SIG" +
+         signal_name(w.signal) + " to the job's processes now, SIGTERM in " +
+         std::to_string(w.before.count()) + " s unless it ends first, SIGKILL " +
+         std::to_string(grace.count()) + " ms after";
+}
+
+}  // namespace
+
+std::optional<stop_warning> engine_state::warning_of(const detail::job_row& row) const {
+  boost::system::error_code ec;
+  auto spec = boost::json::parse(row.spec, ec);
+  if (ec || !spec.is_object()) return std::nullopt;
+  const auto* w = spec.as_object().if_contains("warning");
+  if (!w || !w->is_object()) return std::nullopt;
+  const auto* sig = w->as_object().if_contains("signal");
+  const auto* before = w->as_object().if_contains("before");
+  if (!sig || !sig->is_string() || !before || !before->is_int64()) return std::nullopt;
+  auto number = signal_number(std::string_view(sig->as_string()));
+  if (!number) return std::nullopt;
+  return stop_warning{*number, std::chrono::seconds(before->as_int64())};
+}
+
+asio::awaitable<void> engine_state::warn_owned(std::shared_ptr<job_rec> j,
+                                               std::optional<std::chrono::milliseconds> grace) {
+  if (!j->warning) refuse_without_warning(j->row.name);
+  if (is_terminal(j->row.status)) co_return;
+  const auto w = j->warning->warning;
+  const auto text = cancel_text(w, grace.value_or(j->grace));
+  transact([&](detail::store& db) {
+    db.append_event(j->row.name, "", now_ms(), log_event::cancel_requested, text);
+  });
+  const auto when = "by a cancel with checkpoint; SIGTERM follows in " + std::to_string(w.before.count()) +
+                    " s unless the job ends first";
+  if (!send_warning(*j, when)) co_return;  // nothing of its code runs yet: nothing to save
+  const auto deadline = steady::now() + w.before;
+  detail::wake_signal wake(ex);
+  detail::wake_registration reg(j->watchers, &wake);
+  while (!is_terminal(j->row.status) && steady::now() < deadline) {
+    check_running();
+    co_await wake.wait_until(deadline);
+  }
+}
+
+asio::awaitable<void> engine_state::warn_foreign(const detail::job_row& row,
+                                                 std::chrono::milliseconds grace) {
+  const auto w = warning_of(row);
+  if (!w) refuse_without_warning(row.name);
+  transact([&](detail::store& db) {
+    db.append_event(row.name, "", now_ms(), log_event::cancel_requested, cancel_text(*w, grace));
+  });
+  // Every process of the job's steps that run (a step still in its setup
+  // ends of it, and is then cancelled: it has nothing to save).
+  int sent = 0;
+  for (const auto& s : row.steps) {
+    if (s.status != job_status::running) continue;
+    if (process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start) &&
+        ::killpg(static_cast<pid_t>(s.pid), w->signal) == 0)
+      ++sent;
+    if (auto dir = process::tree_cgroup_dir(job_token(row) + "-" + s.name); !dir.empty())
+      process::signal_all(dir, w->signal);
+  }
+  if (sent == 0) co_return;
+  transact([&](detail::store& db) {
+    db.append_event(row.name, "", now_ms(), log_event::warned,
+                    "SIG" + signal_name(w->signal) +
+                        " sent to the job's processes by a cancel with checkpoint " + "(process " +
+                        std::to_string(self_pid) + "); SIGTERM follows in " +
+                        std::to_string(w->before.count()) + " s unless the job ends first");
+  });
+  foreign_watch fw(*this, row, false);
+  const auto deadline = steady::now() + w->before;
+  for (;;) {
+    check_running();
+    auto r = load_fresh(row.name);
+    if (!r || is_terminal(r->status)) co_return;
+    if (!co_await fw.wait_until(deadline)) co_return;
+  }
+}
+
+}  // namespace tjob::local
