@@ -24,4 +24,10 @@ boost::json::object to_json(const retry_policy& p);
 /// tjob::spec_error naming the field ("retry.backoff_ms").
 retry_policy retry_from_json(const boost::json::value& v);
 
+/// {"signal":"USR1","before":300}: a request's "warning".
+boost::json::object to_json(const stop_warning& w);
+/// The inverse of to_json(stop_warning), every field checked: throws
+/// tjob::spec_error naming the field ("warning.signal").
+stop_warning warning_from_json(const boost::json::value& v);
+
 }  // namespace tjob::detail

@@ -72,9 +72,7 @@ json::object to_json(const train_request& r) {
   o["annotations"] = to_object(r.annotations);
   o["priority"] = r.priority;
   o["active_deadline"] = r.active_deadline.count();
-  if (r.warning)
-    o["warning"] =
-        json::object{{"signal", signal_name(r.warning->signal)}, {"before", r.warning->before.count()}};
+  if (r.warning) o["warning"] = detail::to_json(*r.warning);
   o["after_ok"] = to_array(r.after_ok);
   o["after_any"] = to_array(r.after_any);
   o["after_not_ok"] = to_array(r.after_not_ok);
@@ -339,6 +337,25 @@ retry_policy retry_from_json(const json::value& v) {
   return p;
 }
 
+json::object to_json(const stop_warning& w) {
+  return {{"signal", signal_name(w.signal)}, {"before", w.before.count()}};
+}
+
+stop_warning warning_from_json(const json::value& v) {
+  spec_reader wr(v, "warning", "a warning");
+  stop_warning w;
+  if (auto sig = wr.text("signal")) {
+    auto n = signal_number(*sig);
+    if (!n) wr.refuse("signal", "'" + *sig + "' is not a signal a job can handle; give a name such as USR1");
+    w.signal = *n;
+  } else {
+    wr.refuse("signal", "missing; give the signal's name, such as USR1");
+  }
+  if (auto n = wr.number("before", 1, std::int64_t(366) * 86400)) w.before = std::chrono::seconds(*n);
+  wr.finish();
+  return w;
+}
+
 }  // namespace detail
 
 train_request request_from_json(const json::value& v, bool allow_source_file) {
@@ -352,21 +369,7 @@ train_request request_from_json(const json::value& v, bool allow_source_file) {
   if (auto n = r.number("priority", -1'000'000, 1'000'000)) req.priority = static_cast<int>(*n);
   if (auto n = r.number("active_deadline", 0, std::int64_t(366) * 86400))
     req.active_deadline = std::chrono::seconds(*n);
-  if (auto* wv = r.get("warning")) {
-    spec_reader wr(*wv, "warning", "a warning");
-    stop_warning w;
-    if (auto sig = wr.text("signal")) {
-      auto n = signal_number(*sig);
-      if (!n)
-        wr.refuse("signal", "'" + *sig + "' is not a signal a job can handle; give a name such as USR1");
-      w.signal = *n;
-    } else {
-      wr.refuse("signal", "missing; give the signal's name, such as USR1");
-    }
-    if (auto n = wr.number("before", 1, std::int64_t(366) * 86400)) w.before = std::chrono::seconds(*n);
-    wr.finish();
-    req.warning = w;
-  }
+  if (auto* wv = r.get("warning")) req.warning = detail::warning_from_json(*wv);
   if (auto v = r.texts("after_ok")) req.after_ok = std::move(*v);
   if (auto v = r.texts("after_any")) req.after_any = std::move(*v);
   if (auto v = r.texts("after_not_ok")) req.after_not_ok = std::move(*v);

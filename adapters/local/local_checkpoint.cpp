@@ -7,6 +7,7 @@
 
 #include "adapters/process/cgroup.hpp"
 #include "adapters/process/proc_info.hpp"
+#include "core/spec_json.hpp"
 
 #include <boost/json/parse.hpp>
 
@@ -37,13 +38,12 @@ std::optional<stop_warning> engine_state::warning_of(const detail::job_row& row)
   auto spec = boost::json::parse(row.spec, ec);
   if (ec || !spec.is_object()) return std::nullopt;
   const auto* w = spec.as_object().if_contains("warning");
-  if (!w || !w->is_object()) return std::nullopt;
-  const auto* sig = w->as_object().if_contains("signal");
-  const auto* before = w->as_object().if_contains("before");
-  if (!sig || !sig->is_string() || !before || !before->is_int64()) return std::nullopt;
-  auto number = signal_number(std::string_view(sig->as_string()));
-  if (!number) return std::nullopt;
-  return stop_warning{*number, std::chrono::seconds(before->as_int64())};
+  if (!w) return std::nullopt;
+  try {
+    return detail::warning_from_json(*w);
+  } catch (const std::exception&) {
+    return std::nullopt;  // (not a warning tjob wrote)
+  }
 }
 
 asio::awaitable<void> engine_state::warn_owned(std::shared_ptr<job_rec> j,

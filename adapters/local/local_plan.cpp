@@ -308,9 +308,7 @@ std::string with_grace(std::string spec, std::chrono::milliseconds grace,
   if (spec.size() < 2 || spec.back() != '}') return spec;
   spec.pop_back();
   spec += (spec.size() > 1 ? ",\"grace_ms\":" : "\"grace_ms\":") + std::to_string(grace.count());
-  if (w)
-    spec += fmt::format(",\"warning\":{{\"signal\":\"{}\",\"before\":{}}}", signal_name(w->signal),
-                        w->before.count());
+  if (w) spec += ",\"warning\":" + json::serialize(detail::to_json(*w));
   return spec + "}";
 }
 

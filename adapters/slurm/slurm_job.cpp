@@ -5,8 +5,6 @@
 #include "core/retry.hpp"
 #include "core/spec_json.hpp"
 
-#include <tjob/spec.hpp>
-
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -172,9 +170,7 @@ json::object to_json(const job_record& r) {
                  {"annotations", to_object(r.annotations)},
                  {"array", r.array},
                  {"retry", detail::to_json(r.retry)}};
-  if (r.warning)
-    o["warning"] =
-        json::object{{"signal", signal_name(r.warning->signal)}, {"before", r.warning->before.count()}};
+  if (r.warning) o["warning"] = detail::to_json(*r.warning);
   return o;
 }
 
@@ -193,17 +189,12 @@ std::optional<job_record> record_from_json(std::string_view text) {
   r.labels = from_object(detail::obj_of(o, "labels"));
   r.annotations = from_object(detail::obj_of(o, "annotations"));
   r.array = detail::str_of(o, "array");
-  if (auto* rp = o.if_contains("retry")) {
-    try {
-      r.retry = detail::retry_from_json(*rp);
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
+  try {
+    if (auto* rp = o.if_contains("retry")) r.retry = detail::retry_from_json(*rp);
+    if (auto* w = o.if_contains("warning")) r.warning = detail::warning_from_json(*w);
+  } catch (const std::exception&) {
+    return std::nullopt;
   }
-  if (auto* w = detail::obj_of(o, "warning"))
-    if (auto* b = w->if_contains("before"); b && b->is_int64())
-      if (auto sig = signal_number(detail::str_of(*w, "signal")))
-        r.warning = stop_warning{*sig, std::chrono::seconds(b->as_int64())};
   return r;
 }
 
