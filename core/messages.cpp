@@ -71,6 +71,13 @@ void throw_attempt_not_found(const std::string& name, const std::string& step, i
                   (attempts == 1 ? " (it was never restarted)" : "; give 1 to " + std::to_string(attempts)));
 }
 
+void throw_no_warning(const std::string& name) {
+  throw error(errc::invalid_argument,
+              "TrainJob " + quote(name) +
+                  ": cancel with checkpoint: the job was submitted without a warning signal (--signal, "
+                  "train_request::warning), so it has no signal to save on; cancel it without checkpoint");
+}
+
 std::string fix_for_errno(int err, const std::string& dir) {
   switch (err) {
     case ENOSPC:

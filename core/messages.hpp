@@ -30,6 +30,8 @@ failure not_found_failure(const std::string& name, const std::string& where, std
 /// A log's attempt past the step's `attempts` (log_options::attempt).
 [[noreturn]] void throw_attempt_not_found(const std::string& name, const std::string& step, int asked,
                                           int attempts);
+/// A cancel with checkpoint of a job made without a warning signal.
+[[noreturn]] void throw_no_warning(const std::string& name);
 
 /// What to do about a file operation under `dir` (TJOB_HOME, its jobs/)
 /// that failed with `err` (an errno), its cause first: a full disk, too many

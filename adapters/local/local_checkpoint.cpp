@@ -7,6 +7,7 @@
 
 #include "adapters/process/cgroup.hpp"
 #include "adapters/process/proc_info.hpp"
+#include "core/messages.hpp"
 #include "core/spec_json.hpp"
 
 #include <boost/json/parse.hpp>
@@ -16,13 +17,6 @@
 namespace tjob::local {
 
 namespace {
-
-[[noreturn]] void refuse_without_warning(const std::string& name) {
-  fail(errc::invalid_argument,
-       "TrainJob " + quote(name) +
-           ": cancel with checkpoint: the job was submitted without a warning signal (--signal, "
-           "train_request::warning), so it has no signal to save on; cancel it without checkpoint");
-}
 
 std::string cancel_text(const stop_warning& w, std::chrono::milliseconds grace) {
   return "cancel with checkpoint requested by process " + std::to_string(::getpid()) + ": SIG" +
@@ -48,7 +42,7 @@ std::optional<stop_warning> engine_state::warning_of(const detail::job_row& row)
 
 asio::awaitable<void> engine_state::warn_owned(std::shared_ptr<job_rec> j,
                                                std::optional<std::chrono::milliseconds> grace) {
-  if (!j->warning) refuse_without_warning(j->row.name);
+  if (!j->warning) detail::throw_no_warning(j->row.name);
   if (is_terminal(j->row.status)) co_return;
   const auto w = j->warning->warning;
   const auto text = cancel_text(w, grace.value_or(j->grace));
@@ -70,7 +64,7 @@ asio::awaitable<void> engine_state::warn_owned(std::shared_ptr<job_rec> j,
 asio::awaitable<void> engine_state::warn_foreign(const detail::job_row& row,
                                                  std::chrono::milliseconds grace) {
   const auto w = warning_of(row);
-  if (!w) refuse_without_warning(row.name);
+  if (!w) detail::throw_no_warning(row.name);
   transact([&](detail::store& db) {
     db.append_event(row.name, "", now_ms(), log_event::cancel_requested, cancel_text(*w, grace));
   });

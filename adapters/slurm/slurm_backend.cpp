@@ -367,11 +367,7 @@ bool ended_or_gone(const std::optional<train_job>& j) { return !j || is_terminal
 // written: its end is a cancel's, and the batch script restarts nothing).
 // True when it ended.
 asio::awaitable<bool> backend::impl::warn_before_cancel(const std::string& name, const job_files& f) {
-  if (!f.record.warning)
-    fail(errc::invalid_argument,
-         who(name) +
-             ": cancel with checkpoint: the job was submitted without a warning signal (--signal, "
-             "train_request::warning), so it has no signal to save on; cancel it without checkpoint");
+  if (!f.record.warning) detail::throw_no_warning(name);
   const auto& w = *f.record.warning;
   std::vector<std::string> argv{"scancel", "--signal=" + signal_name(w.signal), f.slurm_id};
   auto sent = co_await command(std::move(argv));
