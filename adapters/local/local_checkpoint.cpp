@@ -5,8 +5,6 @@
 // (the owner reads it at every exit: local_tree.cpp).
 #include "adapters/local/local_impl.hpp"
 
-#include "adapters/process/cgroup.hpp"
-#include "adapters/process/proc_info.hpp"
 #include "core/messages.hpp"
 #include "core/spec_json.hpp"
 
@@ -70,16 +68,7 @@ asio::awaitable<void> engine_state::warn_foreign(const detail::job_row& row,
   });
   // Every process of the job's steps that run (a step still in its setup
   // ends of it, and is then cancelled: it has nothing to save).
-  int sent = 0;
-  for (const auto& s : row.steps) {
-    if (s.status != job_status::running) continue;
-    if (process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start) &&
-        ::killpg(static_cast<pid_t>(s.pid), w->signal) == 0)
-      ++sent;
-    if (auto dir = process::tree_cgroup_dir(job_token(row) + "-" + s.name); !dir.empty())
-      process::signal_all(dir, w->signal);
-  }
-  if (sent == 0) co_return;
+  if (signal_running_steps(row, w->signal) == 0) co_return;
   transact([&](detail::store& db) {
     db.append_event(row.name, "", now_ms(), log_event::warned,
                     "SIG" + signal_name(w->signal) +

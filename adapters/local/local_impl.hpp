@@ -478,6 +478,10 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   boost::asio::awaitable<void> warn_owned(std::shared_ptr<job_rec> j,
                                           std::optional<std::chrono::milliseconds> grace);
   boost::asio::awaitable<void> warn_foreign(const detail::job_row& row, std::chrono::milliseconds grace);
+  /// Signals the process group and the tree of each step of another
+  /// process's job that runs (each pid once when `once` is given); how many
+  /// groups got it.
+  int signal_running_steps(const detail::job_row& r, int sig, std::set<std::int64_t>* once = nullptr) const;
   /// The warning a job was made with (its spec's "warning").
   std::optional<stop_warning> warning_of(const detail::job_row& row) const;
   /// The grace period a job was made with (its spec's "grace_ms"), else this engine's.

@@ -51,6 +51,22 @@ std::chrono::milliseconds engine_state::grace_of(const detail::job_row& row) con
   return cfg.grace_period;  // a job made before tjob recorded it
 }
 
+int engine_state::signal_running_steps(const detail::job_row& r, int sig,
+                                       std::set<std::int64_t>* once) const {
+  int sent = 0;
+  for (const auto& s : r.steps) {
+    if (s.status != job_status::running) continue;
+    if (once && !once->insert(s.pid).second) continue;
+    if (process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start) &&
+        ::killpg(static_cast<pid_t>(s.pid), sig) == 0)
+      ++sent;
+    // and what left the group: the cgroup that holds the step's tree (local_tree.cpp)
+    if (auto dir = process::tree_cgroup_dir(job_token(r) + "-" + s.name); !dir.empty())
+      process::signal_all(dir, sig);
+  }
+  return sent;
+}
+
 asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool force,
                                                    std::optional<std::chrono::milliseconds> grace_given,
                                                    bool checkpoint) {
@@ -75,15 +91,7 @@ asio::awaitable<void> engine_state::cancel_foreign(const std::string& name, bool
   // rather than running until the grace period's SIGKILL.
   std::set<std::int64_t> terminated;
   auto signal_steps = [&](const detail::job_row& r, int sig) {
-    for (const auto& s : r.steps) {
-      if (s.status != job_status::running) continue;
-      if (sig == SIGTERM && !terminated.insert(s.pid).second) continue;
-      if (process::is_same_process(static_cast<pid_t>(s.pid), s.pid_start))
-        ::killpg(static_cast<pid_t>(s.pid), sig);
-      // and what left the group: the cgroup that holds the step's tree (local_tree.cpp)
-      if (auto dir = process::tree_cgroup_dir(job_token(r) + "-" + s.name); !dir.empty())
-        process::signal_all(dir, sig);
-    }
+    signal_running_steps(r, sig, sig == SIGTERM ? &terminated : nullptr);
   };
   signal_steps(*row, force ? SIGKILL : SIGTERM);
   foreign_watch fw(*this, *row, false);
