@@ -68,6 +68,12 @@ struct seen {
   int restarts = 0;  // RestartCount: the daemon's restarts of it (restart policy)
 };
 
+/// A container as the daemon lists it (nullopt: not one of a job's), and
+/// what only its inspect says (its TTY, its state's details), read into it
+/// (container_seen.cpp).
+std::optional<seen> seen_of(const json::object& o);
+void read_inspected(const json::object& ins, seen& c);
+
 /// An exited node that its restart policy will start again: it exited
 /// non-zero with restarts left, and was not stopped (Podman shows it exited
 /// until it restarts it; Docker says restarting). Not final.
