@@ -6,7 +6,8 @@ is the one line a Kubeflow program changes. The engine runs in this process; job
 $TJOB_HOME, where the `tjob` command and every other client see them.
 """
 from .report import checkpoint_dir, flush, report, restart_count, stop_requested, trial_parameters
-from .client import STATUSES, AsyncTrainerClient, JobFailedError, TrainerClient
+from .aio import AsyncTrainerClient
+from .client import STATUSES, JobFailedError, TrainerClient
 from .types import (
     ARRAY_INDEX,
     ActiveDeadlineSeconds,
