@@ -434,19 +434,10 @@ std::shared_ptr<call> read_log(log_handle& h, py::object done) {
 
 }  // namespace
 
-PYBIND11_MODULE(_tjob, m) {
-  m.doc() = "tjob's engine (use the tjob package)";
-  py::class_<call, std::shared_ptr<call>>(m, "Call").def("cancel", &call::cancel);
-  py::class_<target>(m, "Target");
-  py::class_<channel, std::shared_ptr<channel>>(m, "Channel")
-      .def(py::init<>())
-      .def("fileno", [](const channel& c) { return c.fd; })
-      .def("drain", &channel::drain)
-      .def("target", [](std::shared_ptr<channel> c, py::object fn) {
-        return target{std::move(c), std::move(fn)};
-      });
-  py::class_<log_handle>(m, "Log").def("read", &read_log, py::arg("done"));
-  py::class_<watch_handle>(m, "Watch").def("next", &watch_next, py::arg("timeout"), py::arg("done"));
+namespace {
+
+// The engine's client: each method starts an operation and returns a Call.
+void def_client(py::module_& m) {
   py::class_<client>(m, "Client")
       .def(py::init<py::dict>(), py::arg("config"))
       .def("close", &client::close)
@@ -464,6 +455,24 @@ PYBIND11_MODULE(_tjob, m) {
       .def("list_runtimes", &client::list_runtimes)
       .def("get_runtime", &client::get_runtime)
       .def("open_logs", &client::open_logs);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_tjob, m) {
+  m.doc() = "tjob's engine (use the tjob package)";
+  py::class_<call, std::shared_ptr<call>>(m, "Call").def("cancel", &call::cancel);
+  py::class_<target>(m, "Target");
+  py::class_<channel, std::shared_ptr<channel>>(m, "Channel")
+      .def(py::init<>())
+      .def("fileno", [](const channel& c) { return c.fd; })
+      .def("drain", &channel::drain)
+      .def("target", [](std::shared_ptr<channel> c, py::object fn) {
+        return target{std::move(c), std::move(fn)};
+      });
+  py::class_<log_handle>(m, "Log").def("read", &read_log, py::arg("done"));
+  py::class_<watch_handle>(m, "Watch").def("next", &watch_next, py::arg("timeout"), py::arg("done"));
+  def_client(m);
   // (name, None) or (None, error): the supervisor is started at once, and
   // answers when it has created the job.
   m.def("backend_capabilities", [](const std::string& id) {
