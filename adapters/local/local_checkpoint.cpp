@@ -40,8 +40,8 @@ std::optional<stop_warning> engine_state::warning_of(const detail::job_row& row)
 
 asio::awaitable<void> engine_state::warn_owned(std::shared_ptr<job_rec> j,
                                                std::optional<std::chrono::milliseconds> grace) {
+  if (is_terminal(j->row.status)) co_return;  // (as a plain cancel of an ended job: nothing to do)
   if (!j->warning) detail::throw_no_warning(j->row.name);
-  if (is_terminal(j->row.status)) co_return;
   const auto w = j->warning->warning;
   const auto text = cancel_text(w, grace.value_or(j->grace));
   transact([&](detail::store& db) {
