@@ -192,6 +192,16 @@ asio::awaitable<outcome<http::response>> docker_api::call(std::string method, st
   co_return co_await http_.send(std::move(r));
 }
 
+asio::awaitable<outcome<http::response>> docker_api::read(std::string p) {
+  const std::string method = "GET";  // (named, not temporaries in the co_await: g++ 12)
+  auto r = co_await call(method, p);
+  for (int again = 0; again < 2 && r && r->status == 500 && r->body.find("/proc/") != std::string::npos &&
+                      r->body.find("no such") != std::string::npos;
+       ++again)
+    r = co_await call(method, p);
+  co_return r;
+}
+
 asio::awaitable<outcome<http::body_stream>> docker_api::stream(std::string method, std::string p,
                                                                std::string what) {
   http::request r;
@@ -378,7 +388,8 @@ asio::awaitable<outcome<void>> docker_api::container_start(const std::string& id
 }
 
 asio::awaitable<outcome<std::optional<json::object>>> docker_api::container_inspect(const std::string& id) {
-  auto r = co_await call("GET", "/containers/" + http::url_encode(id) + "/json");
+  const std::string target = "/containers/" + http::url_encode(id) + "/json";
+  auto r = co_await read(target);  // the container may exit while it is inspected
   co_return inspected("inspecting container " + quote(id), r);
 }
 
@@ -433,16 +444,8 @@ asio::awaitable<outcome<json::array>> docker_api::container_list(const std::vect
   json::array l;
   for (const auto& s : labels) l.emplace_back(s);
   json::object filters{{"label", std::move(l)}};
-  const std::string method = "GET";  // (named, not temporaries in the co_await: g++ 12)
   const std::string target = "/containers/json?all=1&filters=" + http::url_encode(json::serialize(filters));
-  auto r = co_await call(method, target);
-  // Podman answers 500 when a container in the list exits while it is being
-  // listed ("read /proc/<pid>/cgroup: no such process"): the next list does
-  // not see that process. A list is safe to ask for again; twice more at most.
-  for (int again = 0; again < 2 && r && r->status == 500 && r->body.find("/proc/") != std::string::npos &&
-                      r->body.find("no such") != std::string::npos;
-       ++again)
-    r = co_await call(method, target);
+  auto r = co_await read(target);  // a container in the list may exit while it is listed
   if (!r) co_return r.error();
   if (r->status != 200) co_return refuse("listing containers", *r);
   auto v = parse_json(r->body, "listing containers");

@@ -139,6 +139,10 @@ class docker_api {
  private:
   boost::asio::awaitable<outcome<http::response>> call(std::string method, std::string path,
                                                        std::string body = {});
+  /// A GET that is asked again (twice more at most) when Podman answered 500
+  /// because a container it read exited meanwhile ("read /proc/<pid>/cgroup:
+  /// no such process"): the next answer no longer sees that process.
+  boost::asio::awaitable<outcome<http::response>> read(std::string path);
   /// Opens a streamed answer; anything but 200 is refused (`what` names the call).
   boost::asio::awaitable<outcome<http::body_stream>> stream(std::string method, std::string path,
                                                             std::string what);

@@ -326,6 +326,23 @@ TEST_CASE("a container list that met a container exiting is asked again, and oth
   CHECK(server.requests().size() == 6);
 }
 
+TEST_CASE("a container inspect that met the container exiting is asked again") {
+  asio::io_context io;
+  const std::string exiting =
+      R"({"cause":"no such process","message":"read /proc/1196/cgroup: no such process","response":500})";
+  canned_server server(io, {answer(500, exiting), answer(200, R"({"Id":"c1","State":{"Status":"exited"}})"),
+                            answer(500, exiting), answer(500, exiting), answer(500, exiting)});
+  container::docker_api d(io.get_executor(), server.endpoint());
+  auto once = run(io, d.container_inspect("c1"));  // Podman's race, then the container
+  REQUIRE(once.has_value());
+  REQUIRE(once->has_value());
+  CHECK((**once).at("Id").as_string() == "c1");
+  auto thrice = run(io, d.container_inspect("c1"));  // three times: that is not a race any more
+  REQUIRE_FALSE(thrice.has_value());
+  CHECK(thrice.error().message.find("inspecting container 'c1'") != std::string::npos);
+  CHECK(server.requests().size() == 5);
+}
+
 TEST_CASE(
     "a failure's last logs are those of the step whose failure it is, not of the steps stopped for it") {
   tjob::train_job job;
