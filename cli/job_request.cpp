@@ -92,6 +92,11 @@ void add_scheduling_options(CLI::App* cmd, job_options& o) {
          "(USR1@90s; default 60 s), so that it saves a checkpoint; a Python job's tjob.stop_requested() "
          "turns true, a command must handle the signal itself")
       ->option_text("SIG[@TIME]");
+  cmd->add_option("--begin", o.begin,
+                  "Start the job no earlier than this time, as Slurm's --begin: now+N[s|m|h|d], HH:MM[:SS], "
+                  "YYYY-MM-DD[THH:MM[:SS]] (local time) or RFC 3339; until then it waits, Created, reason "
+                  "Waiting (then the queue, as any job)")
+      ->option_text("TIME");
   cmd->add_option("--retries", o.retries,
                   "Restart the job up to this many times when its code fails (exits non-zero or is killed "
                   "by a signal), after a backoff (--retry-backoff); each attempt is in the job's events and "
@@ -217,6 +222,9 @@ void check_backend_options(const job_options& o, const backend_capabilities& bac
   if (!o.warning.empty() && !backend.stop_warning && !backend.forwards)
     throw usage_error("--signal is for " + backends_that([](const auto& c) { return c.stop_warning; }) +
                       "; add " + choices_of([](const auto& c) { return c.stop_warning; }));
+  if (!o.begin.empty() && !backend.begin_time && !backend.forwards)
+    throw usage_error("--begin is for " + backends_that([](const auto& c) { return c.begin_time; }) +
+                      "; add " + choices_of([](const auto& c) { return c.begin_time; }));
 }
 
 // When the job may start and how long it runs: priority, dependencies, deadline, retries.
@@ -226,6 +234,10 @@ void add_scheduling(const job_options& o, train_request& req) {
   req.after_any = o.after_any;
   req.after_not_ok = o.after_not_ok;
   if (!o.deadline.empty()) req.active_deadline = parse_deadline(o.deadline);
+  if (!o.begin.empty()) {
+    req.begin = parse_begin_time(o.begin, clock::now());
+    if (!req.begin) throw usage_error("--begin " + o.begin + ": not a time; give " + begin_time_forms);
+  }
   if (!o.warning.empty()) {
     try {
       req.warning = parse_stop_warning(o.warning);

@@ -36,6 +36,7 @@ struct job_options {
   std::string array;                       // train --array: 0-99%8
   std::string deadline;                    // --deadline: seconds, or 90s, 10m, 2h
   std::string warning;                     // --signal: SIG[@TIME] before the deadline
+  std::string begin;                       // --begin: not before this time
   int retries = 0;                         // --retries: max_restarts
   std::vector<int> retry_on, no_retry_on;  // --retry-on, --no-retry-on: exit codes
   std::string retry_backoff;               // --retry-backoff: INITIAL[,FACTOR[,MAX]]

@@ -102,4 +102,98 @@ std::optional<clock::time_point> parse_time(std::string_view rfc3339) {
 
 std::string format_time(clock::time_point t) { return detail::format_rfc3339_nano(t); }
 
+const char* const begin_time_forms =
+    "now+N[s|m|h|d] (now+90, now+30m, now+2hours), HH:MM[:SS] (the next time the clock shows it), "
+    "YYYY-MM-DD[THH:MM[:SS]] (local time), or RFC 3339 with a zone (2026-12-24T18:00:00Z)";
+
+namespace {
+
+// Digits only, none too many: the number, else nullopt.
+std::optional<long long> whole(std::string_view s, std::size_t max_digits = 9) {
+  if (s.empty() || s.size() > max_digits) return std::nullopt;
+  long long v = 0;
+  for (char c : s) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// "now+N[unit]" → the time N units after `now`.
+std::optional<clock::time_point> after_now(std::string_view s, clock::time_point now) {
+  std::size_t digits = 0;
+  while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
+  auto n = whole(s.substr(0, digits), 7);
+  if (!n) return std::nullopt;
+  const auto unit = s.substr(digits);
+  static constexpr std::pair<std::string_view, long long> units[] = {
+      {"", 1},        {"s", 1},        {"sec", 1},     {"second", 1},   {"seconds", 1},
+      {"m", 60},      {"min", 60},     {"minute", 60}, {"minutes", 60}, {"h", 3600},
+      {"hour", 3600}, {"hours", 3600}, {"d", 86400},   {"day", 86400},  {"days", 86400}};
+  for (const auto& [name, seconds] : units)
+    if (unit == name) {
+      if (*n * seconds > 366LL * 86400 * 10) return std::nullopt;  // ten years at most
+      return now + std::chrono::seconds(*n * seconds);
+    }
+  return std::nullopt;
+}
+
+// "HH:MM[:SS]" into tm's hour, minute and second.
+bool clock_time(std::string_view s, std::tm& tm) {
+  if (s.size() != 5 && s.size() != 8) return false;
+  if (s[2] != ':' || (s.size() == 8 && s[5] != ':')) return false;
+  auto h = whole(s.substr(0, 2)), m = whole(s.substr(3, 2));
+  auto sec = s.size() == 8 ? whole(s.substr(6, 2)) : std::optional<long long>(0);
+  if (!h || !m || !sec || *h > 23 || *m > 59 || *sec > 59) return false;
+  tm.tm_hour = static_cast<int>(*h);
+  tm.tm_min = static_cast<int>(*m);
+  tm.tm_sec = static_cast<int>(*sec);
+  return true;
+}
+
+// A local time as a time point; nullopt when mktime cannot make it one or
+// changed the fields (the 31st of a 30-day month).
+std::optional<clock::time_point> local_time(std::tm tm) {
+  const std::tm asked = tm;
+  tm.tm_isdst = -1;
+  const std::time_t t = std::mktime(&tm);
+  if (t == static_cast<std::time_t>(-1) || tm.tm_mday != asked.tm_mday || tm.tm_mon != asked.tm_mon)
+    return std::nullopt;
+  return clock::from_time_t(t);
+}
+
+}  // namespace
+
+std::optional<clock::time_point> parse_begin_time(std::string_view s, clock::time_point now) {
+  if (s.starts_with("now+")) return after_now(s.substr(4), now);
+  if (s == "now") return now;
+  if (auto t = parse_time(s)) return t;
+  const std::time_t now_t = clock::to_time_t(now);
+  std::tm tm{};
+  ::localtime_r(&now_t, &tm);
+  if (s.find('-') == std::string_view::npos) {  // HH:MM[:SS], the next time the clock shows it
+    if (!clock_time(s, tm)) return std::nullopt;
+    auto t = local_time(tm);
+    if (t && *t < now) {
+      tm.tm_mday += 1;
+      tm.tm_isdst = -1;
+      const std::time_t next = std::mktime(&tm);  // (mktime carries the day into the month)
+      if (next == static_cast<std::time_t>(-1)) return std::nullopt;
+      return clock::from_time_t(next);
+    }
+    return t;
+  }
+  // YYYY-MM-DD[THH:MM[:SS]]
+  if (s.size() < 10 || s[4] != '-' || s[7] != '-') return std::nullopt;
+  auto y = whole(s.substr(0, 4)), mo = whole(s.substr(5, 2)), d = whole(s.substr(8, 2));
+  if (!y || !mo || !d || *y < 1970 || *y > 2261 || *mo < 1 || *mo > 12 || *d < 1 || *d > 31)
+    return std::nullopt;
+  tm = std::tm{};
+  tm.tm_year = static_cast<int>(*y - 1900);
+  tm.tm_mon = static_cast<int>(*mo - 1);
+  tm.tm_mday = static_cast<int>(*d);
+  if (s.size() > 10 && ((s[10] != 'T' && s[10] != ' ') || !clock_time(s.substr(11), tm))) return std::nullopt;
+  return local_time(tm);
+}
+
 }  // namespace tjob

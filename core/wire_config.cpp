@@ -78,6 +78,7 @@ json::object to_json(const backend_capabilities& c) {
           {"takes_code_dir", c.takes_code_dir},
           {"venv_cache", c.venv_cache},
           {"stop_warning", c.stop_warning},
+          {"begin_time", c.begin_time},
           {"job_files", c.job_files}};
 }
 
@@ -102,6 +103,7 @@ backend_capabilities capabilities_from_json(const json::value& v) {
   r.flag("takes_code_dir", c.takes_code_dir);
   r.flag("venv_cache", c.venv_cache);
   r.flag("stop_warning", c.stop_warning);
+  r.flag("begin_time", c.begin_time);
   r.text("job_files", c.job_files);
   return c;
 }

@@ -73,6 +73,7 @@ json::object to_json(const train_request& r) {
   o["priority"] = r.priority;
   o["active_deadline"] = r.active_deadline.count();
   if (r.warning) o["warning"] = detail::to_json(*r.warning);
+  if (r.begin) o["begin"] = format_time(*r.begin);
   o["after_ok"] = to_array(r.after_ok);
   o["after_any"] = to_array(r.after_any);
   o["after_not_ok"] = to_array(r.after_not_ok);
@@ -370,6 +371,10 @@ train_request request_from_json(const json::value& v, bool allow_source_file) {
   if (auto n = r.number("active_deadline", 0, std::int64_t(366) * 86400))
     req.active_deadline = std::chrono::seconds(*n);
   if (auto* wv = r.get("warning")) req.warning = detail::warning_from_json(*wv);
+  if (auto v = r.text("begin")) {
+    req.begin = parse_begin_time(*v, clock::now());
+    if (!req.begin) r.refuse("begin", "\"" + *v + "\" is not a time; give " + begin_time_forms);
+  }
   if (auto v = r.texts("after_ok")) req.after_ok = std::move(*v);
   if (auto v = r.texts("after_any")) req.after_any = std::move(*v);
   if (auto v = r.texts("after_not_ok")) req.after_not_ok = std::move(*v);

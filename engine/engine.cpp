@@ -266,6 +266,17 @@ void check_warning(const train_request& req, const backend_capabilities& caps) {
                                      " s, no later than the warning; warn less long before it");
 }
 
+// A start time (train_request::begin) needs a backend that holds a job back
+// until then (a server checks its own).
+void check_begin(const train_request& req, const backend_capabilities& caps) {
+  if (!req.begin || caps.begin_time || caps.forwards) return;
+  const auto who = req.name.empty() ? std::string("TrainJob") : "TrainJob " + quote(req.name);
+  fail(errc::invalid_argument, who + ": begin " + format_time(*req.begin) + ": the " + caps.id +
+                                   " backend cannot hold a job back until a time; " +
+                                   backends_with(&backend_capabilities::begin_time) +
+                                   " can, or submit it at that time");
+}
+
 // A cancel that warns the job first (cancel_options::checkpoint) needs a
 // backend that signals jobs (a server checks its own), and leaves it time.
 void check_checkpoint_cancel(const std::string& name, const cancel_options& o,
@@ -316,6 +327,7 @@ asio::awaitable<std::string> engine::train(train_request req) {
   checked.rt = detail::check_request(req, *catalog);
   const auto caps = e.backend->capabilities();
   check_warning(req, caps);
+  check_begin(req, caps);
   co_await e.send_code_dir(req, caps);
   checked.request = std::move(req);
   co_return co_await e.backend->train(std::move(checked));

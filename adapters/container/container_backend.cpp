@@ -407,6 +407,7 @@ backend_capabilities capabilities_of() {
   c.owner_until_started = true;  // (then the daemon keeps it; a deadline keeps its owner)
   c.admission = true;
   c.arrays = true;
+  c.begin_time = true;  // it waits with its owner, as for dependencies
   c.takes_image = true;
   c.workdir_in_image = true;
   c.takes_code_dir = true;

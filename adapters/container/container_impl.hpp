@@ -116,6 +116,7 @@ struct queue_file {
   std::int64_t owner_pid = 0;
   std::uint64_t owner_start = 0;
   std::vector<std::string> after_ok, after_any, after_not_ok;
+  std::int64_t begin_ms = 0;    ///< its begin time (train_request::begin), while it waits; 0: none
   std::string reason, message;  ///< failed: why
 };
 

@@ -294,6 +294,9 @@ asio::awaitable<std::vector<event>> backend::impl::job_events(const std::string&
                                      {&q->after_any, "after_any"},
                                      {&q->after_not_ok, "after_not_ok"}})
       for (const auto& d : *list) deps += (deps.empty() ? "" : ", ") + std::string(kind) + " " + d;
+    if (q->begin_ms > 0)
+      deps += (deps.empty() ? "its begin time " : ", and its begin time ") +
+              format_time(clock::time_point(std::chrono::milliseconds(q->begin_ms)));
     if (!deps.empty()) add(q->created_ms, "Waiting", "waits for " + deps);
     if (q->seq > 0)
       add(q->since_ms, "Queued",

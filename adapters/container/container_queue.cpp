@@ -104,6 +104,7 @@ json::object to_json(const queue_file& q) {
           {"after_ok", names_json(q.after_ok)},
           {"after_any", names_json(q.after_any)},
           {"after_not_ok", names_json(q.after_not_ok)},
+          {"begin_ms", q.begin_ms},
           {"reason", q.reason},
           {"message", q.message}};
 }
@@ -131,6 +132,7 @@ std::optional<queue_file> queue_file_of(const json::object& o) {
   q.after_ok = names_of(o, "after_ok");
   q.after_any = names_of(o, "after_any");
   q.after_not_ok = names_of(o, "after_not_ok");
+  q.begin_ms = int_of(o, "begin_ms");
   q.reason = str_of(o, "reason");
   q.message = str_of(o, "message");
   return q;
@@ -397,7 +399,7 @@ asio::awaitable<bool> backend::impl::settle_pending(std::int64_t t) {
     }
     if (q->state == "waiting") {
       std::string never;
-      bool all_met = true;
+      bool all_met = q->begin_ms <= t;
       for (const auto& [list, kind] : {std::pair{&q->after_ok, "after_ok"},
                                        {&q->after_any, "after_any"},
                                        {&q->after_not_ok, "after_not_ok"}}) {
@@ -490,8 +492,14 @@ asio::awaitable<void> backend::impl::run_admitter(std::shared_ptr<impl> self) {
     if (b.stopping || b.pending.empty()) break;
     // Each container's end wakes this (the daemon's events); a crashed owner
     // and a cancel from another process write only files: the second is for
-    // those. A burst of events is taken as one look each 20 ms.
-    co_await w.wait_until(steady::now() + std::chrono::seconds(1));
+    // those. A burst of events is taken as one look each 20 ms. A begin
+    // time that comes sooner wakes it then.
+    auto next = steady::now() + std::chrono::seconds(1);
+    for (const auto& [name, job] : b.pending)
+      if (auto begin = job.c.request.begin; begin && *begin > clock::now())
+        next = std::min(next, steady::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  *begin - clock::now()));
+    co_await w.wait_until(next);
     pace.expires_after(std::chrono::milliseconds(20));
     co_await pace.async_wait(asio::use_awaitable);
   }
@@ -538,7 +546,11 @@ asio::awaitable<void> backend::impl::enqueue(pending_job job) {
   const auto& r = job.c.request;
   queue_file q;
   q.job = r.name;
-  q.state = r.after_ok.empty() && r.after_any.empty() && r.after_not_ok.empty() ? "queued" : "waiting";
+  if (r.begin && *r.begin > clock::now())  // (one already past: at once)
+    q.begin_ms = std::chrono::duration_cast<std::chrono::milliseconds>(r.begin->time_since_epoch()).count();
+  q.state = r.after_ok.empty() && r.after_any.empty() && r.after_not_ok.empty() && q.begin_ms == 0
+                ? "queued"
+                : "waiting";
   q.runtime = job.c.rt.name;
   q.num_nodes = r.num_nodes;
   q.priority = r.priority;
@@ -571,7 +583,8 @@ asio::awaitable<void> backend::impl::enqueue(pending_job job) {
     co_await create_job(*mine, false);
     co_return;
   }
-  ctx.log->info("{}: waits ({})", who(name), q.state == "waiting" ? "for its dependencies" : "in the queue");
+  ctx.log->info("{}: waits ({})", who(name),
+                q.state == "waiting" ? "for its dependencies or begin time" : "in the queue");
   ensure_admitter();
 }
 

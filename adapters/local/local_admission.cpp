@@ -92,7 +92,7 @@ std::string engine_state::dependency_state(const job_rec::dependency& dep, bool&
 void engine_state::dependency_round() {
   for (const auto& j : std::vector(dependency_waiting)) {
     std::string never;
-    bool all_met = true;
+    bool all_met = j->begin_ms <= now_ms();
     for (const auto& d : j->deps) {
       bool met = false;
       auto why = dependency_state(d, met);
@@ -109,6 +109,9 @@ void engine_state::dependency_round() {
     }
     if (!all_met) continue;
     // Met: it joins the admission queue now, behind whoever is there.
+    const std::string met = j->deps.empty()    ? "its begin time has come"
+                            : j->begin_ms == 0 ? "its dependencies are met"
+                                               : "its dependencies are met and its begin time has come";
     auto adm = *j->admission;
     adm.job = j->row.name;
     const auto t = now_ms();
@@ -117,13 +120,14 @@ void engine_state::dependency_round() {
       auto w = join_admission_queue(s, adm, budget, t);  // Queued, with its place, when it does not fit
       if (w.empty()) {
         s.update_job_status(adm.job, job_status::created, "");
-        s.append_event(adm.job, "", t, log_event::admitted, "its dependencies are met, and it fits");
+        s.append_event(adm.job, "", t, log_event::admitted, met + ", and it fits");
       }
       return w;
     });
     leave_queue(*j);
     j->admission.reset();
     j->deps.clear();
+    j->begin_ms = 0;
     j->row.reason.clear();
     if (waiting.empty()) {
       after_admission(j);
@@ -172,8 +176,13 @@ asio::awaitable<void> engine_state::run_admitter() {
       log->warn("admission: {}", e.what());
     }
     if (idle() || stopping) break;
-    // A crashed owner writes nothing: the second is for those.
-    timed_out = !co_await w.wait_until(steady::now() + std::chrono::seconds(1));
+    // A crashed owner writes nothing: the second is for those. A begin time
+    // that comes sooner wakes it then.
+    auto next = steady::now() + std::chrono::seconds(1);
+    const auto t = now_ms();
+    for (const auto& j : dependency_waiting)
+      if (j->begin_ms > t) next = std::min(next, steady::now() + std::chrono::milliseconds(j->begin_ms - t));
+    timed_out = !co_await w.wait_until(next);
   }
 }
 

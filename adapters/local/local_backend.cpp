@@ -264,6 +264,7 @@ backend_capabilities capabilities_of() {
   c.venv_cache = true;
   c.takes_code_dir = true;
   c.stop_warning = true;
+  c.begin_time = true;
   c.job_files = "jobs";
   return c;
 }

@@ -123,6 +123,10 @@ struct job_rec {
     const char* kind;  // "after_ok", "after_any", "after_not_ok"
   };
   std::vector<dependency> deps;
+  /// Its begin time (train_request::begin), epoch ms, while it waits for it; 0: none.
+  std::int64_t begin_ms = 0;
+  /// It waits for its dependencies or its begin time before it may join the queue.
+  bool waits_to_queue() const { return !deps.empty() || begin_ms > 0; }
   bool queued = false;               // it waits for admission (Created, reason Queued)
   bool in_admission_list = false;    // it is in its engine's admission_waiting (the admitter may let it in)
   std::int64_t queued_ms = 0;        // when it joined the queue (its Admitted event says how long it waited)

@@ -296,6 +296,9 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
                                          "; name a job that exists (tjob list), submitted before this one");
       j.deps.push_back({d, kind});
     }
+  j.begin_ms = 0;
+  if (req.begin && *req.begin > clock::now())  // (one already past: at once)
+    j.begin_ms = std::chrono::duration_cast<std::chrono::milliseconds>(req.begin->time_since_epoch()).count();
 }
 
 namespace {
@@ -343,14 +346,17 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
     detail::job_row row = j->row;
     std::string deps;
     for (const auto& d : j->deps) deps += (deps.empty() ? "" : ", ") + std::string(d.kind) + " " + d.job;
+    if (j->begin_ms > 0)
+      deps += (deps.empty() ? "its begin time " : ", and its begin time ") +
+              format_time(clock::time_point(std::chrono::milliseconds(j->begin_ms)));
     bool inserted =
         co_await insert_job(std::move(row), std::move(created), j->admission.get(), &j->queue_note, deps);
     if (inserted) {
       j->queued = !j->queue_note.empty();
       j->queued_ms = j->row.created_ms;
       if (j->queued) j->row.reason = detail::queued_reason;
-      if (!j->deps.empty()) j->row.reason = detail::waiting_reason;
-      if (j->deps.empty()) j->admission.reset();  // else it joins the queue later
+      if (j->waits_to_queue()) j->row.reason = detail::waiting_reason;
+      if (!j->waits_to_queue()) j->admission.reset();  // else it joins the queue later
       // The request is in the store now; a running job does not keep a copy.
       std::string().swap(j->spec);
       std::string().swap(j->row.spec);

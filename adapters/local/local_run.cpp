@@ -29,8 +29,8 @@ job_shape shape_of(const job_rec& j) {
   job_shape s;
   for (const auto& st : j.steps) s.steps.push_back(st.row.name);
   s.setup = j.phases.size();
-  s.lease = j.gpus_per_node > 0 || j.queued || !j.deps.empty();
-  s.queued = j.queued || !j.deps.empty();
+  s.lease = j.gpus_per_node > 0 || j.queued || j.waits_to_queue();
+  s.queued = j.queued || j.waits_to_queue();
   s.venv_cache = j.venv_inputs != nullptr;
   s.retry = j.retry.get();
   return s;
@@ -144,7 +144,7 @@ bool engine_state::take_turn(const std::shared_ptr<job_rec>& j, job_fsm& fsm,
 // A job ready to start asks for its turn: its dependencies first, then the
 // admission queue, then its GPUs.
 void engine_state::request_lease(const std::shared_ptr<job_rec>& j) {
-  if (!j->deps.empty()) {
+  if (j->waits_to_queue()) {
     wait_dependencies(j);
   } else if (j->queued) {
     // A Python job's log carries tjob's progress lines (venv, pip); a

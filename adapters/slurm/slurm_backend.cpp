@@ -443,6 +443,7 @@ backend_capabilities capabilities_of() {
   c.arrays = true;
   c.takes_code_dir = true;
   c.stop_warning = true;  // sbatch --signal
+  c.begin_time = true;    // sbatch --begin
   c.restarts = true;  // every node again, in the job's allocation (docs/slurm.md)
   return c;
 }

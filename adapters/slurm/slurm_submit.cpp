@@ -90,6 +90,7 @@ std::vector<std::string> sbatch_argv(const slurm_config& cfg, const submission& 
   if (s.warning)
     a.push_back("--signal=" + std::to_string(s.warning->signal) + "@" +
                 std::to_string(s.warning->before.count()));
+  if (s.begin_after.count() > 0) a.push_back("--begin=now+" + std::to_string(s.begin_after.count()));
   if (!s.dependency.empty()) {
     a.push_back("--dependency=" + s.dependency);
     a.push_back("--kill-on-invalid-dep=yes");

@@ -67,6 +67,10 @@ struct submission {
   /// A signal to every node's processes this long before the time limit
   /// (train_request::warning): --signal=NUM@SECONDS.
   std::optional<stop_warning> warning;
+  /// Not before this many seconds from the submission (train_request::begin):
+  /// --begin=now+N, which sbatch counts on its own clock (the login host's
+  /// time zone does not matter); 0: at once.
+  std::chrono::seconds begin_after{0};
   /// What every node runs (the batch script's arguments).
   std::vector<std::string> command;
 };

@@ -185,6 +185,10 @@ job_plan plan_of(const std::string& me, train_request& r, const runtime& rt, con
   p.sub.time_limit = r.active_deadline;
   p.sub.nice = -r.priority;
   p.sub.warning = r.warning;  // the engine checked it against the deadline
+  if (r.begin) {              // whole seconds, rounded up: never before the time asked
+    auto left = std::chrono::ceil<std::chrono::seconds>(*r.begin - clock::now());
+    if (left.count() > 0) p.sub.begin_after = left;
+  }
   // A restart runs every node again (a gang), in the job's allocation; a
   // job that may restart is requeued by Slurm when a node fails.
   p.sub.requeue = r.retry.max_restarts > 0;

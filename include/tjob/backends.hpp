@@ -69,6 +69,8 @@ struct backend_capabilities {
   bool venv_cache = false;
   /// A warning signal before the active deadline (train_request::warning).
   bool stop_warning = false;
+  /// A start no earlier than a given time (train_request::begin).
+  bool begin_time = false;
   /// Where under $TJOB_HOME a job's own files are ("jobs/<name>",
   /// "containers/<name>"): the directory name; empty: none here.
   std::string job_files;

@@ -168,6 +168,12 @@ struct train_request {
   /// active deadline longer than `before`. Backends with the stop_warning
   /// capability. Unset: none.
   std::optional<stop_warning> warning;
+  /// Not before this time (Slurm's --begin; docs/scheduling.md): the job
+  /// waits, Created with reason Waiting, until then (and for its
+  /// dependencies), then joins the admission queue; its active deadline
+  /// counts from its start as always. A time already past: at once. Backends
+  /// with the begin_time capability. Unset: at once.
+  std::optional<clock::time_point> begin;
 };
 
 /// The trainer part of a runtime, as Kubeflow's `RuntimeTrainer`.
@@ -362,5 +368,15 @@ std::optional<clock::time_point> parse_time(std::string_view rfc3339);
 /// RFC 3339 in UTC with nine digits of fraction: how log_options::timestamps
 /// writes a line's time.
 std::string format_time(clock::time_point t);
+
+/// A start time in one of Slurm's --begin forms, `now` being the time to
+/// count from: `now+N` with an optional unit (s, m, h, d; seconds,
+/// minutes, hours, days; none: seconds), `HH:MM[:SS]` (the next time the
+/// local clock shows it: today, or tomorrow when it has passed),
+/// `YYYY-MM-DD[THH:MM[:SS]]` in local time, or RFC 3339 with a zone
+/// (parse_time). nullopt for anything else; begin_time_forms says which
+/// forms there are, for an error.
+std::optional<clock::time_point> parse_begin_time(std::string_view text, clock::time_point now);
+extern const char* const begin_time_forms;
 
 }  // namespace tjob

@@ -581,6 +581,29 @@ def test_dependencies_chain_jobs_and_a_broken_link_fails_its_dependent(home, gat
             client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Dependencies(after_ok="prep")])
 
 
+def test_begin_holds_a_job_back_until_its_time(home):
+    """Begin (tjob's option, Slurm's --begin): Created, reason Waiting, until then; never started before it."""
+    begin = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) + datetime.timedelta(seconds=2)
+    with TrainerClient() as client:
+        name = client.train(trainer=CommandTrainer([HELPER, "print", "began\n"]),
+                            options=[Name("later"), tjob.Begin(begin)])
+        job = client.get_job(name)
+        assert (job.status, job.reason) == ("Created", "Waiting")
+        done = client.wait_for_job_status(name, timeout=60)
+        assert done.start_time is not None and done.start_time >= begin
+        # a naive datetime is local time; a string takes the CLI's forms
+        naive = client.train(trainer=CommandTrainer([HELPER, "print", "x\n"]),
+                             options=[tjob.Begin(datetime.datetime.now() + datetime.timedelta(days=1))])
+        text = client.train(trainer=CommandTrainer([HELPER, "print", "x\n"]), options=[tjob.Begin("now+1d")])
+        for waiting in (naive, text):
+            assert client.get_job(waiting).reason == "Waiting"
+            client.delete_job(waiting)
+        with pytest.raises(ValueError, match=r"begin: \"soon\" is not a time; give now\+N"):
+            client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Begin("soon")])
+        with pytest.raises(ValueError, match=r"Begin\(5\): give a datetime"):
+            client.train(trainer=CommandTrainer([HELPER]), options=[tjob.Begin(5)])
+
+
 def test_retries_restart_a_failing_job_and_each_attempt_keeps_its_log(home, tmp_path):
     """Retries (tjob's option): fails twice, passes on the third attempt; never_retry is not retried."""
     counter = tmp_path / "attempts"

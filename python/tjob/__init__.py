@@ -13,6 +13,7 @@ from .types import (
     ActiveDeadlineSeconds,
     StopWarning,
     Array,
+    Begin,
     Annotations,
     BuiltinTrainer,
     CommandTrainer,
@@ -42,7 +43,7 @@ from .types import (
 )
 
 __all__ = [
-    "ARRAY_INDEX", "ActiveDeadlineSeconds", "Array", "AsyncTrainerClient", "Annotations", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
+    "ARRAY_INDEX", "ActiveDeadlineSeconds", "Array", "AsyncTrainerClient", "Annotations", "Begin", "BuiltinTrainer", "CommandTrainer", "ContainerBackendConfig", "CustomTrainer",
     "CustomTrainerContainer", "Dependencies", "Event", "Initializer", "JobFailedError", "KubernetesBackendConfig", "Labels",
     "LocalProcessBackendConfig", "Name", "Priority", "QueueEntry", "Retries", "Runtime", "RuntimeKind", "RuntimePatch", "RuntimeTrainer", "STATUSES", "SlurmBackendConfig", "Step", "StopWarning",
     "TrainerArgs", "TrainerCommand", "TrainerType", "TrainJob", "TrainerClient", "checkpoint_dir", "flush", "report",

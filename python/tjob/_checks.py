@@ -3,6 +3,7 @@ naming it and what it takes, before anything is made (the backend's capabilities
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import dis
 import inspect
 import json
@@ -14,6 +15,7 @@ from .types import (
     ARRAY_INDEX,
     ActiveDeadlineSeconds,
     StopWarning,
+    Begin,
     Annotations,
     Array,
     BuiltinTrainer,
@@ -248,6 +250,8 @@ def _options_into(req: Dict, caps: Dict, options):
             req["active_deadline"] = opt.seconds
         elif isinstance(opt, StopWarning):
             req["warning"] = _warning_of(opt, caps)
+        elif isinstance(opt, Begin):
+            req["begin"] = _begin_of(opt, caps)
         elif isinstance(opt, Dependencies):
             for key in ("after_ok", "after_any", "after_not_ok"):
                 names = _strings(getattr(opt, key), f"Dependencies.{key}", "['prep-1']", "a list of job names")
@@ -270,11 +274,24 @@ def _options_into(req: Dict, caps: Dict, options):
                              "(a ClusterTrainingRuntime manifest in a runtime directory)")
         else:
             raise ValueError(f"options: {opt!r} is not an option tjob knows (Name, Labels, Annotations, "
-                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, StopWarning, Priority, Dependencies, Retries, Array)")
+                             "TrainerCommand, TrainerArgs, ActiveDeadlineSeconds, StopWarning, Begin, Priority, Dependencies, Retries, Array)")
     if "_array" in req and not req.get("name"):
         raise ValueError("Array option needs the Name option: the members are NAME-0, NAME-1, ... and NAME "
                          "addresses them all")
     return command, args
+
+
+def _begin_of(opt: Begin, caps: Dict) -> str:
+    """The Begin option as a spec's begin: RFC 3339 for a datetime (naive: local time), a string as given (the
+    engine reads the CLI's forms and says which there are)."""
+    if not caps["begin_time"] and not caps["forwards"]:
+        raise ValueError(f"Begin option is not compatible with the {caps['id']} backend: it cannot hold a job "
+                         "back until a time (the local, container and Slurm backends can)")
+    if isinstance(opt.time, datetime.datetime):
+        return opt.time.astimezone().isoformat()
+    if isinstance(opt.time, str) and opt.time:
+        return opt.time
+    raise ValueError(f"Begin({opt.time!r}): give a datetime, or a string such as 'now+30m' or '2026-12-24T18:00'")
 
 
 def _warning_of(opt: StopWarning, caps: Dict) -> Dict:

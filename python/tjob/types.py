@@ -232,6 +232,16 @@ class StopWarning:
 
 
 @dataclass
+class Begin:
+    """tjob's option, as Slurm's --begin: start the job no earlier than `time`, a datetime (one without a time
+    zone is local time) or a string in the CLI's forms ("now+30m", "22:00", "2026-12-24T18:00", RFC 3339).
+    Until then it waits, Created, reason Waiting; then it joins the admission queue as any job. A time already
+    past starts it at once. Local, container and Slurm backends (docs/scheduling.md)."""
+
+    time: Union[datetime.datetime, str]
+
+
+@dataclass
 class Dependencies:
     """tjob's option, as Slurm's --dependency: start only after each job of after_ok has ended Complete, each of
     after_any has ended, each of after_not_ok has ended Failed; when one cannot be met, the job ends Failed,

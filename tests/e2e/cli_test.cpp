@@ -1153,6 +1153,55 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(tjob({"list", "-o", "name"}).out == "warned\n");  // nothing was made of them
 }
 
+TEST_CASE_FIXTURE(
+    fixture,
+    "tjob train --begin holds the job back, Created and Waiting, until its time, and a bad time "
+    "is refused naming the forms") {
+  // Whole seconds: the time the job may start, as RFC 3339 on the command line.
+  const auto begin = std::chrono::floor<std::chrono::seconds>(tjob::clock::now()) + std::chrono::seconds(3);
+  const auto at = tjob::format_time(begin);
+  auto r = tjob({"train", "--name", "later", "--begin", at, "--", helper_bin(), "print", "began\n"});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto o = boost::json::parse(tjob({"get", "later", "-o", "json"}).out).as_object();
+  CHECK(o.at("status").as_string() == "Created");
+  CHECK(o.at("reason").as_string() == "Waiting");
+  CHECK(tjob({"events", "later"}).out.find("waiting for its begin time " + at) != std::string::npos);
+  CHECK(tjob({"queue"}).out.find("later") == std::string::npos);  // waiting for its time is not in the queue
+  CHECK(tjob({"wait", "later"}).out == "Complete\n");
+  o = boost::json::parse(tjob({"get", "later", "-o", "json"}).out).as_object();
+  REQUIRE(o.at("start_time").is_string());
+  auto started = tjob::parse_time(std::string(o.at("start_time").as_string()));
+  REQUIRE(started);
+  CHECK(*started >= begin);  // never before its time
+  CHECK(tjob({"events", "later"}).out.find("its begin time has come, and it fits") != std::string::npos);
+  CHECK(tjob({"logs", "later"}).out == "began\n");
+
+  // One whose time is far off waits until cancelled, and never starts.
+  REQUIRE(tjob({"train", "--name", "someday", "--begin", "now+1d", "--", helper_bin(), "print", "no\n"})
+              .exit_code == 0);
+  CHECK(tjob({"cancel", "someday"}).exit_code == 0);
+  CHECK(tjob({"wait", "someday", "--status", "Complete,Failed"}).out == "Failed\n");
+  CHECK(boost::json::parse(tjob({"get", "someday", "-o", "json"}).out).at("reason").as_string() ==
+        "cancelled");
+  CHECK(tjob({"logs", "someday"}).out.empty());
+  // One whose time has passed starts at once, without a Waiting event.
+  CHECK(tjob({"run", "--name", "past", "--begin", "2020-01-01", "--", helper_bin(), "print", "ok\n"}).out ==
+        "ok\n");
+  CHECK(tjob({"events", "past"}).out.find("Waiting") == std::string::npos);
+
+  auto bad = tjob({"run", "--name", "nope", "--begin", "soon", "--", "true"});
+  CAPTURE(bad.err);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--begin soon: not a time; give now+N[s|m|h|d]") != std::string::npos);
+  if (!tjob::test::via_server()) {  // (a client of a server has the server's backend)
+    auto kube = tjob({"run", "--name", "nope", "--backend", "kubernetes", "--begin", "now+1", "--", "true"});
+    CHECK(kube.exit_code == 2);
+    CHECK(kube.err.find("--begin is for the local, container and slurm backends") != std::string::npos);
+  }
+  CHECK(tjob({"list", "-o", "name"}).out.find("nope") == std::string::npos);
+}
+
 TEST_CASE_FIXTURE(fixture,
                   "tjob cancel --checkpoint warns the job first, and stops it after the warning's time if it "
                   "goes on") {

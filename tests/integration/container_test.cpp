@@ -1314,6 +1314,43 @@ TEST_CASE_TEMPLATE(
   for (const auto& name : {first, second, bad, never, on_fail}) client.delete_job(name);
 }
 
+TEST_CASE_TEMPLATE(
+    "a container job with a begin time waits, Created and Waiting, until then, and one cancelled "
+    "while it waits never starts",
+    D, TJOB_DAEMONS) {
+  fixture fx;
+  auto sock = socket_of(D::name);
+  if (sock.empty()) return;
+  trainer_client client(fx.config(sock));
+  auto req = shell_job("echo began", "later");
+  const auto begin = std::chrono::floor<std::chrono::milliseconds>(tjob::clock::now()) + 2s;
+  req.begin = begin;
+  auto later = client.train(req);
+  auto j = client.get_job(later);
+  CHECK(j.status == job_status::created);
+  CHECK(j.reason == "Waiting");
+  CHECK(docker_cli(sock, {"ps", "-a", "-q", "--filter", "name=later-node"}).empty());  // nothing made yet
+  auto someday_req = shell_job("echo never", "someday");
+  someday_req.begin = tjob::clock::now() + 24h;
+  auto someday = client.train(someday_req);
+
+  auto done = client.wait_for_job_status(later, {job_status::complete}, 60s);
+  REQUIRE(done.start_time);
+  CHECK(*done.start_time >= begin);  // never before its time
+  CHECK(all_of(client.get_job_logs(later)) == "began\n");
+  bool said = false;
+  for (const auto& e : client.get_job_events(later))
+    said |= e.reason == "Waiting" &&
+            e.message.find("its begin time " + tjob::format_time(begin)) != std::string::npos;
+  CHECK(said);
+  CHECK(client.get_job(someday).reason == "Waiting");
+  client.cancel_job(someday);
+  auto c = client.wait_for_job_status(someday, {job_status::failed}, 30s);
+  CHECK(c.reason == "cancelled");
+  CHECK(docker_cli(sock, {"ps", "-a", "-q", "--filter", "name=someday-node"}).empty());
+  for (const auto& name : {later, someday}) client.delete_job(name);
+}
+
 TEST_CASE_TEMPLATE("a container job array runs its members one at a time under its limit of 1", D,
                    TJOB_DAEMONS) {
   fixture fx;

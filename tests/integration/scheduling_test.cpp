@@ -340,6 +340,29 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(message_of([&] { c.train(bad); }).find("active_deadline=-5s is out of range") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(fixture, "a job with a dependency and a begin time waits for both, whichever comes last") {
+  trainer_client c(config());
+  gate g;
+  c.train(helper_job({"read-fifo", g.path(), "print", "a\n"}, "a"));
+  auto b = helper_job({"print", "b\n"}, "b");
+  b.after_ok = {"a"};
+  const auto begin = std::chrono::floor<std::chrono::milliseconds>(tjob::clock::now()) + 1500ms;
+  b.begin = begin;
+  c.train(b);
+  CHECK(c.get_job("b").reason == "Waiting");
+  CHECK(c.get_job_events("b")[1].message ==
+        "waiting for after_ok a, and its begin time " + format_time(begin));
+  g.release();  // its dependency ends long before its time
+  c.wait_for_job_status("a", {job_status::complete}, 30s);
+  auto done = c.wait_for_job_status("b", {job_status::complete}, 30s);
+  REQUIRE(done.start_time);
+  CHECK(*done.start_time >= begin);
+  bool said = false;
+  for (const auto& e : c.get_job_events("b"))
+    said |= e.message == "its dependencies are met and its begin time has come, and it fits";
+  CHECK(said);
+}
+
 TEST_CASE_FIXTURE(fixture,
                   "a dependency chain runs in order, each job Waiting until the one before has ended") {
   trainer_client c(config());

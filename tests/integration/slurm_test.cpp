@@ -125,6 +125,25 @@ TEST_CASE("slurm: a pending job shows Slurm's reason, and dependencies go by Slu
   CHECK(message_of([&] { c.train(unknown); }).find("'no-such-job'") != std::string::npos);
 }
 
+TEST_CASE("slurm: a begin time is sbatch --begin: pending, reason BeginTime, and it starts no earlier") {
+  auto conf = tjob::test::slurm_conf();
+  if (!conf) return;
+  tjob::test::home_fixture fx;
+  trainer_client c(slurm_config(fx, *conf));
+  auto later = shell_job("echo began", "later");
+  const auto begin = std::chrono::floor<std::chrono::seconds>(tjob::clock::now()) + 4s;
+  later.begin = begin;
+  c.train(later);
+  auto pending = wait_until(c, "later", [](const train_job& j) { return j.reason == "BeginTime"; });
+  CHECK(pending.status == job_status::created);
+  CHECK(pending.reason == "BeginTime");
+  auto done = c.wait_for_job_status("later", {job_status::complete}, 120s);
+  REQUIRE(done.start_time);
+  CHECK(*done.start_time >= begin);
+  CHECK(c.get_job_logs("later").read_all() == "began\n");
+  c.delete_job("later");
+}
+
 TEST_CASE("slurm: cancel ends the job's whole process tree, and scancel from outside is told apart") {
   auto conf = tjob::test::slurm_conf();
   if (!conf) return;

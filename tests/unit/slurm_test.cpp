@@ -104,12 +104,14 @@ TEST_CASE("sbatch gets the job's geometry, policy and the command as arguments, 
   s.time_limit = 61s;
   s.nice = -5;
   s.dependency = "afterok:17,afterany:18";
+  s.begin_after = 90s;
   s.command = {"sh", "-c", "echo $HOME; rm -rf /", "x"};
   auto a = sbatch_argv(cfg, s);
   CHECK(a.front() == "sbatch");
   for (auto want : {"--partition=gpu", "--nodes=4", "--ntasks-per-node=1", "--cpus-per-task=8", "--mem=1025M",
                     "--gpus-per-node=2", "--time=2", "--nice=-5", "--dependency=afterok:17,afterany:18",
-                    "--kill-on-invalid-dep=yes", "--constraint=a100", "--job-name=j", "--chdir=/shared/j/work"})
+                    "--kill-on-invalid-dep=yes", "--constraint=a100", "--job-name=j",
+                    "--chdir=/shared/j/work", "--begin=now+90"})
     CHECK_MESSAGE(has(a, want), want);
   auto script = std::find(a.begin(), a.end(), "/shared/j/job.sh");
   REQUIRE(script != a.end());
@@ -261,6 +263,7 @@ TEST_CASE(
   submission s;
   s.job_dir = "/shared/j";
   CHECK(has(sbatch_argv(cfg, s), "--no-requeue"));
+  for (const auto& arg : sbatch_argv(cfg, s)) CHECK(!arg.starts_with("--begin"));  // none unless asked
   s.requeue = true;
   s.warning = stop_warning{10, 90s};
   CHECK(has(sbatch_argv(cfg, s), "--signal=10@90"));  // the steps' processes, not the batch shell

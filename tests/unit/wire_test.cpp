@@ -115,3 +115,54 @@ TEST_CASE("a warning before the deadline reads as Slurm's --signal writes it, an
   CHECK(bad(R"({"before":5})").find("warning.signal: missing") != std::string::npos);
   CHECK(bad(R"({"signal":"USR1","after":5})").find("warning.after: unknown field") != std::string::npos);
 }
+
+TEST_CASE(
+    "a begin time reads in Slurm's --begin forms, local time where no zone is given, and crosses the wire") {
+  using namespace std::chrono;
+  ::setenv("TZ", "CET-1", 1);  // UTC+1 (a POSIX zone: no tzdata needed): local forms are not UTC
+  ::tzset();
+  // 2026-12-07 20:30:15 UTC = 21:30:15 there
+  const auto now = tjob::clock::from_time_t(1796675415);
+  REQUIRE(tjob::format_time(now) == "2026-12-07T20:30:15.000000000Z");
+  auto at = [&](const char* text) {
+    auto t = tjob::parse_begin_time(text, now);
+    return t ? tjob::format_time(*t) : std::string("(none)");
+  };
+  CHECK(at("now") == "2026-12-07T20:30:15.000000000Z");
+  CHECK(at("now+90") == "2026-12-07T20:31:45.000000000Z");
+  CHECK(at("now+30m") == "2026-12-07T21:00:15.000000000Z");
+  CHECK(at("now+2hours") == "2026-12-07T22:30:15.000000000Z");
+  CHECK(at("now+1d") == "2026-12-08T20:30:15.000000000Z");
+  CHECK(at("22:00") == "2026-12-07T21:00:00.000000000Z");     // later today, local
+  CHECK(at("21:30:20") == "2026-12-07T20:30:20.000000000Z");  // five seconds on
+  CHECK(at("09:15") == "2026-12-08T08:15:00.000000000Z");     // passed today: tomorrow
+  CHECK(at("2026-12-24") == "2026-12-23T23:00:00.000000000Z");
+  CHECK(at("2026-12-24T18:00") == "2026-12-24T17:00:00.000000000Z");
+  CHECK(at("2026-12-24T18:00:30") == "2026-12-24T17:00:30.000000000Z");
+  CHECK(at("2026-12-24T18:00:00Z") == "2026-12-24T18:00:00.000000000Z");
+  CHECK(at("2026-12-24T18:00:00+02:00") == "2026-12-24T16:00:00.000000000Z");
+  for (const char* bad :
+       {"", "tomorrow", "now+", "now+5x", "now-5", "now+99999999", "25:00", "12:60", "12", "2026-02-30",
+        "2026-13-01", "2026-12-24T18", "2026-12-24X18:00", "12:00 ", "1969-12-31"})
+    CHECK_MESSAGE(at(bad) == "(none)", bad);
+  CHECK(std::string(tjob::begin_time_forms).find("now+N") != std::string::npos);
+  ::unsetenv("TZ");
+  ::tzset();
+
+  auto req = tjob::request_from_json(
+      json::parse(R"({"begin":"2026-12-24T18:00:00Z","trainer":{"kind":"command","command":["true"]}})"));
+  REQUIRE(req.begin);
+  CHECK(tjob::format_time(*req.begin) == "2026-12-24T18:00:00.000000000Z");
+  auto back = tjob::request_from_json(tjob::to_json(req));
+  REQUIRE(back.begin);
+  CHECK(*back.begin == *req.begin);
+  CHECK_FALSE(tjob::request_from_json(tjob::to_json(tjob::request_from_json(python_spec("{}")))).begin);
+  try {
+    (void)tjob::request_from_json(
+        json::parse(R"({"begin":"soon","trainer":{"kind":"command","command":["true"]}})"));
+    FAIL("a begin of 'soon' was taken");
+  } catch (const tjob::spec_error& e) {
+    CHECK(e.field() == "begin");
+    CHECK(std::string(e.what()).find("\"soon\" is not a time; give now+N") != std::string::npos);
+  }
+}
