@@ -92,8 +92,9 @@ std::string engine_state::dependency_state(const job_rec::dependency& dep, bool&
 void engine_state::dependency_round() {
   for (const auto& j : std::vector(dependency_waiting)) {
     std::string never;
-    bool all_met = j->begin_ms <= now_ms();
-    for (const auto& d : j->deps) {
+    const auto& waits = *j->waits;  // (every job of the list waits for something)
+    bool all_met = waits.begin_ms <= now_ms();
+    for (const auto& d : waits.deps) {
       bool met = false;
       auto why = dependency_state(d, met);
       if (!why.empty()) {
@@ -109,9 +110,9 @@ void engine_state::dependency_round() {
     }
     if (!all_met) continue;
     // Met: it joins the admission queue now, behind whoever is there.
-    const std::string met = j->deps.empty()    ? "its begin time has come"
-                            : j->begin_ms == 0 ? "its dependencies are met"
-                                               : "its dependencies are met and its begin time has come";
+    const std::string met = waits.deps.empty()    ? "its begin time has come"
+                            : waits.begin_ms == 0 ? "its dependencies are met"
+                                                  : "its dependencies are met and its begin time has come";
     auto adm = *j->admission;
     adm.job = j->row.name;
     const auto t = now_ms();
@@ -126,8 +127,7 @@ void engine_state::dependency_round() {
     });
     leave_queue(*j);
     j->admission.reset();
-    j->deps.clear();
-    j->begin_ms = 0;
+    j->waits.reset();
     j->row.reason.clear();
     if (waiting.empty()) {
       after_admission(j);
@@ -181,7 +181,8 @@ asio::awaitable<void> engine_state::run_admitter() {
     auto next = steady::now() + std::chrono::seconds(1);
     const auto t = now_ms();
     for (const auto& j : dependency_waiting)
-      if (j->begin_ms > t) next = std::min(next, steady::now() + std::chrono::milliseconds(j->begin_ms - t));
+      if (j->waits && j->waits->begin_ms > t)
+        next = std::min(next, steady::now() + std::chrono::milliseconds(j->waits->begin_ms - t));
     timed_out = !co_await w.wait_until(next);
   }
 }

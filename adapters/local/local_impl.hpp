@@ -117,16 +117,19 @@ struct job_rec {
   std::string progress_token;  // its token, for jobs/<name>/progress-token (0600)
   /// Its row of the admission queue (need, priority), until it joins the queue.
   std::unique_ptr<detail::queue_row> admission;
-  /// Its dependencies (train_request::after_*), while it waits for them.
+  /// What it waits for before it may join the queue: its dependencies
+  /// (train_request::after_*) and its begin time (train_request::begin).
   struct dependency {
     std::string job;
     const char* kind;  // "after_ok", "after_any", "after_not_ok"
   };
-  std::vector<dependency> deps;
-  /// Its begin time (train_request::begin), epoch ms, while it waits for it; 0: none.
-  std::int64_t begin_ms = 0;
-  /// It waits for its dependencies or its begin time before it may join the queue.
-  bool waits_to_queue() const { return !deps.empty() || begin_ms > 0; }
+  struct wait_rec {
+    std::vector<dependency> deps;
+    std::int64_t begin_ms = 0;  // epoch ms; 0: none
+  };
+  /// Null once it waits for neither (a pointer: most jobs never do).
+  std::unique_ptr<wait_rec> waits;
+  bool waits_to_queue() const { return waits != nullptr; }
   bool queued = false;               // it waits for admission (Created, reason Queued)
   bool in_admission_list = false;    // it is in its engine's admission_waiting (the admitter may let it in)
   std::int64_t queued_ms = 0;        // when it joined the queue (its Admitted event says how long it waited)

@@ -282,7 +282,7 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
   }
   j.retry.reset();
   if (req.retry.max_restarts > 0) j.retry = std::make_unique<retry_policy>(req.retry);
-  j.deps.clear();
+  auto waits = std::make_unique<job_rec::wait_rec>();
   for (const auto& [list, kind] : {std::pair{&req.after_ok, "after_ok"},
                                    {&req.after_any, "after_any"},
                                    {&req.after_not_ok, "after_not_ok"}})
@@ -294,11 +294,13 @@ void engine_state::plan_job(job_rec& j, const std::string& name, train_request& 
         fail(errc::invalid_argument, who + ": " + kind + " " + quote(d) + ": no such job in " +
                                          home.string() +
                                          "; name a job that exists (tjob list), submitted before this one");
-      j.deps.push_back({d, kind});
+      waits->deps.push_back({d, kind});
     }
-  j.begin_ms = 0;
   if (req.begin && *req.begin > clock::now())  // (one already past: at once)
-    j.begin_ms = std::chrono::duration_cast<std::chrono::milliseconds>(req.begin->time_since_epoch()).count();
+    waits->begin_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(req.begin->time_since_epoch()).count();
+  j.waits.reset();
+  if (!waits->deps.empty() || waits->begin_ms > 0) j.waits = std::move(waits);
 }
 
 namespace {
@@ -345,10 +347,12 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
     if (j->retry) created += " (restarts: " + detail::describe_retry(*j->retry) + ")";
     detail::job_row row = j->row;
     std::string deps;
-    for (const auto& d : j->deps) deps += (deps.empty() ? "" : ", ") + std::string(d.kind) + " " + d.job;
-    if (j->begin_ms > 0)
-      deps += (deps.empty() ? "its begin time " : ", and its begin time ") +
-              format_time(clock::time_point(std::chrono::milliseconds(j->begin_ms)));
+    if (const auto* w = j->waits.get()) {
+      for (const auto& d : w->deps) deps += (deps.empty() ? "" : ", ") + std::string(d.kind) + " " + d.job;
+      if (w->begin_ms > 0)
+        deps += (deps.empty() ? "its begin time " : ", and its begin time ") +
+                format_time(clock::time_point(std::chrono::milliseconds(w->begin_ms)));
+    }
     bool inserted =
         co_await insert_job(std::move(row), std::move(created), j->admission.get(), &j->queue_note, deps);
     if (inserted) {

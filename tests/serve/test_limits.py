@@ -46,7 +46,7 @@ def test_malformed_json(busy):
      "job spec: trainer.comand: unknown field; a command trainer has code_dir, command, cpus, env, image, kind, memory, "
          "working_dir"),
     ({"trainer": COMMAND, "nmae": "x"}, "nmae",
-     "job spec: nmae: unknown field; a job spec has active_deadline, after_any, after_not_ok, after_ok, annotations, array, array_limit, labels, name, num_nodes, priority, retry, runtime, trainer, warning"),
+     "job spec: nmae: unknown field; a job spec has active_deadline, after_any, after_not_ok, after_ok, annotations, array, array_limit, begin, labels, name, num_nodes, priority, retry, runtime, trainer, warning"),
     ({"name": "x"}, "trainer", "job spec: trainer: missing; give {\"kind\": \"command\", \"command\": [...]} or "
                                "{\"kind\": \"python\", \"source\": ...}"),
     ({"trainer": {"kind": "shell"}}, "trainer.kind",
