@@ -24,6 +24,8 @@
 //                                           for all as a job array's members
 #include "alloc_count.hpp"
 
+#include <malloc.h>
+
 #include <tjob/client.hpp>
 #include <tjob/engine.hpp>
 #include <tjob/spec.hpp>
@@ -123,6 +125,10 @@ std::string thread_cpu_json(const std::map<std::string, double>& before, int run
   }
   return out + "}";
 }
+
+// The heap's bytes in use (glibc's count): of RSS, what the engine's own
+// allocations hold, as opposed to the store's mappings and freed pages.
+long heap_bytes() { return static_cast<long>(::mallinfo2().uordblks); }
 
 long rss_bytes() {
   long pages = 0, rss = 0;
@@ -341,6 +347,7 @@ struct bench {
     auto warm = co_await eng.train(command_job(true_argv));
     co_await eng.wait_for_job_status(warm, complete_only, 60s);
     long rss0 = rss_bytes();
+    long heap0 = heap_bytes();
     int fds0 = open_fds();
     auto t0 = steady::now();
     std::vector<std::string> names;
@@ -352,6 +359,8 @@ struct bench {
     for (auto& name : names) co_await eng.wait_for_job_status(name, running_only, 600s);
     double launch = seconds_since(t0);
     long rss1 = rss_bytes();
+    long heap1 = heap_bytes();
+    if (std::getenv("TJOB_BENCH_STOP_AT_HOLD")) ::raise(SIGSTOP);  // (a heap profiler's snapshot)
     int fds1 = open_fds();
     for (auto& name : names) {
       auto job = co_await eng.get_job(name);
@@ -359,9 +368,10 @@ struct bench {
     }
     for (auto& name : names) co_await eng.wait_for_job_status(name, failed_only, 600s);
     std::printf(
-        "{\"runs\":%d,\"launch_s\":%.6f,\"rss_bytes_per_run\":%.1f,\"fds_per_run\":%.3f,"
-        "\"peak_fds\":%d}\n",
-        n, launch, static_cast<double>(rss1 - rss0) / n, static_cast<double>(fds1 - fds0) / n, fds1);
+        "{\"runs\":%d,\"launch_s\":%.6f,\"rss_bytes_per_run\":%.1f,\"heap_bytes_per_run\":%.1f,"
+        "\"fds_per_run\":%.3f,\"peak_fds\":%d}\n",
+        n, launch, static_cast<double>(rss1 - rss0) / n, static_cast<double>(heap1 - heap0) / n,
+        static_cast<double>(fds1 - fds0) / n, fds1);
   }
 
   asio::awaitable<void> wake() {

@@ -108,13 +108,15 @@ struct job_rec {
   bool torch_port = false;     // the nodes rendezvous on one free port, chosen at start
   bool failure_watch = false;  // its nodes' worker failures are watched (several torch nodes)
   bool line_hook = false;      // its venv makes its processes print whole lines (install_line_hook)
+  /// Its code reports progress to this engine's endpoint: its environment
+  /// (KUBEFLOW_TRAINER_SERVER_*) is made at each spawn, not kept per job.
+  bool reports_progress = false;
   int master_port = 0;
   int gpus_per_node = 0;
   std::vector<std::string> node_devices;  // CUDA_VISIBLE_DEVICES of each node, once leased
   /// Where its code reports progress (KUBEFLOW_TRAINER_SERVER_*); empty when
   /// this engine has no progress endpoint.
-  std::map<std::string, std::string> progress_env;
-  std::string progress_token;  // its token, for jobs/<name>/progress-token (0600)
+  std::string progress_token;  // its token, until written to jobs/<name>/progress-token (0600)
   /// Its row of the admission queue (need, priority), until it joins the queue.
   std::unique_ptr<detail::queue_row> admission;
   /// What it waits for before it may join the queue: its dependencies
@@ -300,7 +302,8 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   progress::server progress;
   std::string progress_ca, progress_off;
   std::string progress_pythonpath;  ///< the helper package's directory (progress::python_helper)
-  /// The job's token and URL, its variables in progress_env, its token file in `files`.
+  /// The job's token (written to its progress-token file by make_job_files) and its place on the
+  /// endpoint; reports_progress set.
   boost::asio::awaitable<void> open_progress(std::shared_ptr<job_rec> j);
   /// What the job's code reported: its latest progress, and an event when `record`.
   std::string take_progress(const std::string& name, const detail::progress_report& r, bool record);

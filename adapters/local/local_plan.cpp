@@ -485,6 +485,10 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
     fail(errc::store_unavailable, "TrainJob " + quote(name) + ": " + made_not->what() + "; " +
                                       detail::fix_for_errno(made_not->code().value(), jobs_dir.string()));
   }
+  // Made: what it was made from is not kept while the job runs.
+  std::string().swap(j->progress_token);
+  std::string().swap(j->code_snapshot);
+  std::vector<std::pair<std::string, std::string>>().swap(j->files);
 }
 
 // The progress endpoint (made with the home's TLS files at the first job)
@@ -508,17 +512,16 @@ asio::awaitable<void> engine_state::open_progress(std::shared_ptr<job_rec> j) {
     }
   }
   if (!progress.started()) co_return;
-  const std::string token_path = j->dir + "/progress-token";
   j->progress_token = progress::new_token();  // (written by make_job_files; not in `files`, which make work/)
   const std::string& token = j->progress_token;
-  auto url = progress.add(j->row.name, token,
-                          [w = weak_from_this(), name = j->row.name](
-                              detail::progress_report r, bool record) -> asio::awaitable<std::string> {
-                            auto self = w.lock();
-                            co_return self ? self->take_progress(name, r, record)
-                                           : std::string("the engine has stopped");
-                          });
-  j->progress_env = progress::job_environment(url, progress_ca, token_path);
+  progress.add(j->row.name, token,
+               [w = weak_from_this(), name = j->row.name](detail::progress_report r,
+                                                          bool record) -> asio::awaitable<std::string> {
+                 auto self = w.lock();
+                 co_return self ? self->take_progress(name, r, record)
+                                : std::string("the engine has stopped");
+               });
+  j->reports_progress = true;  // (its variables are made at each spawn: progress.url)
 }
 
 std::string engine_state::take_progress(const std::string& name, const detail::progress_report& r,

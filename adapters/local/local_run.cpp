@@ -358,8 +358,10 @@ std::map<std::string, std::string> engine_state::phase_environment(const std::sh
     start_failure_watch(j);
     env.insert_or_assign("TJOB_FAILURE_DIR", failures_dir(*j).string());
   }
-  if (ph.final && !j->progress_env.empty()) {
-    for (const auto& [k, v] : j->progress_env) env.emplace(k, v);  // (the job's own settings win)
+  if (ph.final && j->reports_progress && progress.started()) {
+    for (const auto& [k, v] :
+         progress::job_environment(progress.url(j->row.name), progress_ca, j->dir + "/progress-token"))
+      env.emplace(k, v);  // (the job's own settings win)
     // `import tjob` finds the helper (report) after whatever the job's own path has
     std::string base;
     if (auto it = env.find("PYTHONPATH"); it != env.end())

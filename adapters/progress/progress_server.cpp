@@ -310,7 +310,11 @@ std::string server::add(const std::string& job, const std::string& token, sink t
   // 8 % of the reactor's time per job).
   if (!added && !it->second.ended.empty()) std::erase(s.ended_order, job);
   it->second = impl::job_entry{token, std::move(to), {}, {}};
-  return fmt::format("https://127.0.0.1:{}{}{}{}", s.port, prefix, job, suffix);
+  return url(job);
+}
+
+std::string server::url(const std::string& job) const {
+  return fmt::format("https://127.0.0.1:{}{}{}{}", impl_->port, prefix, job, suffix);
 }
 
 void server::end(const std::string& job, std::string how) {

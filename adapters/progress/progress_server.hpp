@@ -59,6 +59,8 @@ class server {
   /// The job reports to `s` from now; its URL. A job added again gets a new
   /// token (the old one is refused).
   std::string add(const std::string& job, const std::string& token, sink s);
+  /// The URL a job reports to (what add returned for it).
+  std::string url(const std::string& job) const;
   /// The job has ended (`how`: "Complete", "Failed"): its reports are refused.
   void end(const std::string& job, std::string how);
   /// Forgets the job (deleted): its reports are refused as unknown.
