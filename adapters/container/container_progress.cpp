@@ -73,9 +73,10 @@ void backend::impl::open_progress(const std::string& job, node_program& p) {
     d->remove(latest_file);
     d->remove(events_file);
   }
-  auto url = progress.add(job, token, [w = weak_from_this(), job](detail::progress_report r, bool record) {
-    return take_report(w, job, std::move(r), record);
-  });
+  auto url = progress.add(job, token,
+                          [w = weak_from_this()](std::string name, detail::progress_report r, bool record) {
+                            return take_report(w, std::move(name), std::move(r), record);
+                          });
   const std::string in_job = std::string(inputs_mount) + "/";
   for (auto& [k, v] : progress::job_environment(url, in_job + ca_file, in_job + token_file))
     p.env.emplace(k, v);  // (the job's own settings win)

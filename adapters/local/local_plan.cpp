@@ -515,8 +515,8 @@ asio::awaitable<void> engine_state::open_progress(std::shared_ptr<job_rec> j) {
   j->progress_token = progress::new_token();  // (written by make_job_files; not in `files`, which make work/)
   const std::string& token = j->progress_token;
   progress.add(j->row.name, token,
-               [w = weak_from_this(), name = j->row.name](detail::progress_report r,
-                                                          bool record) -> asio::awaitable<std::string> {
+               [w = weak_from_this()](std::string name, detail::progress_report r,
+                                      bool record) -> asio::awaitable<std::string> {
                  auto self = w.lock();
                  co_return self ? self->take_progress(name, r, record)
                                 : std::string("the engine has stopped");

@@ -166,7 +166,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     auto to = e.to;
     try {
       // (named, not a temporary in the co_await: docs/architecture.md's g++ 12 rule)
-      auto taking = to(std::move(*parsed.report), record);
+      auto taking = to(job, std::move(*parsed.report), record);
       refused = co_await std::move(taking);
     } catch (const std::exception& x) {
       failed = x.what();

@@ -34,9 +34,13 @@ class logger;
 
 namespace tjob::progress {
 
-/// Takes a job's report (`record`: it becomes an event, else only the
+/// Takes job `job`'s report (`record`: it becomes an event, else only the
 /// latest); returns empty when taken, else why not (the job has ended: 409).
-using sink = std::function<boost::asio::awaitable<std::string>(detail::progress_report report, bool record)>;
+/// The job's name is an argument, so that a sink needs to hold no copy of it
+/// (one that holds only a weak_ptr fits std::function's own storage: no heap
+/// block per job).
+using sink = std::function<boost::asio::awaitable<std::string>(std::string job,
+                                                               detail::progress_report report, bool record)>;
 
 /// The environment variables Kubeflow's client reads.
 inline constexpr const char* url_variable = "KUBEFLOW_TRAINER_SERVER_URL";
