@@ -353,7 +353,7 @@ int engine_state::send_warning(job_rec& j, const std::string& when) {
   int sent = 0;
   for (auto& s : j.steps) {
     if (!s.code_runs || !s.proc.signal_group(w.signal)) continue;
-    if (!s.tree_cgroup.empty()) process::signal_all(s.tree_cgroup, w.signal);
+    if (const auto* tree = s.tree_cgroup()) process::signal_all(*tree, w.signal);
     ++sent;
   }
   if (sent == 0) return 0;  // none runs: it is ending anyway, or has no code running yet

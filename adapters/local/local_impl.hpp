@@ -57,9 +57,14 @@ struct step_rec {
   std::unique_ptr<boost::asio::cancellation_signal> stop =
       std::make_unique<boost::asio::cancellation_signal>();
   std::vector<std::string> cgroups;  // its cgroups (tree, cpu, memory), removed when the step ends
-  std::string tree_cgroup;           // the one that holds its whole process tree; empty: none could be made
+  /// Of `cgroups`, by index (on cgroup v2 they are often one directory: no
+  /// copies): the one that holds its whole process tree, none where none
+  /// could be made; the one that limits its memory (its OOM kills are read at
+  /// the end). -1: none.
+  std::int8_t tree_at = -1, memory_at = -1;
+  const std::string* tree_cgroup() const { return tree_at < 0 ? nullptr : &cgroups[tree_at]; }
+  const std::string* memory_cgroup() const { return memory_at < 0 ? nullptr : &cgroups[memory_at]; }
   std::string ended_how;             // how its code's process ended ("exit code 1"), once it has
-  std::string memory_cgroup;         // the one that limits its memory (its OOM kills are read at the end)
   bool code_runs = false;            // its process is the job's code (not a setup phase): a warning is for it
   detail::log_clock::tracked times;  // its log's line times, while it runs
 };
@@ -505,7 +510,8 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   /// Puts the step's code under the phase's memory and CPU limits (cgroups).
   void limit_step(job_rec& j, step_rec& s, const phase& ph, const std::string& cgroup_name);
   /// Adds `dir` to the step's cgroups, once.
-  static void keep_cgroup(step_rec& s, const std::string& dir);
+  /// Its place in s.cgroups, added there unless it is there already.
+  static std::int8_t keep_cgroup(step_rec& s, const std::string& dir);
   /// Kills what the step's ended main process left behind, in its group or out of it.
   void end_tree(job_rec& j, step_rec& s);
   /// Removes the step's cgroups once the kernel has emptied them.

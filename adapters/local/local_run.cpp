@@ -164,7 +164,7 @@ void engine_state::signal_steps(job_rec& j, const job_action& a) {
       log->info("job {} step {}: still running {} ms after SIGTERM; sending SIGKILL", j.row.name, s.row.name,
                 j.grace.count());
     s.proc.signal_group(a.forced ? SIGKILL : SIGTERM);
-    if (!s.tree_cgroup.empty()) process::signal_all(s.tree_cgroup, a.forced ? SIGKILL : SIGTERM);
+    if (const auto* tree = s.tree_cgroup()) process::signal_all(*tree, a.forced ? SIGKILL : SIGTERM);
   }
 }
 

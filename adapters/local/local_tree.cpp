@@ -41,13 +41,14 @@ int engine_state::open_tree(job_rec& j, step_rec& s, const std::string& cgroup_n
   std::string why_not;
   auto dir = process::make_tree_cgroup(cgroup_name, why_not);
   int fd = -1;
+  std::int8_t at = -1;
   if (dir) {
     fd = ::open((*dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) why_not = "cannot open " + *dir + "/cgroup.procs: " + std::strerror(errno);
-    keep_cgroup(s, *dir);
+    at = keep_cgroup(s, *dir);
   }
   if (fd < 0) {
-    s.tree_cgroup.clear();
+    s.tree_at = -1;
     if (!tree_fallback_said) {  // once per engine: it holds for every job
       tree_fallback_said = true;
       log->info(
@@ -57,12 +58,14 @@ int engine_state::open_tree(job_rec& j, step_rec& s, const std::string& cgroup_n
     }
     return -1;
   }
-  s.tree_cgroup = *dir;
+  s.tree_at = at;
   return fd;
 }
 
-void engine_state::keep_cgroup(step_rec& s, const std::string& dir) {
-  if (std::find(s.cgroups.begin(), s.cgroups.end(), dir) == s.cgroups.end()) s.cgroups.push_back(dir);
+std::int8_t engine_state::keep_cgroup(step_rec& s, const std::string& dir) {
+  auto it = std::find(s.cgroups.begin(), s.cgroups.end(), dir);
+  if (it == s.cgroups.end()) it = s.cgroups.insert(it, dir);  // (three at most: tree, memory, CPU)
+  return static_cast<std::int8_t>(it - s.cgroups.begin());
 }
 
 // The node's limits, on its code's process just after exec (a memory and a
@@ -75,8 +78,7 @@ void engine_state::limit_step(job_rec& j, step_rec& s, const phase& ph, const st
     std::string why_not;
     const auto mib = ph.memory_limit >> 20;
     if (auto dir = process::limit_memory(s.row.pid, cgroup_name, ph.memory_limit, why_not)) {
-      keep_cgroup(s, *dir);
-      s.memory_cgroup = *dir;
+      s.memory_at = keep_cgroup(s, *dir);
       say_limit(j, s, fmt::format("memory limited to {} MiB for the node ({})", mib, *dir));
     } else {
       // Without a cgroup, an address-space limit per process is all there is;
@@ -109,8 +111,8 @@ void engine_state::limit_step(job_rec& j, step_rec& s, const phase& ph, const st
 
 void engine_state::end_tree(job_rec& j, step_rec& s) {
   std::size_t killed = 0;
-  if (!s.tree_cgroup.empty()) {
-    killed = process::signal_all(s.tree_cgroup, SIGKILL);
+  if (const auto* tree = s.tree_cgroup()) {
+    killed = process::signal_all(*tree, SIGKILL);
   } else {
     // The token is the job's, not the step's: only once no other step runs.
     for (const auto& other : j.steps)
@@ -134,8 +136,8 @@ void engine_state::end_tree(job_rec& j, step_rec& s) {
 void engine_state::remove_cgroups(step_rec& s) {
   auto dirs = std::move(s.cgroups);
   s.cgroups.clear();
-  s.memory_cgroup.clear();
-  s.tree_cgroup.clear();
+  s.memory_at = -1;
+  s.tree_at = -1;
   remove_cgroups_later(std::move(dirs), 0);
 }
 
@@ -180,11 +182,11 @@ void engine_state::step_exited(const std::shared_ptr<job_rec>& j, std::size_t in
   if (!respawn_waiters.empty()) wake_respawns();
   end_tree(*j, s);
   auto why = describe(st);
-  if (!s.memory_cgroup.empty() && process::oom_kills(s.memory_cgroup) > 0) {
+  if (const auto* memory = s.memory_cgroup(); memory && process::oom_kills(*memory) > 0) {
     why = "OOMKilled";  // Kubernetes' and Docker's word
     say_limit(*j, s,
               "the kernel's OOM killer ended a process of " + s.row.name +
-                  ": it used the node's whole memory limit (" + s.memory_cgroup + ")");
+                  ": it used the node's whole memory limit (" + *memory + ")");
   }
   remove_cgroups(s);
   // A process that failed on a full disk (ENOSPC) rarely says so where
