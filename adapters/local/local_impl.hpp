@@ -100,13 +100,21 @@ struct job_rec {
   std::vector<step_rec> steps;
   std::vector<phase> phases;       // the setup phases, then node-0's code
   std::vector<phase> node_phases;  // each node's code (node-0's is also phases.back())
-  std::vector<std::pair<std::string, std::string>> files;  // written into the job dir at creation
-  std::string code_snapshot;  // a trainer's code_dir snapshot, copied into the work dir at creation
+  /// What the job is made from, until its directory is made (make_job_files):
+  /// the files written into it, a trainer's code_dir snapshot copied into its
+  /// work dir, the request's JSON for its record, its progress token. A
+  /// pointer, freed then: a running job does not carry them.
+  struct making {
+    std::vector<std::pair<std::string, std::string>> files;
+    std::string code_snapshot;
+    std::string spec;
+    std::string progress_token;  // written to jobs/<name>/progress-token (0600)
+  };
+  std::unique_ptr<making> make;
   /// Its code gets TJOB_CHECKPOINT_DIR (`<dir>/checkpoints`): a Python job,
   /// or one that may restart. A command that runs once gets none: the
   /// directory would cost a mkdir on every `tjob run -- CMD` (~40 us here).
   bool checkpoints() const { return !venv.empty() || retry != nullptr; }
-  std::string spec;
   std::string dir;
   std::filesystem::path venv;  // empty for command jobs
   bool remove_venv = false;
@@ -121,7 +129,6 @@ struct job_rec {
   std::vector<std::string> node_devices;  // CUDA_VISIBLE_DEVICES of each node, once leased
   /// Where its code reports progress (KUBEFLOW_TRAINER_SERVER_*); empty when
   /// this engine has no progress endpoint.
-  std::string progress_token;  // its token, until written to jobs/<name>/progress-token (0600)
   /// Its row of the admission queue (need, priority), until it joins the queue.
   std::unique_ptr<detail::queue_row> admission;
   /// What it waits for before it may join the queue: its dependencies

@@ -70,7 +70,7 @@ std::string find_program(const std::string& who, const std::string& prog,
 void engine_state::plan_command(job_rec& j, const std::string& who, command_trainer& ct) {
   detail::check_command(who, ct);
   ct.working_dir = check_working_dir(who, ct.working_dir);
-  j.code_snapshot = ct.code_dir;  // (its cwd then is the work dir, where the copy goes)
+  j.make->code_snapshot = ct.code_dir;  // (its cwd then is the work dir, where the copy goes)
   phase ph;
   ph.name = "command";
   ph.final = true;
@@ -86,7 +86,7 @@ void engine_state::plan_command(job_rec& j, const std::string& who, command_trai
   // memory= is the node's limit as well as its reservation, as for a Python
   // job and in a container (issue 42: it was accepted and not enforced).
   ph.memory_limit = ct.memory;
-  j.spec = spec_json(ct, ph.executable);
+  j.make->spec = spec_json(ct, ph.executable);
   j.node_phases.push_back(std::move(ph));
 }
 
@@ -213,7 +213,7 @@ void engine_state::plan_python(job_rec& j, const std::string& who, python_traine
   auto work = std::filesystem::path(j.dir) / "work";
   auto cwd = pt.working_dir.empty() ? work.string() : pt.working_dir;
   std::map<std::string, std::string> env = pt.env;
-  j.code_snapshot = pt.code_dir;
+  j.make->code_snapshot = pt.code_dir;
   if (!pt.code_dir.empty()) {
     // The directory sent with the job is its work dir, and importable.
     const char* outer = std::getenv("PYTHONPATH");
@@ -226,8 +226,8 @@ void engine_state::plan_python(job_rec& j, const std::string& who, python_traine
   // The code first, then its keyword arguments, in the work dir.
   const std::string stem = "train_" + j.row.name;
   for (auto& [name, text] : python::training_files(pt, source, stem))
-    j.files.emplace_back((work / name).string(), std::move(text));
-  if (!j.files.empty()) file = j.files.front().first;
+    j.make->files.emplace_back((work / name).string(), std::move(text));
+  if (!j.make->files.empty()) file = j.make->files.front().first;
   // The code the job runs: the user's file, or the text written for it.
   std::string code_file = python::code_file_of(pt, stem);
   if (std::filesystem::path(code_file).is_relative()) code_file = (work / code_file).string();
@@ -247,14 +247,14 @@ void engine_state::plan_python(job_rec& j, const std::string& who, python_traine
   plan_gpus(j, who, pt, num_nodes);
   plan_nodes(j, pt, rt, env, cwd, file, num_nodes);
   if (cfg.venv_cache) plan_venv_cache(j, pt, python, packages);
-  j.spec = json::serialize(json::object{{"trainer", detail::to_json(pt)}, {"python", python}});
+  j.make->spec = json::serialize(json::object{{"trainer", detail::to_json(pt)}, {"python", python}});
 }
 
 // The phases of the job `name` of `req` (its paths hold the name).
 void engine_state::plan_job(job_rec& j, const std::string& name, train_request& req, const runtime& rt) {
   j.phases.clear();
   j.node_phases.clear();
-  j.files.clear();
+  j.make = std::make_unique<job_rec::making>();
   j.dir = (jobs_dir / name).string();
   j.row.name = name;
   auto who = detail::who(name);
@@ -326,7 +326,7 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
   auto& req = c.request;
   std::string name = req.name;
   for (;;) {
-    std::string spec = with_grace(j->spec, cfg.grace_period, req.warning);
+    std::string spec = with_grace(j->make->spec, cfg.grace_period, req.warning);
     j->row = {};
     j->row.name = name;
     j->row.runtime = req.runtime;  // empty for a command job given no runtime
@@ -362,7 +362,7 @@ asio::awaitable<void> engine_state::record_job(std::shared_ptr<job_rec> j, detai
       if (j->waits_to_queue()) j->row.reason = detail::waiting_reason;
       if (!j->waits_to_queue()) j->admission.reset();  // else it joins the queue later
       // The request is in the store now; a running job does not keep a copy.
-      std::string().swap(j->spec);
+      std::string().swap(j->make->spec);  // (in the store now)
       std::string().swap(j->row.spec);
       req.name = name;
       co_return;
@@ -397,22 +397,22 @@ bool make_job_tree(const job_rec& j, const std::string& work, bool needs_work) {
   if (needs_work) make_private_dirs(work);
   if (j.checkpoints() && ::mkdir((j.dir + "/checkpoints").c_str(), 0700) != 0 && errno != EEXIST)
     throw std::system_error(errno, std::generic_category(), "cannot create " + j.dir + "/checkpoints");
-  if (!j.code_snapshot.empty()) {
+  if (!j.make->code_snapshot.empty()) {
     std::error_code ec;
     std::filesystem::copy(
-        j.code_snapshot, work,
+        j.make->code_snapshot, work,
         std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks, ec);
     if (ec)
       throw std::system_error(ec.value(), std::generic_category(),
                               "cannot copy its working_dir into " + work);
   }
-  for (const auto& [path, text] : j.files) {
+  for (const auto& [path, text] : j.make->files) {
     if (auto ec = detail::append_file(path, text))
       throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
   }
-  if (!j.progress_token.empty()) {
+  if (!j.make->progress_token.empty()) {
     const auto path = j.dir + "/progress-token";
-    if (auto ec = detail::append_file(path, j.progress_token))
+    if (auto ec = detail::append_file(path, j.make->progress_token))
       throw std::system_error(ec.value(), std::generic_category(), "cannot write " + path);
   }
   for (const auto& s : j.steps) {
@@ -431,12 +431,12 @@ void engine_state::remove_job_tree(const job_rec& j, const std::string& work) co
   // this works when the failure was running out of them (EMFILE), where a
   // tree walk cannot (issue 43: refused jobs left their directories).
   std::vector<std::string> made;
-  for (const auto& [path, text] : j.files) made.push_back(path);
+  for (const auto& [path, text] : j.make->files) made.push_back(path);
   made.push_back(j.dir + "/progress-token");
   for (const auto& s : j.steps) made.push_back(s.log_path);
   for (const auto& path : made) ::unlink(path.c_str());
   ::rmdir((j.dir + "/checkpoints").c_str());
-  if (::rmdir(work.c_str()) != 0 && !j.code_snapshot.empty()) {
+  if (::rmdir(work.c_str()) != 0 && !j.make->code_snapshot.empty()) {
     std::error_code rec;
     std::filesystem::remove_all(work, rec);  // the copy of its working_dir
   }
@@ -450,7 +450,7 @@ void engine_state::remove_job_tree(const job_rec& j, const std::string& work) co
 
 asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
   const std::string work = j->dir + "/work";
-  bool needs_work = !j->files.empty() || !j->code_snapshot.empty();
+  bool needs_work = !j->make->files.empty() || !j->make->code_snapshot.empty();
   for (auto* list : {&j->phases, &j->node_phases})
     for (auto& ph : *list) {
       if (ph.cwd.empty()) ph.cwd = work;
@@ -486,9 +486,7 @@ asio::awaitable<void> engine_state::make_job_files(std::shared_ptr<job_rec> j) {
                                       detail::fix_for_errno(made_not->code().value(), jobs_dir.string()));
   }
   // Made: what it was made from is not kept while the job runs.
-  std::string().swap(j->progress_token);
-  std::string().swap(j->code_snapshot);
-  std::vector<std::pair<std::string, std::string>>().swap(j->files);
+  j->make.reset();
 }
 
 // The progress endpoint (made with the home's TLS files at the first job)
@@ -512,8 +510,9 @@ asio::awaitable<void> engine_state::open_progress(std::shared_ptr<job_rec> j) {
     }
   }
   if (!progress.started()) co_return;
-  j->progress_token = progress::new_token();  // (written by make_job_files; not in `files`, which make work/)
-  const std::string& token = j->progress_token;
+  j->make->progress_token =
+      progress::new_token();  // (written by make_job_files; not in `files`, which make work/)
+  const std::string& token = j->make->progress_token;
   progress.add(j->row.name, token,
                [w = weak_from_this()](std::string name, detail::progress_report r,
                                       bool record) -> asio::awaitable<std::string> {
