@@ -302,57 +302,48 @@ int sweep_trial_count(const sweep_request& r) {
   return static_cast<int>(size);
 }
 
-void check_sweep_request(const sweep_request& r) {
-  if (!r.name.empty()) {
-    if (auto problem = job_name_problem(r.name)) refuse(r, "name", *problem);
-  }
-  if (r.search_space.empty())
+namespace {
+
+// One parameter of the search space (`seen`: the names before it).
+void check_parameter(const sweep_request& r, const search_parameter& p, std::set<std::string>& seen) {
+  const std::string field = "search_space." + p.name;
+  if (!identifier(p.name))
     refuse(r, "search_space",
-           "it is empty; give at least one parameter, e.g. {\"lr\": Search.loguniform(1e-4, 1e-1)} "
-           "(tjob optimize --param lr=loguniform:1e-4:1e-1)");
-  std::set<std::string> seen;
-  for (const auto& p : r.search_space) {
-    const std::string field = "search_space." + p.name;
-    if (!identifier(p.name))
-      refuse(r, "search_space", "'" + p.name +
-                                    "' is not a parameter name: use letters, digits and '_', not beginning "
-                                    "with a digit (it becomes a keyword argument)");
-    if (!seen.insert(p.name).second) refuse(r, field, "given twice; give each parameter once");
-    switch (p.kind) {
-      case dist::uniform:
-      case dist::loguniform:
-        if (!std::isfinite(p.min) || !std::isfinite(p.max))
-          refuse(r, field, "min and max must be finite numbers");
-        if (p.min >= p.max)
-          refuse(r, field,
-                 "min " + number_text(p.min) + " is not below max " + number_text(p.max) + "; give min < max");
-        if (p.kind == dist::loguniform && p.min <= 0)
-          refuse(r, field,
-                 "a loguniform range must be above 0 (min is " + number_text(p.min) +
-                     "); use uniform for a range that reaches 0");
-        break;
-      case dist::choice: {
-        if (p.choices.empty()) refuse(r, field, "a choice needs at least one value");
-        std::set<std::string> values;
-        for (const auto& c : p.choices) {
-          try {
-            (void)boost::json::parse(c);
-          } catch (const std::exception&) {
-            refuse(r, field, "choice '" + c + "' is not a JSON value (a string is quoted: \"adam\")");
-          }
-          if (!values.insert(c).second) refuse(r, field, "choice " + c + " is given twice");
+           "'" + p.name +
+               "' is not a parameter name: use letters, digits and '_', not beginning "
+               "with a digit (it becomes a keyword argument)");
+  if (!seen.insert(p.name).second) refuse(r, field, "given twice; give each parameter once");
+  switch (p.kind) {
+    case dist::uniform:
+    case dist::loguniform:
+      if (!std::isfinite(p.min) || !std::isfinite(p.max))
+        refuse(r, field, "min and max must be finite numbers");
+      if (p.min >= p.max)
+        refuse(r, field,
+               "min " + number_text(p.min) + " is not below max " + number_text(p.max) + "; give min < max");
+      if (p.kind == dist::loguniform && p.min <= 0)
+        refuse(r, field,
+               "a loguniform range must be above 0 (min is " + number_text(p.min) +
+                   "); use uniform for a range that reaches 0");
+      break;
+    case dist::choice: {
+      if (p.choices.empty()) refuse(r, field, "a choice needs at least one value");
+      std::set<std::string> values;
+      for (const auto& c : p.choices) {
+        try {
+          (void)boost::json::parse(c);
+        } catch (const std::exception&) {
+          refuse(r, field, "choice '" + c + "' is not a JSON value (a string is quoted: \"adam\")");
         }
-        break;
+        if (!values.insert(c).second) refuse(r, field, "choice " + c + " is given twice");
       }
+      break;
     }
   }
-  std::set<std::string> metrics;
-  for (const auto& o : r.objectives) {
-    if (o.metric.empty() || !std::all_of(o.metric.begin(), o.metric.end(), metric_char))
-      refuse(r, "objectives",
-             "metric '" + o.metric + "' is not a metric name: use letters, digits, '_', '-', '.' or '/'");
-    if (!metrics.insert(o.metric).second) refuse(r, "objectives", "metric '" + o.metric + "' is given twice");
-  }
+}
+
+// The algorithm, the trials' numbers, early stopping and the trial template.
+void check_trial_config(const sweep_request& r) {
   if (r.algorithm != "random" && r.algorithm != "grid" && r.algorithm != "tpe")
     refuse(r, "algorithm", "'" + r.algorithm + "' is not an algorithm; use random, grid or tpe");
   if (r.num_trials < 1 || r.num_trials > max_trials)
@@ -372,6 +363,30 @@ void check_sweep_request(const sweep_request& r) {
   }
   if (!r.trial.array.empty())
     refuse(r, "trial_template", "a trial cannot be a job array's member: the sweep is the trials' array");
+}
+
+}  // namespace
+
+void check_sweep_request(const sweep_request& r) {
+  if (!r.name.empty()) {
+    if (auto problem = job_name_problem(r.name)) refuse(r, "name", *problem);
+  }
+  if (r.search_space.empty())
+    refuse(r, "search_space",
+           "it is empty; give at least one parameter, e.g. {\"lr\": Search.loguniform(1e-4, 1e-1)} "
+           "(tjob optimize --param lr=loguniform:1e-4:1e-1)");
+  std::set<std::string> seen;
+  for (const auto& p : r.search_space) {
+    check_parameter(r, p, seen);
+  }
+  std::set<std::string> metrics;
+  for (const auto& o : r.objectives) {
+    if (o.metric.empty() || !std::all_of(o.metric.begin(), o.metric.end(), metric_char))
+      refuse(r, "objectives",
+             "metric '" + o.metric + "' is not a metric name: use letters, digits, '_', '-', '.' or '/'");
+    if (!metrics.insert(o.metric).second) refuse(r, "objectives", "metric '" + o.metric + "' is given twice");
+  }
+  check_trial_config(r);
 }
 
 std::vector<std::pair<std::string, std::string>> sweep_parameters(const sweep_request& r, std::uint64_t seed,

@@ -13,17 +13,11 @@ namespace tjob::container {
 
 namespace json = boost::json;
 
-json::object create_body(const node_spec& n) {
-  json::object labels{{label_job, n.job},
-                      {label_step, n.step},
-                      {label_network, n.network_id},
-                      {label_runtime, n.runtime},
-                      {label_workdir, n.workdir}};
-  for (const auto& [k, v] : n.labels) labels[k] = v;
-  json::array env;
-  for (const auto& [k, v] : n.env) env.emplace_back(k + "=" + v);
-  json::array cmd;
-  for (const auto& a : n.cmd) cmd.emplace_back(a);
+namespace {
+
+// The node's mounts: its workspace, its inputs, its checkpoints (whose
+// variable joins `env` unless the job sets it), then the volumes given.
+json::array binds_of(const node_spec& n, json::array& env) {
   json::array binds;
   binds.emplace_back((n.workspace_dir.empty() ? n.workdir : n.workspace_dir) + ":" + workspace + ":rw");
   // (after /workspace: the daemon mounts it on top, and the job cannot change it)
@@ -34,7 +28,12 @@ json::object create_body(const node_spec& n) {
       env.emplace_back(std::string("TJOB_CHECKPOINT_DIR=") + checkpoints_mount);
   }
   for (const auto& v : n.volumes) binds.emplace_back(v);
+  return binds;
+}
 
+// The HostConfig: mounts, network, restarts (also a label of the node's),
+// limits and GPUs.
+json::object host_config(const node_spec& n, json::array binds, json::object& labels) {
   json::object host{{"Binds", std::move(binds)}, {"Init", true}, {"AutoRemove", false}};
   // Always explicit: Podman's compat API would otherwise put the container
   // on its default bridge, whatever containers.conf says.
@@ -72,6 +71,23 @@ json::object create_body(const node_spec& n) {
                                                       {"Capabilities", std::move(caps)},
                                                       {"Options", json::object{}}}};
   }
+  return host;
+}
+
+}  // namespace
+
+json::object create_body(const node_spec& n) {
+  json::object labels{{label_job, n.job},
+                      {label_step, n.step},
+                      {label_network, n.network_id},
+                      {label_runtime, n.runtime},
+                      {label_workdir, n.workdir}};
+  for (const auto& [k, v] : n.labels) labels[k] = v;
+  json::array env;
+  for (const auto& [k, v] : n.env) env.emplace_back(k + "=" + v);
+  json::array cmd;
+  for (const auto& a : n.cmd) cmd.emplace_back(a);
+  auto host = host_config(n, binds_of(n, env), labels);
   json::object body{{"Image", n.image},
                     {"Cmd", std::move(cmd)},
                     {"Env", std::move(env)},
