@@ -215,6 +215,41 @@ std::string bash_command_words(const command_info& root, const std::vector<const
   return out;
 }
 
+// What completes the words after a command's options: its jobs' names, or
+// Python files, by what the command takes.
+std::string bash_positional_cases(const std::vector<const command_info*>& all) {
+  std::string on_jobs, on_files;
+  for (const auto* c : all) {
+    if (c->positional == positional_kind::jobs) on_jobs += (on_jobs.empty() ? "" : "|") + c->path;
+    if (c->positional == positional_kind::python_file) on_files += (on_files.empty() ? "" : "|") + c->path;
+  }
+  return "    " + on_jobs +
+         ")\n"
+         "      COMPREPLY=($(compgen -W \"$(\"${COMP_WORDS[0]}\" \"${ctx[@]}\" list -o name 2>/dev/null)\" "
+         "-- "
+         "\"$cur\")) ;;\n"
+         "    " +
+         on_files +
+         ")\n"
+         "      compopt -o filenames 2>/dev/null\n"
+         "      COMPREPLY=($(compgen -d -- \"$cur\") $(compgen -f -X '!*.py' -- \"$cur\")) ;;\n"
+         "    completion) COMPREPLY=($(compgen -W 'bash zsh' -- \"$cur\")) ;;\n"
+         "    *) COMPREPLY=($(compgen -W \"$words\" -- \"$cur\")) ;;\n";
+}
+
+// Which command the words so far name: a case for each "parent|name".
+std::string bash_command_paths(const std::vector<const command_info*>& all) {
+  std::string out;
+  for (const auto* c : all) {
+    if (c->path.empty()) continue;
+    auto sp = c->path.rfind(' ');
+    auto parent = sp == std::string::npos ? std::string() : c->path.substr(0, sp);
+    auto name = sp == std::string::npos ? c->path : c->path.substr(sp + 1);
+    out += fmt::format("      '{}|{}') cmd='{}' ;;\n", parent, name, c->path);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string bash_completion(const CLI::App& app) {
@@ -240,13 +275,7 @@ std::string bash_completion(const CLI::App& app) {
       "      return\n"
       "    fi\n"
       "    case \"$cmd|$w\" in\n";
-  for (const auto* c : all) {
-    if (c->path.empty()) continue;
-    auto sp = c->path.rfind(' ');
-    auto parent = sp == std::string::npos ? std::string() : c->path.substr(0, sp);
-    auto name = sp == std::string::npos ? c->path : c->path.substr(sp + 1);
-    out += fmt::format("      '{}|{}') cmd='{}' ;;\n", parent, name, c->path);
-  }
+  out += bash_command_paths(all);
   // The value after each option, by its kind; every other option takes free text.
   auto by_kind = names_by_kind(all);
   out +=
@@ -267,23 +296,8 @@ std::string bash_completion(const CLI::App& app) {
       "    return\n"
       "  fi\n"
       "  case $cmd in\n";
-  std::string on_jobs, on_files;
-  for (const auto* c : all) {
-    if (c->positional == positional_kind::jobs) on_jobs += (on_jobs.empty() ? "" : "|") + c->path;
-    if (c->positional == positional_kind::python_file) on_files += (on_files.empty() ? "" : "|") + c->path;
-  }
+  out += bash_positional_cases(all);
   out +=
-      "    " + on_jobs +
-      ")\n"
-      "      COMPREPLY=($(compgen -W \"$(\"${COMP_WORDS[0]}\" \"${ctx[@]}\" list -o name 2>/dev/null)\" -- "
-      "\"$cur\")) ;;\n"
-      "    " +
-      on_files +
-      ")\n"
-      "      compopt -o filenames 2>/dev/null\n"
-      "      COMPREPLY=($(compgen -d -- \"$cur\") $(compgen -f -X '!*.py' -- \"$cur\")) ;;\n"
-      "    completion) COMPREPLY=($(compgen -W 'bash zsh' -- \"$cur\")) ;;\n"
-      "    *) COMPREPLY=($(compgen -W \"$words\" -- \"$cur\")) ;;\n"
       "  esac\n"
       "}\n"
       "complete -F _tjob tjob\n";
