@@ -49,17 +49,7 @@ class owner {
   // trials are submitted; a trial refused before it (a bad template) is
   // thrown instead, nothing of the sweep's jobs left.
   sweep_job drive(const std::function<void()>& started) {
-    owned_.fd = take_owner(dir_);
-    if (owned_.fd >= 0) {  // who owns it, for a person (the lock is what counts)
-      const auto pid = std::to_string(::getpid()) + "\n";
-      if (::ftruncate(owned_.fd, 0) != 0 || ::pwrite(owned_.fd, pid.data(), pid.size(), 0) < 0) {
-      }
-    }
-    if (owned_.fd < 0)
-      throw error(errc::invalid_argument, "sweep " + name_ +
-                                              " has an owner already (another process drives it); "
-                                              "tjob get " +
-                                              name_ + " follows it");
+    claim();
     auto rec = read_record(dir_);
     if (!rec) throw error(errc::job_not_found, "sweep " + name_ + ": no such sweep");
     s_ = std::move(*rec);
@@ -112,6 +102,21 @@ class owner {
   }
 
  private:
+  // Takes the sweep's owner lock, or says who holds it.
+  void claim() {
+    owned_.fd = take_owner(dir_);
+    if (owned_.fd >= 0) {  // who owns it, for a person (the lock is what counts)
+      const auto pid = std::to_string(::getpid()) + "\n";
+      if (::ftruncate(owned_.fd, 0) != 0 || ::pwrite(owned_.fd, pid.data(), pid.size(), 0) < 0) {
+      }
+    }
+    if (owned_.fd < 0)
+      throw error(errc::invalid_argument, "sweep " + name_ +
+                                              " has an owner already (another process drives it); "
+                                              "tjob get " +
+                                              name_ + " follows it");
+  }
+
   int not_ended() const {
     int n = 0;
     for (const auto& t : s_.trials) n += !trial_ended(t.status);
