@@ -529,6 +529,9 @@ struct engine_state : std::enable_shared_from_this<engine_state> {
   std::set<std::string> busy_cgroups;
   bool tree_fallback_said = false;  // the engine log said once why no cgroup holds the trees
 
+  /// Whether the store can be written (else read_only says why), the jobs
+  /// directory and the store file made when they are not there.
+  void open_access(const std::filesystem::path& db_path);
   /// Throws store_corrupt when jobs/ holds job directories (the store was lost).
   void refuse_new_store_over_jobs(const std::filesystem::path& db_path) const;
 

@@ -125,9 +125,25 @@ engine_state::engine_state(const detail::backend_context& ctx)
   asio::post(pool, [] { ::pthread_setname_np(::pthread_self(), "tjob-pool"); });
   auto db_path = home / "tjob.db";
   store_wake_file = detail::store::wake_path(db_path).filename().string();
-  // A store that exists but cannot be written (a read-only mount, another
-  // user's files) is opened for reading: list, get, logs, events and waits
-  // work; what would write says why it cannot (check_writable).
+  open_access(db_path);
+  db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout, !read_only.empty(),
+                                       [&] { refuse_new_store_over_jobs(db_path); });
+  checkpointer = std::make_unique<detail::wal_checkpointer>(db_path);
+  db->on_wal_full = [this] { start_checkpoint(); };
+  venv_store = detail::venv_cache::cache(home / "cache" / "venvs");
+  gpu_devices = detail::gpu_devices(cfg);
+  refresh_budget();  // (config.yaml's errors are raised here, at open)
+  self_pid = ::getpid();
+  self_start = process::start_time(self_pid).value_or(0);
+  base_descriptors = process::open_descriptors();
+  reconcile_all();
+}
+
+// A store that exists but cannot be written (a read-only mount, another
+// user's files) is opened for reading: list, get, logs, events and waits
+// work; what would write says why it cannot (check_writable). Makes the
+// jobs directory and the store's file when they are not there.
+void engine_state::open_access(const std::filesystem::path& db_path) {
   auto unwritable = [](int e) { return e == EROFS || e == EACCES || e == EPERM; };
   std::error_code ec;
   const bool existing = std::filesystem::is_directory(jobs_dir, ec) && std::filesystem::exists(db_path, ec);
@@ -156,17 +172,6 @@ engine_state::engine_state(const detail::backend_context& ctx)
     fail(errc::store_unavailable, "cannot use " + home.string() + " as TJOB_HOME: " + std::strerror(why) +
                                       "; " + detail::fix_for_errno(why, home.string()));
   }
-  db = std::make_unique<detail::store>(db_path, cfg.store_busy_timeout, !read_only.empty(),
-                                       [&] { refuse_new_store_over_jobs(db_path); });
-  checkpointer = std::make_unique<detail::wal_checkpointer>(db_path);
-  db->on_wal_full = [this] { start_checkpoint(); };
-  venv_store = detail::venv_cache::cache(home / "cache" / "venvs");
-  gpu_devices = detail::gpu_devices(cfg);
-  refresh_budget();  // (config.yaml's errors are raised here, at open)
-  self_pid = ::getpid();
-  self_start = process::start_time(self_pid).value_or(0);
-  base_descriptors = process::open_descriptors();
-  reconcile_all();
 }
 
 // A new (empty) store beside job directories is a store that was lost,
